@@ -1,0 +1,13 @@
+"""Offline stand-in for @rules_java: re-exports Bazel 4.2.3's native Java rules.
+
+Bazel registers JDK toolchains by default and resolves them through
+@rules_java; we build no Java, so the native rules are enough.
+"""
+
+java_binary = native.java_binary
+java_import = native.java_import
+java_library = native.java_library
+java_plugin = native.java_plugin
+java_runtime = native.java_runtime
+java_test = native.java_test
+java_toolchain = native.java_toolchain
