@@ -1,0 +1,115 @@
+// Raw memory for a device, and the registry that maps devices to allocators.
+//
+//   AllocatorRegistry& registry = AllocatorRegistry::Default();
+//   absl::StatusOr<Allocator*> a = registry.Get(Device::Simulated(0));
+//   absl::StatusOr<void*> p = (*a)->Allocate(1 << 20);
+//
+// Storage goes through an Allocator for every byte it holds, so tests can
+// swap in a CountingAllocator and see exactly how often the system allocator
+// is reached (chunk payloads must be reused, not reallocated, every step).
+#ifndef CHUNKZERO_TENSOR_ALLOCATOR_H_
+#define CHUNKZERO_TENSOR_ALLOCATOR_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "tensor/device.h"
+
+namespace chunkzero {
+
+// Every allocation is aligned to this many bytes (one cache line, and the
+// widest vector load the kernels use).
+inline constexpr size_t kAllocationAlignment = 64;
+
+// Hands out memory of one device. Implementations must be thread-safe.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+
+  virtual Device device() const = 0;
+
+  // Returns `bytes` bytes aligned to kAllocationAlignment, ResourceExhausted
+  // when the device is out of memory. Allocate(0) returns a non-null pointer
+  // that must be passed back to Deallocate.
+  virtual absl::StatusOr<void*> Allocate(size_t bytes) = 0;
+
+  // Releases memory from Allocate of this allocator; `bytes` is the size that
+  // was asked for.
+  virtual void Deallocate(void* ptr, size_t bytes) = 0;
+};
+
+// Host memory from aligned operator new. Used for Device::Cpu() and, as a
+// separate instance per index, for the simulated devices.
+class HostAllocator final : public Allocator {
+ public:
+  explicit HostAllocator(Device device) : device_(device) {}
+  Device device() const override { return device_; }
+  absl::StatusOr<void*> Allocate(size_t bytes) override;
+  void Deallocate(void* ptr, size_t bytes) override;
+
+ private:
+  const Device device_;
+};
+
+// Forwards to another allocator and counts the calls and live bytes.
+// Thread-safe. Does not own `inner`, which must outlive it.
+class CountingAllocator final : public Allocator {
+ public:
+  explicit CountingAllocator(Allocator* inner) : inner_(inner) {}
+  Device device() const override { return inner_->device(); }
+  absl::StatusOr<void*> Allocate(size_t bytes) override;
+  void Deallocate(void* ptr, size_t bytes) override;
+
+  int64_t allocations() const;
+  int64_t deallocations() const;
+  int64_t live_bytes() const;
+
+ private:
+  Allocator* const inner_;
+  mutable absl::Mutex mu_;
+  int64_t allocations_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t deallocations_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t live_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Maps devices to allocators. Thread-safe.
+class AllocatorRegistry {
+ public:
+  AllocatorRegistry() = default;
+  AllocatorRegistry(const AllocatorRegistry&) = delete;
+  AllocatorRegistry& operator=(const AllocatorRegistry&) = delete;
+
+  // The process-wide registry: the CPU and every simulated device have host
+  // allocators; CUDA devices have none unless a CUDA build registers them.
+  static AllocatorRegistry& Default();
+
+  // Makes `allocator` serve allocator->device(), replacing any previous one.
+  // Does not take ownership; `allocator` must outlive every use.
+  void Register(Allocator* allocator);
+
+  // The allocator for `device`. Devices of kind cpu and sim get a host
+  // allocator on first use (owned by the registry); others are NotFound
+  // unless registered.
+  absl::StatusOr<Allocator*> Get(Device device);
+
+ private:
+  absl::Mutex mu_;
+  std::map<Device, Allocator*> registered_ ABSL_GUARDED_BY(mu_);
+  std::map<Device, std::unique_ptr<HostAllocator>> owned_ ABSL_GUARDED_BY(mu_);
+};
+
+// Copies `bytes` bytes between two allocations that may be on different
+// devices. Host-accessible pairs (cpu, sim) are memcpy; anything involving a
+// device the build cannot reach is Unimplemented, naming both devices.
+absl::Status CopyBytes(void* dst, Device dst_device, const void* src,
+                       Device src_device, size_t bytes);
+
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_TENSOR_ALLOCATOR_H_

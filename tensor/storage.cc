@@ -1,0 +1,80 @@
+#include "tensor/storage.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+
+namespace chunkzero {
+
+absl::StatusOr<std::shared_ptr<Storage>> Storage::Create(
+    size_t nbytes, Device device, const StorageOptions& options) {
+  std::shared_ptr<Storage> storage = CreateUnallocated(nbytes, device, options);
+  CZ_RETURN_IF_ERROR(storage->Allocate());
+  return storage;
+}
+
+std::shared_ptr<Storage> Storage::CreateUnallocated(
+    size_t nbytes, Device device, const StorageOptions& options) {
+  return std::shared_ptr<Storage>(new Storage(nbytes, device, options));
+}
+
+Storage::~Storage() { Free(); }
+
+AllocatorRegistry& Storage::allocators() const {
+  return options_.allocators != nullptr ? *options_.allocators
+                                        : AllocatorRegistry::Default();
+}
+
+absl::StatusOr<void*> Storage::AllocateOn(Device device) {
+  CZ_ASSIGN_OR_RETURN(Allocator * allocator, allocators().Get(device));
+  CZ_ASSIGN_OR_RETURN(void* data, allocator->Allocate(nbytes_));
+  if (options_.tracker != nullptr) {
+    options_.tracker->Add(device, options_.category,
+                          static_cast<int64_t>(nbytes_));
+  }
+  return data;
+}
+
+void Storage::FreeOn(void* data, Device device) {
+  // The allocator was found when `data` was allocated, so Get succeeds.
+  absl::StatusOr<Allocator*> allocator = allocators().Get(device);
+  (*allocator)->Deallocate(data, nbytes_);
+  if (options_.tracker != nullptr) {
+    options_.tracker->Subtract(device, options_.category,
+                               static_cast<int64_t>(nbytes_));
+  }
+}
+
+absl::Status Storage::Allocate() {
+  if (data_ != nullptr) return absl::OkStatus();
+  CZ_ASSIGN_OR_RETURN(data_, AllocateOn(device_));
+  return absl::OkStatus();
+}
+
+void Storage::Free() {
+  if (data_ == nullptr) return;
+  FreeOn(data_, device_);
+  data_ = nullptr;
+}
+
+absl::Status Storage::MoveTo(Device device) {
+  if (device == device_) return absl::OkStatus();
+  if (data_ == nullptr) {
+    device_ = device;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<void*> allocated = AllocateOn(device);
+  CZ_RETURN_IF_ERROR(allocated, "moving ", nbytes_, " bytes from ",
+                     device_.ToString());
+  void* moved = *allocated;
+  absl::Status copied = CopyBytes(moved, device, data_, device_, nbytes_);
+  if (!copied.ok()) {
+    FreeOn(moved, device);
+    return copied;
+  }
+  FreeOn(data_, device_);
+  data_ = moved;
+  device_ = device;
+  return absl::OkStatus();
+}
+
+}  // namespace chunkzero

@@ -1,0 +1,106 @@
+#include "tensor/storage.h"
+
+#include <cstring>
+
+#include "gtest/gtest.h"
+
+namespace chunkzero {
+namespace {
+
+class StorageTest : public ::testing::Test {
+ protected:
+  StorageTest()
+      : cpu_(Device::Cpu()),
+        sim_(Device::Simulated(0)),
+        cpu_count_(&cpu_),
+        sim_count_(&sim_) {
+    registry_.Register(&cpu_count_);
+    registry_.Register(&sim_count_);
+    options_.category = MemoryCategory::kParam;
+    options_.tracker = &tracker_;
+    options_.allocators = &registry_;
+  }
+
+  HostAllocator cpu_, sim_;
+  CountingAllocator cpu_count_, sim_count_;
+  AllocatorRegistry registry_;
+  MemoryTracker tracker_;
+  StorageOptions options_;
+};
+
+TEST_F(StorageTest, CreateAllocatesAndAccounts) {
+  absl::StatusOr<std::shared_ptr<Storage>> s =
+      Storage::Create(96, Device::Cpu(), options_);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE((*s)->allocated());
+  EXPECT_EQ((*s)->nbytes(), 96u);
+  EXPECT_EQ((*s)->category(), MemoryCategory::kParam);
+  EXPECT_EQ(tracker_.Current(Device::Cpu(), MemoryCategory::kParam), 96);
+  EXPECT_EQ(cpu_count_.allocations(), 1);
+  s->reset();
+  EXPECT_EQ(tracker_.Current(Device::Cpu(), MemoryCategory::kParam), 0);
+  EXPECT_EQ(cpu_count_.deallocations(), 1);
+}
+
+TEST_F(StorageTest, FreeAndAllocateAgainKeepLogicalSize) {
+  std::shared_ptr<Storage> s = *Storage::Create(64, Device::Cpu(), options_);
+  s->Free();
+  EXPECT_FALSE(s->allocated());
+  EXPECT_EQ(s->data(), nullptr);
+  EXPECT_EQ(s->nbytes(), 64u);
+  EXPECT_EQ(tracker_.Current(Device::Cpu(), MemoryCategory::kParam), 0);
+  s->Free();  // Freeing twice is a no-op.
+  ASSERT_TRUE(s->Allocate().ok());
+  ASSERT_TRUE(s->Allocate().ok());  // Already allocated: no second allocation.
+  EXPECT_EQ(cpu_count_.allocations(), 2);
+  EXPECT_EQ(tracker_.Current(Device::Cpu(), MemoryCategory::kParam), 64);
+  EXPECT_EQ(tracker_.Peak(Device::Cpu(), MemoryCategory::kParam), 64);
+}
+
+TEST_F(StorageTest, UnallocatedHoldsNothing) {
+  std::shared_ptr<Storage> s =
+      Storage::CreateUnallocated(128, Device::Simulated(0), options_);
+  EXPECT_FALSE(s->allocated());
+  EXPECT_EQ(sim_count_.allocations(), 0);
+  ASSERT_TRUE(s->MoveTo(Device::Cpu()).ok());
+  EXPECT_EQ(s->device(), Device::Cpu());
+  EXPECT_EQ(cpu_count_.allocations(), 0);
+}
+
+TEST_F(StorageTest, MoveCopiesContentsAndMovesAccounting) {
+  std::shared_ptr<Storage> s = *Storage::Create(16, Device::Cpu(), options_);
+  std::memcpy(s->data(), "0123456789abcdef", 16);
+  void* before = s->data();
+  ASSERT_TRUE(s->MoveTo(Device::Simulated(0)).ok());
+  EXPECT_EQ(s->device(), Device::Simulated(0));
+  EXPECT_NE(s->data(), before);
+  EXPECT_EQ(std::memcmp(s->data(), "0123456789abcdef", 16), 0);
+  EXPECT_EQ(tracker_.Current(Device::Cpu(), MemoryCategory::kParam), 0);
+  EXPECT_EQ(tracker_.Current(Device::Simulated(0), MemoryCategory::kParam), 16);
+  EXPECT_EQ(sim_count_.live_bytes(), 16);
+  EXPECT_EQ(cpu_count_.live_bytes(), 0);
+  ASSERT_TRUE(s->MoveTo(Device::Simulated(0)).ok());  // Same device: no-op.
+  EXPECT_EQ(sim_count_.allocations(), 1);
+}
+
+TEST_F(StorageTest, FailedMoveChangesNothing) {
+  std::shared_ptr<Storage> s = *Storage::Create(8, Device::Cpu(), options_);
+  void* before = s->data();
+  absl::Status moved = s->MoveTo(Device::Cuda(0));
+  EXPECT_EQ(moved.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(moved.message().find("moving 8 bytes from cpu"),
+            absl::string_view::npos);
+  EXPECT_EQ(s->device(), Device::Cpu());
+  EXPECT_EQ(s->data(), before);
+  EXPECT_EQ(tracker_.Current(Device::Cpu(), MemoryCategory::kParam), 8);
+}
+
+TEST_F(StorageTest, AllocationFailureIsReported) {
+  absl::StatusOr<std::shared_ptr<Storage>> s =
+      Storage::Create(size_t{1} << 62, Device::Cpu(), options_);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(tracker_.Current(Device::Cpu(), MemoryCategory::kParam), 0);
+}
+
+}  // namespace
+}  // namespace chunkzero
