@@ -4,6 +4,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "tensor/cuda_runtime.h"
 
 namespace chunkzero {
 
@@ -21,6 +22,16 @@ absl::StatusOr<void*> HostAllocator::Allocate(size_t bytes) {
 
 void HostAllocator::Deallocate(void* ptr, size_t bytes) {
   ::operator delete(ptr, std::align_val_t(kAllocationAlignment));
+}
+
+absl::StatusOr<void*> CudaAllocator::Allocate(size_t bytes) {
+  return CudaMalloc(device_.index(), bytes);
+}
+
+void CudaAllocator::Deallocate(void* ptr, size_t bytes) {
+  // A failing cudaFree means a broken context; nothing useful can be done
+  // with the error at this point, so it is dropped.
+  CudaFree(device_.index(), ptr).IgnoreError();
 }
 
 absl::StatusOr<void*> CountingAllocator::Allocate(size_t bytes) {
@@ -70,25 +81,36 @@ absl::StatusOr<Allocator*> AllocatorRegistry::Get(Device device) {
   if (auto it = registered_.find(device); it != registered_.end()) {
     return it->second;
   }
-  if (!device.is_host_accessible()) {
-    return absl::NotFoundError(absl::StrCat(
-        "no allocator for ", device.ToString(),
-        " (CUDA devices need a build with --config=cuda and a GPU)"));
+  if (auto it = owned_.find(device); it != owned_.end()) {
+    return it->second.get();
   }
-  std::unique_ptr<HostAllocator>& owned = owned_[device];
-  if (owned == nullptr) owned = std::make_unique<HostAllocator>(device);
-  return owned.get();
+  std::unique_ptr<Allocator> allocator;
+  if (device.is_host_accessible()) {
+    allocator = std::make_unique<HostAllocator>(device);
+  } else if (device.index() < CudaDeviceCount()) {
+    allocator = std::make_unique<CudaAllocator>(device);
+  } else {
+    return absl::NotFoundError(
+        absl::StrCat("no allocator for ", device.ToString(), " (",
+                     BuiltWithCuda() ? "this machine has fewer GPUs"
+                                     : "built without --config=cuda",
+                     ")"));
+  }
+  return (owned_[device] = std::move(allocator)).get();
 }
 
 absl::Status CopyBytes(void* dst, Device dst_device, const void* src,
                        Device src_device, size_t bytes) {
-  if (!dst_device.is_host_accessible() || !src_device.is_host_accessible()) {
-    return absl::UnimplementedError(
-        absl::StrCat("copy from ", src_device.ToString(), " to ",
-                     dst_device.ToString(), " needs a CUDA build"));
+  if (dst_device.is_host_accessible() && src_device.is_host_accessible()) {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
   }
-  if (bytes > 0) std::memcpy(dst, src, bytes);
-  return absl::OkStatus();
+  absl::Status copied = CudaMemcpy(dst, src, bytes);
+  if (copied.ok()) return copied;
+  return absl::Status(
+      copied.code(),
+      absl::StrCat("copy of ", bytes, " bytes from ", src_device.ToString(),
+                   " to ", dst_device.ToString(), ": ", copied.message()));
 }
 
 }  // namespace chunkzero

@@ -57,6 +57,20 @@ class HostAllocator final : public Allocator {
   const Device device_;
 };
 
+// GPU memory from cudaMalloc (see tensor/cuda_runtime.h). Only useful in a
+// --config=cuda build on a machine with a GPU; elsewhere Allocate fails with
+// Unimplemented.
+class CudaAllocator final : public Allocator {
+ public:
+  explicit CudaAllocator(Device device) : device_(device) {}
+  Device device() const override { return device_; }
+  absl::StatusOr<void*> Allocate(size_t bytes) override;
+  void Deallocate(void* ptr, size_t bytes) override;
+
+ private:
+  const Device device_;
+};
+
 // Forwards to another allocator and counts the calls and live bytes.
 // Thread-safe. Does not own `inner`, which must outlive it.
 class CountingAllocator final : public Allocator {
@@ -86,7 +100,7 @@ class AllocatorRegistry {
   AllocatorRegistry& operator=(const AllocatorRegistry&) = delete;
 
   // The process-wide registry: the CPU and every simulated device have host
-  // allocators; CUDA devices have none unless a CUDA build registers them.
+  // allocators; CUDA devices have CudaAllocators in a CUDA build with GPUs.
   static AllocatorRegistry& Default();
 
   // Makes `allocator` serve allocator->device(), replacing any previous one.
@@ -94,19 +108,21 @@ class AllocatorRegistry {
   void Register(Allocator* allocator);
 
   // The allocator for `device`. Devices of kind cpu and sim get a host
-  // allocator on first use (owned by the registry); others are NotFound
-  // unless registered.
+  // allocator on first use, and cuda:N (N < CudaDeviceCount()) a
+  // CudaAllocator, owned by the registry; others are NotFound unless
+  // registered.
   absl::StatusOr<Allocator*> Get(Device device);
 
  private:
   absl::Mutex mu_;
   std::map<Device, Allocator*> registered_ ABSL_GUARDED_BY(mu_);
-  std::map<Device, std::unique_ptr<HostAllocator>> owned_ ABSL_GUARDED_BY(mu_);
+  std::map<Device, std::unique_ptr<Allocator>> owned_ ABSL_GUARDED_BY(mu_);
 };
 
 // Copies `bytes` bytes between two allocations that may be on different
-// devices. Host-accessible pairs (cpu, sim) are memcpy; anything involving a
-// device the build cannot reach is Unimplemented, naming both devices.
+// devices. Host-accessible pairs (cpu, sim) are memcpy; pairs with a CUDA
+// device use cudaMemcpy (Unimplemented, naming both devices, in a build
+// without CUDA).
 absl::Status CopyBytes(void* dst, Device dst_device, const void* src,
                        Device src_device, size_t bytes);
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "gtest/gtest.h"
+#include "tensor/cuda_runtime.h"
 
 namespace chunkzero {
 namespace {
@@ -54,11 +55,38 @@ TEST(AllocatorRegistry, HostDevicesHaveDistinctAllocators) {
   EXPECT_EQ(*registry.Get(Device::Cpu()), *cpu);
 }
 
-TEST(AllocatorRegistry, CudaIsNotFoundUnlessRegistered) {
+TEST(AllocatorRegistry, MissingGpuIsNotFound) {
   AllocatorRegistry registry;
-  absl::StatusOr<Allocator*> cuda = registry.Get(Device::Cuda(0));
+  const Device beyond = Device::Cuda(CudaDeviceCount());
+  absl::StatusOr<Allocator*> cuda = registry.Get(beyond);
   EXPECT_EQ(cuda.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(cuda.status().message().find("cuda:0"), absl::string_view::npos);
+  EXPECT_NE(cuda.status().message().find(beyond.ToString()),
+            absl::string_view::npos);
+}
+
+TEST(CudaRuntime, StubReportsUnimplemented) {
+  if (BuiltWithCuda()) GTEST_SKIP() << "CUDA build";
+  EXPECT_EQ(CudaDeviceCount(), 0);
+  EXPECT_EQ(CudaMalloc(0, 16).status().code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(CudaMemcpy(nullptr, nullptr, 1).code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+// Runs where a GPU is present (a --config=cuda build on a GPU machine).
+TEST(CudaAllocator, RoundTripsThroughDeviceMemory) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no GPU";
+  AllocatorRegistry registry;
+  absl::StatusOr<Allocator*> gpu = registry.Get(Device::Cuda(0));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  absl::StatusOr<void*> p = (*gpu)->Allocate(64);
+  ASSERT_TRUE(p.ok()) << p.status();
+  char src[64], back[64] = {};
+  for (int i = 0; i < 64; ++i) src[i] = static_cast<char>(i * 3);
+  ASSERT_TRUE(CopyBytes(*p, Device::Cuda(0), src, Device::Cpu(), 64).ok());
+  ASSERT_TRUE(CopyBytes(back, Device::Cpu(), *p, Device::Cuda(0), 64).ok());
+  EXPECT_EQ(std::memcmp(src, back, 64), 0);
+  (*gpu)->Deallocate(*p, 64);
 }
 
 TEST(AllocatorRegistry, RegisteredAllocatorWins) {
@@ -76,8 +104,13 @@ TEST(CopyBytes, CopiesBetweenHostDevices) {
       CopyBytes(dst, Device::Simulated(0), src, Device::Cpu(), sizeof(src))
           .ok());
   EXPECT_STREQ(dst, "chunk payload");
-  EXPECT_EQ(CopyBytes(dst, Device::Cuda(0), src, Device::Cpu(), 1).code(),
-            absl::StatusCode::kUnimplemented);
+  if (!BuiltWithCuda()) {
+    absl::Status no_cuda =
+        CopyBytes(dst, Device::Cuda(0), src, Device::Cpu(), 1);
+    EXPECT_EQ(no_cuda.code(), absl::StatusCode::kUnimplemented);
+    EXPECT_NE(no_cuda.message().find("from cpu to cuda:0"),
+              absl::string_view::npos);
+  }
 }
 
 }  // namespace
