@@ -1,0 +1,138 @@
+#include "chunk/chunk_size_search.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/status_macros.h"
+
+namespace chunkzero {
+namespace {
+
+int64_t RoundUp(int64_t value, int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+// The best packing of `sizes` over the candidate sizes.
+absl::StatusOr<ChunkPacking> BestOverGrid(
+    absl::Span<const int64_t> sizes, absl::Span<const int64_t> candidates) {
+  ChunkPacking best;
+  bool found = false;
+  for (int64_t chunk_size : candidates) {
+    CZ_ASSIGN_OR_RETURN(ChunkPacking packing, PackInOrder(sizes, chunk_size));
+    if (!found || packing.utilisation > best.utilisation) {
+      best = packing;
+      found = true;
+    }
+  }
+  return best;
+}
+
+std::string Describe(const ChunkPacking& p) {
+  return absl::StrFormat(
+      "chunk size %d elements: %d chunks, utilisation %.2f%%, %d elements "
+      "wasted",
+      p.chunk_size, p.num_chunks, 100 * p.utilisation, p.wasted_elements);
+}
+
+}  // namespace
+
+absl::StatusOr<ChunkPacking> PackInOrder(absl::Span<const int64_t> sizes,
+                                         int64_t chunk_size) {
+  if (chunk_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk size must be positive, got ", chunk_size));
+  }
+  ChunkPacking packing;
+  packing.chunk_size = chunk_size;
+  int64_t free_in_current = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int64_t size = sizes[i];
+    if (size < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor #", i, " has negative size ", size));
+    }
+    if (size > chunk_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor #", i, " has ", size,
+                       " elements and does not fit in a chunk of ", chunk_size,
+                       " elements"));
+    }
+    if (size > free_in_current || packing.num_chunks == 0) {
+      ++packing.num_chunks;
+      free_in_current = chunk_size;
+    }
+    free_in_current -= size;
+    packing.used_elements += size;
+  }
+  const int64_t allocated = packing.num_chunks * chunk_size;
+  packing.wasted_elements = allocated - packing.used_elements;
+  packing.utilisation =
+      allocated == 0 ? 1.0
+                     : static_cast<double>(packing.used_elements) / allocated;
+  return packing;
+}
+
+absl::StatusOr<ChunkSizeReport> SearchChunkSize(
+    absl::Span<const int64_t> sizes, const ChunkSizeSearchOptions& options) {
+  if (options.grid < 1 || options.alignment < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("grid (", options.grid, ") and alignment (",
+                     options.alignment, ") must be positive"));
+  }
+  int64_t largest = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor #", i, " has negative size ", sizes[i]));
+    }
+    largest = std::max(largest, sizes[i]);
+  }
+  const int64_t low =
+      RoundUp(std::max<int64_t>({options.min_chunk_size, largest, 1}),
+              options.alignment);
+  if (low > options.max_chunk_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no chunk size to try: the smallest candidate is ", low,
+                     " elements (largest tensor ", largest, ", minimum ",
+                     options.min_chunk_size, ", alignment ", options.alignment,
+                     ") but the maximum is ", options.max_chunk_size));
+  }
+  std::vector<int64_t> candidates;
+  for (int64_t size = low; size <= options.max_chunk_size;
+       size = RoundUp(size + options.grid, options.alignment)) {
+    candidates.push_back(size);
+  }
+
+  ChunkSizeReport report;
+  report.candidates_tried = static_cast<int64_t>(candidates.size());
+  CZ_ASSIGN_OR_RETURN(report.best, BestOverGrid(sizes, candidates));
+
+  std::vector<int64_t> sorted(sizes.begin(), sizes.end());
+  std::stable_sort(sorted.begin(), sorted.end(), std::greater<int64_t>());
+  CZ_ASSIGN_OR_RETURN(report.sorted_by_size, BestOverGrid(sorted, candidates));
+
+  // Small tensors are judged against the best registration-order size.
+  const double small_limit =
+      options.small_tensor_fraction * report.best.chunk_size;
+  std::vector<int64_t> small_last;
+  for (int64_t s : sizes) {
+    if (s >= small_limit) small_last.push_back(s);
+  }
+  for (int64_t s : sizes) {
+    if (s < small_limit) small_last.push_back(s);
+  }
+  CZ_ASSIGN_OR_RETURN(report.small_together,
+                      BestOverGrid(small_last, candidates));
+  return report;
+}
+
+std::string ChunkSizeReport::Summary() const {
+  return absl::StrCat("chunk size search (", candidates_tried, " candidates)\n",
+                      "  registration order: ", Describe(best), "\n",
+                      "  sorted by size:     ", Describe(sorted_by_size), "\n",
+                      "  small tensors last: ", Describe(small_together), "\n");
+}
+
+}  // namespace chunkzero
