@@ -37,7 +37,7 @@ void CudaAllocator::Deallocate(void* ptr, size_t bytes) {
 absl::StatusOr<void*> CountingAllocator::Allocate(size_t bytes) {
   absl::StatusOr<void*> ptr = inner_->Allocate(bytes);
   if (ptr.ok()) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     ++allocations_;
     live_bytes_ += static_cast<int64_t>(bytes);
   }
@@ -46,23 +46,23 @@ absl::StatusOr<void*> CountingAllocator::Allocate(size_t bytes) {
 
 void CountingAllocator::Deallocate(void* ptr, size_t bytes) {
   inner_->Deallocate(ptr, bytes);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   ++deallocations_;
   live_bytes_ -= static_cast<int64_t>(bytes);
 }
 
 int64_t CountingAllocator::allocations() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return allocations_;
 }
 
 int64_t CountingAllocator::deallocations() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return deallocations_;
 }
 
 int64_t CountingAllocator::live_bytes() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return live_bytes_;
 }
 
@@ -72,12 +72,12 @@ AllocatorRegistry& AllocatorRegistry::Default() {
 }
 
 void AllocatorRegistry::Register(Allocator* allocator) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   registered_[allocator->device()] = allocator;
 }
 
 absl::StatusOr<Allocator*> AllocatorRegistry::Get(Device device) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (auto it = registered_.find(device); it != registered_.end()) {
     return it->second;
   }

@@ -18,7 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "tensor/device.h"
 
 namespace chunkzero {
@@ -86,7 +86,7 @@ class CountingAllocator final : public Allocator {
 
  private:
   Allocator* const inner_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   int64_t allocations_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t deallocations_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t live_bytes_ ABSL_GUARDED_BY(mu_) = 0;
@@ -114,7 +114,7 @@ class AllocatorRegistry {
   absl::StatusOr<Allocator*> Get(Device device);
 
  private:
-  absl::Mutex mu_;
+  Mutex mu_;
   std::map<Device, Allocator*> registered_ ABSL_GUARDED_BY(mu_);
   std::map<Device, std::unique_ptr<Allocator>> owned_ ABSL_GUARDED_BY(mu_);
 };

@@ -27,7 +27,7 @@ absl::string_view MemoryCategoryName(MemoryCategory category) {
 }
 
 void MemoryTracker::Add(Device device, MemoryCategory category, int64_t bytes) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   DeviceUsage& usage = usage_[device];
   MemoryUsage& cat = usage.by_category[static_cast<int>(category)];
   cat.current += bytes;
@@ -38,7 +38,7 @@ void MemoryTracker::Add(Device device, MemoryCategory category, int64_t bytes) {
 
 void MemoryTracker::Subtract(Device device, MemoryCategory category,
                              int64_t bytes) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   DeviceUsage& usage = usage_[device];
   MemoryUsage& cat = usage.by_category[static_cast<int>(category)];
   if (cat.current < bytes) {
@@ -53,7 +53,7 @@ void MemoryTracker::Subtract(Device device, MemoryCategory category,
 }
 
 int64_t MemoryTracker::Current(Device device, MemoryCategory category) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = usage_.find(device);
   return it == usage_.end()
              ? 0
@@ -61,7 +61,7 @@ int64_t MemoryTracker::Current(Device device, MemoryCategory category) const {
 }
 
 int64_t MemoryTracker::Peak(Device device, MemoryCategory category) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = usage_.find(device);
   return it == usage_.end()
              ? 0
@@ -69,19 +69,19 @@ int64_t MemoryTracker::Peak(Device device, MemoryCategory category) const {
 }
 
 int64_t MemoryTracker::CurrentTotal(Device device) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = usage_.find(device);
   return it == usage_.end() ? 0 : it->second.total.current;
 }
 
 int64_t MemoryTracker::PeakTotal(Device device) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = usage_.find(device);
   return it == usage_.end() ? 0 : it->second.total.peak;
 }
 
 MemoryTracker::Snapshot MemoryTracker::Snap() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Snapshot snapshot;
   for (const auto& [device, usage] : usage_) {
     snapshot.by_category[device] = usage.by_category;
@@ -91,7 +91,7 @@ MemoryTracker::Snapshot MemoryTracker::Snap() const {
 }
 
 void MemoryTracker::ResetPeaks() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (auto& [device, usage] : usage_) {
     for (MemoryUsage& cat : usage.by_category) cat.peak = cat.current;
     usage.total.peak = usage.total.current;

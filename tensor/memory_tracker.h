@@ -22,7 +22,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "tensor/device.h"
 
 namespace chunkzero {
@@ -83,7 +83,7 @@ class MemoryTracker {
     MemoryUsage total;
   };
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::map<Device, DeviceUsage> usage_ ABSL_GUARDED_BY(mu_);
 };
 
