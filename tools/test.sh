@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs every test, in each Bazel config named on the command line (default:
+# the plain build), and ends with one line `N passed, N failed, N skipped`.
+#
+#   bash tools/test.sh                 # what the README's quick start runs
+#   bash tools/test.sh default tsan    # what CI runs (.ci/run)
+#   bash tools/test.sh asan ubsan
+#
+# Counts are of GoogleTest test cases, read from the test.xml files Bazel
+# keeps; a test target that fails to build or times out counts as one failed.
+set -uo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash tools/setup.sh || exit 1
+
+configs=("$@")
+((${#configs[@]} > 0)) || configs=(default)
+
+total_passed=0
+total_failed=0
+total_skipped=0
+for config in "${configs[@]}"; do
+  flags=()
+  [[ "${config}" == default ]] || flags=("--config=${config}")
+  log="$(mktemp)"
+  echo "=== bazel test ${flags[*]} //..." >&2
+  bazel test "${flags[@]}" --test_summary=short //... 2>&1 | tee "${log}" >&2
+  counts="$(python3 tools/count_tests.py "${log}" "$(bazel info "${flags[@]}" bazel-testlogs 2>/dev/null)")"
+  rm -f "${log}"
+  read -r passed failed skipped <<<"${counts}"
+  echo "${config}: ${passed} passed, ${failed} failed, ${skipped} skipped" >&2
+  total_passed=$((total_passed + passed))
+  total_failed=$((total_failed + failed))
+  total_skipped=$((total_skipped + skipped))
+done
+
+# Leave no Bazel server behind (CI runs this in a throwaway clone).
+bazel shutdown >/dev/null 2>&1 || true
+
+echo "${total_passed} passed, ${total_failed} failed, ${total_skipped} skipped"
+((total_failed == 0 && total_passed > 0))
