@@ -198,6 +198,7 @@ absl::Status Tensor::CopyFrom(const Tensor& src) {
 }
 
 absl::StatusOr<std::vector<float>> Tensor::ToFloats() const {
+  if (numel() == 0) return std::vector<float>();
   if (!is_materialized() || !device().is_host_accessible()) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot read ", DebugString(), " on the host"));

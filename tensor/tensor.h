@@ -116,7 +116,8 @@ class Tensor {
   absl::Status CopyFrom(const Tensor& src);
 
   // The values widened to f32 (for tests and reports). FailedPrecondition
-  // if not materialised or not on a host-accessible device.
+  // if not materialised or not on a host-accessible device, unless there
+  // are no elements to read.
   absl::StatusOr<std::vector<float>> ToFloats() const;
 
   // "f16[768, 2304] on sim:0 (+128 B)".
