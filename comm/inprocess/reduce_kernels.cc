@@ -1,0 +1,120 @@
+#include "comm/inprocess/reduce_kernels.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "tensor/half.h"
+
+namespace chunkzero {
+namespace comm {
+namespace inprocess_internal {
+namespace {
+
+// Elements per tile: the f32 accumulator (8 KiB) stays in L1 while every
+// input is added into it, so each output element is written once.
+constexpr size_t kTile = 2048;
+
+// Plain loops over a local accumulator (which cannot alias the inputs), so
+// the compiler vectorises them at -O2/-O3 without runtime alias checks.
+void ReduceF32(void* const* out, int num_out, const void* const* in, int n,
+               size_t count, ReduceOp op) {
+  alignas(64) float acc[kTile];
+  const float divisor = static_cast<float>(n);
+  for (size_t base = 0; base < count; base += kTile) {
+    const size_t len = std::min(kTile, count - base);
+    const float* p0 = static_cast<const float*>(in[0]) + base;
+    const float* p1 = static_cast<const float*>(in[1]) + base;
+    if (op == ReduceOp::kMax) {
+      for (size_t j = 0; j < len; ++j) acc[j] = p0[j] < p1[j] ? p1[j] : p0[j];
+      for (int k = 2; k < n; ++k) {
+        const float* p = static_cast<const float*>(in[k]) + base;
+        for (size_t j = 0; j < len; ++j) acc[j] = acc[j] < p[j] ? p[j] : acc[j];
+      }
+    } else {
+      for (size_t j = 0; j < len; ++j) acc[j] = p0[j] + p1[j];
+      for (int k = 2; k < n; ++k) {
+        const float* p = static_cast<const float*>(in[k]) + base;
+        for (size_t j = 0; j < len; ++j) acc[j] += p[j];
+      }
+      if (op == ReduceOp::kAvg) {
+        for (size_t j = 0; j < len; ++j) acc[j] /= divisor;
+      }
+    }
+    for (int o = 0; o < num_out; ++o) {
+      std::memcpy(static_cast<float*>(out[o]) + base, acc, len * sizeof(float));
+    }
+  }
+}
+
+// TODO(comm): widen/narrow with //tensor:cast_kernels (vectorised, bit-exact
+// with tensor/half.h) once it lands; these scalar conversions are the
+// reference semantics and the bottleneck of 16-bit reductions.
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void Reduce16(void* const* out, int num_out, const void* const* in, int n,
+              size_t count, ReduceOp op) {
+  float acc[kTile];
+  const float divisor = static_cast<float>(n);
+  for (size_t base = 0; base < count; base += kTile) {
+    const size_t len = std::min(kTile, count - base);
+    const uint16_t* p0 = static_cast<const uint16_t*>(in[0]) + base;
+    for (size_t j = 0; j < len; ++j) acc[j] = ToFloat(p0[j]);
+    for (int k = 1; k < n; ++k) {
+      const uint16_t* p = static_cast<const uint16_t*>(in[k]) + base;
+      if (op == ReduceOp::kMax) {
+        for (size_t j = 0; j < len; ++j) {
+          const float x = ToFloat(p[j]);
+          acc[j] = acc[j] < x ? x : acc[j];
+        }
+      } else {
+        for (size_t j = 0; j < len; ++j) acc[j] += ToFloat(p[j]);
+      }
+    }
+    if (op == ReduceOp::kAvg) {
+      for (size_t j = 0; j < len; ++j) acc[j] /= divisor;
+    }
+    uint16_t* first = static_cast<uint16_t*>(out[0]) + base;
+    for (size_t j = 0; j < len; ++j) first[j] = FromFloat(acc[j]);
+    for (int o = 1; o < num_out; ++o) {
+      std::memcpy(static_cast<uint16_t*>(out[o]) + base, first,
+                  len * sizeof(uint16_t));
+    }
+  }
+}
+
+}  // namespace
+
+void ReduceIntoEach(void* const* out, int num_out, const void* const* in, int n,
+                    size_t count, DType dtype, ReduceOp op) {
+  if (count == 0) return;
+  if (n == 1) {
+    for (int o = 0; o < num_out; ++o) {
+      if (out[o] != in[0]) {
+        std::memcpy(out[o], in[0], count * ElementSize(dtype));
+      }
+    }
+    return;
+  }
+  switch (dtype) {
+    case DType::kF32:
+      ReduceF32(out, num_out, in, n, count, op);
+      return;
+    case DType::kF16:
+      Reduce16<HalfBitsToFloat, FloatToHalfBits>(out, num_out, in, n, count,
+                                                 op);
+      return;
+    case DType::kBF16:
+      Reduce16<BFloat16BitsToFloat, FloatToBFloat16Bits>(out, num_out, in, n,
+                                                         count, op);
+      return;
+  }
+}
+
+void ReduceInto(void* out, const void* const* in, int n, size_t count,
+                DType dtype, ReduceOp op) {
+  ReduceIntoEach(&out, 1, in, n, count, dtype, op);
+}
+
+}  // namespace inprocess_internal
+}  // namespace comm
+}  // namespace chunkzero

@@ -1,0 +1,113 @@
+// ProcessGroup: the interface every chunkzero collective goes through.
+//
+//   ProcessGroup& group = ...;                      // one per rank
+//   std::unique_ptr<Work> w = group.AllReduce(MutableBuffer::Of(grads), {});
+//   CZ_RETURN_IF_ERROR(w->Wait(), "gradient all-reduce");
+//
+// Contract (every backend):
+//  - Every collective is asynchronous: it returns a Work at once and runs in
+//    the background. Buffers must stay valid and untouched until it completes
+//    (see work.h).
+//  - Ranks must issue the same collectives in the same order (matched by
+//    their position in each rank's issue order, like NCCL). A backend that
+//    can detect a mismatch fails the collective on every rank.
+//  - Argument errors (send/recv count or dtype mismatch, bad root, a dtype the
+//    backend does not support, null data with a nonzero count, a partial
+//    overlap of send and recv) come back as an already-failed Work with
+//    InvalidArgument naming the rank and the op; see argument_checks.h, which
+//    backends call first. Such a call is not issued to the peers, so they
+//    wait for it until their timeout.
+//  - Reductions are deterministic: the result is the serial reduction in rank
+//    order, ((x0 op x1) op x2) ..., bit for bit, with f16/bf16 accumulated in
+//    f32 and rounded once at the end (see ReduceOp).
+//
+// Thread-safety: rank(), size(), backend_name() and SupportsDType() are
+// thread-safe. Collectives may be issued from any thread, but the issue order
+// on one rank is the order in which the calls enter the group; callers that
+// issue from several threads must order those calls themselves.
+#ifndef CHUNKZERO_COMM_PROCESS_GROUP_H_
+#define CHUNKZERO_COMM_PROCESS_GROUP_H_
+
+#include <memory>
+
+#include "absl/base/attributes.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "comm/options.h"
+#include "comm/types.h"
+#include "comm/work.h"
+#include "tensor/dtype.h"
+
+namespace chunkzero {
+namespace comm {
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+
+  // This rank, in [0, size()). Constant for the group's lifetime.
+  virtual int rank() const = 0;
+  // Number of ranks. Constant for the group's lifetime.
+  virtual int size() const = 0;
+  // A short name for messages, e.g. "inprocess".
+  virtual absl::string_view backend_name() const = 0;
+  // True if every collective accepts buffers of `dtype`.
+  virtual bool SupportsDType(DType dtype) const = 0;
+
+  // Copies root's `buffer` into every other rank's `buffer`.
+  ABSL_MUST_USE_RESULT virtual std::unique_ptr<Work> Broadcast(
+      MutableBuffer buffer, const BroadcastOptions& options) = 0;
+
+  // Reduces every rank's `send` into root's `recv`. `recv` is used at the
+  // root only (other ranks may pass {}); at the root it must have send.count
+  // elements and may alias `send` exactly (in place).
+  ABSL_MUST_USE_RESULT virtual std::unique_ptr<Work> Reduce(
+      ConstBuffer send, MutableBuffer recv, const ReduceOptions& options) = 0;
+
+  // Reduces every rank's `buffer` and leaves the result in all of them.
+  ABSL_MUST_USE_RESULT virtual std::unique_ptr<Work> AllReduce(
+      MutableBuffer buffer, const AllReduceOptions& options) = 0;
+
+  // Gathers every rank's `send` (count elements) into `recv` (size() * count
+  // elements, rank r's data at offset r * count). In place when `send` is
+  // exactly recv's slot for this rank.
+  ABSL_MUST_USE_RESULT virtual std::unique_ptr<Work> AllGather(
+      ConstBuffer send, MutableBuffer recv,
+      const AllGatherOptions& options) = 0;
+
+  // Reduces slot r of every rank's `send` (size() * count elements) into
+  // rank r's `recv` (count elements). In place when `recv` is exactly send's
+  // slot for this rank.
+  ABSL_MUST_USE_RESULT virtual std::unique_ptr<Work> ReduceScatter(
+      ConstBuffer send, MutableBuffer recv,
+      const ReduceScatterOptions& options) = 0;
+
+  // Completes once every rank has entered the barrier.
+  ABSL_MUST_USE_RESULT virtual std::unique_ptr<Work> Barrier(
+      const BarrierOptions& options) = 0;
+};
+
+// Blocking conveniences: issue the collective and wait for it. Each is
+// functionally equivalent to `group.X(args...)->Wait()`.
+ABSL_MUST_USE_RESULT absl::Status Broadcast(
+    ProcessGroup& group, MutableBuffer buffer,
+    const BroadcastOptions& options = {});
+ABSL_MUST_USE_RESULT absl::Status Reduce(ProcessGroup& group, ConstBuffer send,
+                                         MutableBuffer recv,
+                                         const ReduceOptions& options = {});
+ABSL_MUST_USE_RESULT absl::Status AllReduce(
+    ProcessGroup& group, MutableBuffer buffer,
+    const AllReduceOptions& options = {});
+ABSL_MUST_USE_RESULT absl::Status AllGather(
+    ProcessGroup& group, ConstBuffer send, MutableBuffer recv,
+    const AllGatherOptions& options = {});
+ABSL_MUST_USE_RESULT absl::Status ReduceScatter(
+    ProcessGroup& group, ConstBuffer send, MutableBuffer recv,
+    const ReduceScatterOptions& options = {});
+ABSL_MUST_USE_RESULT absl::Status Barrier(ProcessGroup& group,
+                                          const BarrierOptions& options = {});
+
+}  // namespace comm
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_COMM_PROCESS_GROUP_H_

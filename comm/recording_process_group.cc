@@ -1,0 +1,144 @@
+#include "comm/recording_process_group.h"
+
+#include <utility>
+
+#include "comm/argument_checks.h"
+
+namespace chunkzero {
+namespace comm {
+
+uint64_t PayloadBytes(const CollectiveCall& call, int world_size) {
+  const uint64_t buffer = call.count * ElementSize(call.dtype);
+  switch (call.kind) {
+    case CollectiveKind::kBroadcast:
+    case CollectiveKind::kReduce:
+    case CollectiveKind::kAllReduce:
+      return buffer;
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kReduceScatter:
+      return buffer * static_cast<uint64_t>(world_size);
+    case CollectiveKind::kBarrier:
+      return 0;
+  }
+  return 0;
+}
+
+double BusBytesFactor(CollectiveKind kind, int world_size) {
+  const double n = world_size;
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+      return 2.0 * (n - 1) / n;
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kReduceScatter:
+      return (n - 1) / n;
+    case CollectiveKind::kBroadcast:
+    case CollectiveKind::kReduce:
+      return 1.0;
+    case CollectiveKind::kBarrier:
+      return 0.0;
+  }
+  return 0.0;
+}
+
+CollectiveStats RecordingSnapshot::Total() const {
+  CollectiveStats total;
+  for (const CollectiveStats& s : per_kind) {
+    total.calls += s.calls;
+    total.payload_bytes += s.payload_bytes;
+    total.bus_bytes += s.bus_bytes;
+  }
+  return total;
+}
+
+RecordingProcessGroup::RecordingProcessGroup(ProcessGroup& inner,
+                                             size_t max_logged_calls)
+    : inner_(inner), max_logged_calls_(max_logged_calls) {}
+
+void RecordingProcessGroup::Record(const CollectiveCall& call) {
+  const uint64_t bytes = PayloadBytes(call, inner_.size());
+  comm_internal::MutexLock lock(&mu_);
+  if (calls_.size() < max_logged_calls_) {
+    calls_.push_back(call);
+  } else {
+    ++calls_not_logged_;
+  }
+  const int k = static_cast<int>(call.kind);
+  ++counts_[k];
+  payload_bytes_[k] += bytes;
+}
+
+RecordingSnapshot RecordingProcessGroup::SnapshotLocked() const {
+  RecordingSnapshot snapshot;
+  snapshot.calls = calls_;
+  snapshot.calls_not_logged = calls_not_logged_;
+  for (int k = 0; k < kNumCollectiveKinds; ++k) {
+    CollectiveStats& s = snapshot.per_kind[k];
+    s.calls = counts_[k];
+    s.payload_bytes = payload_bytes_[k];
+    s.bus_bytes = static_cast<double>(payload_bytes_[k]) *
+                  BusBytesFactor(static_cast<CollectiveKind>(k), inner_.size());
+  }
+  return snapshot;
+}
+
+RecordingSnapshot RecordingProcessGroup::Snapshot() const {
+  comm_internal::MutexLock lock(&mu_);
+  return SnapshotLocked();
+}
+
+void RecordingProcessGroup::Reset() {
+  comm_internal::MutexLock lock(&mu_);
+  calls_.clear();
+  calls_not_logged_ = 0;
+  counts_ = {};
+  payload_bytes_ = {};
+}
+
+RecordingSnapshot RecordingProcessGroup::SnapshotAndReset() {
+  comm_internal::MutexLock lock(&mu_);
+  RecordingSnapshot snapshot = SnapshotLocked();
+  calls_.clear();
+  calls_not_logged_ = 0;
+  counts_ = {};
+  payload_bytes_ = {};
+  return snapshot;
+}
+
+std::unique_ptr<Work> RecordingProcessGroup::Broadcast(
+    MutableBuffer buffer, const BroadcastOptions& options) {
+  Record(DescribeBroadcast(buffer, options));
+  return inner_.Broadcast(buffer, options);
+}
+
+std::unique_ptr<Work> RecordingProcessGroup::Reduce(
+    ConstBuffer send, MutableBuffer recv, const ReduceOptions& options) {
+  Record(DescribeReduce(send, options));
+  return inner_.Reduce(send, recv, options);
+}
+
+std::unique_ptr<Work> RecordingProcessGroup::AllReduce(
+    MutableBuffer buffer, const AllReduceOptions& options) {
+  Record(DescribeAllReduce(buffer, options));
+  return inner_.AllReduce(buffer, options);
+}
+
+std::unique_ptr<Work> RecordingProcessGroup::AllGather(
+    ConstBuffer send, MutableBuffer recv, const AllGatherOptions& options) {
+  Record(DescribeAllGather(send, options));
+  return inner_.AllGather(send, recv, options);
+}
+
+std::unique_ptr<Work> RecordingProcessGroup::ReduceScatter(
+    ConstBuffer send, MutableBuffer recv, const ReduceScatterOptions& options) {
+  Record(DescribeReduceScatter(recv, options));
+  return inner_.ReduceScatter(send, recv, options);
+}
+
+std::unique_ptr<Work> RecordingProcessGroup::Barrier(
+    const BarrierOptions& options) {
+  Record(DescribeBarrier(options));
+  return inner_.Barrier(options);
+}
+
+}  // namespace comm
+}  // namespace chunkzero

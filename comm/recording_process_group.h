@@ -1,0 +1,124 @@
+// RecordingProcessGroup: a decorator that logs and counts every collective.
+//
+//   RecordingProcessGroup rec(world.group(r));   // wraps, does not own
+//   CZ_RETURN_IF_ERROR(comm::AllReduce(rec, buf));
+//   double bus = rec.Snapshot()[CollectiveKind::kAllReduce].bus_bytes;
+//
+// Feeds the train tool's per-step comm-bytes report and the DESIGN.md §7
+// traffic checks. Definitions, for a group of size N and one call with
+// per-rank element count `count` of dtype size `es` (see CollectiveCall):
+//
+//   payload bytes (nccl-tests "size" S):
+//     Broadcast, Reduce, AllReduce:  count * es      (the buffer)
+//     AllGather:                     N * count * es  (the FULL gathered recv)
+//     ReduceScatter:                 N * count * es  (the FULL scattered send)
+//     Barrier:                       0
+//   bus bytes = payload bytes * BusBytesFactor(kind, N), the nccl-tests
+//   busbw factor (DESIGN.md §7):
+//     AllReduce 2(N-1)/N; AllGather, ReduceScatter (N-1)/N;
+//     Broadcast, Reduce 1; Barrier 0.
+//   Bus bytes approximate what one rank sends (and receives) on a link in
+//   ring algorithms; divided by time they give busbw.
+//
+// Every call issued through the decorator is recorded (before the inner group
+// runs it, whether or not it then succeeds), in issue order. The log keeps the
+// first `max_logged_calls` calls since the last reset; counters keep counting
+// past it.
+//
+// Ownership: does not own `inner`, which must outlive the decorator.
+// Thread-safety: thread-safe; Snapshot/Reset may run concurrently with calls.
+// Blocking: forwards to `inner` and returns its Work; adds no waiting.
+#ifndef CHUNKZERO_COMM_RECORDING_PROCESS_GROUP_H_
+#define CHUNKZERO_COMM_RECORDING_PROCESS_GROUP_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "comm/internal/mutex.h"
+#include "comm/process_group.h"
+
+namespace chunkzero {
+namespace comm {
+
+// Payload bytes of `call` in a group of `world_size` ranks (definition above).
+uint64_t PayloadBytes(const CollectiveCall& call, int world_size);
+
+// The nccl-tests busbw factor of `kind` for `world_size` ranks (above).
+double BusBytesFactor(CollectiveKind kind, int world_size);
+
+// Counters for one collective kind.
+struct CollectiveStats {
+  int64_t calls = 0;
+  uint64_t payload_bytes = 0;
+  double bus_bytes = 0;  // payload_bytes * BusBytesFactor(kind, N)
+};
+
+struct RecordingSnapshot {
+  std::vector<CollectiveCall> calls;  // In issue order.
+  int64_t calls_not_logged = 0;       // Counted, but past max_logged_calls.
+  std::array<CollectiveStats, kNumCollectiveKinds> per_kind;
+
+  const CollectiveStats& operator[](CollectiveKind kind) const {
+    return per_kind[static_cast<int>(kind)];
+  }
+  // Sum over all kinds.
+  CollectiveStats Total() const;
+};
+
+class RecordingProcessGroup final : public ProcessGroup {
+ public:
+  explicit RecordingProcessGroup(ProcessGroup& inner,
+                                 size_t max_logged_calls = size_t{1} << 20);
+  RecordingProcessGroup(const RecordingProcessGroup&) = delete;
+  RecordingProcessGroup& operator=(const RecordingProcessGroup&) = delete;
+
+  // The log and counters since construction or the last reset.
+  RecordingSnapshot Snapshot() const;
+  // Clears the log and counters.
+  void Reset();
+  // Snapshot() and Reset() in one atomic step (for per-step reports).
+  RecordingSnapshot SnapshotAndReset();
+
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  absl::string_view backend_name() const override {
+    return inner_.backend_name();
+  }
+  bool SupportsDType(DType dtype) const override {
+    return inner_.SupportsDType(dtype);
+  }
+  std::unique_ptr<Work> Broadcast(MutableBuffer buffer,
+                                  const BroadcastOptions& options) override;
+  std::unique_ptr<Work> Reduce(ConstBuffer send, MutableBuffer recv,
+                               const ReduceOptions& options) override;
+  std::unique_ptr<Work> AllReduce(MutableBuffer buffer,
+                                  const AllReduceOptions& options) override;
+  std::unique_ptr<Work> AllGather(ConstBuffer send, MutableBuffer recv,
+                                  const AllGatherOptions& options) override;
+  std::unique_ptr<Work> ReduceScatter(
+      ConstBuffer send, MutableBuffer recv,
+      const ReduceScatterOptions& options) override;
+  std::unique_ptr<Work> Barrier(const BarrierOptions& options) override;
+
+ private:
+  void Record(const CollectiveCall& call) ABSL_LOCKS_EXCLUDED(mu_);
+  RecordingSnapshot SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  ProcessGroup& inner_;
+  const size_t max_logged_calls_;
+  mutable comm_internal::Mutex mu_;
+  std::vector<CollectiveCall> calls_ ABSL_GUARDED_BY(mu_);
+  int64_t calls_not_logged_ ABSL_GUARDED_BY(mu_) = 0;
+  std::array<int64_t, kNumCollectiveKinds> counts_ ABSL_GUARDED_BY(mu_) = {};
+  std::array<uint64_t, kNumCollectiveKinds> payload_bytes_
+      ABSL_GUARDED_BY(mu_) = {};
+};
+
+}  // namespace comm
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_COMM_RECORDING_PROCESS_GROUP_H_
