@@ -56,7 +56,7 @@ RecordingProcessGroup::RecordingProcessGroup(ProcessGroup& inner,
 
 void RecordingProcessGroup::Record(const CollectiveCall& call) {
   const uint64_t bytes = PayloadBytes(call, inner_.size());
-  comm_internal::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (calls_.size() < max_logged_calls_) {
     calls_.push_back(call);
   } else {
@@ -82,12 +82,12 @@ RecordingSnapshot RecordingProcessGroup::SnapshotLocked() const {
 }
 
 RecordingSnapshot RecordingProcessGroup::Snapshot() const {
-  comm_internal::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return SnapshotLocked();
 }
 
 void RecordingProcessGroup::Reset() {
-  comm_internal::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   calls_.clear();
   calls_not_logged_ = 0;
   counts_ = {};
@@ -95,7 +95,7 @@ void RecordingProcessGroup::Reset() {
 }
 
 RecordingSnapshot RecordingProcessGroup::SnapshotAndReset() {
-  comm_internal::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   RecordingSnapshot snapshot = SnapshotLocked();
   calls_.clear();
   calls_not_logged_ = 0;

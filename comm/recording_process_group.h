@@ -38,7 +38,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "comm/internal/mutex.h"
+#include "base/mutex.h"
 #include "comm/process_group.h"
 
 namespace chunkzero {
@@ -110,7 +110,7 @@ class RecordingProcessGroup final : public ProcessGroup {
 
   ProcessGroup& inner_;
   const size_t max_logged_calls_;
-  mutable comm_internal::Mutex mu_;
+  mutable Mutex mu_;
   std::vector<CollectiveCall> calls_ ABSL_GUARDED_BY(mu_);
   int64_t calls_not_logged_ ABSL_GUARDED_BY(mu_) = 0;
   std::array<int64_t, kNumCollectiveKinds> counts_ ABSL_GUARDED_BY(mu_) = {};

@@ -4,7 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "comm/internal/mutex.h"
+#include "base/detached_status.h"
+#include "base/mutex.h"
 
 namespace chunkzero {
 namespace comm {
@@ -12,8 +13,8 @@ namespace comm {
 struct WorkCompletion::State {
   explicit State(std::string d) : description(std::move(d)) {}
   const std::string description;
-  comm_internal::Mutex mu;
-  comm_internal::CondVar cv;
+  Mutex mu;
+  CondVar cv;
   std::optional<absl::Status> status ABSL_GUARDED_BY(mu);
 };
 
@@ -23,9 +24,7 @@ class CompletedWork final : public Work {
  public:
   explicit CompletedWork(absl::Status status) : status_(std::move(status)) {}
   bool IsCompleted() override { return true; }
-  absl::Status Wait(absl::Time) override {
-    return comm_internal::DetachedCopy(status_);
-  }
+  absl::Status Wait(absl::Time) override { return DetachedCopy(status_); }
 
  private:
   const absl::Status status_;
@@ -37,12 +36,12 @@ class PendingWork final : public Work {
       : state_(std::move(state)) {}
 
   bool IsCompleted() override {
-    comm_internal::MutexLock lock(&state_->mu);
+    MutexLock lock(&state_->mu);
     return state_->status.has_value();
   }
 
   absl::Status Wait(absl::Time deadline) override {
-    comm_internal::MutexLock lock(&state_->mu);
+    MutexLock lock(&state_->mu);
     while (!state_->status.has_value()) {
       if (state_->cv.WaitWithDeadline(&state_->mu, deadline) &&
           !state_->status.has_value()) {
@@ -52,7 +51,7 @@ class PendingWork final : public Work {
       }
     }
     // Each waiter gets its own copy (see DetachedCopy).
-    return comm_internal::DetachedCopy(*state_->status);
+    return DetachedCopy(*state_->status);
   }
 
  private:
@@ -75,7 +74,7 @@ std::unique_ptr<Work> WorkCompletion::MakeWork() const {
 }
 
 void WorkCompletion::Complete(absl::Status status) {
-  comm_internal::MutexLock lock(&state_->mu);
+  MutexLock lock(&state_->mu);
   state_->status = std::move(status);
   state_->cv.SignalAll();
 }

@@ -4,7 +4,7 @@
 #include <thread>
 
 #include "absl/time/clock.h"
-#include "comm/internal/mutex.h"
+#include "base/mutex.h"
 #include "gtest/gtest.h"
 
 namespace chunkzero {
@@ -36,7 +36,7 @@ TEST(Work, WaitWithDeadlineDoesNotCancel) {
 TEST(Work, WaitWakesWhenCompletedFromAnotherThread) {
   WorkCompletion completion("op");
   std::unique_ptr<Work> w = completion.MakeWork();
-  comm_internal::Notification waiting;
+  Notification waiting;
   std::thread t([&] {
     waiting.WaitForNotification();
     completion.Complete(absl::DataLossError("x"));

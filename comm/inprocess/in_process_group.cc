@@ -15,18 +15,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "base/detached_status.h"
+#include "base/mutex.h"
 #include "comm/argument_checks.h"
 #include "comm/inprocess/reduce_kernels.h"
-#include "comm/internal/mutex.h"
 
 namespace chunkzero {
 namespace comm {
 namespace inprocess_internal {
 namespace {
-
-using comm_internal::CondVar;
-using comm_internal::Mutex;
-using comm_internal::MutexLock;
 
 // One rank's side of a collective: what it asked for and its buffers. The
 // meaning of send/recv per kind: Broadcast and AllReduce use recv (the
@@ -81,7 +78,7 @@ class WorldState {
 
   absl::Status abort_status() const ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
-    return comm_internal::DetachedCopy(abort_status_);
+    return DetachedCopy(abort_status_);
   }
 
  private:
@@ -100,7 +97,7 @@ class WorldState {
 
   void AbortLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     // Stored detached: the caller may hand `status` to another thread.
-    if (abort_status_.ok()) abort_status_ = comm_internal::DetachedCopy(status);
+    if (abort_status_.ok()) abort_status_ = DetachedCopy(status);
     cv_.SignalAll();
   }
 

@@ -12,7 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "comm/internal/mutex.h"
+#include "base/mutex.h"
 #include "comm/testing/spawn_ranks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -504,7 +504,7 @@ TEST(InProcessWorld, TimeoutNamesTheLastCollectiveTheMissingRankJoined) {
 }
 
 TEST(Work, WaitWithDeadlineReturnsDeadlineExceededWhileOpIsPending) {
-  comm_internal::Notification rank0_checked;
+  Notification rank0_checked;
   EXPECT_TRUE(AllRanksOk(SpawnRanks(2, [&](ProcessGroup& g) -> absl::Status {
     std::vector<float> x(16, 1.0f + g.rank());
     if (g.rank() == 1) {
