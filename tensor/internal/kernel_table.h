@@ -1,0 +1,149 @@
+// Per-ISA, single-threaded kernel implementations and the scalar helpers
+// that define their exact results. Private to tensor/internal.
+//
+//   const KernelTable& k = GetKernelTable(KernelIsa::kAvx2);
+//   k.cast_f32_to_f16(out, in, n, /*stream=*/false);
+//
+// Every table computes bit-identical results (NaN payloads aside, see the
+// public headers). The vector code handles whole vectors and hands heads and
+// tails to the scalar helpers below, so the scalar code is both the fallback
+// and the definition.
+#ifndef CHUNKZERO_TENSOR_INTERNAL_KERNEL_TABLE_H_
+#define CHUNKZERO_TENSOR_INTERNAL_KERNEL_TABLE_H_
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/cpu_features.h"
+#include "tensor/half.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CHUNKZERO_KERNELS_X86 1
+#else
+#define CHUNKZERO_KERNELS_X86 0
+#endif
+
+namespace chunkzero {
+namespace kernels_internal {
+
+// SumOfSquares order. x is cut into blocks of kSumBlock elements (the last
+// may be shorter). In a block, element k's square (exact in double) is added
+// to lane k % kSumLanes, in increasing k; the lanes are then combined as a
+// tree (CombineLanes). Block sums are added in block order by the caller.
+inline constexpr size_t kSumBlock = 8192;
+inline constexpr size_t kSumLanes = 16;
+
+// Single-threaded implementations over x[0, n). `stream` asks for
+// non-temporal stores (a hint; the result is the same).
+struct KernelTable {
+  void (*cast_f32_to_f16)(uint16_t* out, const float* in, size_t n,
+                          bool stream);
+  void (*cast_f16_to_f32)(float* out, const uint16_t* in, size_t n,
+                          bool stream);
+  void (*cast_f32_to_bf16)(uint16_t* out, const float* in, size_t n,
+                           bool stream);
+  void (*cast_bf16_to_f32)(float* out, const uint16_t* in, size_t n,
+                           bool stream);
+  void (*scale_f32)(float* x, float a, size_t n);
+  void (*scale_f16)(uint16_t* x, float a, size_t n);
+  void (*scale_bf16)(uint16_t* x, float a, size_t n);
+  void (*axpy_f32)(float* y, float a, const float* x, size_t n);
+  void (*axpy_f16)(uint16_t* y, float a, const uint16_t* x, size_t n);
+  void (*axpy_bf16)(uint16_t* y, float a, const uint16_t* x, size_t n);
+  bool (*has_inf_or_nan_f32)(const float* x, size_t n);
+  bool (*has_inf_or_nan_f16)(const uint16_t* x, size_t n);
+  bool (*has_inf_or_nan_bf16)(const uint16_t* x, size_t n);
+  // Writes the sum of squares of block b of x[0, n) to block_sums[b], for
+  // every b < ceil(n / kSumBlock).
+  void (*sum_squares_f32)(double* block_sums, const float* x, size_t n);
+  void (*sum_squares_f16)(double* block_sums, const uint16_t* x, size_t n);
+  void (*sum_squares_bf16)(double* block_sums, const uint16_t* x, size_t n);
+};
+
+// REQUIRES: IsKernelIsaSupported(isa).
+const KernelTable& GetKernelTable(KernelIsa isa);
+
+// The tables of each ISA (defined in kernels_<isa>.cc).
+const KernelTable& ScalarKernels();
+#if CHUNKZERO_KERNELS_X86
+const KernelTable& Avx2Kernels();
+const KernelTable& Avx512Kernels();
+#endif
+
+// ---- Scalar helpers: the definition of every kernel's result. ----
+
+// Element types: storage type T, exact widening to f32, rounding (to
+// nearest even) from f32, and the Inf/NaN test on the stored bits.
+struct F32 {
+  using T = float;
+  static float Load(T x) { return x; }
+  static T Store(float v) { return v; }
+  static bool IsInfOrNan(T x) {
+    return (FloatBits(x) & 0x7fffffffu) >= 0x7f800000u;
+  }
+};
+struct F16 {
+  using T = uint16_t;
+  static float Load(T x) { return HalfBitsToFloat(x); }
+  static T Store(float v) { return FloatToHalfBits(v); }
+  static bool IsInfOrNan(T x) { return (x & 0x7fffu) >= 0x7c00u; }
+};
+struct BF16 {
+  using T = uint16_t;
+  static float Load(T x) { return BFloat16BitsToFloat(x); }
+  static T Store(float v) { return FloatToBFloat16Bits(v); }
+  static bool IsInfOrNan(T x) { return (x & 0x7fffu) >= 0x7f80u; }
+};
+
+// out[i] = To(From(in[i])) for i < n.
+template <typename To, typename From>
+void ScalarCast(typename To::T* out, const typename From::T* in, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = To::Store(From::Load(in[i]));
+}
+
+// x[i] = D(f32(x[i]) * a): computed in f32, rounded once to D.
+template <typename D>
+void ScalarScale(typename D::T* x, float a, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] = D::Store(D::Load(x[i]) * a);
+}
+
+// y[i] = D(fma(a, f32(x[i]), f32(y[i]))): one f32 rounding, then D's.
+template <typename D>
+void ScalarAxpy(typename D::T* y, float a, const typename D::T* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    y[i] = D::Store(std::fma(a, D::Load(x[i]), D::Load(y[i])));
+  }
+}
+
+template <typename D>
+bool ScalarHasInfOrNan(const typename D::T* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (D::IsInfOrNan(x[i])) return true;
+  }
+  return false;
+}
+
+// lanes[k % kSumLanes] += double(x[k])^2 for k < n, in increasing k. The
+// square of an f32 is exact in double, so this equals an FMA.
+template <typename D>
+void ScalarAddSquares(double* lanes, const typename D::T* x, size_t n) {
+  for (size_t k = 0; k < n; ++k) {
+    const double v = D::Load(x[k]);
+    lanes[k % kSumLanes] += v * v;
+  }
+}
+
+// Combines the lanes of one block in the defined order:
+// lanes[i] += lanes[i + w] for w = 8, 4, 2, 1; returns lanes[0].
+inline double CombineLanes(double* lanes) {
+  for (size_t width = kSumLanes / 2; width >= 1; width /= 2) {
+    for (size_t i = 0; i < width; ++i) lanes[i] += lanes[i + width];
+  }
+  return lanes[0];
+}
+
+}  // namespace kernels_internal
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_TENSOR_INTERNAL_KERNEL_TABLE_H_
