@@ -54,11 +54,11 @@ struct KernelTable {
   bool (*has_inf_or_nan_f32)(const float* x, size_t n);
   bool (*has_inf_or_nan_f16)(const uint16_t* x, size_t n);
   bool (*has_inf_or_nan_bf16)(const uint16_t* x, size_t n);
-  // Writes the sum of squares of block b of x[0, n) to block_sums[b], for
-  // every b < ceil(n / kSumBlock).
-  void (*sum_squares_f32)(double* block_sums, const float* x, size_t n);
-  void (*sum_squares_f16)(double* block_sums, const uint16_t* x, size_t n);
-  void (*sum_squares_bf16)(double* block_sums, const uint16_t* x, size_t n);
+  // The sum of squares of one block x[0, n), n <= kSumBlock, in the
+  // defined order (lanes, then CombineLanes).
+  double (*block_sum_squares_f32)(const float* x, size_t n);
+  double (*block_sum_squares_f16)(const uint16_t* x, size_t n);
+  double (*block_sum_squares_bf16)(const uint16_t* x, size_t n);
 };
 
 // REQUIRES: IsKernelIsaSupported(isa).

@@ -310,14 +310,6 @@ CZ_AVX2 double BlockSumSquares(const typename D::T* x, size_t n) {
   return CombineLanes(lanes);
 }
 
-template <typename D>
-void SumSquares(double* block_sums, const typename D::T* x, size_t n) {
-  for (size_t begin = 0, b = 0; begin < n; begin += kSumBlock, ++b) {
-    const size_t len = n - begin < kSumBlock ? n - begin : kSumBlock;
-    block_sums[b] = BlockSumSquares<D>(x + begin, len);
-  }
-}
-
 }  // namespace
 
 const KernelTable& Avx2Kernels() {
@@ -336,9 +328,9 @@ const KernelTable& Avx2Kernels() {
     t.has_inf_or_nan_f32 = &HasInfOrNanF32;
     t.has_inf_or_nan_f16 = &HasInfOrNan16<F16, 0x7bff>;
     t.has_inf_or_nan_bf16 = &HasInfOrNan16<BF16, 0x7f7f>;
-    t.sum_squares_f32 = &SumSquares<F32>;
-    t.sum_squares_f16 = &SumSquares<F16>;
-    t.sum_squares_bf16 = &SumSquares<BF16>;
+    t.block_sum_squares_f32 = &BlockSumSquares<F32>;
+    t.block_sum_squares_f16 = &BlockSumSquares<F16>;
+    t.block_sum_squares_bf16 = &BlockSumSquares<BF16>;
     return t;
   }();
   return table;

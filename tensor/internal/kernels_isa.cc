@@ -90,29 +90,33 @@ bool RunHasInfOrNan(bool (*kernel)(const T*, size_t), const T* x, size_t n) {
   return found.load(std::memory_order_relaxed);
 }
 
-// The block sums (see kSumBlock in kernel_table.h) are added in block order
-// to a total that starts at 0.0. Threads compute disjoint sets of whole
-// blocks, so neither the blocks nor the order depend on the thread count.
+// Block sums (see kSumBlock in kernel_table.h) are added in block order to a
+// total that starts at 0.0. Threads compute disjoint sets of whole blocks,
+// so neither the blocks nor the order depend on the thread count.
 template <typename T>
-double RunSumOfSquares(void (*kernel)(double*, const T*, size_t), const T* x,
+double RunSumOfSquares(double (*block_sum)(const T*, size_t), const T* x,
                        size_t n) {
+  // block_sums[b] for blocks [first_block, first_block + count).
+  auto sum_blocks = [&](double* block_sums, size_t first_block, size_t count) {
+    for (size_t b = 0; b < count; ++b) {
+      const size_t begin = (first_block + b) * kSumBlock;
+      block_sums[b] = block_sum(x + begin, std::min(kSumBlock, n - begin));
+    }
+  };
   double block_sums[kSumBatchBlocks];
   double total = 0.0;
-  for (size_t start = 0; start < n; start += kSumBatchBlocks * kSumBlock) {
-    const size_t len = std::min(n - start, kSumBatchBlocks * kSumBlock);
-    const size_t blocks = (len + kSumBlock - 1) / kSumBlock;
-    if (len < kParallelMinElements) {
-      kernel(block_sums, x + start, len);
+  const size_t num_blocks = (n + kSumBlock - 1) / kSumBlock;
+  for (size_t first = 0; first < num_blocks; first += kSumBatchBlocks) {
+    const size_t count = std::min(kSumBatchBlocks, num_blocks - first);
+    if (count * kSumBlock < kParallelMinElements) {
+      sum_blocks(block_sums, first, count);
     } else {
-      ParallelFor(blocks, kParallelGrainElements / kSumBlock,
-                  [&](size_t block_begin, size_t block_end) {
-                    const size_t begin = block_begin * kSumBlock;
-                    const size_t end = std::min(block_end * kSumBlock, len);
-                    kernel(block_sums + block_begin, x + start + begin,
-                           end - begin);
+      ParallelFor(count, kParallelGrainElements / kSumBlock,
+                  [&](size_t begin, size_t end) {
+                    sum_blocks(block_sums + begin, first + begin, end - begin);
                   });
     }
-    for (size_t b = 0; b < blocks; ++b) total += block_sums[b];
+    for (size_t b = 0; b < count; ++b) total += block_sums[b];
   }
   return total;
 }
@@ -213,13 +217,13 @@ bool HasInfOrNanBF16(KernelIsa isa, const uint16_t* x, size_t n) {
 }
 
 double SumOfSquaresF32(KernelIsa isa, const float* x, size_t n) {
-  return RunSumOfSquares(GetKernelTable(isa).sum_squares_f32, x, n);
+  return RunSumOfSquares(GetKernelTable(isa).block_sum_squares_f32, x, n);
 }
 double SumOfSquaresF16(KernelIsa isa, const uint16_t* x, size_t n) {
-  return RunSumOfSquares(GetKernelTable(isa).sum_squares_f16, x, n);
+  return RunSumOfSquares(GetKernelTable(isa).block_sum_squares_f16, x, n);
 }
 double SumOfSquaresBF16(KernelIsa isa, const uint16_t* x, size_t n) {
-  return RunSumOfSquares(GetKernelTable(isa).sum_squares_bf16, x, n);
+  return RunSumOfSquares(GetKernelTable(isa).block_sum_squares_bf16, x, n);
 }
 
 }  // namespace kernels_internal

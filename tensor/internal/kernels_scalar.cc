@@ -1,7 +1,5 @@
 // Plain C++ kernels: the fallback on any CPU and the reference that the
 // vector kernels match bit for bit.
-#include <algorithm>
-
 #include "tensor/internal/kernel_table.h"
 
 namespace chunkzero {
@@ -15,12 +13,10 @@ void Cast(typename To::T* out, const typename From::T* in, size_t n,
 }
 
 template <typename D>
-void SumSquares(double* block_sums, const typename D::T* x, size_t n) {
-  for (size_t begin = 0, b = 0; begin < n; begin += kSumBlock, ++b) {
-    double lanes[kSumLanes] = {};
-    ScalarAddSquares<D>(lanes, x + begin, std::min(kSumBlock, n - begin));
-    block_sums[b] = CombineLanes(lanes);
-  }
+double BlockSumSquares(const typename D::T* x, size_t n) {
+  double lanes[kSumLanes] = {};
+  ScalarAddSquares<D>(lanes, x, n);
+  return CombineLanes(lanes);
 }
 
 }  // namespace
@@ -41,9 +37,9 @@ const KernelTable& ScalarKernels() {
     t.has_inf_or_nan_f32 = &ScalarHasInfOrNan<F32>;
     t.has_inf_or_nan_f16 = &ScalarHasInfOrNan<F16>;
     t.has_inf_or_nan_bf16 = &ScalarHasInfOrNan<BF16>;
-    t.sum_squares_f32 = &SumSquares<F32>;
-    t.sum_squares_f16 = &SumSquares<F16>;
-    t.sum_squares_bf16 = &SumSquares<BF16>;
+    t.block_sum_squares_f32 = &BlockSumSquares<F32>;
+    t.block_sum_squares_f16 = &BlockSumSquares<F16>;
+    t.block_sum_squares_bf16 = &BlockSumSquares<BF16>;
     return t;
   }();
   return table;
