@@ -1,0 +1,435 @@
+#include "chunk/chunk.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "tensor/allocator.h"
+#include "tensor/reduction_kernels.h"
+
+namespace chunkzero {
+namespace {
+
+// The payload that marks Append's "chunk full" status.
+constexpr char kChunkFullUrl[] = "chunkzero/chunk_full";
+
+}  // namespace
+
+bool IsChunkFull(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kResourceExhausted &&
+         status.GetPayload(kChunkFullUrl).has_value();
+}
+
+absl::StatusOr<std::unique_ptr<Chunk>> Chunk::Create(
+    const ChunkOptions& options, comm::ProcessGroup* group) {
+  const std::string name = absl::StrCat(options.group, "#", options.index);
+  if (options.capacity < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", name, ": capacity must be positive, got ", options.capacity));
+  }
+  if (options.layout == ChunkLayout::kOwner &&
+      (options.owner < 0 || options.owner >= group->size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", name, ": owner rank ", options.owner,
+                     " is outside a group of ", group->size()));
+  }
+  const int64_t world = group->size();
+  const int64_t shard_size = options.layout == ChunkLayout::kSharded
+                                 ? (options.capacity + world - 1) / world
+                                 : options.capacity;
+  const int64_t capacity = options.layout == ChunkLayout::kSharded
+                               ? shard_size * world
+                               : options.capacity;
+  std::unique_ptr<Chunk> chunk(new Chunk(options, group, capacity, shard_size));
+  CZ_RETURN_IF_ERROR(chunk->AllocateFull(), "creating chunk ", name);
+  return chunk;
+}
+
+Chunk::Chunk(const ChunkOptions& options, comm::ProcessGroup* group,
+             int64_t capacity, int64_t shard_size)
+    : options_(options),
+      group_(group),
+      name_(absl::StrCat(options.group, "#", options.index)),
+      capacity_(capacity),
+      shard_size_(shard_size),
+      device_(options.device) {
+  const size_t element = ElementSize(options.dtype);
+  full_ =
+      Storage::CreateUnallocated(capacity * element, device_, options.storage);
+  if (options.layout == ChunkLayout::kSharded) {
+    shard_ = Storage::CreateUnallocated(shard_size * element, device_,
+                                        options.storage);
+  }
+}
+
+int64_t Chunk::shard_begin() const {
+  return options_.layout == ChunkLayout::kSharded ? group_->rank() * shard_size_
+                                                  : 0;
+}
+
+double Chunk::utilisation() const {
+  return static_cast<double>(used_) / static_cast<double>(capacity_);
+}
+
+bool Chunk::is_holder() const {
+  switch (options_.layout) {
+    case ChunkLayout::kReplicated:
+      return true;
+    case ChunkLayout::kOwner:
+      return group_->rank() == options_.owner;
+    case ChunkLayout::kSharded:
+      return false;
+  }
+  return false;
+}
+
+int64_t Chunk::payload_bytes() const {
+  int64_t bytes = full_->allocated() ? full_->nbytes() : 0;
+  if (shard_ != nullptr && shard_->allocated()) bytes += shard_->nbytes();
+  return bytes;
+}
+
+int Chunk::FindTensor(absl::string_view name) const {
+  for (int i = 0; i < num_tensors(); ++i) {
+    if (tensors_[i].name == name) return i;
+  }
+  return -1;
+}
+
+absl::Status Chunk::AllocateFull() {
+  if (full_->allocated()) return absl::OkStatus();
+  CZ_RETURN_IF_ERROR(full_->Allocate());
+  if (closed_) return absl::OkStatus();  // Access overwrites every byte.
+  // A new chunk starts as zeros so that padding and unused room are
+  // deterministic on every rank.
+  if (device_.is_host_accessible()) {
+    std::memset(full_->data(), 0, full_->nbytes());
+    return absl::OkStatus();
+  }
+  std::vector<char> zeros(full_->nbytes());
+  return CopyBytes(full_->data(), device_, zeros.data(), Device::Cpu(),
+                   zeros.size());
+}
+
+absl::StatusOr<Tensor> Chunk::Append(absl::string_view name,
+                                     const Tensor& values) {
+  if (closed_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot append tensor '", name, "' to closed chunk ", name_));
+  }
+  if (values.dtype() != options_.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", name, "' is ", DTypeName(values.dtype()), " but chunk ",
+        name_, " holds ", DTypeName(options_.dtype)));
+  }
+  const int64_t n = values.numel();
+  if (n > capacity_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", name, "' ", ShapeToString(values.shape()), " has ", n,
+        " elements, more than the chunk size ", capacity_, " of chunk ", name_,
+        "; use a chunk size of at least ", n, " or turn chunking off"));
+  }
+  if (used_ + n > capacity_) {
+    absl::Status full = absl::ResourceExhaustedError(
+        absl::StrCat("chunk ", name_, " is full: tensor '", name, "' needs ", n,
+                     " elements, ", capacity_ - used_, " left"));
+    full.SetPayload(kChunkFullUrl, absl::Cord(name_));
+    return full;
+  }
+  CZ_ASSIGN_OR_RETURN(Tensor view,
+                      Tensor::View(full_, used_ * ElementSize(options_.dtype),
+                                   values.shape(), options_.dtype));
+  CZ_RETURN_IF_ERROR(view.CopyFrom(values), "appending tensor '", name,
+                     "' to chunk ", name_);
+  tensors_.push_back(ChunkTensor{std::string(name), used_, values.shape(), n,
+                                 TensorState::kHold});
+  used_ += n;
+  return view;
+}
+
+void Chunk::SetAllStates(TensorState state) {
+  for (ChunkTensor& t : tensors_) t.state = state;
+}
+
+absl::Status Chunk::CopyOwnPartToShard() {
+  const size_t element = ElementSize(options_.dtype);
+  return CopyBytes(
+      shard_->data(), device_,
+      static_cast<const char*>(full_->data()) + shard_begin() * element,
+      device_, shard_->nbytes());
+}
+
+absl::Status Chunk::Close() {
+  if (closed_) return absl::OkStatus();
+  switch (options_.layout) {
+    case ChunkLayout::kReplicated:
+      break;
+    case ChunkLayout::kOwner:
+      if (!is_holder()) {
+        full_->Free();
+        SetAllStates(TensorState::kFree);
+      }
+      break;
+    case ChunkLayout::kSharded:
+      CZ_RETURN_IF_ERROR(shard_->Allocate(), "closing chunk ", name_);
+      CZ_RETURN_IF_ERROR(CopyOwnPartToShard());
+      full_->Free();
+      SetAllStates(TensorState::kFree);
+      break;
+  }
+  closed_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccess() {
+  if (!closed_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot access chunk ", name_, " before it is closed"));
+  }
+  if (accessed_ || options_.layout == ChunkLayout::kReplicated) {
+    accessed_ = true;
+    return comm::MakeCompletedWork(absl::OkStatus());
+  }
+  CZ_RETURN_IF_ERROR(AllocateFull(), "accessing chunk ", name_);
+  accessed_ = true;
+  for (ChunkTensor& t : tensors_) {
+    if (t.state == TensorState::kFree) t.state = TensorState::kHold;
+  }
+  const comm::MutableBuffer full{full_->data(), static_cast<size_t>(capacity_),
+                                 options_.dtype};
+  if (options_.layout == ChunkLayout::kOwner) {
+    comm::BroadcastOptions opts;
+    opts.root = options_.owner;
+    opts.timeout = options_.comm_timeout;
+    return group_->Broadcast(full, opts);
+  }
+  comm::AllGatherOptions opts;
+  opts.timeout = options_.comm_timeout;
+  return group_->AllGather(
+      comm::ConstBuffer{shard_->data(), static_cast<size_t>(shard_size_),
+                        options_.dtype},
+      full, opts);
+}
+
+absl::Status Chunk::Access() {
+  CZ_ASSIGN_OR_RETURN(std::unique_ptr<comm::Work> work, StartAccess());
+  CZ_RETURN_IF_ERROR(work->Wait(), "accessing chunk ", name_);
+  return absl::OkStatus();
+}
+
+absl::Status Chunk::StateError(absl::string_view operation,
+                               Requirement requirement) const {
+  for (const ChunkTensor& t : tensors_) {
+    bool ok = false;
+    absl::string_view needs;
+    switch (requirement) {
+      case Requirement::kAllHold:
+        ok = t.state == TensorState::kHold;
+        needs = "every tensor HOLD";
+        break;
+      case Requirement::kAllReadyForReduce:
+        ok = t.state == TensorState::kReadyForReduce;
+        needs = "every tensor READY_FOR_REDUCE";
+        break;
+      case Requirement::kNoneBusy:
+        ok = t.state != TensorState::kCompute &&
+             t.state != TensorState::kReadyForReduce;
+        needs = "no tensor COMPUTE or READY_FOR_REDUCE";
+        break;
+    }
+    if (!ok) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot ", operation, " chunk ", name_, ": tensor '", t.name, "' is ",
+          TensorStateName(t.state), " (needs ", needs, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool Chunk::CanRelease() const {
+  return StateError("release", Requirement::kAllHold).ok();
+}
+
+bool Chunk::CanReduce() const {
+  return StateError("reduce", Requirement::kAllReadyForReduce).ok();
+}
+
+bool Chunk::CanMove() const {
+  return StateError("move", Requirement::kNoneBusy).ok();
+}
+
+absl::Status Chunk::Release() {
+  CZ_RETURN_IF_ERROR(StateError("release", Requirement::kAllHold));
+  accessed_ = false;
+  if (options_.layout == ChunkLayout::kReplicated || is_holder()) {
+    return absl::OkStatus();
+  }
+  if (options_.layout == ChunkLayout::kSharded && full_->allocated() &&
+      modified_) {
+    CZ_RETURN_IF_ERROR(CopyOwnPartToShard(), "releasing chunk ", name_);
+  }
+  full_->Free();
+  modified_ = false;
+  SetAllStates(TensorState::kFree);
+  return absl::OkStatus();
+}
+
+absl::Status Chunk::Reduce(comm::ReduceOp op) {
+  CZ_RETURN_IF_ERROR(StateError("reduce", Requirement::kAllReadyForReduce));
+  if (!full_->allocated()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot reduce chunk ", name_,
+                     ": it is not materialised on rank ", group_->rank()));
+  }
+  const comm::MutableBuffer full{full_->data(), static_cast<size_t>(capacity_),
+                                 options_.dtype};
+  std::unique_ptr<comm::Work> work;
+  switch (options_.layout) {
+    case ChunkLayout::kReplicated: {
+      comm::AllReduceOptions opts;
+      opts.op = op;
+      opts.timeout = options_.comm_timeout;
+      work = group_->AllReduce(full, opts);
+      break;
+    }
+    case ChunkLayout::kOwner: {
+      comm::ReduceOptions opts;
+      opts.root = options_.owner;
+      opts.op = op;
+      opts.timeout = options_.comm_timeout;
+      work = group_->Reduce(full, is_holder() ? full : comm::MutableBuffer{},
+                            opts);
+      break;
+    }
+    case ChunkLayout::kSharded: {
+      comm::ReduceScatterOptions opts;
+      opts.op = op;
+      opts.timeout = options_.comm_timeout;
+      work = group_->ReduceScatter(
+          full,
+          comm::MutableBuffer{shard_->data(), static_cast<size_t>(shard_size_),
+                              options_.dtype},
+          opts);
+      break;
+    }
+  }
+  CZ_RETURN_IF_ERROR(work->Wait(), "reducing chunk ", name_);
+  accessed_ = false;
+  if (options_.layout == ChunkLayout::kReplicated || is_holder()) {
+    SetAllStates(TensorState::kHold);
+  } else {
+    full_->Free();
+    SetAllStates(TensorState::kFree);
+  }
+  modified_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status Chunk::MoveTo(Device device) {
+  CZ_RETURN_IF_ERROR(StateError("move", Requirement::kNoneBusy));
+  if (shard_ != nullptr) {
+    CZ_RETURN_IF_ERROR(shard_->MoveTo(device), "moving chunk ", name_);
+  }
+  absl::Status moved = full_->MoveTo(device);
+  if (!moved.ok()) {
+    // Put the shard back so that the chunk stays on one device.
+    if (shard_ != nullptr) shard_->MoveTo(device_).IgnoreError();
+    return absl::Status(moved.code(), absl::StrCat("moving chunk ", name_, ": ",
+                                                   moved.message()));
+  }
+  device_ = device;
+  return absl::OkStatus();
+}
+
+absl::Status Chunk::SetTensorState(int i, TensorState to) {
+  if (i < 0 || i >= num_tensors()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", name_, " has no tensor #", i, " (it holds ",
+                     num_tensors(), ")"));
+  }
+  ChunkTensor& t = tensors_[i];
+  CZ_RETURN_IF_ERROR(CheckTransition(t.state, to, t.name, name_));
+  if (ClassifyTransition(t.state, to) == TransitionKind::kLegal) t.state = to;
+  return absl::OkStatus();
+}
+
+absl::Status Chunk::CopyTensorToChunkSlice(int i, const Tensor& values) {
+  if (i < 0 || i >= num_tensors()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", name_, " has no tensor #", i));
+  }
+  const ChunkTensor& t = tensors_[i];
+  if (values.dtype() != options_.dtype || values.numel() != t.numel) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot copy ", values.DebugString(), " into tensor '",
+                     t.name, "' (", DTypeName(options_.dtype),
+                     ShapeToString(t.shape), ") of chunk ", name_));
+  }
+  if (full_->allocated()) {
+    Tensor slice = TensorView(i);
+    modified_ = true;
+    return slice.CopyFrom(values);
+  }
+  if (options_.layout != ChunkLayout::kSharded) return absl::OkStatus();
+  const int64_t lo = std::max(t.offset, shard_begin());
+  const int64_t hi = std::min(t.offset + t.numel, shard_end());
+  if (hi <= lo) return absl::OkStatus();
+  if (!values.is_materialized()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("values for tensor '", t.name, "' are not materialised"));
+  }
+  const size_t element = ElementSize(options_.dtype);
+  return CopyBytes(
+      static_cast<char*>(shard_->data()) + (lo - shard_begin()) * element,
+      device_,
+      static_cast<const char*>(values.raw_data()) + (lo - t.offset) * element,
+      values.device(), (hi - lo) * element);
+}
+
+absl::StatusOr<bool> Chunk::HasInfOrNan() const {
+  if (!device_.is_host_accessible()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "has_inf_or_nan of chunk ", name_, " on ", device_.ToString()));
+  }
+  if (full_->allocated()) {
+    return chunkzero::HasInfOrNan(full_->data(), options_.dtype, used_);
+  }
+  if (shard_ == nullptr || !shard_->allocated()) return false;
+  const int64_t n = std::clamp<int64_t>(used_ - shard_begin(), 0, shard_size_);
+  return chunkzero::HasInfOrNan(shard_->data(), options_.dtype, n);
+}
+
+Tensor Chunk::TensorView(int i) const {
+  const ChunkTensor& t = tensors_[i];
+  return *Tensor::View(full_, t.offset * ElementSize(options_.dtype), t.shape,
+                       options_.dtype);
+}
+
+Tensor Chunk::ShardView(int i) const {
+  if (options_.layout != ChunkLayout::kSharded) {
+    if (is_holder()) return TensorView(i).Flatten();
+    return *Tensor::View(full_, 0, {0}, options_.dtype);
+  }
+  const ChunkTensor& t = tensors_[i];
+  const int64_t lo = std::max(t.offset, shard_begin());
+  const int64_t hi = std::min(t.offset + t.numel, shard_end());
+  if (hi <= lo) return *Tensor::View(shard_, 0, {0}, options_.dtype);
+  return *Tensor::View(shard_,
+                       (lo - shard_begin()) * ElementSize(options_.dtype),
+                       {hi - lo}, options_.dtype);
+}
+
+Tensor Chunk::FullView() const {
+  return *Tensor::View(full_, 0, {capacity_}, options_.dtype);
+}
+
+Tensor Chunk::ShardStorageView() const {
+  if (shard_ == nullptr) return FullView();
+  return *Tensor::View(shard_, 0, {shard_size_}, options_.dtype);
+}
+
+}  // namespace chunkzero

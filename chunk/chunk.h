@@ -1,0 +1,230 @@
+// Chunk: one flat buffer of one dtype holding several tensors back to back,
+// spread over the ranks by a ChunkLayout (../shared/DESIGN.md §1-4).
+//
+//   CZ_ASSIGN_OR_RETURN(std::unique_ptr<Chunk> c, Chunk::Create(opts, &group));
+//   CZ_ASSIGN_OR_RETURN(Tensor w, c->Append("h.0.attn.c_attn.weight", values));
+//   CZ_RETURN_IF_ERROR(c->Close());   // non-holders drop their payload
+//   CZ_RETURN_IF_ERROR(c->Access());  // materialise: broadcast / all-gather
+//   ... use w (a view of the chunk's memory) ...
+//   CZ_RETURN_IF_ERROR(c->Release());
+//
+// Memory. A chunk has up to two storages on its device:
+//  - the full buffer, capacity() elements, of which every appended tensor is
+//    a view. Replicated: always held. Owner: held by the owner; other ranks
+//    hold it only while accessed. Sharded: held only while accessed.
+//  - the shard (sharded layout only): elements [rank * shard_size(),
+//    (rank + 1) * shard_size()) of the full buffer, always held after Close.
+//    Writes made to this rank's part of the full buffer while accessed are
+//    copied back into the shard on Release if the chunk was marked modified
+//    (CopyTensorToChunkSlice does it; code writing through a view calls
+//    MarkModified()). An unmodified chunk skips the copy: release is free.
+// Both go through StorageOptions (category, tracker, allocators), so payload
+// accounting is exact, and a CachingAllocator there makes repeated
+// access/release reuse the same blocks. For the sharded layout capacity() is
+// the requested capacity rounded up to a multiple of the world size; the
+// padding is zero.
+//
+// Tensor states follow tensor_state.h; an illegal move is an error naming
+// the tensor, this chunk and both states, and changes nothing.
+//
+// Collectives: every rank must call Access, Release, Reduce in the same
+// order on the same chunks (ChunkManager guarantees it); Access and Reduce
+// issue at most one collective each, on `group`.
+//
+// Thread-safety: a Chunk is used by one thread (its rank's) at a time. The
+// ProcessGroup, allocators and tracker must outlive it.
+#ifndef CHUNKZERO_CHUNK_CHUNK_H_
+#define CHUNKZERO_CHUNK_CHUNK_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "chunk/chunk_layout.h"
+#include "chunk/tensor_state.h"
+#include "comm/options.h"
+#include "comm/process_group.h"
+#include "comm/types.h"
+#include "comm/work.h"
+#include "tensor/device.h"
+#include "tensor/dtype.h"
+#include "tensor/storage.h"
+#include "tensor/tensor.h"
+
+namespace chunkzero {
+
+struct ChunkOptions {
+  std::string group = "chunk";  // Group name, for messages ("fp16_param").
+  int index = 0;                // Position in the group.
+  DType dtype = DType::kF16;
+  int64_t capacity = 0;  // Elements; rounded up for kSharded.
+  ChunkLayout layout = ChunkLayout::kSharded;
+  int owner = 0;  // The holder rank for kOwner.
+  Device device = Device::Cpu();
+  StorageOptions storage;  // Category, tracker and allocators.
+  absl::Duration comm_timeout = comm::kDefaultCollectiveTimeout;
+};
+
+// One tensor's place in a chunk.
+struct ChunkTensor {
+  std::string name;
+  int64_t offset = 0;  // First element within the full buffer.
+  Shape shape;
+  int64_t numel = 0;
+  TensorState state = TensorState::kHold;
+};
+
+// True for the status Append returns when the tensor does not fit in the
+// room left (the manager then opens a new chunk).
+bool IsChunkFull(const absl::Status& status);
+
+class Chunk {
+ public:
+  // InvalidArgument for a capacity below 1 or an owner outside the group.
+  static absl::StatusOr<std::unique_ptr<Chunk>> Create(
+      const ChunkOptions& options, comm::ProcessGroup* group);
+
+  Chunk(const Chunk&) = delete;
+  Chunk& operator=(const Chunk&) = delete;
+
+  // "fp16_param#3".
+  const std::string& name() const { return name_; }
+  DType dtype() const { return options_.dtype; }
+  ChunkLayout layout() const { return options_.layout; }
+  int owner() const { return options_.owner; }
+  Device device() const { return device_; }
+  int64_t capacity() const { return capacity_; }
+  // Elements per rank for kSharded; capacity() otherwise.
+  int64_t shard_size() const { return shard_size_; }
+  // This rank's shard as [begin, end) of the full buffer (whole buffer for
+  // the other layouts).
+  int64_t shard_begin() const;
+  int64_t shard_end() const { return shard_begin() + shard_size_; }
+  int64_t used_elements() const { return used_; }
+  // used / capacity.
+  double utilisation() const;
+  bool closed() const { return closed_; }
+
+  // True when this rank holds the chunk's full payload at rest (replicated
+  // everywhere, owner on the owner); sharded chunks have no such holder.
+  bool is_holder() const;
+  // True while the full buffer is present on this rank.
+  bool is_materialised() const { return full_->allocated(); }
+  // True between Access and Release/Reduce. The owner's tensors are HOLD
+  // before access too, so only this flag says whether the broadcast to the
+  // other ranks has happened.
+  bool is_accessed() const { return accessed_; }
+  // Payload bytes this rank holds now (full buffer and shard).
+  int64_t payload_bytes() const;
+
+  int num_tensors() const { return static_cast<int>(tensors_.size()); }
+  const ChunkTensor& tensor(int i) const { return tensors_[i]; }
+  // Index of the tensor called `name`, or -1.
+  int FindTensor(absl::string_view name) const;
+
+  // Copies `values` into the next slice; from then on the returned view is
+  // the tensor's data. Errors: IsChunkFull when it does not fit in the room
+  // left; InvalidArgument for a dtype other than dtype(), or more elements
+  // than capacity(); FailedPrecondition after Close.
+  absl::StatusOr<Tensor> Append(absl::string_view name, const Tensor& values);
+
+  // No more appends. Sharded: keep this rank's shard and drop the full
+  // buffer; owner: non-owners drop it. Tensors without payload become FREE.
+  absl::Status Close();
+
+  // Materialises the chunk on this rank: allocates the full buffer and
+  // starts the broadcast from the owner or the all-gather of the shards.
+  // Tensors FREE become HOLD at once; their data is valid once the returned
+  // Work completes. An already accessed chunk (and any replicated chunk)
+  // returns a completed Work and issues nothing. FailedPrecondition before
+  // Close.
+  absl::StatusOr<std::unique_ptr<comm::Work>> StartAccess();
+  // StartAccess, then wait.
+  absl::Status Access();
+
+  // Drops the full buffer where this rank is not a holder (sharded: after
+  // copying this rank's part back into the shard); those tensors become
+  // FREE. Requires CanRelease(): FailedPrecondition naming the first tensor
+  // that is not HOLD otherwise.
+  absl::Status Release();
+
+  // Reduces the grads held in the chunk across ranks: all-reduce
+  // (replicated), reduce to the owner (owner), reduce-scatter into the
+  // shard (sharded); then releases. Tensors become HOLD where the payload
+  // stays, FREE elsewhere. Requires CanReduce() and a materialised chunk.
+  absl::Status Reduce(comm::ReduceOp op = comm::ReduceOp::kSum);
+
+  // Moves the payload to `device`; every view follows. Requires CanMove().
+  absl::Status MoveTo(Device device);
+
+  // Moves tensor `i` to state `to` (tensor_state.h).
+  absl::Status SetTensorState(int i, TensorState to);
+
+  // Writes `values` (same dtype and element count) into tensor i's slice:
+  // the full buffer when materialised, else this rank's shard part of it
+  // (sharded), else nothing (a non-owner holds no copy).
+  absl::Status CopyTensorToChunkSlice(int i, const Tensor& values);
+
+  // Declares that tensor data was written through a view while the chunk
+  // is materialised, so that Release keeps this rank's part (sharded).
+  void MarkModified() { modified_ = true; }
+  bool is_modified() const { return modified_; }
+
+  // DESIGN.md §2 predicates.
+  bool CanRelease() const;  // Every tensor HOLD.
+  bool CanReduce() const;   // Every tensor READY_FOR_REDUCE.
+  bool CanMove() const;     // No tensor COMPUTE or READY_FOR_REDUCE.
+
+  // Whether this rank's payload (full buffer when materialised, else shard)
+  // holds an Inf or NaN in its used elements.
+  absl::StatusOr<bool> HasInfOrNan() const;
+
+  // Tensor i as a view of the full buffer (valid while materialised).
+  Tensor TensorView(int i) const;
+  // The part of tensor i inside this rank's shard, flat, as a view of the
+  // shard (sharded), of the full buffer (holders), or empty (non-holders).
+  Tensor ShardView(int i) const;
+  // The whole full buffer and the shard as flat views.
+  Tensor FullView() const;
+  Tensor ShardStorageView() const;
+
+ private:
+  Chunk(const ChunkOptions& options, comm::ProcessGroup* group,
+        int64_t capacity, int64_t shard_size);
+
+  // What an operation needs of every tensor's state.
+  enum class Requirement { kAllHold, kAllReadyForReduce, kNoneBusy };
+  // OK if every tensor meets `requirement`; else FailedPrecondition naming
+  // the operation, this chunk and the first tensor that does not.
+  absl::Status StateError(absl::string_view operation,
+                          Requirement requirement) const;
+  // Sets every tensor to `state` (used where the move is known legal).
+  void SetAllStates(TensorState state);
+  absl::Status AllocateFull();
+  // Sharded: copies this rank's part of the full buffer into the shard.
+  absl::Status CopyOwnPartToShard();
+
+  const ChunkOptions options_;
+  comm::ProcessGroup* const group_;
+  const std::string name_;
+  const int64_t capacity_;
+  const int64_t shard_size_;
+  Device device_;
+  std::shared_ptr<Storage> full_;
+  std::shared_ptr<Storage> shard_;  // kSharded only.
+  std::vector<ChunkTensor> tensors_;
+  int64_t used_ = 0;
+  bool closed_ = false;
+  bool accessed_ = false;
+  // Full buffer written since it was materialised (see MarkModified).
+  bool modified_ = false;
+};
+
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_CHUNK_CHUNK_H_

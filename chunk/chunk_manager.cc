@@ -1,0 +1,351 @@
+#include "chunk/chunk_manager.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "google/protobuf/text_format.h"
+
+namespace chunkzero {
+
+absl::StatusOr<ChunkManagerOptions> ChunkManagerOptionsFromProto(
+    const ChunkManagerConfig& config) {
+  ChunkManagerOptions options;
+  if (config.has_chunk_size() && config.chunk_size() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk_size must be positive (or 0 for no chunking), got ",
+                     config.chunk_size()));
+  }
+  if (config.has_chunk_size() && config.chunk_size() > 0) {
+    options.chunk_size = config.chunk_size();
+  }
+  switch (config.layout()) {
+    case ChunkManagerConfig::REPLICATED:
+      options.layout = ChunkLayout::kReplicated;
+      break;
+    case ChunkManagerConfig::OWNER:
+      options.layout = ChunkLayout::kOwner;
+      break;
+    default:
+      options.layout = ChunkLayout::kSharded;
+      break;
+  }
+  if (!config.device().empty()) {
+    CZ_ASSIGN_OR_RETURN(options.device, ParseDevice(config.device()));
+  }
+  if (config.comm_timeout_ms() < 0) {
+    return absl::InvalidArgumentError("comm_timeout_ms must not be negative");
+  }
+  if (config.comm_timeout_ms() > 0) {
+    options.comm_timeout = absl::Milliseconds(config.comm_timeout_ms());
+  }
+  return options;
+}
+
+absl::StatusOr<ChunkManagerOptions> ParseChunkManagerOptions(
+    absl::string_view text_proto) {
+  ChunkManagerConfig config;
+  if (!google::protobuf::TextFormat::ParseFromString(std::string(text_proto),
+                                                     &config)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot parse ChunkManagerConfig text: '", text_proto, "'"));
+  }
+  return ChunkManagerOptionsFromProto(config);
+}
+
+ChunkManager::ChunkManager(comm::ProcessGroup* group,
+                           const ChunkManagerOptions& options,
+                           MemoryTracker* tracker,
+                           AllocatorRegistry* allocators)
+    : group_(group),
+      options_(options),
+      tracker_(tracker),
+      base_allocators_(allocators != nullptr ? allocators
+                                             : &AllocatorRegistry::Default()) {}
+
+ChunkManager::~ChunkManager() {
+  // Chunks hand their memory back to the caches, which then empty into the
+  // base allocators: destroy in that order.
+  groups_.clear();
+  caches_.clear();
+}
+
+absl::StatusOr<ChunkManager::Group*> ChunkManager::FindGroup(
+    absl::string_view name) const {
+  for (const auto& g : groups_) {
+    if (g->name == name) return g.get();
+  }
+  return absl::NotFoundError(absl::StrCat("no chunk group '", name, "'"));
+}
+
+absl::Status ChunkManager::CreateGroup(absl::string_view name, DType dtype,
+                                       MemoryCategory category) {
+  if (FindGroup(name).ok()) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("chunk group '", name, "' exists"));
+  }
+  auto group = std::make_unique<Group>();
+  group->name = std::string(name);
+  group->dtype = dtype;
+  group->category = category;
+  group->elements_per_rank.assign(group_->size(), 0);
+  groups_.push_back(std::move(group));
+  return absl::OkStatus();
+}
+
+absl::Status ChunkManager::CreatePairedGroup(absl::string_view name,
+                                             absl::string_view source,
+                                             DType dtype,
+                                             MemoryCategory category) {
+  CZ_RETURN_IF_ERROR(FindGroup(source).status(), "pairing '", name, "'");
+  CZ_RETURN_IF_ERROR(CreateGroup(name, dtype, category));
+  groups_.back()->source = std::string(source);
+  return absl::OkStatus();
+}
+
+StorageOptions ChunkManager::StorageFor(const Group& group) {
+  return StorageOptions{group.category, tracker_, &allocators_};
+}
+
+absl::Status ChunkManager::EnsureCache(Device device) {
+  if (caches_.count(device)) return absl::OkStatus();
+  CZ_ASSIGN_OR_RETURN(Allocator * inner, base_allocators_->Get(device));
+  auto cache = std::make_unique<CachingAllocator>(inner);
+  allocators_.Register(cache.get());
+  caches_[device] = std::move(cache);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Chunk*> ChunkManager::NewChunk(Group& group, int64_t capacity,
+                                              int owner) {
+  CZ_RETURN_IF_ERROR(EnsureCache(options_.device));
+  ChunkOptions opts;
+  opts.group = group.name;
+  opts.index = static_cast<int>(group.chunks.size());
+  opts.dtype = group.dtype;
+  opts.capacity = capacity;
+  opts.layout = options_.layout;
+  opts.owner = owner;
+  opts.device = options_.device;
+  opts.storage = StorageFor(group);
+  opts.comm_timeout = options_.comm_timeout;
+  CZ_ASSIGN_OR_RETURN(std::unique_ptr<Chunk> chunk,
+                      Chunk::Create(opts, group_));
+  group.chunks.push_back(std::move(chunk));
+  return group.chunks.back().get();
+}
+
+int ChunkManager::NextOwner(const Group& group) const {
+  if (options_.chunk_size.has_value()) {
+    return static_cast<int>(group.chunks.size() % group_->size());
+  }
+  const auto least = std::min_element(group.elements_per_rank.begin(),
+                                      group.elements_per_rank.end());
+  return static_cast<int>(least - group.elements_per_rank.begin());
+}
+
+absl::StatusOr<Tensor> ChunkManager::AppendTensor(absl::string_view group_name,
+                                                  absl::string_view name,
+                                                  const Tensor& values) {
+  CZ_ASSIGN_OR_RETURN(Group * group, FindGroup(group_name));
+  if (group->closed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot append tensor '", name, "' to closed group '",
+                     group->name, "'"));
+  }
+  if (group->tensors.count(name)) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "tensor '", name, "' is already in group '", group->name, "'"));
+  }
+  if (values.dtype() != group->dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", name, "' is ", DTypeName(values.dtype()), " but group '",
+        group->name, "' holds ", DTypeName(group->dtype)));
+  }
+  if (!group->source.empty()) return AppendPaired(*group, name, values);
+
+  const int64_t n = values.numel();
+  if (options_.chunk_size.has_value() && n > *options_.chunk_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", name, "' ", ShapeToString(values.shape()), " has ", n,
+        " elements, more than the chunk size ", *options_.chunk_size,
+        " of group '", group->name, "'; use a chunk size of at least ", n,
+        " (chunk/chunk_size_search.h picks one) or turn chunking off"));
+  }
+  Chunk* chunk = group->chunks.empty() ? nullptr : group->chunks.back().get();
+  if (chunk != nullptr && options_.chunk_size.has_value()) {
+    absl::StatusOr<Tensor> view = chunk->Append(name, values);
+    if (view.ok()) return Record(*group, name, chunk, *std::move(view));
+    if (!IsChunkFull(view.status())) return view.status();
+  }
+  // Open a new chunk; the previous one is complete, so close it now and let
+  // non-holders drop its payload while the rest registers.
+  if (chunk != nullptr) CZ_RETURN_IF_ERROR(chunk->Close());
+  const int64_t capacity = options_.chunk_size.has_value()
+                               ? *options_.chunk_size
+                               : std::max<int64_t>(n, 1);
+  const int owner = NextOwner(*group);
+  CZ_ASSIGN_OR_RETURN(chunk, NewChunk(*group, capacity, owner));
+  group->elements_per_rank[owner] += capacity;
+  CZ_ASSIGN_OR_RETURN(Tensor view, chunk->Append(name, values));
+  return Record(*group, name, chunk, std::move(view));
+}
+
+Tensor ChunkManager::Record(Group& group, absl::string_view name, Chunk* chunk,
+                            Tensor view) {
+  group.tensors[name] = TensorLocation{chunk, chunk->num_tensors() - 1};
+  group.order.push_back(std::string(name));
+  return view;
+}
+
+absl::StatusOr<Tensor> ChunkManager::AppendPaired(Group& group,
+                                                  absl::string_view name,
+                                                  const Tensor& values) {
+  CZ_ASSIGN_OR_RETURN(Group * source, FindGroup(group.source));
+  const size_t position = group.order.size();
+  if (position >= source->order.size() || source->order[position] != name) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "paired group '", group.name, "' expects tensor '",
+        position < source->order.size() ? source->order[position] : "(none)",
+        "' next (the order of '", source->name, "'), got '", name, "'"));
+  }
+  const TensorLocation& from = source->tensors.at(name);
+  const ChunkTensor& info = from.chunk->tensor(from.index);
+  if (values.numel() != info.numel) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", name, "' has ", values.numel(), " elements in '",
+        group.name, "' but ", info.numel, " in '", source->name, "'"));
+  }
+  // The source chunk with the same index.
+  int chunk_index = 0;
+  while (source->chunks[chunk_index].get() != from.chunk) ++chunk_index;
+  while (static_cast<int>(group.chunks.size()) <= chunk_index) {
+    const Chunk& twin = *source->chunks[group.chunks.size()];
+    if (!group.chunks.empty()) {
+      CZ_RETURN_IF_ERROR(group.chunks.back()->Close());
+    }
+    // For sharded chunks capacity() is already padded; padding again by the
+    // same world size changes nothing.
+    CZ_RETURN_IF_ERROR(NewChunk(group, twin.capacity(), twin.owner()).status());
+  }
+  Chunk* chunk = group.chunks[chunk_index].get();
+  CZ_ASSIGN_OR_RETURN(Tensor view, chunk->Append(name, values));
+  return Record(group, name, chunk, std::move(view));
+}
+
+absl::Status ChunkManager::CloseGroup(absl::string_view name) {
+  CZ_ASSIGN_OR_RETURN(Group * group, FindGroup(name));
+  for (auto& chunk : group->chunks) CZ_RETURN_IF_ERROR(chunk->Close());
+  group->closed = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TensorLocation> ChunkManager::Locate(
+    absl::string_view group_name, absl::string_view name) const {
+  CZ_ASSIGN_OR_RETURN(Group * group, FindGroup(group_name));
+  auto it = group->tensors.find(name);
+  if (it == group->tensors.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "no tensor '", name, "' in chunk group '", group_name, "'"));
+  }
+  return it->second;
+}
+
+int ChunkManager::num_chunks(absl::string_view group) const {
+  absl::StatusOr<Group*> g = FindGroup(group);
+  return g.ok() ? static_cast<int>((*g)->chunks.size()) : 0;
+}
+
+Chunk* ChunkManager::chunk(absl::string_view group, int i) const {
+  return (*FindGroup(group))->chunks[i].get();
+}
+
+std::vector<Chunk*> ChunkManager::AllChunks() const {
+  std::vector<Chunk*> all;
+  for (const auto& g : groups_) {
+    for (const auto& c : g->chunks) all.push_back(c.get());
+  }
+  return all;
+}
+
+absl::StatusOr<std::unique_ptr<comm::Work>> ChunkManager::StartAccessChunk(
+    Chunk* chunk) {
+  if (chunk->is_accessed()) return comm::MakeCompletedWork(absl::OkStatus());
+  CZ_ASSIGN_OR_RETURN(std::unique_ptr<comm::Work> work, chunk->StartAccess());
+  accessed_.push_back(chunk);
+  return work;
+}
+
+absl::Status ChunkManager::AccessChunk(Chunk* chunk) {
+  CZ_ASSIGN_OR_RETURN(std::unique_ptr<comm::Work> work,
+                      StartAccessChunk(chunk));
+  CZ_RETURN_IF_ERROR(work->Wait(), "accessing chunk ", chunk->name());
+  return absl::OkStatus();
+}
+
+absl::Status ChunkManager::AccessTensor(absl::string_view group,
+                                        absl::string_view name) {
+  CZ_ASSIGN_OR_RETURN(TensorLocation where, Locate(group, name));
+  return AccessChunk(where.chunk);
+}
+
+void ChunkManager::Forget(Chunk* chunk) {
+  accessed_.erase(std::remove(accessed_.begin(), accessed_.end(), chunk),
+                  accessed_.end());
+}
+
+absl::Status ChunkManager::ReleaseChunk(Chunk* chunk) {
+  CZ_RETURN_IF_ERROR(chunk->Release());
+  Forget(chunk);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> ChunkManager::ReleaseAccessedExcept(
+    absl::Span<Chunk* const> keep) {
+  // Decide first: releasing edits accessed_.
+  std::vector<Chunk*> to_release;
+  for (Chunk* chunk : accessed_) {
+    if (chunk->CanRelease() &&
+        std::find(keep.begin(), keep.end(), chunk) == keep.end()) {
+      to_release.push_back(chunk);
+    }
+  }
+  for (Chunk* chunk : to_release) CZ_RETURN_IF_ERROR(ReleaseChunk(chunk));
+  return static_cast<int>(to_release.size());
+}
+
+absl::Status ChunkManager::ReduceChunk(Chunk* chunk, comm::ReduceOp op) {
+  CZ_RETURN_IF_ERROR(chunk->Reduce(op));
+  Forget(chunk);
+  return absl::OkStatus();
+}
+
+absl::Status ChunkManager::MoveChunk(Chunk* chunk, Device device) {
+  CZ_RETURN_IF_ERROR(EnsureCache(device), "moving chunk ", chunk->name());
+  return chunk->MoveTo(device);
+}
+
+absl::Status ChunkManager::SetTensorState(absl::string_view group,
+                                          absl::string_view name,
+                                          TensorState to) {
+  CZ_ASSIGN_OR_RETURN(TensorLocation where, Locate(group, name));
+  return where.chunk->SetTensorState(where.index, to);
+}
+
+absl::Status ChunkManager::CopyTensorToChunkSlice(absl::string_view group,
+                                                  absl::string_view name,
+                                                  const Tensor& values) {
+  CZ_ASSIGN_OR_RETURN(TensorLocation where, Locate(group, name));
+  return where.chunk->CopyTensorToChunkSlice(where.index, values);
+}
+
+int64_t ChunkManager::PayloadBytes(Device device) const {
+  int64_t bytes = 0;
+  for (const Chunk* chunk : AllChunks()) {
+    if (chunk->device() == device) bytes += chunk->payload_bytes();
+  }
+  return bytes;
+}
+
+}  // namespace chunkzero

@@ -1,0 +1,200 @@
+// ChunkManager: the groups of chunks of one rank, and the operations that
+// drive them (../shared/DESIGN.md §3-4).
+//
+//   ChunkManagerOptions options;           // sharded, chunk_size = none
+//   options.chunk_size = 1 << 22;
+//   ChunkManager manager(&group, options, &tracker);
+//   CZ_RETURN_IF_ERROR(manager.CreateGroup("fp16_param", DType::kF16,
+//                                          MemoryCategory::kParam));
+//   CZ_ASSIGN_OR_RETURN(Tensor w, manager.AppendTensor("fp16_param",
+//                                                      "h.0.w", w16));
+//   CZ_RETURN_IF_ERROR(manager.CloseGroup("fp16_param"));
+//   CZ_RETURN_IF_ERROR(manager.AccessTensor("fp16_param", "h.0.w"));
+//
+// Groups. A group is an ordered list of chunks of one dtype and memory
+// category. Tensors are appended in call order (the caller passes first-use
+// order); with a fixed chunk size a tensor that does not fit opens a new
+// chunk, with chunking off every tensor gets a chunk of its own size. A
+// paired group (e.g. the fp32 masters of fp16_param) mirrors its source:
+// the same tensors at the same offsets in chunks of the same capacity and
+// owner; tensors must be appended to it in the source's order.
+//
+// Owners (kOwner layout): round-robin over the ranks per group for a fixed
+// chunk size; least-loaded by elements (lowest rank on a tie) with chunking
+// off. Every rank computes the same assignment from the same calls.
+//
+// Memory: every chunk's storage goes through one CachingAllocator per
+// device (so materialising a chunk again reuses its block) and reports to
+// `tracker`, whose per-device, per-category figures are then exactly the
+// payload this rank holds.
+//
+// Accessed chunks: the manager keeps the set of chunks currently
+// materialised by Access; Access of a chunk in the set is skipped, and only
+// then (DESIGN.md §3).
+//
+// Thread-safety: one manager per rank, used by that rank's thread. Every
+// rank must make the same sequence of collective-issuing calls (Access*,
+// Release*, Reduce*) on the same chunks.
+#ifndef CHUNKZERO_CHUNK_CHUNK_MANAGER_H_
+#define CHUNKZERO_CHUNK_CHUNK_MANAGER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "chunk/chunk.h"
+#include "chunk/chunk_config.pb.h"
+#include "chunk/chunk_layout.h"
+#include "comm/process_group.h"
+#include "tensor/allocator.h"
+#include "tensor/caching_allocator.h"
+#include "tensor/memory_tracker.h"
+
+namespace chunkzero {
+
+struct ChunkManagerOptions {
+  // Elements per chunk; std::nullopt turns chunking off (one chunk per
+  // tensor, sized to it).
+  std::optional<int64_t> chunk_size;
+  ChunkLayout layout = ChunkLayout::kSharded;
+  // Where new chunks are created.
+  Device device = Device::Cpu();
+  absl::Duration comm_timeout = comm::kDefaultCollectiveTimeout;
+};
+
+// Reads options from a ChunkManagerConfig message / its text format.
+// InvalidArgument for a negative chunk size, a bad device or bad text.
+absl::StatusOr<ChunkManagerOptions> ChunkManagerOptionsFromProto(
+    const ChunkManagerConfig& config);
+absl::StatusOr<ChunkManagerOptions> ParseChunkManagerOptions(
+    absl::string_view text_proto);
+
+// Where a tensor lives.
+struct TensorLocation {
+  Chunk* chunk = nullptr;
+  int index = -1;  // Within chunk->tensor(i).
+};
+
+class ChunkManager {
+ public:
+  // `group` and `tracker` (may be null) must outlive the manager; chunk
+  // memory comes from caching allocators over `allocators` (null: the
+  // process-wide default registry).
+  ChunkManager(comm::ProcessGroup* group, const ChunkManagerOptions& options,
+               MemoryTracker* tracker = nullptr,
+               AllocatorRegistry* allocators = nullptr);
+  ~ChunkManager();
+  ChunkManager(const ChunkManager&) = delete;
+  ChunkManager& operator=(const ChunkManager&) = delete;
+
+  const ChunkManagerOptions& options() const { return options_; }
+  comm::ProcessGroup& process_group() const { return *group_; }
+
+  // AlreadyExists if the name is taken.
+  absl::Status CreateGroup(absl::string_view name, DType dtype,
+                           MemoryCategory category);
+  // NotFound for an unknown source.
+  absl::Status CreatePairedGroup(absl::string_view name,
+                                 absl::string_view source, DType dtype,
+                                 MemoryCategory category);
+
+  // Copies `values` into the group's chunks and returns the view that is
+  // the tensor's data from now on. Errors: NotFound (group), AlreadyExists
+  // (tensor name in the group), InvalidArgument (dtype; a tensor larger
+  // than the chunk size, with a hint; a paired tensor out of the source's
+  // order or of another shape), FailedPrecondition (group closed).
+  absl::StatusOr<Tensor> AppendTensor(absl::string_view group,
+                                      absl::string_view name,
+                                      const Tensor& values);
+
+  // Closes every chunk of the group: no more appends; non-holders drop
+  // their payload.
+  absl::Status CloseGroup(absl::string_view group);
+
+  absl::StatusOr<TensorLocation> Locate(absl::string_view group,
+                                        absl::string_view name) const;
+  int num_chunks(absl::string_view group) const;
+  // REQUIRES: 0 <= i < num_chunks(group).
+  Chunk* chunk(absl::string_view group, int i) const;
+  // Every chunk of every group, groups in creation order.
+  std::vector<Chunk*> AllChunks() const;
+
+  // Materialises the chunk unless it is in the accessed set.
+  absl::Status AccessChunk(Chunk* chunk);
+  // Starts materialising (prefetch); the chunk joins the accessed set at
+  // once; its data is valid once the Work completes.
+  absl::StatusOr<std::unique_ptr<comm::Work>> StartAccessChunk(Chunk* chunk);
+  absl::Status AccessTensor(absl::string_view group, absl::string_view name);
+  // Releases the chunk and takes it out of the accessed set.
+  absl::Status ReleaseChunk(Chunk* chunk);
+  // Reduces the chunk (then it is released) and takes it out of the set.
+  // Lazy release: releases every accessed chunk that can be released
+  // (CanRelease) and is not in `keep` (e.g. the chunks the next op needs),
+  // in access order. Returns how many were released.
+  absl::StatusOr<int> ReleaseAccessedExcept(absl::Span<Chunk* const> keep);
+  absl::Status ReduceChunk(Chunk* chunk,
+                           comm::ReduceOp op = comm::ReduceOp::kSum);
+  absl::Status MoveChunk(Chunk* chunk, Device device);
+  absl::Status SetTensorState(absl::string_view group, absl::string_view name,
+                              TensorState to);
+  // Writes `values` into the tensor's slice (see Chunk).
+  absl::Status CopyTensorToChunkSlice(absl::string_view group,
+                                      absl::string_view name,
+                                      const Tensor& values);
+
+  // The chunks materialised by Access, in access order.
+  const std::vector<Chunk*>& accessed_chunks() const { return accessed_; }
+
+  // Payload bytes this rank holds on `device`, summed over chunks.
+  int64_t PayloadBytes(Device device) const;
+
+ private:
+  struct Group {
+    std::string name;
+    DType dtype;
+    MemoryCategory category;
+    std::string source;  // Non-empty for a paired group.
+    bool closed = false;
+    std::vector<std::unique_ptr<Chunk>> chunks;
+    absl::flat_hash_map<std::string, TensorLocation> tensors;
+    std::vector<std::string> order;          // Tensor names in append order.
+    std::vector<int64_t> elements_per_rank;  // For least-loaded owners.
+  };
+
+  absl::StatusOr<Group*> FindGroup(absl::string_view name) const;
+  StorageOptions StorageFor(const Group& group);
+  absl::StatusOr<Chunk*> NewChunk(Group& group, int64_t capacity, int owner);
+  absl::StatusOr<Tensor> AppendPaired(Group& group, absl::string_view name,
+                                      const Tensor& values);
+  // Records a tensor appended to `chunk` and returns its view.
+  Tensor Record(Group& group, absl::string_view name, Chunk* chunk,
+                Tensor view);
+  int NextOwner(const Group& group) const;
+  // Registers a CachingAllocator for `device` in allocators_ if missing.
+  absl::Status EnsureCache(Device device);
+  void Forget(Chunk* chunk);
+
+  comm::ProcessGroup* const group_;
+  const ChunkManagerOptions options_;
+  MemoryTracker* const tracker_;
+  AllocatorRegistry* const base_allocators_;
+  // Caching allocators per device, registered in allocators_.
+  std::map<Device, std::unique_ptr<CachingAllocator>> caches_;
+  AllocatorRegistry allocators_;
+  std::vector<std::unique_ptr<Group>> groups_;
+  std::vector<Chunk*> accessed_;
+};
+
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_CHUNK_CHUNK_MANAGER_H_

@@ -1,0 +1,493 @@
+#include "chunk/chunk.h"
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "comm/testing/spawn_ranks.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tensor/caching_allocator.h"
+#include "tensor/half.h"
+
+namespace chunkzero {
+namespace {
+
+using ::chunkzero::comm_testing::AllRanksOk;
+using ::chunkzero::comm_testing::SpawnRanks;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr ChunkLayout kLayouts[] = {ChunkLayout::kReplicated,
+                                    ChunkLayout::kOwner, ChunkLayout::kSharded};
+
+// Per-rank memory plumbing: counting allocators under a caching layer, and
+// a tracker, so tests can check exact bytes and allocator calls.
+struct RankMemory {
+  HostAllocator cpu{Device::Cpu()};
+  HostAllocator sim{Device::Simulated(0)};
+  CountingAllocator cpu_count{&cpu};
+  CountingAllocator sim_count{&sim};
+  CachingAllocator cpu_cache{&cpu_count};
+  CachingAllocator sim_cache{&sim_count};
+  AllocatorRegistry registry;
+  MemoryTracker tracker;
+
+  RankMemory() {
+    registry.Register(&cpu_cache);
+    registry.Register(&sim_cache);
+  }
+  StorageOptions options() {
+    return StorageOptions{MemoryCategory::kParam, &tracker, &registry};
+  }
+  int64_t param_bytes(Device d = Device::Cpu()) {
+    return tracker.Current(d, MemoryCategory::kParam);
+  }
+};
+
+ChunkOptions Options(ChunkLayout layout, int64_t capacity,
+                     DType dtype = DType::kF32, int owner = 0) {
+  ChunkOptions o;
+  o.group = "fp16_param";
+  o.index = 3;
+  o.dtype = dtype;
+  o.capacity = capacity;
+  o.layout = layout;
+  o.owner = owner;
+  o.comm_timeout = absl::Seconds(20);
+  return o;
+}
+
+// Three tensors a[3], b[5], c[2] with values 1..10 (identical on all ranks).
+std::vector<Tensor> AppendAbc(Chunk& chunk) {
+  std::vector<Tensor> views;
+  std::vector<float> all = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  views.push_back(
+      *chunk.Append("a", *Tensor::FromFloats({1, 2, 3}, {3}, chunk.dtype())));
+  views.push_back(*chunk.Append(
+      "b", *Tensor::FromFloats({4, 5, 6, 7, 8}, {5}, chunk.dtype())));
+  views.push_back(
+      *chunk.Append("c", *Tensor::FromFloats({9, 10}, {2, 1}, chunk.dtype())));
+  return views;
+}
+
+std::vector<TensorState> States(const Chunk& chunk) {
+  std::vector<TensorState> s;
+  for (int i = 0; i < chunk.num_tensors(); ++i)
+    s.push_back(chunk.tensor(i).state);
+  return s;
+}
+
+TEST(Chunk, AppendMakesTensorsViewsOfTheChunk) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(1, [](comm::ProcessGroup& g) -> absl::Status {
+        RankMemory mem;
+        ChunkOptions o = Options(ChunkLayout::kReplicated, 12);
+        o.storage = mem.options();
+        std::unique_ptr<Chunk> chunk = *Chunk::Create(o, &g);
+        EXPECT_EQ(chunk->name(), "fp16_param#3");
+        std::vector<Tensor> v = AppendAbc(*chunk);
+        EXPECT_EQ(chunk->used_elements(), 10);
+        EXPECT_DOUBLE_EQ(chunk->utilisation(), 10.0 / 12);
+        EXPECT_EQ(v[1].storage(), chunk->FullView().storage());
+        EXPECT_EQ(v[1].byte_offset(), 12u);
+        EXPECT_THAT(v[2].shape(), ElementsAre(2, 1));
+        EXPECT_THAT(*chunk->FullView().ToFloats(),
+                    ElementsAre(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 0));
+        EXPECT_EQ(chunk->tensor(2).offset, 8);
+        EXPECT_EQ(chunk->FindTensor("b"), 1);
+        EXPECT_EQ(chunk->FindTensor("zz"), -1);
+        EXPECT_EQ(mem.param_bytes(), 48);
+        return absl::OkStatus();
+      })));
+}
+
+TEST(Chunk, AppendErrors) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(1, [](comm::ProcessGroup& g) -> absl::Status {
+        std::unique_ptr<Chunk> chunk = *Chunk::Create(
+            Options(ChunkLayout::kReplicated, 8, DType::kF16), &g);
+        absl::Status wrong_dtype =
+            chunk->Append("w", *Tensor::Zeros({2}, DType::kF32)).status();
+        EXPECT_EQ(wrong_dtype.code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_EQ(wrong_dtype.message(),
+                  "tensor 'w' is f32 but chunk fp16_param#3 holds f16");
+
+        absl::Status too_big =
+            chunk->Append("wte", *Tensor::Zeros({3, 3}, DType::kF16)).status();
+        EXPECT_EQ(too_big.code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_FALSE(IsChunkFull(too_big));
+        EXPECT_THAT(
+            std::string(too_big.message()),
+            HasSubstr("tensor 'wte' [3, 3] has 9 elements, more than the "
+                      "chunk size 8 of chunk fp16_param#3"));
+
+        EXPECT_TRUE(chunk->Append("x", *Tensor::Zeros({6}, DType::kF16)).ok());
+        absl::Status full =
+            chunk->Append("y", *Tensor::Zeros({3}, DType::kF16)).status();
+        EXPECT_TRUE(IsChunkFull(full));
+        EXPECT_EQ(
+            full.message(),
+            "chunk fp16_param#3 is full: tensor 'y' needs 3 elements, 2 left");
+        EXPECT_EQ(chunk->num_tensors(), 1);  // Nothing half-appended.
+
+        EXPECT_EQ(chunk->Access().code(),
+                  absl::StatusCode::kFailedPrecondition);
+        EXPECT_TRUE(chunk->Close().ok());
+        EXPECT_EQ(chunk->Append("z", *Tensor::Zeros({1}, DType::kF16))
+                      .status()
+                      .message(),
+                  "cannot append tensor 'z' to closed chunk fp16_param#3");
+        EXPECT_FALSE(IsChunkFull(absl::ResourceExhaustedError("other")));
+        return absl::OkStatus();
+      })));
+}
+
+TEST(Chunk, CreateRejectsBadOptions) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {
+        EXPECT_EQ(Chunk::Create(Options(ChunkLayout::kSharded, 0), &g)
+                      .status()
+                      .code(),
+                  absl::StatusCode::kInvalidArgument);
+        EXPECT_EQ(
+            Chunk::Create(Options(ChunkLayout::kOwner, 4, DType::kF32, 2), &g)
+                .status()
+                .message(),
+            "chunk fp16_param#3: owner rank 2 is outside a group of 2");
+        return absl::OkStatus();
+      })));
+}
+
+// Which rank holds what, after close, access and release, for every layout
+// and world size: the table of the original, checked in exact bytes.
+TEST(Chunk, PayloadAcrossCloseAccessRelease) {
+  for (ChunkLayout layout : kLayouts) {
+    for (int world : {1, 2, 3, 4}) {
+      SCOPED_TRACE(testing::Message() << layout << " world " << world);
+      EXPECT_TRUE(AllRanksOk(
+          SpawnRanks(world, [&](comm::ProcessGroup& g) -> absl::Status {
+            RankMemory mem;
+            const int owner = world - 1;
+            ChunkOptions o = Options(layout, 10, DType::kF32, owner);
+            o.storage = mem.options();
+            std::unique_ptr<Chunk> chunk = *Chunk::Create(o, &g);
+            std::vector<Tensor> v = AppendAbc(*chunk);
+            const bool sharded = layout == ChunkLayout::kSharded;
+            // Sharded chunks are padded to a multiple of the world size.
+            const int64_t shard = (10 + world - 1) / world;
+            const int64_t capacity = sharded ? shard * world : 10;
+            EXPECT_EQ(chunk->capacity(), capacity);
+            const int64_t full_bytes = 4 * capacity;
+            EXPECT_EQ(mem.param_bytes(), full_bytes);
+
+            if (!chunk->Close().ok()) return absl::InternalError("close");
+            const bool holder =
+                layout == ChunkLayout::kReplicated ||
+                (layout == ChunkLayout::kOwner && g.rank() == owner);
+            EXPECT_EQ(chunk->is_holder(), holder);
+            const int64_t at_rest = holder    ? full_bytes
+                                    : sharded ? 4 * shard
+                                              : 0;
+            EXPECT_EQ(mem.param_bytes(), at_rest);
+            EXPECT_EQ(chunk->payload_bytes(), at_rest);
+            const TensorState rest_state =
+                holder ? TensorState::kHold : TensorState::kFree;
+            EXPECT_THAT(States(*chunk),
+                        ElementsAre(rest_state, rest_state, rest_state));
+            EXPECT_EQ(v[0].is_materialized(), holder);
+
+            absl::Status accessed = chunk->Access();
+            if (!accessed.ok()) return accessed;
+            EXPECT_TRUE(chunk->is_accessed());
+            EXPECT_EQ(mem.param_bytes(),
+                      full_bytes + (sharded ? 4 * shard : 0));
+            EXPECT_THAT(States(*chunk),
+                        ElementsAre(TensorState::kHold, TensorState::kHold,
+                                    TensorState::kHold));
+            EXPECT_THAT(*v[1].ToFloats(), ElementsAre(4, 5, 6, 7, 8));
+            EXPECT_THAT(*v[2].ToFloats(), ElementsAre(9, 10));
+            // A second access is skipped: no collective is issued (a mismatch
+            // would fail the next collective on every rank).
+            if (!chunk->Access().ok()) return absl::InternalError("re-access");
+
+            absl::Status released = chunk->Release();
+            if (!released.ok()) return released;
+            EXPECT_FALSE(chunk->is_accessed());
+            EXPECT_EQ(mem.param_bytes(), at_rest);
+            EXPECT_THAT(States(*chunk),
+                        ElementsAre(rest_state, rest_state, rest_state));
+            return absl::OkStatus();
+          })));
+    }
+  }
+}
+
+// reduce equals a serial reference, in rank order, bit for bit in f32 and
+// within one f16 ulp of the f32-accumulated reference in f16.
+TEST(Chunk, ReduceMatchesSerialReference) {
+  for (DType dtype : {DType::kF32, DType::kF16}) {
+    for (ChunkLayout layout : kLayouts) {
+      for (int world : {1, 2, 3, 4}) {
+        SCOPED_TRACE(testing::Message()
+                     << dtype << " " << layout << " world " << world);
+        const int owner = world / 2;
+        auto grad = [](int rank, int i) {
+          return 0.1f * (rank + 1) + 0.0137f * i;
+        };
+        EXPECT_TRUE(AllRanksOk(
+            SpawnRanks(world, [&](comm::ProcessGroup& g) -> absl::Status {
+              RankMemory mem;
+              ChunkOptions o = Options(layout, 10, dtype, owner);
+              o.storage = mem.options();
+              std::unique_ptr<Chunk> chunk = *Chunk::Create(o, &g);
+              AppendAbc(*chunk);
+              if (!chunk->Close().ok() || !chunk->Access().ok()) {
+                return absl::InternalError("setup");
+              }
+              for (int t = 0; t < chunk->num_tensors(); ++t) {
+                const ChunkTensor& info = chunk->tensor(t);
+                std::vector<float> values(info.numel);
+                for (int k = 0; k < info.numel; ++k) {
+                  values[k] = grad(g.rank(), info.offset + k);
+                }
+                EXPECT_TRUE(
+                    chunk->SetTensorState(t, TensorState::kCompute).ok());
+                EXPECT_TRUE(
+                    chunk
+                        ->CopyTensorToChunkSlice(
+                            t, *Tensor::FromFloats(values, info.shape, dtype))
+                        .ok());
+                EXPECT_TRUE(
+                    chunk->SetTensorState(t, TensorState::kReadyForReduce)
+                        .ok());
+              }
+              absl::Status reduced = chunk->Reduce();
+              if (!reduced.ok()) return reduced;
+              for (int t = 0; t < chunk->num_tensors(); ++t) {
+                const ChunkTensor& info = chunk->tensor(t);
+                Tensor mine = chunk->ShardView(t);
+                std::vector<float> got = *mine.ToFloats();
+                // Where this rank's view starts inside the tensor.
+                const int64_t first =
+                    layout == ChunkLayout::kSharded
+                        ? std::max<int64_t>(info.offset, chunk->shard_begin())
+                        : info.offset;
+                for (size_t k = 0; k < got.size(); ++k) {
+                  const int64_t i = first + k;
+                  float expected = 0;
+                  for (int r = 0; r < world; ++r) {
+                    const float x =
+                        dtype == DType::kF32
+                            ? grad(r, i)
+                            : HalfBitsToFloat(FloatToHalfBits(grad(r, i)));
+                    expected += x;
+                  }
+                  if (dtype == DType::kF32) {
+                    EXPECT_EQ(got[k], expected) << "element " << i;
+                  } else {
+                    const float ulp =
+                        std::ldexp(1.0f, std::ilogb(expected) - 10);
+                    EXPECT_LE(std::fabs(got[k] - expected), ulp)
+                        << "element " << i;
+                  }
+                }
+                const bool holder =
+                    layout == ChunkLayout::kReplicated ||
+                    (layout == ChunkLayout::kOwner && g.rank() == owner);
+                if (layout == ChunkLayout::kOwner && !holder) {
+                  EXPECT_EQ(mine.numel(), 0);
+                }
+                EXPECT_EQ(info.state,
+                          holder ? TensorState::kHold : TensorState::kFree);
+              }
+              return absl::OkStatus();
+            })));
+      }
+    }
+  }
+}
+
+TEST(Chunk, StatePreconditionsNameTheTensor) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {
+        std::unique_ptr<Chunk> chunk =
+            *Chunk::Create(Options(ChunkLayout::kSharded, 10), &g);
+        AppendAbc(*chunk);
+        if (!chunk->Close().ok() || !chunk->Access().ok()) {
+          return absl::InternalError("setup");
+        }
+        EXPECT_TRUE(chunk->SetTensorState(1, TensorState::kCompute).ok());
+        EXPECT_FALSE(chunk->CanRelease());
+        EXPECT_FALSE(chunk->CanMove());
+        EXPECT_EQ(chunk->Release().message(),
+                  "cannot release chunk fp16_param#3: tensor 'b' is COMPUTE "
+                  "(needs every tensor HOLD)");
+        EXPECT_EQ(
+            chunk->MoveTo(Device::Simulated(0)).message(),
+            "cannot move chunk fp16_param#3: tensor 'b' is COMPUTE (needs "
+            "no tensor COMPUTE or READY_FOR_REDUCE)");
+        EXPECT_EQ(chunk->Reduce().message(),
+                  "cannot reduce chunk fp16_param#3: tensor 'a' is HOLD (needs "
+                  "every tensor READY_FOR_REDUCE)");
+        EXPECT_EQ(
+            chunk->SetTensorState(0, TensorState::kReadyForReduce).message(),
+            "illegal tensor state move HOLD -> READY_FOR_REDUCE for tensor "
+            "'a' in chunk fp16_param#3");
+        EXPECT_EQ(chunk->SetTensorState(7, TensorState::kHold).code(),
+                  absl::StatusCode::kInvalidArgument);
+        // Nothing was changed by the failed calls.
+        EXPECT_THAT(States(*chunk),
+                    ElementsAre(TensorState::kHold, TensorState::kCompute,
+                                TensorState::kHold));
+        EXPECT_TRUE(chunk->is_materialised());
+        // The no-op: a grad that arrived before post-backward.
+        EXPECT_TRUE(
+            chunk->SetTensorState(1, TensorState::kReadyForReduce).ok());
+        EXPECT_TRUE(chunk->SetTensorState(1, TensorState::kHoldAfterBwd).ok());
+        EXPECT_EQ(chunk->tensor(1).state, TensorState::kReadyForReduce);
+        EXPECT_TRUE(chunk->SetTensorState(1, TensorState::kHold).ok());
+        return chunk->Release();
+      })));
+}
+
+TEST(Chunk, MoveToSimulatedDeviceAndBackKeepsViewsAndValues) {
+  for (ChunkLayout layout : kLayouts) {
+    SCOPED_TRACE(ChunkLayoutName(layout));
+    EXPECT_TRUE(
+        AllRanksOk(SpawnRanks(2, [&](comm::ProcessGroup& g) -> absl::Status {
+          RankMemory mem;
+          ChunkOptions o = Options(layout, 10, DType::kBF16);
+          o.storage = mem.options();
+          std::unique_ptr<Chunk> chunk = *Chunk::Create(o, &g);
+          std::vector<Tensor> v = AppendAbc(*chunk);
+          if (!chunk->Close().ok() || !chunk->Access().ok()) {
+            return absl::InternalError("setup");
+          }
+          const int64_t bytes = mem.param_bytes();
+          absl::Status moved = chunk->MoveTo(Device::Simulated(0));
+          if (!moved.ok()) return moved;
+          EXPECT_EQ(chunk->device(), Device::Simulated(0));
+          EXPECT_EQ(v[1].device(), Device::Simulated(0));
+          EXPECT_EQ(v[1].raw_data(),
+                    static_cast<char*>(chunk->FullView().raw_data()) + 6);
+          EXPECT_THAT(*v[1].ToFloats(), ElementsAre(4, 5, 6, 7, 8));
+          EXPECT_EQ(mem.param_bytes(Device::Simulated(0)), bytes);
+          EXPECT_EQ(mem.param_bytes(Device::Cpu()), 0);
+          // Release and access again on the new device: the gather lands there.
+          if (!chunk->Release().ok() || !chunk->Access().ok()) {
+            return absl::InternalError("release/access on sim:0");
+          }
+          EXPECT_THAT(*v[2].ToFloats(), ElementsAre(9, 10));
+          if (!chunk->MoveTo(Device::Cpu()).ok())
+            return absl::InternalError("back");
+          EXPECT_EQ(v[0].device(), Device::Cpu());
+          EXPECT_THAT(*v[0].ToFloats(), ElementsAre(1, 2, 3));
+          EXPECT_EQ(mem.param_bytes(Device::Simulated(0)), 0);
+          EXPECT_EQ(chunk->MoveTo(Device::Cuda(64)).code(),
+                    absl::StatusCode::kNotFound);
+          EXPECT_EQ(chunk->device(), Device::Cpu());
+          EXPECT_THAT(*v[0].ToFloats(), ElementsAre(1, 2, 3));
+          return absl::OkStatus();
+        })));
+  }
+}
+
+// Writes made while a sharded chunk is accessed survive release for the
+// part this rank holds (and only that part: the rest belongs to others),
+// once the chunk is marked modified; unmarked writes are dropped, which is
+// what lets an unmodified release skip the copy.
+TEST(Chunk, ShardedReleaseKeepsOwnWritesWhenMarked) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {
+        std::unique_ptr<Chunk> chunk =
+            *Chunk::Create(Options(ChunkLayout::kSharded, 10), &g);
+        std::vector<Tensor> v = AppendAbc(*chunk);
+        if (!chunk->Close().ok() || !chunk->Access().ok()) {
+          return absl::InternalError("setup");
+        }
+        // b spans both shards (elements 3..7; rank 0 holds 0..4).
+        for (int k = 0; k < 5; ++k)
+          v[1].data<float>()[k] = 100 * (g.rank() + 1) + k;
+        EXPECT_FALSE(chunk->is_modified());
+        if (!chunk->Release().ok() || !chunk->Access().ok()) {
+          return absl::InternalError("cycle");
+        }
+        EXPECT_THAT(*v[1].ToFloats(), ElementsAre(4, 5, 6, 7, 8));
+        for (int k = 0; k < 5; ++k)
+          v[1].data<float>()[k] = 100 * (g.rank() + 1) + k;
+        chunk->MarkModified();
+        if (!chunk->Release().ok() || !chunk->Access().ok()) {
+          return absl::InternalError("cycle");
+        }
+        EXPECT_FALSE(chunk->is_modified());
+        EXPECT_THAT(*v[1].ToFloats(), ElementsAre(100, 101, 202, 203, 204));
+        return chunk->Release();
+      })));
+}
+
+TEST(Chunk, CopyIntoReleasedShardedChunkWritesTheShard) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {
+        std::unique_ptr<Chunk> chunk =
+            *Chunk::Create(Options(ChunkLayout::kSharded, 10), &g);
+        std::vector<Tensor> v = AppendAbc(*chunk);
+        if (!chunk->Close().ok()) return absl::InternalError("close");
+        EXPECT_TRUE(chunk
+                        ->CopyTensorToChunkSlice(
+                            1, *Tensor::FromFloats({40, 50, 60, 70, 80}, {5}))
+                        .ok());
+        EXPECT_EQ(
+            chunk->CopyTensorToChunkSlice(1, *Tensor::FromFloats({1}, {1}))
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+        if (!chunk->Access().ok()) return absl::InternalError("access");
+        EXPECT_THAT(*v[1].ToFloats(), ElementsAre(40, 50, 60, 70, 80));
+        EXPECT_THAT(*v[0].ToFloats(), ElementsAre(1, 2, 3));
+        return chunk->Release();
+      })));
+}
+
+TEST(Chunk, HasInfOrNanLooksAtThisRanksPayload) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {
+        std::unique_ptr<Chunk> chunk =
+            *Chunk::Create(Options(ChunkLayout::kSharded, 10, DType::kF16), &g);
+        std::vector<Tensor> v = AppendAbc(*chunk);
+        EXPECT_FALSE(*chunk->HasInfOrNan());
+        v[2].data<uint16_t>()[1] = 0x7c00;  // +inf in c, element 9: rank 1's.
+        EXPECT_TRUE(*chunk->HasInfOrNan());
+        if (!chunk->Close().ok()) return absl::InternalError("close");
+        EXPECT_EQ(*chunk->HasInfOrNan(), g.rank() == 1);
+        return absl::OkStatus();
+      })));
+}
+
+// Materialising a chunk again must not reach the system allocator: the
+// payload blocks come back from the cache.
+TEST(Chunk, SteadyStateAccessReleaseReusesMemory) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(3, [](comm::ProcessGroup& g) -> absl::Status {
+        RankMemory mem;
+        ChunkOptions o = Options(ChunkLayout::kSharded, 1 << 12, DType::kF16);
+        o.storage = mem.options();
+        std::unique_ptr<Chunk> chunk = *Chunk::Create(o, &g);
+        chunk->Append("w", *Tensor::Zeros({1000}, DType::kF16)).IgnoreError();
+        if (!chunk->Close().ok()) return absl::InternalError("close");
+        if (!chunk->Access().ok() || !chunk->Release().ok()) {
+          return absl::InternalError("warm-up");
+        }
+        const int64_t system_calls = mem.cpu_count.allocations();
+        for (int step = 0; step < 20; ++step) {
+          if (!chunk->Access().ok() || !chunk->Release().ok()) {
+            return absl::InternalError("step");
+          }
+        }
+        EXPECT_EQ(mem.cpu_count.allocations(), system_calls);
+        EXPECT_EQ(mem.cpu_cache.stats().hits, 21);
+        return absl::OkStatus();
+      })));
+}
+
+}  // namespace
+}  // namespace chunkzero
