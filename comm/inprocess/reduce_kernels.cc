@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "tensor/half.h"
+#include "tensor/cast_kernels.h"
 
 namespace chunkzero {
 namespace comm {
@@ -47,34 +47,32 @@ void ReduceF32(void* const* out, int num_out, const void* const* in, int n,
   }
 }
 
-// TODO(comm): widen/narrow with //tensor:cast_kernels (vectorised, bit-exact
-// with tensor/half.h) once it lands; these scalar conversions are the
-// reference semantics and the bottleneck of 16-bit reductions.
-template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+// 16-bit inputs are widened a tile at a time with the vectorised cast
+// kernels (bit-exact with tensor/half.h), reduced in f32 like ReduceF32, and
+// narrowed once.
+template <void (*Widen)(float*, const uint16_t*, size_t),
+          void (*Narrow)(uint16_t*, const float*, size_t)>
 void Reduce16(void* const* out, int num_out, const void* const* in, int n,
               size_t count, ReduceOp op) {
-  float acc[kTile];
+  alignas(64) float acc[kTile];
+  alignas(64) float x[kTile];
   const float divisor = static_cast<float>(n);
   for (size_t base = 0; base < count; base += kTile) {
     const size_t len = std::min(kTile, count - base);
-    const uint16_t* p0 = static_cast<const uint16_t*>(in[0]) + base;
-    for (size_t j = 0; j < len; ++j) acc[j] = ToFloat(p0[j]);
+    Widen(acc, static_cast<const uint16_t*>(in[0]) + base, len);
     for (int k = 1; k < n; ++k) {
-      const uint16_t* p = static_cast<const uint16_t*>(in[k]) + base;
+      Widen(x, static_cast<const uint16_t*>(in[k]) + base, len);
       if (op == ReduceOp::kMax) {
-        for (size_t j = 0; j < len; ++j) {
-          const float x = ToFloat(p[j]);
-          acc[j] = acc[j] < x ? x : acc[j];
-        }
+        for (size_t j = 0; j < len; ++j) acc[j] = acc[j] < x[j] ? x[j] : acc[j];
       } else {
-        for (size_t j = 0; j < len; ++j) acc[j] += ToFloat(p[j]);
+        for (size_t j = 0; j < len; ++j) acc[j] += x[j];
       }
     }
     if (op == ReduceOp::kAvg) {
       for (size_t j = 0; j < len; ++j) acc[j] /= divisor;
     }
     uint16_t* first = static_cast<uint16_t*>(out[0]) + base;
-    for (size_t j = 0; j < len; ++j) first[j] = FromFloat(acc[j]);
+    Narrow(first, acc, len);
     for (int o = 1; o < num_out; ++o) {
       std::memcpy(static_cast<uint16_t*>(out[o]) + base, first,
                   len * sizeof(uint16_t));
@@ -100,12 +98,10 @@ void ReduceIntoEach(void* const* out, int num_out, const void* const* in, int n,
       ReduceF32(out, num_out, in, n, count, op);
       return;
     case DType::kF16:
-      Reduce16<HalfBitsToFloat, FloatToHalfBits>(out, num_out, in, n, count,
-                                                 op);
+      Reduce16<CastF16ToF32, CastF32ToF16>(out, num_out, in, n, count, op);
       return;
     case DType::kBF16:
-      Reduce16<BFloat16BitsToFloat, FloatToBFloat16Bits>(out, num_out, in, n,
-                                                         count, op);
+      Reduce16<CastBF16ToF32, CastF32ToBF16>(out, num_out, in, n, count, op);
       return;
   }
 }
