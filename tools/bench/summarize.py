@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Prints chunkzero's performance targets from Google Benchmark JSON files.
+
+Usage: summarize.py DIR   (DIR holds cast_bench.json, collectives_bench.json,
+chunk_bench.json as written by tools/bench/run.sh). Uses the median of the
+repetitions. Every figure is a ratio to a baseline measured in the same run.
+"""
+
+import json
+import os
+import re
+import sys
+
+
+def medians(path):
+    """name (without _median) -> benchmark dict, for median aggregates."""
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        data = json.load(f)
+    result = {}
+    for b in data.get("benchmarks", []):
+        if b.get("error_occurred"):
+            result[b["name"]] = {"error": b.get("error_message", "error")}
+        elif b.get("aggregate_name") == "median":
+            result[b["run_name"]] = b
+    return result
+
+
+def row(target, value, ok, detail):
+    mark = "MET" if ok else "NOT MET"
+    print(f"  {target:<66} {value:>8}  {mark:<7}  {detail}")
+
+
+def main():
+    out = sys.argv[1]
+    cast = medians(os.path.join(out, "cast_bench.json"))
+    coll = medians(os.path.join(out, "collectives_bench.json"))
+    chunk = medians(os.path.join(out, "chunk_bench.json"))
+    errors = [n for d in (cast, coll, chunk) for n, b in d.items() if "error" in b]
+
+    print("\nchunkzero performance targets (ratios to baselines from this run)")
+    for name, b in sorted(cast.items()):
+        m = re.match(r"BM_(CastF32ToF16|CastF16ToF32)/bytes:67108864/threads:(\d)", name)
+        if not m or "error" in b:
+            continue
+        threads = "1 thread" if m.group(2) == "1" else "all threads"
+        ratio = b["vs_memcpy"]
+        row(f"{m.group(1)} 64 MiB, {threads}: >= 0.80 x memcpy", f"{ratio:.2f}",
+            ratio >= 0.8, f"{b['GB/s']:.1f} vs {b['memcpy_GB/s']:.1f} GB/s")
+    for name, b in sorted(coll.items()):
+        if "AllReduce/ranks:2/bytes:67108864" not in name or "error" in b:
+            continue
+        ratio = b["busbw_over_memcpy"]
+        row("in-process AllReduce, 2 ranks, 64 MiB: busbw >= 0.50 x "
+            "2-thread memcpy", f"{ratio:.2f}", ratio >= 0.5,
+            f"busbw {b['busbw_GBps']:.1f} vs {b['memcpy_GBps']:.1f} GB/s")
+    for name, b in sorted(chunk.items()):
+        m = re.match(r"BM_Chunk/(\w+)/bytes:(\d+)", name)
+        if not m or "error" in b:
+            continue
+        mib = int(m.group(2)) >> 20
+        over = b["overhead"]
+        row(f"chunk {m.group(1)} {mib} MiB: <= 5% over bare collectives",
+            f"{100 * over:+.1f}%", over <= 0.05,
+            f"{b['chunk_us']:.0f} vs {b['bare_us']:.0f} us")
+    if errors:
+        print("benchmarks that failed their result check:", ", ".join(errors))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
