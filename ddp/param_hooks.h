@@ -1,0 +1,91 @@
+// The hooks a model calls around every layer or op that uses parameters,
+// and HookScope, the guard that pairs them.
+//
+//   absl::Status Layer::Forward(ParamHooks& hooks, ...) {
+//     CZ_ASSIGN_OR_RETURN(HookScope scope,
+//                         HookScope::Forward(hooks, {&weight_, &bias_}));
+//     ... compute with weight_.data(), bias_.data() ...
+//     return scope.Exit();
+//   }
+//   absl::Status Layer::Backward(ParamHooks& hooks, ...) {
+//     CZ_ASSIGN_OR_RETURN(HookScope scope,
+//                         HookScope::Backward(hooks, {&weight_, &bias_}));
+//     ... compute dweight (f32, weight_'s shape) ...
+//     CZ_RETURN_IF_ERROR(hooks.HandGrad(weight_, dweight));
+//     return scope.Exit();
+//   }
+//
+// Contract: every use of a parameter in forward sits between PreForward and
+// PostForward, every use in backward between PreBackward and PostBackward;
+// its gradient for that use is handed over with HandGrad (f32, the
+// parameter's shape) after PreBackward, before or after PostBackward. A
+// parameter used several times in a step (tied or repeated layers) gets one
+// scope per use and one HandGrad per use; the grads add up. Calls out of
+// order are errors naming the parameter (ddp/hook_order.h checks them).
+//
+// HookScope makes the pairing hard to get wrong: Exit() runs the post hook
+// and returns its status; a scope left without Exit() (an early return)
+// runs the post hook from its destructor and hands any error to
+// RecordDeferredError, so the step still fails with it.
+#ifndef CHUNKZERO_DDP_PARAM_HOOKS_H_
+#define CHUNKZERO_DDP_PARAM_HOOKS_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "ddp/parameter.h"
+#include "tensor/tensor.h"
+
+namespace chunkzero {
+
+class ParamHooks {
+ public:
+  virtual ~ParamHooks() = default;
+
+  // Before / after `params` are used by a forward op. Before returns, their
+  // data() is materialised.
+  virtual absl::Status PreForward(absl::Span<Parameter* const> params) = 0;
+  virtual absl::Status PostForward(absl::Span<Parameter* const> params) = 0;
+  // Before / after `params` are used by a backward op.
+  virtual absl::Status PreBackward(absl::Span<Parameter* const> params) = 0;
+  virtual absl::Status PostBackward(absl::Span<Parameter* const> params) = 0;
+  // d(loss)/d(param) for one use: f32, param.shape().
+  virtual absl::Status HandGrad(Parameter& param, const Tensor& grad) = 0;
+  // An error found where it could not be returned; the step reports it.
+  virtual void RecordDeferredError(absl::Status status) = 0;
+};
+
+class [[nodiscard]] HookScope {
+ public:
+  // Runs PreForward (PreBackward) on `params`; the scope then owns the
+  // matching post hook.
+  static absl::StatusOr<HookScope> Forward(ParamHooks& hooks,
+                                           std::vector<Parameter*> params);
+  static absl::StatusOr<HookScope> Backward(ParamHooks& hooks,
+                                            std::vector<Parameter*> params);
+
+  HookScope(HookScope&& other) noexcept;
+  HookScope& operator=(HookScope&&) = delete;
+  HookScope(const HookScope&) = delete;
+  // Runs the post hook if Exit() was not called; errors go to
+  // RecordDeferredError.
+  ~HookScope();
+
+  // Runs the post hook and returns its status. A second Exit() is
+  // FailedPrecondition.
+  absl::Status Exit();
+
+ private:
+  HookScope(ParamHooks* hooks, std::vector<Parameter*> params, bool backward)
+      : hooks_(hooks), params_(std::move(params)), backward_(backward) {}
+
+  ParamHooks* hooks_;  // nullptr once exited or moved from.
+  std::vector<Parameter*> params_;
+  bool backward_;
+};
+
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_DDP_PARAM_HOOKS_H_

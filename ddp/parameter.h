@@ -1,0 +1,81 @@
+// Parameter and Module: what a model exposes to ddp/.
+//
+//   class Mlp : public Module {
+//    public:
+//     Mlp() : fc1_w_("fc1.weight", *Tensor::Zeros({64, 32}, DType::kF32)) {}
+//     std::vector<Parameter*> Parameters() override { return {&fc1_w_}; }
+//    private:
+//     Parameter fc1_w_;
+//   };
+//
+// C++ has no autograd to hook into, so the contract is explicit: a model
+// owns its Parameters (with full dotted names such as
+// "h.0.attn.c_attn.weight"), lists them, and calls the hooks of
+// ddp/param_hooks.h around every layer that uses them. ZeroDdp then owns
+// where the values live: it replaces data() with a view of the parameter's
+// chunk slice and, after backward, sets grad() to a view of the reduced
+// gradient.
+//
+// Thread-safety: a Parameter is used by its rank's thread only.
+#ifndef CHUNKZERO_DDP_PARAMETER_H_
+#define CHUNKZERO_DDP_PARAMETER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "tensor/tensor.h"
+
+namespace chunkzero {
+
+class Parameter {
+ public:
+  // `data` holds the initial values (any dtype; models create f32).
+  Parameter(std::string name, Tensor data, bool requires_grad = true)
+      : name_(std::move(name)),
+        data_(std::move(data)),
+        requires_grad_(requires_grad) {}
+  Parameter(const Parameter&) = delete;
+  Parameter& operator=(const Parameter&) = delete;
+
+  const std::string& name() const { return name_; }
+  const Shape& shape() const { return data_.shape(); }
+  int64_t numel() const { return data_.numel(); }
+  bool requires_grad() const { return requires_grad_; }
+
+  // The values the model computes with. Under ZeroDdp: a view of the
+  // parameter's slice of its chunk, materialised between the pre-use and
+  // post-use hooks (elsewhere it may be freed: not materialised).
+  const Tensor& data() const { return data_; }
+  Tensor& mutable_data() { return data_; }
+  void set_data(Tensor data) { data_ = std::move(data); }
+
+  // The gradient after backward: under ZeroDdp a flat view of the part of
+  // the reduced gradient this rank holds (empty where it holds none);
+  // undefined before the first backward.
+  const Tensor& grad() const { return grad_; }
+  void set_grad(Tensor grad) { grad_ = std::move(grad); }
+
+ private:
+  const std::string name_;
+  Tensor data_;
+  Tensor grad_;
+  const bool requires_grad_;
+};
+
+// A model, or a part of one, from ddp/'s point of view.
+class Module {
+ public:
+  virtual ~Module() = default;
+  // Every parameter in declaration order. The pointers stay valid for the
+  // module's lifetime and the order never changes.
+  virtual std::vector<Parameter*> Parameters() = 0;
+};
+
+// "h.0" + "attn.c_attn.weight" -> "h.0.attn.c_attn.weight"; an empty prefix
+// gives the name alone. For nested modules naming their parameters.
+std::string JoinName(absl::string_view prefix, absl::string_view name);
+
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_DDP_PARAMETER_H_
