@@ -101,18 +101,10 @@ int Chunk::FindTensor(absl::string_view name) const {
 }
 
 absl::Status Chunk::AllocateFull() {
-  if (full_->allocated()) return absl::OkStatus();
-  CZ_RETURN_IF_ERROR(full_->Allocate());
-  if (closed_) return absl::OkStatus();  // Access overwrites every byte.
   // A new chunk starts as zeros so that padding and unused room are
-  // deterministic on every rank.
-  if (device_.is_host_accessible()) {
-    std::memset(full_->data(), 0, full_->nbytes());
-    return absl::OkStatus();
-  }
-  std::vector<char> zeros(full_->nbytes());
-  return CopyBytes(full_->data(), device_, zeros.data(), Device::Cpu(),
-                   zeros.size());
+  // deterministic on every rank; Access overwrites every byte.
+  if (!closed_) return MaterialiseZeros();
+  return full_->Allocate();
 }
 
 absl::StatusOr<Tensor> Chunk::Append(absl::string_view name,
@@ -213,6 +205,26 @@ absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccess() {
       comm::ConstBuffer{shard_->data(), static_cast<size_t>(shard_size_),
                         options_.dtype},
       full, opts);
+}
+
+absl::Status Chunk::MaterialiseZeros() {
+  if (full_->allocated()) return absl::OkStatus();
+  CZ_RETURN_IF_ERROR(full_->Allocate(), "materialising chunk ", name_);
+  if (device_.is_host_accessible()) {
+    std::memset(full_->data(), 0, full_->nbytes());
+    return absl::OkStatus();
+  }
+  std::vector<char> zeros(full_->nbytes());
+  return CopyBytes(full_->data(), device_, zeros.data(), Device::Cpu(),
+                   zeros.size());
+}
+
+void Chunk::DropPayload() {
+  full_->Free();
+  if (shard_ != nullptr) shard_->Free();
+  accessed_ = false;
+  modified_ = false;
+  SetAllStates(TensorState::kFree);
 }
 
 absl::Status Chunk::Access() {

@@ -147,6 +147,11 @@ class Chunk {
   // StartAccess, then wait.
   absl::Status Access();
 
+  // Allocates the full buffer filled with zeros, without any collective:
+  // for a rank that must join the reduction of grads it never computed
+  // (a parameter unused on this rank). No-op when materialised.
+  absl::Status MaterialiseZeros();
+
   // Drops the full buffer where this rank is not a holder (sharded: after
   // copying this rank's part back into the shard); those tensors become
   // FREE. Requires CanRelease(): FailedPrecondition naming the first tensor
@@ -174,6 +179,12 @@ class Chunk {
   // is materialised, so that Release keeps this rank's part (sharded).
   void MarkModified() { modified_ = true; }
   bool is_modified() const { return modified_; }
+
+  // Frees the full buffer and the shard now, whatever the states. For
+  // owners going away: views of the chunk may outlive it (a model keeps its
+  // parameters), but its memory must go back to the allocators while they
+  // still exist. The views then read as not materialised.
+  void DropPayload();
 
   // DESIGN.md §2 predicates.
   bool CanRelease() const;  // Every tensor HOLD.

@@ -66,7 +66,10 @@ ChunkManager::ChunkManager(comm::ProcessGroup* group,
 
 ChunkManager::~ChunkManager() {
   // Chunks hand their memory back to the caches, which then empty into the
-  // base allocators: destroy in that order.
+  // base allocators: in that order. Views of chunks (a model's parameters)
+  // may outlive the manager, so the payload is freed explicitly rather than
+  // when the last view goes.
+  for (Chunk* chunk : AllChunks()) chunk->DropPayload();
   groups_.clear();
   caches_.clear();
 }

@@ -32,6 +32,10 @@
 // materialised by Access; Access of a chunk in the set is skipped, and only
 // then (DESIGN.md §3).
 //
+// Lifetime: views of chunks (parameters' data and grads) may outlive the
+// manager; its destructor frees every payload, after which they read as not
+// materialised.
+//
 // Thread-safety: one manager per rank, used by that rank's thread. Every
 // rank must make the same sequence of collective-issuing calls (Access*,
 // Release*, Reduce*) on the same chunks.

@@ -387,6 +387,26 @@ TEST(ChunkManager, LazyReleaseKeepsWhatTheNextOpNeeds) {
       })));
 }
 
+TEST(ChunkManager, ViewsMayOutliveTheManager) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {
+        Tensor view;
+        MemoryTracker tracker;
+        {
+          ChunkManager m(&g, Opts(ChunkLayout::kSharded, 10), &tracker);
+          CZ_RETURN_IF_ERROR(
+              m.CreateGroup("p", DType::kF32, MemoryCategory::kParam));
+          CZ_ASSIGN_OR_RETURN(view, m.AppendTensor("p", "a", Values(0)));
+          CZ_RETURN_IF_ERROR(m.CloseGroup("p"));
+          CZ_RETURN_IF_ERROR(m.AccessTensor("p", "a"));
+          EXPECT_TRUE(view.is_materialized());
+        }
+        EXPECT_FALSE(view.is_materialized());
+        EXPECT_EQ(tracker.CurrentTotal(Device::Cpu()), 0);
+        return absl::OkStatus();
+      })));
+}
+
 // Random sequences of legal operations on random tensor sets keep the
 // invariants: tracked bytes equal the sum of payloads; a FREE tensor has no
 // payload here; a materialised chunk is identical on all ranks. Every rank

@@ -1,0 +1,415 @@
+#include "ddp/zero_ddp.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "comm/process_group.h"
+#include "tensor/cast_kernels.h"
+#include "tensor/elementwise_kernels.h"
+
+namespace chunkzero {
+namespace {
+
+constexpr char kParamGroup[] = "fp16_param";
+constexpr char kMasterGroup[] = "fp32_param";
+
+// `t` converted to `dtype` in new CPU storage.
+absl::StatusOr<Tensor> CastTo(const Tensor& t, DType dtype) {
+  CZ_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(t.shape(), dtype));
+  CZ_RETURN_IF_ERROR(
+      Cast(out.raw_data(), dtype, t.raw_data(), t.dtype(), t.numel()));
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ZeroDdp>> ZeroDdp::Create(
+    Module* model, ChunkManager* chunks, const ZeroDdpOptions& options) {
+  // The model is only listed here; it is driven through the hooks.
+  std::vector<Parameter*> params = model->Parameters();
+  if (params.empty()) {
+    return absl::InvalidArgumentError("ZeroDdp: the model has no parameters");
+  }
+  absl::flat_hash_set<std::string> names;
+  for (Parameter* p : params) {
+    if (!names.insert(p->name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ZeroDdp: two parameters are named '", p->name(), "'"));
+    }
+    if (!p->data().is_materialized() ||
+        !p->data().device().is_host_accessible()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ZeroDdp: parameter '", p->name(), "' must start in host memory, is ",
+          p->data().DebugString()));
+    }
+  }
+  comm::ProcessGroup& group = chunks->process_group();
+  if (!group.SupportsDType(options.compute_dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ZeroDdp: backend ", group.backend_name(),
+                     " cannot reduce ", DTypeName(options.compute_dtype)));
+  }
+  // Everyone starts from rank 0's values, rounded to the compute dtype.
+  for (Parameter* p : params) {
+    Tensor& data = p->mutable_data();
+    CZ_RETURN_IF_ERROR(
+        comm::Broadcast(group,
+                        comm::MutableBuffer{data.raw_data(),
+                                            static_cast<size_t>(data.numel()),
+                                            data.dtype()}),
+        "broadcasting parameter '", p->name(), "' from rank 0");
+    if (data.dtype() != options.compute_dtype) {
+      CZ_ASSIGN_OR_RETURN(Tensor rounded, CastTo(data, options.compute_dtype));
+      p->set_data(std::move(rounded));
+    }
+  }
+  return std::unique_ptr<ZeroDdp>(
+      new ZeroDdp(chunks, options, std::move(params)));
+}
+
+ZeroDdp::ZeroDdp(ChunkManager* chunks, const ZeroDdpOptions& options,
+                 std::vector<Parameter*> params)
+    : chunks_(chunks), options_(options) {
+  params_.resize(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    params_[i].param = params[i];
+    params_[i].declaration_index = static_cast<int>(i);
+    index_of_[params[i]] = static_cast<int>(i);
+  }
+}
+
+absl::StatusOr<ZeroDdp::ParamInfo*> ZeroDdp::Info(const Parameter& param) {
+  auto it = index_of_.find(&param);
+  if (it == index_of_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter '", param.name(), "' is not one of the model's"));
+  }
+  return &params_[it->second];
+}
+
+std::vector<std::string> ZeroDdp::registration_order() const {
+  std::vector<std::string> names;
+  for (int i : order_) names.push_back(params_[i].param->name());
+  return names;
+}
+
+absl::Status ZeroDdp::Register() {
+  comm::ProcessGroup& group = chunks_->process_group();
+  const int world = group.size();
+  const size_t n = params_.size();
+  // Every rank's first-use positions (-1: unused), exchanged as f32 (exact
+  // below 2^24).
+  std::vector<float> mine(n), all(n * world);
+  for (size_t i = 0; i < n; ++i) mine[i] = params_[i].first_use;
+  CZ_RETURN_IF_ERROR(comm::AllGather(group, comm::ConstBuffer::Of(mine),
+                                     comm::MutableBuffer::Of(all)),
+                     "agreeing on the first-use order");
+  // Rank 0's first-use order, then parameters used only elsewhere, in
+  // declaration order.
+  std::vector<std::pair<std::pair<int, float>, int>> keyed;
+  for (size_t i = 0; i < n; ++i) {
+    bool used_elsewhere = false;
+    for (int r = 1; r < world; ++r) used_elsewhere |= all[r * n + i] >= 0;
+    if (all[i] >= 0) {
+      keyed.push_back({{0, all[i]}, static_cast<int>(i)});
+    } else if (used_elsewhere) {
+      keyed.push_back({{1, static_cast<float>(i)}, static_cast<int>(i)});
+    } else {
+      unused_.push_back(params_[i].param->name());
+    }
+  }
+  std::sort(keyed.begin(), keyed.end());
+
+  // Masters exist in f32 mode too: grad reuse overwrites the compute copy,
+  // so the weights must live somewhere else until the optimizer writes them
+  // back.
+  const bool masters = true;
+  CZ_RETURN_IF_ERROR(chunks_->CreateGroup(kParamGroup, options_.compute_dtype,
+                                          MemoryCategory::kParam));
+  if (masters) {
+    CZ_RETURN_IF_ERROR(chunks_->CreatePairedGroup(
+        kMasterGroup, kParamGroup, DType::kF32, MemoryCategory::kMaster));
+  }
+  for (const auto& [key, i] : keyed) {
+    ParamInfo& info = params_[i];
+    Parameter& p = *info.param;
+    // The f32 values for the master, before data() becomes a chunk view.
+    Tensor master_values;
+    if (masters) {
+      CZ_ASSIGN_OR_RETURN(master_values, CastTo(p.data(), DType::kF32));
+    }
+    CZ_ASSIGN_OR_RETURN(Tensor view,
+                        chunks_->AppendTensor(kParamGroup, p.name(), p.data()));
+    p.set_data(std::move(view));
+    if (masters) {
+      CZ_RETURN_IF_ERROR(
+          chunks_->AppendTensor(kMasterGroup, p.name(), master_values)
+              .status());
+    }
+    CZ_ASSIGN_OR_RETURN(info.where, chunks_->Locate(kParamGroup, p.name()));
+    info.registered = true;
+    info.order = static_cast<int>(order_.size());
+    order_.push_back(i);
+  }
+  CZ_RETURN_IF_ERROR(chunks_->CloseGroup(kParamGroup));
+  if (masters) CZ_RETURN_IF_ERROR(chunks_->CloseGroup(kMasterGroup));
+  registered_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status ZeroDdp::Use(absl::Span<Parameter* const> params) {
+  for (Parameter* p : params) {
+    CZ_ASSIGN_OR_RETURN(ParamInfo * info, Info(*p));
+    if (!info->registered) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "parameter '", p->name(),
+          "' was used by no rank in the first step, so it is not in any "
+          "chunk; the model must use the same parameters every step"));
+    }
+    CZ_RETURN_IF_ERROR(chunks_->AccessChunk(info->where.chunk));
+    CZ_RETURN_IF_ERROR(info->where.chunk->SetTensorState(
+        info->where.index, TensorState::kCompute));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroDdp::ReleaseLazily(absl::Span<Parameter* const> params,
+                                    int direction) {
+  // The chunk of the parameter after the last one of this op, in the
+  // direction of travel, stays: the next op most likely needs it.
+  int edge = direction > 0 ? -1 : static_cast<int>(order_.size());
+  for (Parameter* p : params) {
+    CZ_ASSIGN_OR_RETURN(ParamInfo * info, Info(*p));
+    edge = direction > 0 ? std::max(edge, info->order)
+                         : std::min(edge, info->order);
+  }
+  std::vector<Chunk*> keep;
+  const int next = edge + direction;
+  if (next >= 0 && next < static_cast<int>(order_.size())) {
+    keep.push_back(params_[order_[next]].where.chunk);
+  }
+  return chunks_->ReleaseAccessedExcept(keep).status();
+}
+
+absl::Status ZeroDdp::PreForward(absl::Span<Parameter* const> params) {
+  CZ_RETURN_IF_ERROR(hook_order_.PreForward(params));
+  for (Parameter* p : params) {
+    CZ_ASSIGN_OR_RETURN(ParamInfo * info, Info(*p));
+    if (!in_backward_) ++info->forward_uses;
+    if (!registered_ && info->first_use < 0) info->first_use = uses_seen_++;
+  }
+  // Step 1's forward runs on the parameters as they are.
+  return registered_ ? Use(params) : absl::OkStatus();
+}
+
+absl::Status ZeroDdp::PostForward(absl::Span<Parameter* const> params) {
+  CZ_RETURN_IF_ERROR(hook_order_.PostForward(params));
+  if (!registered_) return absl::OkStatus();
+  for (Parameter* p : params) {
+    CZ_ASSIGN_OR_RETURN(ParamInfo * info, Info(*p));
+    CZ_RETURN_IF_ERROR(info->where.chunk->SetTensorState(info->where.index,
+                                                         TensorState::kHold));
+  }
+  return ReleaseLazily(params, +1);
+}
+
+absl::Status ZeroDdp::PreBackward(absl::Span<Parameter* const> params) {
+  CZ_RETURN_IF_ERROR(hook_order_.PreBackward(params));
+  if (!in_backward_) {
+    in_backward_ = true;
+    if (!registered_) CZ_RETURN_IF_ERROR(Register(), "registering chunks");
+    next_reduce_ = chunks_->num_chunks(kParamGroup) - 1;
+  }
+  return Use(params);
+}
+
+absl::Status ZeroDdp::PostBackward(absl::Span<Parameter* const> params) {
+  CZ_RETURN_IF_ERROR(hook_order_.PostBackward(params));
+  for (Parameter* p : params) {
+    CZ_ASSIGN_OR_RETURN(ParamInfo * info, Info(*p));
+    // A parameter whose grad is complete is READY_FOR_REDUCE (where ->
+    // HOLD_AFTER_BWD is the documented no-op) or already reduced with its
+    // chunk (HOLD or FREE): nothing to do. Otherwise it waits for more
+    // grads.
+    Chunk& chunk = *info->where.chunk;
+    if (chunk.tensor(info->where.index).state == TensorState::kCompute) {
+      CZ_RETURN_IF_ERROR(
+          chunk.SetTensorState(info->where.index, TensorState::kHoldAfterBwd));
+    }
+  }
+  CZ_RETURN_IF_ERROR(ReduceReady());
+  return ReleaseLazily(params, -1);
+}
+
+absl::Status ZeroDdp::HandGrad(Parameter& param, const Tensor& grad) {
+  CZ_ASSIGN_OR_RETURN(ParamInfo * info, Info(param));
+  if (grad.dtype() != DType::kF32 || grad.shape() != param.shape() ||
+      !grad.is_materialized()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grad of parameter '", param.name(), "' is ", grad.DebugString(),
+        ", expected f32", ShapeToString(param.shape())));
+  }
+  CZ_RETURN_IF_ERROR(hook_order_.Grad(param));
+  ++info->grads;
+  info->had_grad = true;
+  if (info->forward_uses > 1 && info->grads < info->forward_uses) {
+    // Not the last use: the weights are still needed; keep the sum in f32.
+    if (!info->pending.defined()) {
+      CZ_ASSIGN_OR_RETURN(info->pending, grad.Clone());
+    } else {
+      AxpyF32(info->pending.data<float>(), 1.0f, grad.data<float>(),
+              grad.numel());
+    }
+    return absl::OkStatus();
+  }
+  if (info->pending.defined()) {
+    AxpyF32(info->pending.data<float>(), 1.0f, grad.data<float>(),
+            grad.numel());
+    Tensor sum = std::move(info->pending);
+    info->pending = Tensor();
+    CZ_RETURN_IF_ERROR(WriteGrad(*info, sum));
+  } else {
+    CZ_RETURN_IF_ERROR(WriteGrad(*info, grad));
+  }
+  return ReduceReady();
+}
+
+absl::Status ZeroDdp::WriteGrad(ParamInfo& info, const Tensor& grad32) {
+  // Average over ranks: each rank contributes grad / world_size.
+  const float scale = 1.0f / chunks_->process_group().size();
+  CZ_ASSIGN_OR_RETURN(Tensor scaled, grad32.Clone());
+  ScaleF32(scaled.data<float>(), scale, scaled.numel());
+  CZ_ASSIGN_OR_RETURN(Tensor cast, CastTo(scaled, options_.compute_dtype));
+  Chunk& chunk = *info.where.chunk;
+  const TensorState state = chunk.tensor(info.where.index).state;
+  if (state == TensorState::kHold || state == TensorState::kFree) {
+    // Grad for a parameter outside its backward scope: make it legal.
+    CZ_RETURN_IF_ERROR(
+        chunk.SetTensorState(info.where.index, TensorState::kCompute));
+  }
+  CZ_RETURN_IF_ERROR(chunk.CopyTensorToChunkSlice(info.where.index, cast),
+                     "writing the grad of '", info.param->name(), "'");
+  return chunk.SetTensorState(info.where.index, TensorState::kReadyForReduce);
+}
+
+absl::Status ZeroDdp::ReduceChunk(int index) {
+  return chunks_->ReduceChunk(chunks_->chunk(kParamGroup, index));
+}
+
+absl::Status ZeroDdp::ReduceReady() {
+  while (next_reduce_ >= 0 &&
+         chunks_->chunk(kParamGroup, next_reduce_)->CanReduce()) {
+    CZ_RETURN_IF_ERROR(ReduceChunk(next_reduce_));
+    --next_reduce_;
+  }
+  return absl::OkStatus();
+}
+
+void ZeroDdp::RecordDeferredError(absl::Status status) {
+  deferred_.push_back(std::move(status));
+}
+
+absl::Status ZeroDdp::CheckUnusedAgreement() {
+  comm::ProcessGroup& group = chunks_->process_group();
+  const size_t n = order_.size();
+  std::vector<float> had(n), min_had(n), max_had(n);
+  for (size_t k = 0; k < n; ++k) had[k] = params_[order_[k]].had_grad ? 1 : 0;
+  min_had = had;
+  max_had = had;
+  comm::AllReduceOptions min_opts, max_opts;
+  max_opts.op = comm::ReduceOp::kMax;
+  // min(x) = -max(-x).
+  for (float& x : min_had) x = -x;
+  min_opts.op = comm::ReduceOp::kMax;
+  CZ_RETURN_IF_ERROR(
+      comm::AllReduce(group, comm::MutableBuffer::Of(max_had), max_opts));
+  CZ_RETURN_IF_ERROR(
+      comm::AllReduce(group, comm::MutableBuffer::Of(min_had), min_opts));
+  std::vector<std::string> partial;
+  for (size_t k = 0; k < n; ++k) {
+    const bool somewhere = max_had[k] > 0;
+    const bool everywhere = -min_had[k] > 0;
+    if (somewhere && !everywhere) {
+      partial.push_back(
+          absl::StrCat("'", params_[order_[k]].param->name(), "'"));
+    }
+  }
+  if (partial.empty() || options_.find_unused_parameters) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "parameters with grads on some ranks but not others in step ", steps_ + 1,
+      ": ", absl::StrJoin(partial, ", "),
+      "; set find_unused_parameters to reduce the missing grads as zeros"));
+}
+
+absl::Status ZeroDdp::RestoreParamsFromMasters() {
+  if (!registered_) return absl::OkStatus();
+  for (int i = 0; i < chunks_->num_chunks(kParamGroup); ++i) {
+    Chunk* param = chunks_->chunk(kParamGroup, i);
+    Chunk* master = chunks_->chunk(kMasterGroup, i);
+    if (param->layout() == ChunkLayout::kOwner && !param->is_holder()) continue;
+    // The payload each rank keeps at rest: the shard, or the whole chunk.
+    Tensor to = param->ShardStorageView();
+    Tensor from = master->ShardStorageView();
+    if (!to.is_materialized() || !from.is_materialized()) continue;
+    CZ_RETURN_IF_ERROR(Cast(to.raw_data(), to.dtype(), from.raw_data(),
+                            from.dtype(), to.numel()),
+                       "restoring chunk ", param->name(), " from its masters");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroDdp::FinishBackward() {
+  absl::Status status = absl::OkStatus();
+  if (!registered_) {
+    status = absl::FailedPreconditionError(
+        "FinishBackward before any backward hook: nothing to reduce");
+  }
+  // Reduce what is left, in the same global order on every rank; grads that
+  // never arrived here are zeros.
+  while (status.ok() && next_reduce_ >= 0) {
+    Chunk* chunk = chunks_->chunk(kParamGroup, next_reduce_);
+    status = chunk->MaterialiseZeros();
+    for (int i = 0; status.ok() && i < chunk->num_tensors(); ++i) {
+      const TensorState state = chunk->tensor(i).state;
+      if (state == TensorState::kReadyForReduce) continue;
+      if (state != TensorState::kCompute) {
+        status = chunk->SetTensorState(i, TensorState::kCompute);
+      }
+      if (!status.ok()) break;
+      CZ_ASSIGN_OR_RETURN(Tensor zeros, Tensor::Zeros(chunk->tensor(i).shape,
+                                                      options_.compute_dtype));
+      status = chunk->CopyTensorToChunkSlice(i, zeros);
+      if (status.ok()) {
+        status = chunk->SetTensorState(i, TensorState::kReadyForReduce);
+      }
+    }
+    if (status.ok()) status = ReduceChunk(next_reduce_);
+    --next_reduce_;
+  }
+  if (status.ok()) status = CheckUnusedAgreement();
+  absl::Status order = hook_order_.EndStep();
+  if (status.ok() && !deferred_.empty()) status = deferred_.front();
+  if (status.ok()) status = order;
+  // Grads are views of what this rank holds of the reduced chunks.
+  for (ParamInfo& info : params_) {
+    if (info.registered) {
+      info.param->set_grad(info.where.chunk->ShardView(info.where.index));
+    }
+    info.forward_uses = 0;
+    info.grads = 0;
+    info.had_grad = false;
+    info.pending = Tensor();
+  }
+  deferred_.clear();
+  in_backward_ = false;
+  ++steps_;
+  return status;
+}
+
+}  // namespace chunkzero

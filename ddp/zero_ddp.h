@@ -1,0 +1,156 @@
+// ZeroDdp: drives a model's parameters through chunks in forward and
+// backward (../shared/DESIGN.md §5).
+//
+//   ZeroDdpOptions options;                       // f16 chunks
+//   CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
+//                       ZeroDdp::Create(&model, &chunk_manager, options));
+//   for (int step = 0; step < steps; ++step) {
+//     CZ_RETURN_IF_ERROR(model.Forward(*ddp, batch));    // calls the hooks
+//     CZ_RETURN_IF_ERROR(model.Backward(*ddp));
+//     CZ_RETURN_IF_ERROR(ddp->FinishBackward());         // grads reduced
+//   }
+//
+// Construction broadcasts every parameter from rank 0, so all ranks start
+// equal, and rounds each to the compute dtype.
+//
+// Step 1 registers. Its forward runs on the parameters as they are
+// (replicated, in the compute dtype) while ZeroDdp records the order of
+// first use. At the first PreBackward the ranks agree on one order (rank
+// 0's first-use order, then parameters used only on other ranks in
+// declaration order) and every parameter used on any rank goes into the
+// compute-dtype chunks of group "fp16_param" in that order, with its fp32
+// master in the paired group "fp32_param" (in f32 mode too: grad reuse
+// overwrites the compute copy).
+// Parameters no rank used stay out of chunks and are reported by
+// unused_parameters(). From then on a parameter's data() is a view of its
+// chunk slice.
+//
+// Every later step follows DESIGN.md §5: PreForward/PreBackward access the
+// chunks (materialise) and mark the tensors COMPUTE; PostForward marks them
+// HOLD and releases accessed chunks except those the next op needs (in the
+// recorded order); a grad handed over is divided by the world size, cast to
+// the compute dtype and written into the parameter's own slice (grad
+// reuse: no second buffer), after which the tensor is READY_FOR_REDUCE; a
+// parameter used k times in forward is ready after its k-th grad (earlier
+// grads wait in an f32 buffer, since the weights are still needed).
+// Chunks are reduced in one global order, last chunk first, as soon as the
+// next one in that order is ready, so every rank issues the same
+// collectives in the same order whatever its backward does.
+//
+// FinishBackward reduces the chunks left: grads that never arrived on this
+// rank are zeros. Then the ranks compare which parameters had grads: one
+// that had grads on some ranks but not others fails the step on every rank,
+// naming it, unless find_unused_parameters is set (then its missing grads
+// are the zeros already reduced). Nothing waits on a rank that skipped a
+// parameter: it joins the same reductions in the same order. After it,
+// every parameter's grad() is a flat view of the part of its reduced
+// gradient this rank holds (empty where it holds none).
+//
+// Thread-safety: one ZeroDdp per rank, used by that rank's thread. The
+// model and the ChunkManager must outlive it.
+#ifndef CHUNKZERO_DDP_ZERO_DDP_H_
+#define CHUNKZERO_DDP_ZERO_DDP_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "chunk/chunk_manager.h"
+#include "ddp/hook_order.h"
+#include "ddp/param_hooks.h"
+#include "ddp/parameter.h"
+
+namespace chunkzero {
+
+struct ZeroDdpOptions {
+  // Dtype of the parameter chunks: kF16, kBF16, or kF32 (exact parity).
+  DType compute_dtype = DType::kF16;
+  // Reduce grads missing on some ranks as zeros instead of failing.
+  bool find_unused_parameters = false;
+};
+
+class ZeroDdp final : public ParamHooks {
+ public:
+  // Broadcasts the parameters from rank 0 (a collective: every rank calls
+  // Create). InvalidArgument for an empty model, duplicate names or a
+  // compute dtype the process group cannot reduce.
+  static absl::StatusOr<std::unique_ptr<ZeroDdp>> Create(
+      Module* model, ChunkManager* chunks, const ZeroDdpOptions& options);
+
+  absl::Status PreForward(absl::Span<Parameter* const> params) override;
+  absl::Status PostForward(absl::Span<Parameter* const> params) override;
+  absl::Status PreBackward(absl::Span<Parameter* const> params) override;
+  absl::Status PostBackward(absl::Span<Parameter* const> params) override;
+  absl::Status HandGrad(Parameter& param, const Tensor& grad) override;
+  void RecordDeferredError(absl::Status status) override;
+
+  // Ends the step's backward (see above). Collective.
+  absl::Status FinishBackward();
+
+  // Writes the fp32 masters this rank holds back into the compute-dtype
+  // chunks (cast), replacing the grads that grad reuse left there. The
+  // optimizer does this after its update; also used to skip a step.
+  absl::Status RestoreParamsFromMasters();
+
+  // True once step 1 has put the parameters into chunks.
+  bool registered() const { return registered_; }
+  // Parameters no rank used in step 1 (kept out of chunks), declaration
+  // order.
+  const std::vector<std::string>& unused_parameters() const { return unused_; }
+  // The chunk order: parameter names in the order they were registered.
+  std::vector<std::string> registration_order() const;
+  int steps_finished() const { return steps_; }
+
+ private:
+  struct ParamInfo {
+    Parameter* param = nullptr;
+    int declaration_index = 0;
+    int first_use = -1;  // Position of first use in step 1, this rank.
+    bool registered = false;
+    int order = -1;         // Position in the registration order.
+    TensorLocation where;   // In the compute-dtype group.
+    int forward_uses = 0;   // This step, before backward began.
+    int grads = 0;          // This step.
+    Tensor pending;         // f32 sum of early grads of a multi-use param.
+    bool had_grad = false;  // This step.
+  };
+
+  ZeroDdp(ChunkManager* chunks, const ZeroDdpOptions& options,
+          std::vector<Parameter*> params);
+
+  absl::StatusOr<ParamInfo*> Info(const Parameter& param);
+  absl::Status Register();
+  // Accesses the chunks of `params` and moves them to COMPUTE.
+  absl::Status Use(absl::Span<Parameter* const> params);
+  // Releases accessed chunks that can be released, except the chunk of
+  // the parameter that follows `params` in `direction` (+1 forward, -1
+  // backward) of the registration order.
+  absl::Status ReleaseLazily(absl::Span<Parameter* const> params,
+                             int direction);
+  absl::Status WriteGrad(ParamInfo& info, const Tensor& grad32);
+  // Reduces chunks from next_reduce_ down while they can reduce.
+  absl::Status ReduceReady();
+  absl::Status ReduceChunk(int index);
+  absl::Status CheckUnusedAgreement();
+
+  ChunkManager* const chunks_;
+  const ZeroDdpOptions options_;
+  std::vector<ParamInfo> params_;  // Declaration order.
+  absl::flat_hash_map<const Parameter*, int> index_of_;
+  std::vector<int> order_;  // Registration order: indices into params_.
+  HookOrder hook_order_;
+  std::vector<absl::Status> deferred_;
+  bool registered_ = false;
+  bool in_backward_ = false;
+  int uses_seen_ = 0;     // First-use counter of step 1.
+  int next_reduce_ = -1;  // Index of the next chunk to reduce.
+  int steps_ = 0;
+  std::vector<std::string> unused_;
+};
+
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_DDP_ZERO_DDP_H_

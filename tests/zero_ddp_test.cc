@@ -1,0 +1,402 @@
+// ZeroDdp against a single-process reference with plain f32 tensors.
+#include "ddp/zero_ddp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/mutex.h"
+#include "base/status_macros.h"
+#include "chunk/chunk_manager.h"
+#include "comm/recording_process_group.h"
+#include "comm/testing/spawn_ranks.h"
+#include "ddp/local_hooks.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/test_models.h"
+
+namespace chunkzero {
+namespace {
+
+using ::chunkzero::comm_testing::AllRanksOk;
+using ::chunkzero::comm_testing::SpawnRanks;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr int kRowsPerRank = 3;
+constexpr int kSteps = 2;
+constexpr uint32_t kModelSeed = 7;
+constexpr uint32_t kDataSeed = 11;
+
+struct RunResult {
+  std::vector<float> losses;                        // Per step.
+  std::map<std::string, std::vector<float>> grads;  // After the last step.
+};
+
+// The whole global batch in one pass (per-rank passes averaged for kBranch,
+// whose computation depends on the rank).
+RunResult Reference(TestModelKind kind, int world, DType dtype) {
+  std::unique_ptr<TestModel> model = MakeTestModel(kind, kModelSeed);
+  // ZeroDdp computes with the weights rounded to the compute dtype; so does
+  // the reference (in f32 arithmetic).
+  for (Parameter* p : model->Parameters()) {
+    std::vector<float> v = *p->data().ToFloats();
+    Tensor rounded = *Tensor::FromFloats(v, p->shape(), dtype);
+    p->set_data(*Tensor::FromFloats(*rounded.ToFloats(), p->shape()));
+  }
+  const Batch global = MakeBatch(*model, kRowsPerRank * world, kDataSeed);
+  RunResult run;
+  LocalHooks hooks;
+  const int passes = kind == TestModelKind::kBranch ? world : 1;
+  std::map<std::string, std::vector<float>> sum;
+  float loss = 0;
+  for (int r = 0; r < passes; ++r) {
+    const Batch batch = passes == 1 ? global
+                                    : SliceBatch(global, r * kRowsPerRank,
+                                                 (r + 1) * kRowsPerRank);
+    loss += *model->Forward(hooks, batch, r) / passes;
+    EXPECT_TRUE(model->Backward(hooks).ok());
+    EXPECT_TRUE(hooks.EndStep().ok());
+    for (Parameter* p : model->Parameters()) {
+      if (!p->grad().defined()) continue;
+      std::vector<float> g = *p->grad().ToFloats();
+      std::vector<float>& s = sum[p->name()];
+      s.resize(g.size(), 0.0f);
+      for (size_t i = 0; i < g.size(); ++i) s[i] += g[i] / passes;
+      p->set_grad(Tensor());
+    }
+  }
+  run.losses.assign(kSteps, loss);
+  run.grads = sum;
+  return run;
+}
+
+struct Config {
+  TestModelKind kind;
+  int world;
+  std::optional<int64_t> chunk_size;
+  ChunkLayout layout;
+  DType dtype;
+  bool find_unused = false;
+};
+
+std::string Describe(const Config& c) {
+  return absl::StrCat(TestModelName(c.kind), " world ", c.world, " chunk ",
+                      c.chunk_size.value_or(0), " ", ChunkLayoutName(c.layout),
+                      " ", DTypeName(c.dtype));
+}
+
+// Runs kSteps steps on every rank; statuses per rank, losses averaged over
+// ranks, full grads assembled from the parts each rank holds.
+std::vector<absl::Status> RunZero(const Config& c, RunResult* run,
+                                  std::vector<std::string>* unused = nullptr) {
+  Mutex mu;
+  std::vector<std::vector<float>> losses(c.world);
+  run->grads.clear();
+  std::vector<absl::Status> statuses =
+      SpawnRanks(c.world, [&](comm::ProcessGroup& g) -> absl::Status {
+        // Ranks start from different values; ZeroDdp broadcasts rank 0's.
+        std::unique_ptr<TestModel> model =
+            MakeTestModel(c.kind, kModelSeed + 100 * g.rank());
+        const Batch global =
+            MakeBatch(*model, kRowsPerRank * c.world, kDataSeed);
+        const Batch mine = SliceBatch(global, g.rank() * kRowsPerRank,
+                                      (g.rank() + 1) * kRowsPerRank);
+        ChunkManagerOptions options;
+        options.chunk_size = c.chunk_size;
+        options.layout = c.layout;
+        options.comm_timeout = absl::Seconds(5);
+        ChunkManager chunks(&g, options);
+        ZeroDdpOptions ddp_options;
+        ddp_options.compute_dtype = c.dtype;
+        ddp_options.find_unused_parameters = c.find_unused;
+        CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
+                            ZeroDdp::Create(model.get(), &chunks, ddp_options));
+        for (int step = 0; step < kSteps; ++step) {
+          CZ_ASSIGN_OR_RETURN(float loss, model->Forward(*ddp, mine, g.rank()));
+          losses[g.rank()].push_back(loss);
+          CZ_RETURN_IF_ERROR(model->Backward(*ddp));
+          CZ_RETURN_IF_ERROR(ddp->FinishBackward());
+          // No optimizer here: put the weights back for the next step.
+          if (step + 1 < kSteps) {
+            CZ_RETURN_IF_ERROR(ddp->RestoreParamsFromMasters());
+          }
+        }
+        if (unused != nullptr && g.rank() == 0)
+          *unused = ddp->unused_parameters();
+        MutexLock lock(&mu);
+        for (Parameter* p : model->Parameters()) {
+          if (!p->grad().defined()) continue;
+          CZ_ASSIGN_OR_RETURN(TensorLocation where,
+                              chunks.Locate("fp16_param", p->name()));
+          const ChunkTensor& t = where.chunk->tensor(where.index);
+          const int64_t first =
+              c.layout == ChunkLayout::kSharded
+                  ? std::max(t.offset, where.chunk->shard_begin()) - t.offset
+                  : 0;
+          std::vector<float> part = *p->grad().ToFloats();
+          std::vector<float>& full = run->grads[p->name()];
+          full.resize(p->numel(), NAN);
+          for (size_t k = 0; k < part.size(); ++k) {
+            float& slot = full[first + k];
+            EXPECT_TRUE(std::isnan(slot) || slot == part[k])
+                << p->name() << " element " << first + k
+                << " differs between ranks";
+            slot = part[k];
+          }
+        }
+        return absl::OkStatus();
+      });
+  run->losses.assign(kSteps, 0.0f);
+  for (int r = 0; r < c.world; ++r) {
+    for (size_t s = 0; s < losses[r].size() && s < kSteps; ++s) {
+      run->losses[s] += losses[r][s] / c.world;
+    }
+  }
+  return statuses;
+}
+
+// The tensor-wise relative error ||got - want|| / ||want|| must be <= tol,
+// and no element may be off by more than 2 * tol relative to
+// max(|want|, 0.1 * max|want|). (In f16 two roundings of a grad, before and
+// after the reduction, can put one element up to ~1.5e-3 off; the tensor
+// stays well within 1e-3.)
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
+                 double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0, diff2 = 0, want2 = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, std::fabs(double{want[i]}));
+    diff2 += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
+    want2 += double{want[i]} * want[i];
+  }
+  EXPECT_LE(std::sqrt(diff2), tol * std::sqrt(want2))
+      << what << ": relative error of the tensor "
+      << std::sqrt(diff2 / std::max(want2, 1e-300));
+  double worst = 0;
+  size_t worst_at = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err =
+        std::fabs(double{got[i]} - want[i]) /
+        std::max(std::fabs(double{want[i]}), 0.1 * scale + 1e-30);
+    if (!(err <= worst)) {
+      worst = err;
+      worst_at = i;
+    }
+  }
+  EXPECT_LE(worst, 2 * tol)
+      << what << ": largest relative difference " << worst << " at element "
+      << worst_at << " (got " << got[worst_at] << ", want " << want[worst_at]
+      << ")";
+}
+
+void CheckAgainstReference(const Config& c) {
+  SCOPED_TRACE(Describe(c));
+  const RunResult want = Reference(c.kind, c.world, c.dtype);
+  RunResult got;
+  std::vector<std::string> unused;
+  ASSERT_TRUE(AllRanksOk(RunZero(c, &got, &unused)));
+  const double tol = c.dtype == DType::kF32 ? 1e-6 : 1e-3;
+  ExpectClose(got.losses, want.losses, tol, "losses");
+  ASSERT_EQ(got.grads.size(), want.grads.size());
+  for (const auto& [name, g] : want.grads) {
+    ExpectClose(got.grads[name], g, tol, "grad of " + name);
+  }
+  if (c.kind == TestModelKind::kUnused) {
+    EXPECT_THAT(unused, ElementsAre("extra.weight"));
+  } else {
+    EXPECT_TRUE(unused.empty());
+  }
+}
+
+class ZeroDdpMatrix : public ::testing::TestWithParam<TestModelKind> {};
+
+TEST_P(ZeroDdpMatrix, MatchesSingleProcessReference) {
+  for (DType dtype : {DType::kF32, DType::kF16}) {
+    for (int world : {1, 2, 4}) {
+      // None, one that forces many chunks, one that holds everything.
+      for (std::optional<int64_t> size :
+           {std::optional<int64_t>(), std::optional<int64_t>(32),
+            std::optional<int64_t>(4096)}) {
+        for (ChunkLayout layout :
+             {ChunkLayout::kReplicated, ChunkLayout::kOwner,
+              ChunkLayout::kSharded}) {
+          CheckAgainstReference({GetParam(), world, size, layout, dtype});
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, ZeroDdpMatrix,
+    ::testing::Values(TestModelKind::kMlp, TestModelKind::kNested,
+                      TestModelKind::kTwice, TestModelKind::kTied,
+                      TestModelKind::kUnused),
+    [](const ::testing::TestParamInfo<TestModelKind>& info) {
+      return std::string(TestModelName(info.param));
+    });
+
+// A branch taken on odd ranks only: by default every rank fails the step,
+// naming the parameters; with find_unused_parameters their missing grads
+// are zeros and the result matches the reference. Replicated storage only:
+// with sharded or owner storage the branch's chunk access is itself a
+// collective that the other ranks never join (see the issue notes).
+TEST(ZeroDdp, BranchOnSomeRanksFailsEverywhereOrReducesZeros) {
+  for (int world : {2, 4}) {
+    Config c{TestModelKind::kBranch, world, 32, ChunkLayout::kReplicated,
+             DType::kF32};
+    SCOPED_TRACE(Describe(c));
+    RunResult got;
+    std::vector<absl::Status> statuses = RunZero(c, &got);
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(statuses[r].code(), absl::StatusCode::kFailedPrecondition)
+          << "rank " << r;
+      EXPECT_THAT(std::string(statuses[r].message()),
+                  HasSubstr("parameters with grads on some ranks but not "
+                            "others in step 1: 'branch.weight', "
+                            "'branch.bias'"));
+    }
+    c.find_unused = true;
+    CheckAgainstReference(c);
+  }
+}
+
+TEST(ZeroDdp, CreateRejectsBadModels) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(1, [](comm::ProcessGroup& g) -> absl::Status {
+        struct Dup : Module {
+          Parameter a{"w", *Tensor::Zeros({1}, DType::kF32)};
+          Parameter b{"w", *Tensor::Zeros({1}, DType::kF32)};
+          std::vector<Parameter*> Parameters() override { return {&a, &b}; }
+        } dup;
+        struct Empty : Module {
+          std::vector<Parameter*> Parameters() override { return {}; }
+        } empty;
+        ChunkManager chunks(&g, ChunkManagerOptions());
+        EXPECT_EQ(ZeroDdp::Create(&dup, &chunks, {}).status().message(),
+                  "ZeroDdp: two parameters are named 'w'");
+        EXPECT_EQ(ZeroDdp::Create(&empty, &chunks, {}).status().code(),
+                  absl::StatusCode::kInvalidArgument);
+        return absl::OkStatus();
+      })));
+}
+
+TEST(ZeroDdp, RegistersInFirstUseOrderAndGradsAreChunkViews) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {
+        // Twice's declaration order is fc then head; unused's puts extra.weight
+        // between fc1 and fc2 but never uses it.
+        std::unique_ptr<TestModel> model =
+            MakeTestModel(TestModelKind::kUnused, 1);
+        ChunkManagerOptions options;
+        options.chunk_size = 64;
+        ChunkManager chunks(&g, options);
+        CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
+                            ZeroDdp::Create(model.get(), &chunks, {}));
+        const Batch batch = MakeBatch(*model, 2, 3);
+        CZ_RETURN_IF_ERROR(model->Forward(*ddp, batch, g.rank()).status());
+        EXPECT_FALSE(ddp->registered());
+        CZ_RETURN_IF_ERROR(model->Backward(*ddp));
+        CZ_RETURN_IF_ERROR(ddp->FinishBackward());
+        EXPECT_THAT(
+            ddp->registration_order(),
+            ElementsAre("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"));
+        for (Parameter* p : model->Parameters()) {
+          if (p->name() == "extra.weight") {
+            EXPECT_FALSE(p->grad().defined());
+            continue;
+          }
+          TensorLocation where = *chunks.Locate("fp16_param", p->name());
+          // data() is a view of the f16 chunk; grad() of the shard it reduced
+          // into: the same storage as the chunk's shard (grad reuse).
+          EXPECT_EQ(p->data().storage(), where.chunk->FullView().storage());
+          EXPECT_EQ(p->data().dtype(), DType::kF16);
+          EXPECT_EQ(p->grad().storage(),
+                    where.chunk->ShardStorageView().storage());
+        }
+        // The fp32 masters are paired.
+        EXPECT_EQ(chunks.num_chunks("fp32_param"),
+                  chunks.num_chunks("fp16_param"));
+        return absl::OkStatus();
+      })));
+}
+
+// Steady-state traffic per step against DESIGN.md §7 for one chunk of
+// Psi = 128 f16 elements on 2 ranks: sharded = gather (forward) + gather
+// (backward) + reduce-scatter = 3 * 2 Psi (N-1)/N bus bytes; replicated =
+// one all-reduce = 2 * 2 Psi (N-1)/N. Plus the two 4-float all-reduces that
+// agree on which parameters had grads.
+TEST(ZeroDdp, CommVolumePerStepMatchesDesign) {
+  for (ChunkLayout layout : {ChunkLayout::kSharded, ChunkLayout::kReplicated}) {
+    SCOPED_TRACE(ChunkLayoutName(layout));
+    EXPECT_TRUE(
+        AllRanksOk(SpawnRanks(2, [&](comm::ProcessGroup& g) -> absl::Status {
+          comm::RecordingProcessGroup recorder(g);
+          std::unique_ptr<TestModel> model =
+              MakeTestModel(TestModelKind::kMlp, 1);
+          ChunkManagerOptions options;
+          options.chunk_size = 128;
+          options.layout = layout;
+          ChunkManager chunks(&recorder, options);
+          CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
+                              ZeroDdp::Create(model.get(), &chunks, {}));
+          const Batch batch = MakeBatch(*model, 2, 5);
+          for (int step = 0; step < 2; ++step) {
+            recorder.Reset();
+            CZ_RETURN_IF_ERROR(model->Forward(*ddp, batch, g.rank()).status());
+            CZ_RETURN_IF_ERROR(model->Backward(*ddp));
+            CZ_RETURN_IF_ERROR(ddp->FinishBackward());
+            CZ_RETURN_IF_ERROR(ddp->RestoreParamsFromMasters());
+          }
+          comm::RecordingSnapshot s = recorder.Snapshot();
+          const double psi_bytes = 128 * 2;
+          const comm::CollectiveStats gather =
+              s[comm::CollectiveKind::kAllGather];
+          const comm::CollectiveStats scatter =
+              s[comm::CollectiveKind::kReduceScatter];
+          const comm::CollectiveStats all_reduce =
+              s[comm::CollectiveKind::kAllReduce];
+          if (layout == ChunkLayout::kSharded) {
+            EXPECT_EQ(gather.calls, 2);
+            EXPECT_EQ(scatter.calls, 1);
+            EXPECT_EQ(gather.bus_bytes + scatter.bus_bytes, 3 * psi_bytes / 2);
+            EXPECT_EQ(all_reduce.calls, 2);
+            EXPECT_EQ(all_reduce.payload_bytes, 2u * 4 * 4);
+          } else {
+            EXPECT_EQ(gather.calls, 0);
+            EXPECT_EQ(scatter.calls, 0);
+            EXPECT_EQ(all_reduce.calls, 3);
+            // All-reduce bus factor 2(N-1)/N = 1 at N = 2.
+            EXPECT_EQ(all_reduce.bus_bytes, 2 * psi_bytes / 2 + 2 * 4 * 4);
+          }
+          return absl::OkStatus();
+        })));
+  }
+}
+
+TEST(ZeroDdp, HookMisuseFailsTheStep) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(1, [](comm::ProcessGroup& g) -> absl::Status {
+        std::unique_ptr<TestModel> model =
+            MakeTestModel(TestModelKind::kMlp, 1);
+        ChunkManager chunks(&g, ChunkManagerOptions());
+        CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
+                            ZeroDdp::Create(model.get(), &chunks, {}));
+        EXPECT_EQ(ddp->FinishBackward().code(),
+                  absl::StatusCode::kFailedPrecondition);
+        std::vector<Parameter*> p = model->Parameters();
+        EXPECT_EQ(
+            ddp->PostForward({p[0]}).message(),
+            "hook order: PostForward of parameter 'fc1.weight' while it is "
+            "not in use");
+        return absl::OkStatus();
+      })));
+}
+
+}  // namespace
+}  // namespace chunkzero
