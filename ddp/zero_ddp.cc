@@ -62,13 +62,18 @@ absl::StatusOr<std::unique_ptr<ZeroDdp>> ZeroDdp::Create(
                                             static_cast<size_t>(data.numel()),
                                             data.dtype()}),
         "broadcasting parameter '", p->name(), "' from rank 0");
-    if (data.dtype() != options.compute_dtype) {
-      CZ_ASSIGN_OR_RETURN(Tensor rounded, CastTo(data, options.compute_dtype));
-      p->set_data(std::move(rounded));
-    }
   }
-  return std::unique_ptr<ZeroDdp>(
-      new ZeroDdp(chunks, options, std::move(params)));
+  auto ddp =
+      std::unique_ptr<ZeroDdp>(new ZeroDdp(chunks, options, std::move(params)));
+  // Keep rank 0's f32 values for the masters; compute with rounded ones.
+  for (ParamInfo& info : ddp->params_) {
+    Parameter& p = *info.param;
+    CZ_ASSIGN_OR_RETURN(info.initial, CastTo(p.data(), DType::kF32));
+    CZ_ASSIGN_OR_RETURN(Tensor rounded,
+                        CastTo(p.data(), options.compute_dtype));
+    p.set_data(std::move(rounded));
+  }
+  return ddp;
 }
 
 ZeroDdp::ZeroDdp(ChunkManager* chunks, const ZeroDdpOptions& options,
@@ -137,19 +142,14 @@ absl::Status ZeroDdp::Register() {
   for (const auto& [key, i] : keyed) {
     ParamInfo& info = params_[i];
     Parameter& p = *info.param;
-    // The f32 values for the master, before data() becomes a chunk view.
-    Tensor master_values;
-    if (masters) {
-      CZ_ASSIGN_OR_RETURN(master_values, CastTo(p.data(), DType::kF32));
-    }
     CZ_ASSIGN_OR_RETURN(Tensor view,
                         chunks_->AppendTensor(kParamGroup, p.name(), p.data()));
     p.set_data(std::move(view));
     if (masters) {
       CZ_RETURN_IF_ERROR(
-          chunks_->AppendTensor(kMasterGroup, p.name(), master_values)
-              .status());
+          chunks_->AppendTensor(kMasterGroup, p.name(), info.initial).status());
     }
+    info.initial = Tensor();
     CZ_ASSIGN_OR_RETURN(info.where, chunks_->Locate(kParamGroup, p.name()));
     info.registered = true;
     info.order = static_cast<int>(order_.size());
@@ -157,6 +157,7 @@ absl::Status ZeroDdp::Register() {
   }
   CZ_RETURN_IF_ERROR(chunks_->CloseGroup(kParamGroup));
   if (masters) CZ_RETURN_IF_ERROR(chunks_->CloseGroup(kMasterGroup));
+  for (ParamInfo& info : params_) info.initial = Tensor();
   registered_ = true;
   return absl::OkStatus();
 }
@@ -345,6 +346,78 @@ absl::Status ZeroDdp::CheckUnusedAgreement() {
       "parameters with grads on some ranks but not others in step ", steps_ + 1,
       ": ", absl::StrJoin(partial, ", "),
       "; set find_unused_parameters to reduce the missing grads as zeros"));
+}
+
+absl::Status ZeroDdp::VisitFullParameters(
+    bool all_ranks,
+    const std::function<absl::Status(const std::string&, const Tensor&)>& fn) {
+  const bool visit = all_ranks || chunks_->process_group().rank() == 0;
+  if (!registered_) {
+    // Before registration every rank holds every value (rank 0's).
+    for (ParamInfo& info : params_) {
+      if (visit) CZ_RETURN_IF_ERROR(fn(info.param->name(), info.initial));
+    }
+    return absl::OkStatus();
+  }
+  for (int c = 0; c < chunks_->num_chunks(kMasterGroup); ++c) {
+    Chunk* chunk = chunks_->chunk(kMasterGroup, c);
+    CZ_RETURN_IF_ERROR(chunks_->AccessChunk(chunk));
+    for (int i = 0; visit && i < chunk->num_tensors(); ++i) {
+      CZ_ASSIGN_OR_RETURN(Tensor value, chunk->TensorView(i).Clone());
+      CZ_RETURN_IF_ERROR(fn(chunk->tensor(i).name, value));
+    }
+    CZ_RETURN_IF_ERROR(chunks_->ReleaseChunk(chunk));
+  }
+  for (ParamInfo& info : params_) {
+    if (info.registered || !visit) continue;
+    CZ_ASSIGN_OR_RETURN(Tensor value, CastTo(info.param->data(), DType::kF32));
+    CZ_RETURN_IF_ERROR(fn(info.param->name(), value));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, Tensor>> ZeroDdp::GatherStateDict(
+    bool all_ranks) {
+  std::map<std::string, Tensor> dict;
+  CZ_RETURN_IF_ERROR(VisitFullParameters(
+      all_ranks, [&](const std::string& name, const Tensor& value) {
+        dict[name] = value;
+        return absl::OkStatus();
+      }));
+  return dict;
+}
+
+absl::Status ZeroDdp::LoadStateDict(
+    const std::map<std::string, Tensor>& values) {
+  // Check everything before writing anything.
+  for (const ParamInfo& info : params_) {
+    auto it = values.find(info.param->name());
+    if (it == values.end()) {
+      return absl::NotFoundError(absl::StrCat("state dict has no parameter '",
+                                              info.param->name(), "'"));
+    }
+    if (it->second.shape() != info.param->shape()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("state dict value of '", info.param->name(), "' is ",
+                       it->second.DebugString(), ", the parameter is ",
+                       ShapeToString(info.param->shape())));
+    }
+  }
+  for (ParamInfo& info : params_) {
+    const Tensor& value = values.at(info.param->name());
+    CZ_ASSIGN_OR_RETURN(Tensor f32, CastTo(value, DType::kF32));
+    CZ_ASSIGN_OR_RETURN(Tensor compute, CastTo(value, options_.compute_dtype));
+    if (!info.registered) {
+      if (!registered_) info.initial = f32;
+      info.param->set_data(std::move(compute));
+      continue;
+    }
+    CZ_RETURN_IF_ERROR(
+        chunks_->CopyTensorToChunkSlice(kMasterGroup, info.param->name(), f32));
+    CZ_RETURN_IF_ERROR(chunks_->CopyTensorToChunkSlice(
+        kParamGroup, info.param->name(), compute));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ZeroDdp::RestoreParamsFromMasters() {

@@ -51,6 +51,8 @@
 #ifndef CHUNKZERO_DDP_ZERO_DDP_H_
 #define CHUNKZERO_DDP_ZERO_DDP_H_
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,6 +92,23 @@ class ZeroDdp final : public ParamHooks {
   // Ends the step's backward (see above). Collective.
   absl::Status FinishBackward();
 
+  // The full fp32 value of every parameter (masters; parameters kept out of
+  // chunks give their own data), one chunk at a time: `fn` sees each
+  // parameter once, in registration order (then the unused ones), on rank 0
+  // only unless `all_ranks`. Peak extra memory is one materialised master
+  // chunk plus what `fn` keeps. Collective.
+  absl::Status VisitFullParameters(
+      bool all_ranks,
+      const std::function<absl::Status(const std::string& name,
+                                       const Tensor& value)>& fn);
+  // VisitFullParameters collected into a map (on rank 0, or everywhere).
+  absl::StatusOr<std::map<std::string, Tensor>> GatherStateDict(bool all_ranks);
+  // Loads full values (any float dtype, the parameters' shapes) into the
+  // masters and the compute-dtype chunks (or, before registration, into the
+  // parameters). Every rank passes the same dict. NotFound naming a missing
+  // parameter, InvalidArgument for a wrong shape; nothing is written then.
+  absl::Status LoadStateDict(const std::map<std::string, Tensor>& values);
+
   // Writes the fp32 masters this rank holds back into the compute-dtype
   // chunks (cast), replacing the grads that grad reuse left there. The
   // optimizer does this after its update; also used to skip a step.
@@ -115,6 +134,7 @@ class ZeroDdp final : public ParamHooks {
     int forward_uses = 0;   // This step, before backward began.
     int grads = 0;          // This step.
     Tensor pending;         // f32 sum of early grads of a multi-use param.
+    Tensor initial;         // f32 values from rank 0, until registration.
     bool had_grad = false;  // This step.
   };
 

@@ -17,6 +17,7 @@
 #include "ddp/local_hooks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tensor/memory_tracker.h"
 #include "tests/test_models.h"
 
 namespace chunkzero {
@@ -376,6 +377,103 @@ TEST(ZeroDdp, CommVolumePerStepMatchesDesign) {
           }
           return absl::OkStatus();
         })));
+  }
+}
+
+// The consolidated state dict is rank 0's initial f32 values (masters), one
+// chunk at a time, before and after registration; loading writes masters
+// and compute chunks; a bad dict writes nothing.
+TEST(ZeroDdp, StateDictGathersAndLoads) {
+  for (ChunkLayout layout :
+       {ChunkLayout::kReplicated, ChunkLayout::kOwner, ChunkLayout::kSharded}) {
+    for (int world : {1, 2, 4}) {
+      SCOPED_TRACE(testing::Message() << layout << " world " << world);
+      std::unique_ptr<TestModel> rank0 =
+          MakeTestModel(TestModelKind::kUnused, kModelSeed);
+      std::map<std::string, std::vector<float>> initial;
+      for (Parameter* p : rank0->Parameters()) {
+        initial[p->name()] = *p->data().ToFloats();
+      }
+      EXPECT_TRUE(AllRanksOk(
+          SpawnRanks(world, [&](comm::ProcessGroup& g) -> absl::Status {
+            std::unique_ptr<TestModel> model = MakeTestModel(
+                TestModelKind::kUnused, kModelSeed + 100 * g.rank());
+            ChunkManagerOptions options;
+            options.chunk_size = 32;
+            options.layout = layout;
+            options.comm_timeout = absl::Seconds(5);
+            ChunkManager chunks(&g, options);
+            CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
+                                ZeroDdp::Create(model.get(), &chunks, {}));
+            auto expect_dict = [&](const std::map<std::string, Tensor>& dict,
+                                   float offset) {
+              EXPECT_EQ(dict.size(), initial.size());
+              for (const auto& [name, values] : initial) {
+                std::vector<float> want = values;
+                for (float& v : want) v += offset;
+                // The unused parameter is kept in the compute dtype (f16).
+                if (name == "extra.weight") {
+                  for (float& v : want)
+                    v = *Tensor::FromFloats({v}, {1}, DType::kF16)
+                             ->ToFloats()
+                             .value()
+                             .begin();
+                }
+                EXPECT_EQ(*dict.at(name).ToFloats(), want) << name;
+              }
+            };
+            CZ_ASSIGN_OR_RETURN(auto before, ddp->GatherStateDict(true));
+            for (const auto& [name, values] : initial) {
+              EXPECT_EQ(*before.at(name).ToFloats(), values) << name;
+            }
+            const Batch batch = MakeBatch(*model, 2, 3);
+            CZ_RETURN_IF_ERROR(model->Forward(*ddp, batch, g.rank()).status());
+            CZ_RETURN_IF_ERROR(model->Backward(*ddp));
+            CZ_RETURN_IF_ERROR(ddp->FinishBackward());
+            CZ_ASSIGN_OR_RETURN(auto after, ddp->GatherStateDict(false));
+            if (g.rank() == 0) {
+              expect_dict(after, 0);
+            } else {
+              EXPECT_TRUE(after.empty());
+            }
+            // Load values + 1 everywhere.
+            std::map<std::string, Tensor> next;
+            for (const auto& [name, values] : initial) {
+              std::vector<float> v = values;
+              for (float& x : v) x += 1;
+              next[name] =
+                  *Tensor::FromFloats(v, {static_cast<int64_t>(v.size())});
+            }
+            // Shapes are checked against the parameters: give 2-D ones theirs.
+            for (Parameter* p : model->Parameters()) {
+              next[p->name()] = *next[p->name()].Reshape(p->shape());
+            }
+            std::map<std::string, Tensor> missing = next;
+            missing.erase("fc2.bias");
+            EXPECT_EQ(ddp->LoadStateDict(missing).message(),
+                      "state dict has no parameter 'fc2.bias'");
+            std::map<std::string, Tensor> misshapen = next;
+            misshapen["fc1.weight"] = *Tensor::Zeros({32}, DType::kF32);
+            EXPECT_EQ(ddp->LoadStateDict(misshapen).code(),
+                      absl::StatusCode::kInvalidArgument);
+            CZ_ASSIGN_OR_RETURN(auto unchanged, ddp->GatherStateDict(true));
+            expect_dict(unchanged, 0);
+            CZ_RETURN_IF_ERROR(ddp->LoadStateDict(next));
+            CZ_ASSIGN_OR_RETURN(auto loaded, ddp->GatherStateDict(true));
+            expect_dict(loaded, 1);
+            // The compute chunks hold the same values, rounded to f16.
+            for (Parameter* p : model->Parameters()) {
+              if (p->name() == "extra.weight") continue;
+              CZ_RETURN_IF_ERROR(chunks.AccessTensor("fp16_param", p->name()));
+              std::vector<float> want =
+                  *Tensor::FromFloats(*next[p->name()].ToFloats(), p->shape(),
+                                      DType::kF16)
+                       ->ToFloats();
+              EXPECT_EQ(*p->data().ToFloats(), want) << p->name();
+            }
+            return absl::OkStatus();
+          })));
+    }
   }
 }
 
