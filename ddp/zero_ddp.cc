@@ -171,28 +171,91 @@ absl::Status ZeroDdp::Use(absl::Span<Parameter* const> params) {
           "' was used by no rank in the first step, so it is not in any "
           "chunk; the model must use the same parameters every step"));
     }
-    CZ_RETURN_IF_ERROR(chunks_->AccessChunk(info->where.chunk));
-    CZ_RETURN_IF_ERROR(info->where.chunk->SetTensorState(
-        info->where.index, TensorState::kCompute));
+    Chunk* chunk = info->where.chunk;
+    if (auto it = prefetching_.find(chunk); it != prefetching_.end()) {
+      // Prefetched: a hit if the gather is already done.
+      if (it->second->IsCompleted()) ++counters_.prefetch_hits;
+      absl::Status done = it->second->Wait();
+      prefetching_.erase(it);
+      CZ_RETURN_IF_ERROR(done, "prefetching chunk ", chunk->name());
+    } else if (!chunk->is_accessed()) {
+      ++counters_.chunk_accesses;
+      CZ_RETURN_IF_ERROR(chunks_->AccessChunk(chunk));
+    }
+    CZ_RETURN_IF_ERROR(
+        chunk->SetTensorState(info->where.index, TensorState::kCompute));
   }
   return absl::OkStatus();
 }
 
+std::vector<Chunk*> ZeroDdp::ChunksAhead(absl::Span<Parameter* const> params,
+                                         int direction, int count) {
+  std::vector<Chunk*> ahead;
+  if (count <= 0 || order_.empty()) return ahead;
+  int edge = direction > 0 ? -1 : static_cast<int>(order_.size());
+  for (Parameter* p : params) {
+    const ParamInfo& info = params_[index_of_.at(p)];
+    edge =
+        direction > 0 ? std::max(edge, info.order) : std::min(edge, info.order);
+  }
+  const Chunk* current = edge >= 0 && edge < static_cast<int>(order_.size())
+                             ? params_[order_[edge]].where.chunk
+                             : nullptr;
+  for (int k = edge + direction;
+       k >= 0 && k < static_cast<int>(order_.size()) &&
+       static_cast<int>(ahead.size()) < count;
+       k += direction) {
+    Chunk* chunk = params_[order_[k]].where.chunk;
+    if (chunk != current &&
+        std::find(ahead.begin(), ahead.end(), chunk) == ahead.end()) {
+      ahead.push_back(chunk);
+    }
+  }
+  return ahead;
+}
+
+absl::Status ZeroDdp::Prefetch(absl::Span<Parameter* const> params,
+                               int direction) {
+  for (Chunk* chunk : ChunksAhead(params, direction, options_.max_prefetch)) {
+    if (chunk->is_accessed()) continue;
+    // In backward, a chunk already reduced this step needs no gather.
+    if (direction < 0 && ChunkIndex(chunk) > next_reduce_) {
+      continue;
+    }
+    CZ_ASSIGN_OR_RETURN(std::unique_ptr<comm::Work> work,
+                        chunks_->StartAccessChunk(chunk));
+    ++counters_.chunk_accesses;
+    ++counters_.prefetches;
+    prefetching_[chunk] = std::move(work);
+  }
+  return absl::OkStatus();
+}
+
+int ZeroDdp::ChunkIndex(const Chunk* chunk) const {
+  for (int i = 0; i < chunks_->num_chunks(kParamGroup); ++i) {
+    if (chunks_->chunk(kParamGroup, i) == chunk) return i;
+  }
+  return -1;
+}
+
 absl::Status ZeroDdp::ReleaseLazily(absl::Span<Parameter* const> params,
                                     int direction) {
-  // The chunk of the parameter after the last one of this op, in the
-  // direction of travel, stays: the next op most likely needs it.
+  // Keep the chunk of the parameter that follows this op in the direction
+  // of travel (often this op's own chunk: the next layer most likely needs
+  // it), the chunks in the prefetch window and any still being gathered.
   int edge = direction > 0 ? -1 : static_cast<int>(order_.size());
   for (Parameter* p : params) {
     CZ_ASSIGN_OR_RETURN(ParamInfo * info, Info(*p));
     edge = direction > 0 ? std::max(edge, info->order)
                          : std::min(edge, info->order);
   }
-  std::vector<Chunk*> keep;
+  std::vector<Chunk*> keep =
+      ChunksAhead(params, direction, options_.max_prefetch);
   const int next = edge + direction;
   if (next >= 0 && next < static_cast<int>(order_.size())) {
     keep.push_back(params_[order_[next]].where.chunk);
   }
+  for (const auto& [chunk, work] : prefetching_) keep.push_back(chunk);
   return chunks_->ReleaseAccessedExcept(keep).status();
 }
 
@@ -204,7 +267,9 @@ absl::Status ZeroDdp::PreForward(absl::Span<Parameter* const> params) {
     if (!registered_ && info->first_use < 0) info->first_use = uses_seen_++;
   }
   // Step 1's forward runs on the parameters as they are.
-  return registered_ ? Use(params) : absl::OkStatus();
+  if (!registered_) return absl::OkStatus();
+  CZ_RETURN_IF_ERROR(Use(params));
+  return Prefetch(params, +1);
 }
 
 absl::Status ZeroDdp::PostForward(absl::Span<Parameter* const> params) {
@@ -225,7 +290,8 @@ absl::Status ZeroDdp::PreBackward(absl::Span<Parameter* const> params) {
     if (!registered_) CZ_RETURN_IF_ERROR(Register(), "registering chunks");
     next_reduce_ = chunks_->num_chunks(kParamGroup) - 1;
   }
-  return Use(params);
+  CZ_RETURN_IF_ERROR(Use(params));
+  return Prefetch(params, -1);
 }
 
 absl::Status ZeroDdp::PostBackward(absl::Span<Parameter* const> params) {
@@ -465,6 +531,13 @@ absl::Status ZeroDdp::FinishBackward() {
     if (status.ok()) status = ReduceChunk(next_reduce_);
     --next_reduce_;
   }
+  // Prefetches nobody used (a model that skipped layers): finish them so
+  // that no collective is left in flight.
+  for (auto& [chunk, work] : prefetching_) {
+    absl::Status done = work->Wait();
+    if (status.ok() && !done.ok()) status = done;
+  }
+  prefetching_.clear();
   if (status.ok()) status = CheckUnusedAgreement();
   absl::Status order = hook_order_.EndStep();
   if (status.ok() && !deferred_.empty()) status = deferred_.front();
@@ -482,6 +555,8 @@ absl::Status ZeroDdp::FinishBackward() {
   deferred_.clear();
   in_backward_ = false;
   ++steps_;
+  last_counters_ = counters_;
+  counters_ = StepCounters();
   return status;
 }
 

@@ -61,6 +61,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "chunk/chunk_manager.h"
+#include "comm/work.h"
 #include "ddp/hook_order.h"
 #include "ddp/param_hooks.h"
 #include "ddp/parameter.h"
@@ -72,6 +73,17 @@ struct ZeroDdpOptions {
   DType compute_dtype = DType::kF16;
   // Reduce grads missing on some ranks as zeros instead of failing.
   bool find_unused_parameters = false;
+  // Chunks to gather ahead, asynchronously, in the recorded order while
+  // the current op computes (0: none). Bounds the chunks in flight, and so
+  // the memory, to max_prefetch + the chunks in use.
+  int max_prefetch = 1;
+};
+
+// What one step did, for reports.
+struct StepCounters {
+  int chunk_accesses = 0;  // Chunks materialised (prefetched ones too).
+  int prefetches = 0;      // Of those, started ahead of use.
+  int prefetch_hits = 0;   // Prefetches complete when their op came.
 };
 
 class ZeroDdp final : public ParamHooks {
@@ -122,6 +134,8 @@ class ZeroDdp final : public ParamHooks {
   // The chunk order: parameter names in the order they were registered.
   std::vector<std::string> registration_order() const;
   int steps_finished() const { return steps_; }
+  // The counters of the last finished step.
+  const StepCounters& last_step_counters() const { return last_counters_; }
 
  private:
   struct ParamInfo {
@@ -150,6 +164,12 @@ class ZeroDdp final : public ParamHooks {
   // backward) of the registration order.
   absl::Status ReleaseLazily(absl::Span<Parameter* const> params,
                              int direction);
+  // Up to `count` distinct chunks after `params` in the registration order
+  // (direction +1 forward, -1 backward), excluding the current one.
+  std::vector<Chunk*> ChunksAhead(absl::Span<Parameter* const> params,
+                                  int direction, int count);
+  absl::Status Prefetch(absl::Span<Parameter* const> params, int direction);
+  int ChunkIndex(const Chunk* chunk) const;
   absl::Status WriteGrad(ParamInfo& info, const Tensor& grad32);
   // Reduces chunks from next_reduce_ down while they can reduce.
   absl::Status ReduceReady();
@@ -169,6 +189,10 @@ class ZeroDdp final : public ParamHooks {
   int next_reduce_ = -1;  // Index of the next chunk to reduce.
   int steps_ = 0;
   std::vector<std::string> unused_;
+  // Chunks whose access was started ahead of use, and its handle.
+  std::map<Chunk*, std::unique_ptr<comm::Work>> prefetching_;
+  StepCounters counters_;
+  StepCounters last_counters_;
 };
 
 }  // namespace chunkzero

@@ -477,6 +477,59 @@ TEST(ZeroDdp, StateDictGathersAndLoads) {
   }
 }
 
+// Prefetching changes when chunks are gathered, never what is computed or
+// how much is sent: grads are bit-identical for max_prefetch 0, 1 and 3,
+// every step gathers each of the 3 chunks once in forward and once in
+// backward, and prefetches are counted.
+TEST(ZeroDdp, PrefetchKeepsResultsAndTraffic) {
+  std::map<int, std::map<std::string, std::vector<float>>> grads;
+  for (int prefetch : {0, 1, 3}) {
+    SCOPED_TRACE(testing::Message() << "max_prefetch " << prefetch);
+    Mutex mu;
+    EXPECT_TRUE(
+        AllRanksOk(SpawnRanks(2, [&](comm::ProcessGroup& g) -> absl::Status {
+          comm::RecordingProcessGroup recorder(g);
+          std::unique_ptr<TestModel> model =
+              MakeTestModel(TestModelKind::kMlp, 1);
+          ChunkManagerOptions options;
+          options.chunk_size = 32;  // [fc1.w] [fc1.b fc2.w] [fc2.b]
+          ChunkManager chunks(&recorder, options);
+          ZeroDdpOptions ddp_options;
+          ddp_options.max_prefetch = prefetch;
+          CZ_ASSIGN_OR_RETURN(
+              std::unique_ptr<ZeroDdp> ddp,
+              ZeroDdp::Create(model.get(), &chunks, ddp_options));
+          const Batch batch = MakeBatch(*model, 2, 5 + g.rank());
+          for (int step = 0; step < 3; ++step) {
+            recorder.Reset();
+            CZ_RETURN_IF_ERROR(model->Forward(*ddp, batch, g.rank()).status());
+            CZ_RETURN_IF_ERROR(model->Backward(*ddp));
+            CZ_RETURN_IF_ERROR(ddp->FinishBackward());
+            if (step < 2) CZ_RETURN_IF_ERROR(ddp->RestoreParamsFromMasters());
+          }
+          EXPECT_EQ(chunks.num_chunks("fp16_param"), 3);
+          const StepCounters& c = ddp->last_step_counters();
+          EXPECT_EQ(c.chunk_accesses, 6);
+          EXPECT_EQ(c.prefetches > 0, prefetch > 0);
+          EXPECT_LE(c.prefetch_hits, c.prefetches);
+          EXPECT_EQ(recorder.Snapshot()[comm::CollectiveKind::kAllGather].calls,
+                    6);
+          EXPECT_EQ(
+              recorder.Snapshot()[comm::CollectiveKind::kReduceScatter].calls,
+              3);
+          MutexLock lock(&mu);
+          for (Parameter* p : model->Parameters()) {
+            std::vector<float>& slot =
+                grads[prefetch][absl::StrCat(p->name(), "@", g.rank())];
+            slot = *p->grad().ToFloats();
+          }
+          return absl::OkStatus();
+        })));
+  }
+  EXPECT_EQ(grads[1], grads[0]);
+  EXPECT_EQ(grads[3], grads[0]);
+}
+
 TEST(ZeroDdp, HookMisuseFailsTheStep) {
   EXPECT_TRUE(
       AllRanksOk(SpawnRanks(1, [](comm::ProcessGroup& g) -> absl::Status {
