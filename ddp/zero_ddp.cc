@@ -118,7 +118,12 @@ absl::Status ZeroDdp::Register() {
   std::vector<std::pair<std::pair<int, float>, int>> keyed;
   for (size_t i = 0; i < n; ++i) {
     bool used_elsewhere = false;
-    for (int r = 1; r < world; ++r) used_elsewhere |= all[r * n + i] >= 0;
+    int users = all[i] >= 0 ? 1 : 0;
+    for (int r = 1; r < world; ++r) {
+      used_elsewhere |= all[r * n + i] >= 0;
+      users += all[r * n + i] >= 0 ? 1 : 0;
+    }
+    params_[i].conditional = users > 0 && users < world;
     if (all[i] >= 0) {
       keyed.push_back({{0, all[i]}, static_cast<int>(i)});
     } else if (used_elsewhere) {
@@ -157,7 +162,16 @@ absl::Status ZeroDdp::Register() {
   }
   CZ_RETURN_IF_ERROR(chunks_->CloseGroup(kParamGroup));
   if (masters) CZ_RETURN_IF_ERROR(chunks_->CloseGroup(kMasterGroup));
-  for (ParamInfo& info : params_) info.initial = Tensor();
+  for (ParamInfo& info : params_) {
+    info.initial = Tensor();
+    if (info.registered && info.conditional &&
+        std::find(pinned_.begin(), pinned_.end(), info.where.chunk) ==
+            pinned_.end()) {
+      pinned_.push_back(info.where.chunk);
+    }
+  }
+  std::sort(pinned_.begin(), pinned_.end(),
+            [&](Chunk* a, Chunk* b) { return ChunkIndex(a) < ChunkIndex(b); });
   registered_ = true;
   return absl::OkStatus();
 }
@@ -214,12 +228,22 @@ std::vector<Chunk*> ZeroDdp::ChunksAhead(absl::Span<Parameter* const> params,
   return ahead;
 }
 
+bool ZeroDdp::AnyConditional(absl::Span<Parameter* const> params) const {
+  for (Parameter* p : params) {
+    if (params_[index_of_.at(p)].conditional) return true;
+  }
+  return false;
+}
+
 absl::Status ZeroDdp::Prefetch(absl::Span<Parameter* const> params,
                                int direction) {
+  // An op that only some ranks run must not start collectives (prefetch)
+  // or change what is materialised (release): the others would diverge.
+  if (AnyConditional(params)) return absl::OkStatus();
   for (Chunk* chunk : ChunksAhead(params, direction, options_.max_prefetch)) {
     if (chunk->is_accessed()) continue;
     // In backward, a chunk already reduced this step needs no gather.
-    if (direction < 0 && ChunkIndex(chunk) > next_reduce_) {
+    if (direction < 0 && reduced_[ChunkIndex(chunk)]) {
       continue;
     }
     CZ_ASSIGN_OR_RETURN(std::unique_ptr<comm::Work> work,
@@ -227,6 +251,16 @@ absl::Status ZeroDdp::Prefetch(absl::Span<Parameter* const> params,
     ++counters_.chunk_accesses;
     ++counters_.prefetches;
     prefetching_[chunk] = std::move(work);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroDdp::AccessPinned() {
+  for (Chunk* chunk : pinned_) {
+    if (chunk->is_accessed()) continue;
+    ++counters_.chunk_accesses;
+    CZ_RETURN_IF_ERROR(chunks_->AccessChunk(chunk),
+                       "accessing a chunk of conditionally used parameters");
   }
   return absl::OkStatus();
 }
@@ -240,6 +274,7 @@ int ZeroDdp::ChunkIndex(const Chunk* chunk) const {
 
 absl::Status ZeroDdp::ReleaseLazily(absl::Span<Parameter* const> params,
                                     int direction) {
+  if (AnyConditional(params)) return absl::OkStatus();  // See Prefetch.
   // Keep the chunk of the parameter that follows this op in the direction
   // of travel (often this op's own chunk: the next layer most likely needs
   // it), the chunks in the prefetch window and any still being gathered.
@@ -256,6 +291,7 @@ absl::Status ZeroDdp::ReleaseLazily(absl::Span<Parameter* const> params,
     keep.push_back(params_[order_[next]].where.chunk);
   }
   for (const auto& [chunk, work] : prefetching_) keep.push_back(chunk);
+  keep.insert(keep.end(), pinned_.begin(), pinned_.end());
   return chunks_->ReleaseAccessedExcept(keep).status();
 }
 
@@ -268,6 +304,10 @@ absl::Status ZeroDdp::PreForward(absl::Span<Parameter* const> params) {
   }
   // Step 1's forward runs on the parameters as they are.
   if (!registered_) return absl::OkStatus();
+  if (!step_started_) {
+    step_started_ = true;
+    CZ_RETURN_IF_ERROR(AccessPinned());
+  }
   CZ_RETURN_IF_ERROR(Use(params));
   return Prefetch(params, +1);
 }
@@ -287,8 +327,24 @@ absl::Status ZeroDdp::PreBackward(absl::Span<Parameter* const> params) {
   CZ_RETURN_IF_ERROR(hook_order_.PreBackward(params));
   if (!in_backward_) {
     in_backward_ = true;
-    if (!registered_) CZ_RETURN_IF_ERROR(Register(), "registering chunks");
-    next_reduce_ = chunks_->num_chunks(kParamGroup) - 1;
+    if (!registered_) {
+      CZ_RETURN_IF_ERROR(Register(), "registering chunks");
+      CZ_RETURN_IF_ERROR(AccessPinned());
+    }
+    // Reduction order: unpinned chunks last first (eagerly, as they become
+    // ready), then pinned chunks (in FinishBackward: their readiness
+    // depends on the rank).
+    reduce_order_.clear();
+    const int num = chunks_->num_chunks(kParamGroup);
+    for (int i = num - 1; i >= 0; --i) {
+      if (!IsPinned(i)) reduce_order_.push_back(i);
+    }
+    eager_reductions_ = static_cast<int>(reduce_order_.size());
+    for (int i = 0; i < num; ++i) {
+      if (IsPinned(i)) reduce_order_.push_back(i);
+    }
+    reduce_pos_ = 0;
+    reduced_.assign(num, false);
   }
   CZ_RETURN_IF_ERROR(Use(params));
   return Prefetch(params, -1);
@@ -364,14 +420,20 @@ absl::Status ZeroDdp::WriteGrad(ParamInfo& info, const Tensor& grad32) {
 }
 
 absl::Status ZeroDdp::ReduceChunk(int index) {
+  reduced_[index] = true;
   return chunks_->ReduceChunk(chunks_->chunk(kParamGroup, index));
 }
 
+bool ZeroDdp::IsPinned(int index) const {
+  return std::find(pinned_.begin(), pinned_.end(),
+                   chunks_->chunk(kParamGroup, index)) != pinned_.end();
+}
+
 absl::Status ZeroDdp::ReduceReady() {
-  while (next_reduce_ >= 0 &&
-         chunks_->chunk(kParamGroup, next_reduce_)->CanReduce()) {
-    CZ_RETURN_IF_ERROR(ReduceChunk(next_reduce_));
-    --next_reduce_;
+  while (reduce_pos_ < eager_reductions_ &&
+         chunks_->chunk(kParamGroup, reduce_order_[reduce_pos_])->CanReduce()) {
+    CZ_RETURN_IF_ERROR(ReduceChunk(reduce_order_[reduce_pos_]));
+    ++reduce_pos_;
   }
   return absl::OkStatus();
 }
@@ -511,8 +573,9 @@ absl::Status ZeroDdp::FinishBackward() {
   }
   // Reduce what is left, in the same global order on every rank; grads that
   // never arrived here are zeros.
-  while (status.ok() && next_reduce_ >= 0) {
-    Chunk* chunk = chunks_->chunk(kParamGroup, next_reduce_);
+  for (; status.ok() && reduce_pos_ < static_cast<int>(reduce_order_.size());
+       ++reduce_pos_) {
+    Chunk* chunk = chunks_->chunk(kParamGroup, reduce_order_[reduce_pos_]);
     status = chunk->MaterialiseZeros();
     for (int i = 0; status.ok() && i < chunk->num_tensors(); ++i) {
       const TensorState state = chunk->tensor(i).state;
@@ -528,8 +591,7 @@ absl::Status ZeroDdp::FinishBackward() {
         status = chunk->SetTensorState(i, TensorState::kReadyForReduce);
       }
     }
-    if (status.ok()) status = ReduceChunk(next_reduce_);
-    --next_reduce_;
+    if (status.ok()) status = ReduceChunk(reduce_order_[reduce_pos_]);
   }
   // Prefetches nobody used (a model that skipped layers): finish them so
   // that no collective is left in flight.
@@ -554,6 +616,7 @@ absl::Status ZeroDdp::FinishBackward() {
   }
   deferred_.clear();
   in_backward_ = false;
+  step_started_ = false;
   ++steps_;
   last_counters_ = counters_;
   counters_ = StepCounters();

@@ -35,7 +35,15 @@
 // grads wait in an f32 buffer, since the weights are still needed).
 // Chunks are reduced in one global order, last chunk first, as soon as the
 // next one in that order is ready, so every rank issues the same
-// collectives in the same order whatever its backward does.
+// collectives in the same order; pinned chunks (below) are reduced last, in
+// FinishBackward.
+//
+// Parameters that step 1 used on some ranks but not all (a rank-dependent
+// branch) live in pinned chunks: every rank gathers those at the step's
+// first forward hook and keeps them until they are reduced, so using them
+// on some ranks issues no collective the others miss. A branch that step 1
+// took on every rank but a later step does not is not covered (its gather
+// would be a collective the other ranks never join).
 //
 // FinishBackward reduces the chunks left: grads that never arrived on this
 // rank are zeros. Then the ranks compare which parameters had grads: one
@@ -143,13 +151,14 @@ class ZeroDdp final : public ParamHooks {
     int declaration_index = 0;
     int first_use = -1;  // Position of first use in step 1, this rank.
     bool registered = false;
-    int order = -1;         // Position in the registration order.
-    TensorLocation where;   // In the compute-dtype group.
-    int forward_uses = 0;   // This step, before backward began.
-    int grads = 0;          // This step.
-    Tensor pending;         // f32 sum of early grads of a multi-use param.
-    Tensor initial;         // f32 values from rank 0, until registration.
-    bool had_grad = false;  // This step.
+    int order = -1;            // Position in the registration order.
+    TensorLocation where;      // In the compute-dtype group.
+    int forward_uses = 0;      // This step, before backward began.
+    int grads = 0;             // This step.
+    Tensor pending;            // f32 sum of early grads of a multi-use param.
+    Tensor initial;            // f32 values from rank 0, until registration.
+    bool had_grad = false;     // This step.
+    bool conditional = false;  // Step 1 used it on some ranks only.
   };
 
   ZeroDdp(ChunkManager* chunks, const ZeroDdpOptions& options,
@@ -170,8 +179,14 @@ class ZeroDdp final : public ParamHooks {
                                   int direction, int count);
   absl::Status Prefetch(absl::Span<Parameter* const> params, int direction);
   int ChunkIndex(const Chunk* chunk) const;
+  bool IsPinned(int chunk_index) const;
+  // True if any of `params` is conditional: such an op neither prefetches
+  // nor releases, so that every rank's collectives stay in step.
+  bool AnyConditional(absl::Span<Parameter* const> params) const;
+  // Accesses every pinned chunk not accessed yet, in chunk order.
+  absl::Status AccessPinned();
   absl::Status WriteGrad(ParamInfo& info, const Tensor& grad32);
-  // Reduces chunks from next_reduce_ down while they can reduce.
+  // Reduces chunks in reduce_order_ while the next eager one can reduce.
   absl::Status ReduceReady();
   absl::Status ReduceChunk(int index);
   absl::Status CheckUnusedAgreement();
@@ -185,8 +200,19 @@ class ZeroDdp final : public ParamHooks {
   std::vector<absl::Status> deferred_;
   bool registered_ = false;
   bool in_backward_ = false;
-  int uses_seen_ = 0;     // First-use counter of step 1.
-  int next_reduce_ = -1;  // Index of the next chunk to reduce.
+  bool step_started_ = false;  // A forward hook ran in this step.
+  // Chunks holding parameters that step 1 used on some ranks only: all
+  // ranks gather them at one fixed point (the step's first forward hook;
+  // in step 1 right after registration) and keep them until they are
+  // reduced, so a rank-dependent branch issues no collective of its own.
+  std::vector<Chunk*> pinned_;
+  int uses_seen_ = 0;  // First-use counter of step 1.
+  // This step's reduction order (chunk indices), how many of its first
+  // entries reduce eagerly, the next position, and what is done.
+  std::vector<int> reduce_order_;
+  int eager_reductions_ = 0;
+  int reduce_pos_ = 0;
+  std::vector<bool> reduced_;
   int steps_ = 0;
   std::vector<std::string> unused_;
   // Chunks whose access was started ahead of use, and its handle.

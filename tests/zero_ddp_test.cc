@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/mutex.h"
@@ -244,13 +245,18 @@ INSTANTIATE_TEST_SUITE_P(
 
 // A branch taken on odd ranks only: by default every rank fails the step,
 // naming the parameters; with find_unused_parameters their missing grads
-// are zeros and the result matches the reference. Replicated storage only:
-// with sharded or owner storage the branch's chunk access is itself a
-// collective that the other ranks never join (see the issue notes).
+// are zeros and the result matches the reference. In every layout: the
+// branch's chunks are pinned, so nobody waits on a gather.
 TEST(ZeroDdp, BranchOnSomeRanksFailsEverywhereOrReducesZeros) {
-  for (int world : {2, 4}) {
-    Config c{TestModelKind::kBranch, world, 32, ChunkLayout::kReplicated,
-             DType::kF32};
+  for (auto [world, layout, size] :
+       std::vector<std::tuple<int, ChunkLayout, std::optional<int64_t>>>{
+           {2, ChunkLayout::kReplicated, 32},
+           {4, ChunkLayout::kReplicated, std::nullopt},
+           {2, ChunkLayout::kSharded, 32},
+           {4, ChunkLayout::kSharded, std::nullopt},
+           {2, ChunkLayout::kOwner, 32},
+           {4, ChunkLayout::kOwner, 4096}}) {
+    Config c{TestModelKind::kBranch, world, size, layout, DType::kF32};
     SCOPED_TRACE(Describe(c));
     RunResult got;
     std::vector<absl::Status> statuses = RunZero(c, &got);
