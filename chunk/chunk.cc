@@ -197,10 +197,12 @@ absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccess() {
     comm::BroadcastOptions opts;
     opts.root = options_.owner;
     opts.timeout = options_.comm_timeout;
+    opts.tag = name_;
     return group_->Broadcast(full, opts);
   }
   comm::AllGatherOptions opts;
   opts.timeout = options_.comm_timeout;
+  opts.tag = name_;
   return group_->AllGather(
       comm::ConstBuffer{shard_->data(), static_cast<size_t>(shard_size_),
                         options_.dtype},
@@ -305,6 +307,7 @@ absl::Status Chunk::Reduce(comm::ReduceOp op) {
       comm::AllReduceOptions opts;
       opts.op = op;
       opts.timeout = options_.comm_timeout;
+      opts.tag = name_;
       work = group_->AllReduce(full, opts);
       break;
     }
@@ -313,6 +316,7 @@ absl::Status Chunk::Reduce(comm::ReduceOp op) {
       opts.root = options_.owner;
       opts.op = op;
       opts.timeout = options_.comm_timeout;
+      opts.tag = name_;
       work = group_->Reduce(full, is_holder() ? full : comm::MutableBuffer{},
                             opts);
       break;
@@ -321,6 +325,7 @@ absl::Status Chunk::Reduce(comm::ReduceOp op) {
       comm::ReduceScatterOptions opts;
       opts.op = op;
       opts.timeout = options_.comm_timeout;
+      opts.tag = name_;
       work = group_->ReduceScatter(
           full,
           comm::MutableBuffer{shard_->data(), static_cast<size_t>(shard_size_),

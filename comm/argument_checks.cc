@@ -74,35 +74,56 @@ absl::Status CheckOverlap(const ProcessGroup& group, const CollectiveCall& call,
 
 CollectiveCall DescribeBroadcast(ConstBuffer buffer,
                                  const BroadcastOptions& options) {
-  return {CollectiveKind::kBroadcast, buffer.dtype, buffer.count, options.root,
-          ReduceOp::kSum};
+  return {CollectiveKind::kBroadcast,
+          buffer.dtype,
+          buffer.count,
+          options.root,
+          ReduceOp::kSum,
+          options.tag};
 }
 
 CollectiveCall DescribeReduce(ConstBuffer send, const ReduceOptions& options) {
-  return {CollectiveKind::kReduce, send.dtype, send.count, options.root,
-          options.op};
+  return {CollectiveKind::kReduce,
+          send.dtype,
+          send.count,
+          options.root,
+          options.op,
+          options.tag};
 }
 
 CollectiveCall DescribeAllReduce(ConstBuffer buffer,
                                  const AllReduceOptions& options) {
-  return {CollectiveKind::kAllReduce, buffer.dtype, buffer.count, 0,
-          options.op};
+  return {CollectiveKind::kAllReduce,
+          buffer.dtype,
+          buffer.count,
+          0,
+          options.op,
+          options.tag};
 }
 
 CollectiveCall DescribeAllGather(ConstBuffer send,
                                  const AllGatherOptions& options) {
-  return {CollectiveKind::kAllGather, send.dtype, send.count, 0,
-          ReduceOp::kSum};
+  return {CollectiveKind::kAllGather,
+          send.dtype,
+          send.count,
+          0,
+          ReduceOp::kSum,
+          options.tag};
 }
 
 CollectiveCall DescribeReduceScatter(ConstBuffer recv,
                                      const ReduceScatterOptions& options) {
-  return {CollectiveKind::kReduceScatter, recv.dtype, recv.count, 0,
-          options.op};
+  return {CollectiveKind::kReduceScatter,
+          recv.dtype,
+          recv.count,
+          0,
+          options.op,
+          options.tag};
 }
 
 CollectiveCall DescribeBarrier(const BarrierOptions& options) {
-  return {CollectiveKind::kBarrier, DType::kF32, 0, 0, ReduceOp::kSum};
+  return {CollectiveKind::kBarrier, DType::kF32, 0, 0,
+          ReduceOp::kSum,           options.tag};
 }
 
 absl::Status CheckBroadcastArgs(const ProcessGroup& group, ConstBuffer buffer,

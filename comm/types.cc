@@ -62,17 +62,20 @@ std::ostream& operator<<(std::ostream& os, CollectiveKind kind) {
 }
 
 std::string CollectiveCall::ToString() const {
-  if (kind == CollectiveKind::kBarrier) return "Barrier()";
+  if (kind == CollectiveKind::kBarrier) {
+    return tag.empty() ? "Barrier()" : absl::StrCat("Barrier(tag=", tag, ")");
+  }
   std::string s = absl::StrCat(CollectiveKindName(kind), "(", DTypeName(dtype),
                                ", count=", count);
   if (KindHasRoot(kind)) absl::StrAppend(&s, ", root=", root);
   if (KindHasReduceOp(kind)) absl::StrAppend(&s, ", op=", ReduceOpName(op));
+  if (!tag.empty()) absl::StrAppend(&s, ", tag=", tag);
   s += ")";
   return s;
 }
 
 bool Matches(const CollectiveCall& a, const CollectiveCall& b) {
-  if (a.kind != b.kind) return false;
+  if (a.kind != b.kind || a.tag != b.tag) return false;
   if (a.kind == CollectiveKind::kBarrier) return true;
   if (a.dtype != b.dtype || a.count != b.count) return false;
   if (KindHasRoot(a.kind) && a.root != b.root) return false;

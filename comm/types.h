@@ -137,6 +137,7 @@ struct CollectiveCall {
   size_t count = 0;
   int root = 0;
   ReduceOp op = ReduceOp::kSum;
+  std::string tag;  // From the options; must match too (see options.h).
 
   // E.g. "AllReduce(f32, count=10, op=sum)", "Broadcast(bf16, count=3,
   // root=1)", "AllGather(f16, count=4)", "Barrier()".

@@ -84,6 +84,8 @@ struct Config {
   ChunkLayout layout;
   DType dtype;
   bool find_unused = false;
+  // kBranch: every rank takes the branch in step 1 (as rank 1 would).
+  bool branch_everywhere_first = false;
 };
 
 std::string Describe(const Config& c) {
@@ -119,7 +121,9 @@ std::vector<absl::Status> RunZero(const Config& c, RunResult* run,
         CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
                             ZeroDdp::Create(model.get(), &chunks, ddp_options));
         for (int step = 0; step < kSteps; ++step) {
-          CZ_ASSIGN_OR_RETURN(float loss, model->Forward(*ddp, mine, g.rank()));
+          const int as_rank =
+              c.branch_everywhere_first && step == 0 ? 1 : g.rank();
+          CZ_ASSIGN_OR_RETURN(float loss, model->Forward(*ddp, mine, as_rank));
           losses[g.rank()].push_back(loss);
           CZ_RETURN_IF_ERROR(model->Backward(*ddp));
           CZ_RETURN_IF_ERROR(ddp->FinishBackward());
@@ -270,6 +274,33 @@ TEST(ZeroDdp, BranchOnSomeRanksFailsEverywhereOrReducesZeros) {
     }
     c.find_unused = true;
     CheckAgainstReference(c);
+  }
+}
+
+// A branch every rank took in step 1 and only some take later is not
+// pinned. It must still never hang or exchange the wrong data: either the
+// reductions line up and the grads check names the parameters, or the
+// chunk gathers disagree and the tagged collectives fail on every rank.
+TEST(ZeroDdp, BranchThatChangesAfterStepOneFailsEverywhere) {
+  for (ChunkLayout layout : {ChunkLayout::kSharded, ChunkLayout::kOwner}) {
+    for (std::optional<int64_t> size :
+         {std::optional<int64_t>(32), std::optional<int64_t>()}) {
+      Config c{TestModelKind::kBranch, 2, size, layout, DType::kF32};
+      c.branch_everywhere_first = true;
+      SCOPED_TRACE(Describe(c));
+      RunResult got;
+      const absl::Time start = absl::Now();
+      std::vector<absl::Status> statuses = RunZero(c, &got);
+      EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+      for (int r = 0; r < 2; ++r) {
+        EXPECT_FALSE(statuses[r].ok()) << "rank " << r;
+        const std::string message(statuses[r].message());
+        EXPECT_TRUE(message.find("parameters with grads on some ranks but "
+                                 "not others in step 2") != std::string::npos ||
+                    message.find("mismatch") != std::string::npos)
+            << "rank " << r << ": " << message;
+      }
+    }
   }
 }
 

@@ -403,6 +403,17 @@ TEST(InProcessWorld, MismatchedCollectivesFailOnEveryRankNamingBothSides) {
        },
        "collective #0 mismatch: rank 0 called AllReduce(f32, count=10, "
        "op=sum), rank 1 called AllReduce(f32, count=10, op=max)"},
+      // Same shape, different purpose: e.g. two chunks of one size.
+      {"tag",
+       [](ProcessGroup& g, std::vector<float>& x) {
+         std::vector<float> recv(20);
+         AllGatherOptions opts;
+         opts.tag = g.rank() == 0 ? "fp16_param#3" : "fp16_param#4";
+         return AllGather(g, ConstBuffer::Of(x), MutableBuffer::Of(recv), opts);
+       },
+       "collective #0 mismatch: rank 0 called AllGather(f32, count=10, "
+       "tag=fp16_param#3), rank 1 called AllGather(f32, count=10, "
+       "tag=fp16_param#4)"},
   };
   for (const MismatchCase& c : cases) {
     SCOPED_TRACE(c.name);
