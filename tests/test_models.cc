@@ -180,18 +180,29 @@ class Mlp : public TestModel {
   std::vector<float> h_, dy_;
 };
 
-// kNested: blocks.0.fc, blocks.1.fc, head.
-class Nested : public TestModel {
+// Two hidden layers and a head: y = head(relu(second(relu(first(x))))).
+// kNested: first = blocks.0.fc, second = blocks.1.fc (dotted names).
+// kTwice: first = second = fc, one layer applied twice.
+class TwoHidden : public TestModel {
  public:
-  explicit Nested(std::mt19937& rng)
-      : block0_(JoinName("blocks.0", "fc"), 4, 4, rng),
-        block1_(JoinName("blocks.1", "fc"), 4, 4, rng),
-        head_("head", 4, 3, rng) {}
+  TwoHidden(TestModelKind kind, std::mt19937& rng) : head_(nullptr) {
+    if (kind == TestModelKind::kNested) {
+      layers_.push_back(
+          std::make_unique<Linear>(JoinName("blocks.0", "fc"), 4, 4, rng));
+      layers_.push_back(
+          std::make_unique<Linear>(JoinName("blocks.1", "fc"), 4, 4, rng));
+      first_ = layers_[0].get();
+      second_ = layers_[1].get();
+    } else {
+      layers_.push_back(std::make_unique<Linear>("fc", 4, 4, rng));
+      first_ = second_ = layers_[0].get();
+    }
+    layers_.push_back(std::make_unique<Linear>("head", 4, 3, rng));
+    head_ = layers_.back().get();
+  }
   std::vector<Parameter*> Parameters() override {
     std::vector<Parameter*> p;
-    block0_.AddParameters(p);
-    block1_.AddParameters(p);
-    head_.AddParameters(p);
+    for (auto& layer : layers_) layer->AddParameters(p);
     return p;
   }
   int input_width() const override { return 4; }
@@ -200,57 +211,25 @@ class Nested : public TestModel {
                                 int) override {
     rows_ = batch.rows;
     CZ_ASSIGN_OR_RETURN(std::vector<float> a,
-                        block0_.Forward(hooks, batch.x, rows_));
+                        first_->Forward(hooks, batch.x, rows_));
     a0_ = Relu(std::move(a));
-    CZ_ASSIGN_OR_RETURN(a, block1_.Forward(hooks, a0_, rows_));
+    CZ_ASSIGN_OR_RETURN(a, second_->Forward(hooks, a0_, rows_));
     a1_ = Relu(std::move(a));
-    CZ_ASSIGN_OR_RETURN(std::vector<float> y, head_.Forward(hooks, a1_, rows_));
+    CZ_ASSIGN_OR_RETURN(std::vector<float> y,
+                        head_->Forward(hooks, a1_, rows_));
     return Loss(y, batch.target, rows_, &dy_);
   }
   absl::Status Backward(ParamHooks& hooks) override {
-    CZ_ASSIGN_OR_RETURN(std::vector<float> d, head_.Backward(hooks, dy_));
-    CZ_ASSIGN_OR_RETURN(d, block1_.Backward(hooks, ReluBackward(a1_, d)));
-    return block0_.Backward(hooks, ReluBackward(a0_, d)).status();
+    CZ_ASSIGN_OR_RETURN(std::vector<float> d, head_->Backward(hooks, dy_));
+    CZ_ASSIGN_OR_RETURN(d, second_->Backward(hooks, ReluBackward(a1_, d)));
+    return first_->Backward(hooks, ReluBackward(a0_, d)).status();
   }
 
  private:
-  Linear block0_, block1_, head_;
-  int rows_ = 0;
-  std::vector<float> a0_, a1_, dy_;
-};
-
-// kTwice: y = head(relu(fc(relu(fc(x))))).
-class Twice : public TestModel {
- public:
-  explicit Twice(std::mt19937& rng)
-      : fc_("fc", 4, 4, rng), head_("head", 4, 3, rng) {}
-  std::vector<Parameter*> Parameters() override {
-    std::vector<Parameter*> p;
-    fc_.AddParameters(p);
-    head_.AddParameters(p);
-    return p;
-  }
-  int input_width() const override { return 4; }
-  int output_width() const override { return 3; }
-  absl::StatusOr<float> Forward(ParamHooks& hooks, const Batch& batch,
-                                int) override {
-    rows_ = batch.rows;
-    CZ_ASSIGN_OR_RETURN(std::vector<float> a,
-                        fc_.Forward(hooks, batch.x, rows_));
-    a0_ = Relu(std::move(a));
-    CZ_ASSIGN_OR_RETURN(a, fc_.Forward(hooks, a0_, rows_));
-    a1_ = Relu(std::move(a));
-    CZ_ASSIGN_OR_RETURN(std::vector<float> y, head_.Forward(hooks, a1_, rows_));
-    return Loss(y, batch.target, rows_, &dy_);
-  }
-  absl::Status Backward(ParamHooks& hooks) override {
-    CZ_ASSIGN_OR_RETURN(std::vector<float> d, head_.Backward(hooks, dy_));
-    CZ_ASSIGN_OR_RETURN(d, fc_.Backward(hooks, ReluBackward(a1_, d)));
-    return fc_.Backward(hooks, ReluBackward(a0_, d)).status();
-  }
-
- private:
-  Linear fc_, head_;
+  std::vector<std::unique_ptr<Linear>> layers_;  // Declaration order.
+  Linear* first_;
+  Linear* second_;
+  Linear* head_;
   int rows_ = 0;
   std::vector<float> a0_, a1_, dy_;
 };
@@ -338,9 +317,8 @@ std::unique_ptr<TestModel> MakeTestModel(TestModelKind kind, uint32_t seed) {
   std::mt19937 rng(seed);
   switch (kind) {
     case TestModelKind::kNested:
-      return std::make_unique<Nested>(rng);
     case TestModelKind::kTwice:
-      return std::make_unique<Twice>(rng);
+      return std::make_unique<TwoHidden>(kind, rng);
     case TestModelKind::kTied:
       return std::make_unique<Tied>(rng);
     default:
