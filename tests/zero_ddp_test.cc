@@ -567,6 +567,42 @@ TEST(ZeroDdp, PrefetchKeepsResultsAndTraffic) {
   EXPECT_EQ(grads[3], grads[0]);
 }
 
+// Exact payload bytes after a steady step, and the peak bounded by the
+// chunks in flight: MLP in 3 f16 chunks of 32 elements on 2 sharded ranks.
+// At rest a rank holds 3 shards of 16 f16 (96 B) and 3 of 16 f32 masters
+// (192 B); during a step, with max_prefetch 0, at most the chunk in use and
+// the next op's (2 x 64 B) are materialised on top.
+TEST(ZeroDdp, PayloadBytesAreExactAndBoundedByChunksInFlight) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {
+        MemoryTracker tracker;
+        std::unique_ptr<TestModel> model =
+            MakeTestModel(TestModelKind::kMlp, 1);
+        ChunkManagerOptions options;
+        options.chunk_size = 32;
+        ChunkManager chunks(&g, options, &tracker);
+        ZeroDdpOptions ddp_options;
+        ddp_options.max_prefetch = 0;
+        CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
+                            ZeroDdp::Create(model.get(), &chunks, ddp_options));
+        const Batch batch = MakeBatch(*model, 2, 5);
+        const Device cpu = Device::Cpu();
+        for (int step = 0; step < 2; ++step) {
+          if (step == 1) tracker.ResetPeaks();
+          CZ_RETURN_IF_ERROR(model->Forward(*ddp, batch, g.rank()).status());
+          CZ_RETURN_IF_ERROR(model->Backward(*ddp));
+          CZ_RETURN_IF_ERROR(ddp->FinishBackward());
+          CZ_RETURN_IF_ERROR(ddp->RestoreParamsFromMasters());
+          EXPECT_EQ(tracker.Current(cpu, MemoryCategory::kParam), 96);
+          EXPECT_EQ(tracker.Current(cpu, MemoryCategory::kMaster), 192);
+        }
+        EXPECT_EQ(tracker.Peak(cpu, MemoryCategory::kMaster), 192);
+        EXPECT_LE(tracker.Peak(cpu, MemoryCategory::kParam), 96 + 2 * 64);
+        EXPECT_GE(tracker.Peak(cpu, MemoryCategory::kParam), 96 + 64);
+        return absl::OkStatus();
+      })));
+}
+
 TEST(ZeroDdp, HookMisuseFailsTheStep) {
   EXPECT_TRUE(
       AllRanksOk(SpawnRanks(1, [](comm::ProcessGroup& g) -> absl::Status {
