@@ -42,8 +42,9 @@
 // branch) live in pinned chunks: every rank gathers those at the step's
 // first forward hook and keeps them until they are reduced, so using them
 // on some ranks issues no collective the others miss. A branch that step 1
-// took on every rank but a later step does not is not covered (its gather
-// would be a collective the other ranks never join).
+// took on every rank but a later step does not is not pinned: the step then
+// fails on every rank (the grads check, or a mismatch of the chunk-tagged
+// collectives), never hangs and never exchanges the wrong chunk.
 //
 // FinishBackward reduces the chunks left: grads that never arrived on this
 // rank are zeros. Then the ranks compare which parameters had grads: one
