@@ -34,6 +34,27 @@ def xml_counts(path):
     return passed, failed, skipped
 
 
+def current_xmls(target_dir):
+    """The test.xml files of the target's latest run.
+
+    Bazel keeps <target>/test.xml, or shard_I_of_N/test.xml when sharded,
+    and run_I_of_N/ directories for --runs_per_test; directories from older
+    invocations (another shard count, a --runs_per_test run) stay behind, so
+    only the newest layout is read.
+    """
+    top = os.path.join(target_dir, "test.xml")
+    shards = glob.glob(os.path.join(target_dir, "shard_*_of_*", "test.xml"))
+    candidates = ([top] if os.path.exists(top) else []) + shards
+    if not candidates:
+        return glob.glob(os.path.join(target_dir, "run_*", "**", "test.xml"),
+                         recursive=True)
+    newest = max(candidates, key=os.path.getmtime)
+    if newest == top:
+        return [top]
+    total = re.search(r"shard_\d+_of_(\d+)", newest).group(1)
+    return [x for x in shards if x.split(os.sep)[-2].endswith("_of_" + total)]
+
+
 def main():
     log_path, testlogs = sys.argv[1], sys.argv[2]
     passed = failed = skipped = 0
@@ -48,8 +69,7 @@ def main():
         seen += 1
         label, status = match.groups()
         target_dir = os.path.join(testlogs, label[2:].replace(":", "/"))
-        xmls = glob.glob(os.path.join(target_dir, "**", "test.xml"),
-                         recursive=True)
+        xmls = current_xmls(target_dir)
         counts = [xml_counts(x) for x in xmls if os.path.getsize(x) > 0]
         case_failed = sum(c[1] for c in counts)
         if status in ("PASSED", "FLAKY") and counts:
