@@ -237,6 +237,24 @@ absl::StatusOr<Tensor> ChunkManager::AppendPaired(Group& group,
   return Record(group, name, chunk, std::move(view));
 }
 
+absl::Status ChunkManager::RemoveGroup(absl::string_view name) {
+  CZ_ASSIGN_OR_RETURN(Group * group, FindGroup(name));
+  for (const auto& g : groups_) {
+    if (g->source == name) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot remove chunk group '", name, "': group '",
+                       g->name, "' is paired to it"));
+    }
+  }
+  for (auto& chunk : group->chunks) {
+    chunk->DropPayload();
+    Forget(chunk.get());
+  }
+  groups_.erase(std::find_if(groups_.begin(), groups_.end(),
+                             [&](const auto& g) { return g.get() == group; }));
+  return absl::OkStatus();
+}
+
 absl::Status ChunkManager::CloseGroup(absl::string_view name) {
   CZ_ASSIGN_OR_RETURN(Group * group, FindGroup(name));
   for (auto& chunk : group->chunks) CZ_RETURN_IF_ERROR(chunk->Close());

@@ -121,6 +121,11 @@ class ChunkManager {
                                       absl::string_view name,
                                       const Tensor& values);
 
+  // Frees every chunk of the group and forgets it (views of its tensors
+  // then read as not materialised). FailedPrecondition while another group
+  // is paired to it; NotFound for an unknown name.
+  absl::Status RemoveGroup(absl::string_view group);
+
   // Closes every chunk of the group: no more appends; non-holders drop
   // their payload.
   absl::Status CloseGroup(absl::string_view group);

@@ -387,6 +387,34 @@ TEST(ChunkManager, LazyReleaseKeepsWhatTheNextOpNeeds) {
       })));
 }
 
+TEST(ChunkManager, RemoveGroupFreesItsChunks) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {
+        MemoryTracker tracker;
+        ChunkManager m(&g, Opts(ChunkLayout::kSharded, 10), &tracker);
+        CZ_RETURN_IF_ERROR(
+            m.CreateGroup("p", DType::kF32, MemoryCategory::kParam));
+        CZ_RETURN_IF_ERROR(m.CreatePairedGroup("m", "p", DType::kF32,
+                                               MemoryCategory::kMaster));
+        CZ_ASSIGN_OR_RETURN(Tensor view, m.AppendTensor("p", "a", Values(0)));
+        CZ_RETURN_IF_ERROR(m.AppendTensor("m", "a", Values(0)).status());
+        CZ_RETURN_IF_ERROR(m.CloseGroup("p"));
+        CZ_RETURN_IF_ERROR(m.CloseGroup("m"));
+        CZ_RETURN_IF_ERROR(m.AccessTensor("p", "a"));
+        EXPECT_EQ(m.RemoveGroup("p").message(),
+                  "cannot remove chunk group 'p': group 'm' is paired to it");
+        CZ_RETURN_IF_ERROR(m.RemoveGroup("m"));
+        CZ_RETURN_IF_ERROR(m.RemoveGroup("p"));
+        EXPECT_FALSE(view.is_materialized());
+        EXPECT_TRUE(m.accessed_chunks().empty());
+        EXPECT_EQ(tracker.CurrentTotal(Device::Cpu()), 0);
+        EXPECT_EQ(m.num_chunks("p"), 0);
+        EXPECT_EQ(m.RemoveGroup("p").code(), absl::StatusCode::kNotFound);
+        // The name can be used again.
+        return m.CreateGroup("p", DType::kF16, MemoryCategory::kParam);
+      })));
+}
+
 TEST(ChunkManager, ViewsMayOutliveTheManager) {
   EXPECT_TRUE(
       AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {

@@ -14,8 +14,12 @@
 namespace chunkzero {
 namespace {
 
+// Final groups, in first-use order.
 constexpr char kParamGroup[] = "fp16_param";
 constexpr char kMasterGroup[] = "fp32_param";
+// Groups of step 1, in declaration order.
+constexpr char kDeclParamGroup[] = "fp16_param.decl";
+constexpr char kDeclMasterGroup[] = "fp32_param.decl";
 
 // `t` converted to `dtype` in new CPU storage.
 absl::StatusOr<Tensor> CastTo(const Tensor& t, DType dtype) {
@@ -65,14 +69,16 @@ absl::StatusOr<std::unique_ptr<ZeroDdp>> ZeroDdp::Create(
   }
   auto ddp =
       std::unique_ptr<ZeroDdp>(new ZeroDdp(chunks, options, std::move(params)));
-  // Keep rank 0's f32 values for the masters; compute with rounded ones.
-  for (ParamInfo& info : ddp->params_) {
-    Parameter& p = *info.param;
-    CZ_ASSIGN_OR_RETURN(info.initial, CastTo(p.data(), DType::kF32));
-    CZ_ASSIGN_OR_RETURN(Tensor rounded,
-                        CastTo(p.data(), options.compute_dtype));
-    p.set_data(std::move(rounded));
-  }
+  // Until step 1 has shown the order of first use, the parameters sit in
+  // chunks in declaration order: sharded from the start, with rank 0's f32
+  // values as masters. The model's own tensors are dropped here.
+  std::vector<int> declaration(ddp->params_.size());
+  for (size_t i = 0; i < declaration.size(); ++i) declaration[i] = i;
+  CZ_RETURN_IF_ERROR(
+      ddp->BuildGroups(kDeclParamGroup, kDeclMasterGroup, declaration,
+                       [&](ParamInfo& info) -> absl::StatusOr<Tensor> {
+                         return CastTo(info.param->data(), DType::kF32);
+                       }));
   return ddp;
 }
 
@@ -102,6 +108,52 @@ std::vector<std::string> ZeroDdp::registration_order() const {
   return names;
 }
 
+absl::Status ZeroDdp::BuildGroups(
+    const char* param_group, const char* master_group,
+    const std::vector<int>& order,
+    const std::function<absl::StatusOr<Tensor>(ParamInfo&)>& master_value) {
+  CZ_RETURN_IF_ERROR(chunks_->CreateGroup(param_group, options_.compute_dtype,
+                                          MemoryCategory::kParam));
+  // Masters exist in f32 mode too: grad reuse overwrites the compute copy,
+  // so the weights must live somewhere else until the optimizer writes them
+  // back.
+  CZ_RETURN_IF_ERROR(chunks_->CreatePairedGroup(
+      master_group, param_group, DType::kF32, MemoryCategory::kMaster));
+  order_.clear();
+  for (ParamInfo& info : params_) info.registered = false;
+  for (int i : order) {
+    ParamInfo& info = params_[i];
+    Parameter& p = *info.param;
+    CZ_ASSIGN_OR_RETURN(Tensor master, master_value(info));
+    CZ_ASSIGN_OR_RETURN(Tensor compute,
+                        CastTo(p.data(), options_.compute_dtype));
+    CZ_ASSIGN_OR_RETURN(Tensor view,
+                        chunks_->AppendTensor(param_group, p.name(), compute));
+    p.set_data(std::move(view));
+    CZ_RETURN_IF_ERROR(
+        chunks_->AppendTensor(master_group, p.name(), master).status());
+    CZ_ASSIGN_OR_RETURN(info.where, chunks_->Locate(param_group, p.name()));
+    info.registered = true;
+    info.order = static_cast<int>(order_.size());
+    order_.push_back(i);
+  }
+  CZ_RETURN_IF_ERROR(chunks_->CloseGroup(param_group));
+  CZ_RETURN_IF_ERROR(chunks_->CloseGroup(master_group));
+  param_group_ = param_group;
+  master_group_ = master_group;
+  return absl::OkStatus();
+}
+
+absl::Status ZeroDdp::AccessAll() {
+  for (int c = 0; c < chunks_->num_chunks(param_group_); ++c) {
+    Chunk* chunk = chunks_->chunk(param_group_, c);
+    if (chunk->is_accessed()) continue;
+    ++counters_.chunk_accesses;
+    CZ_RETURN_IF_ERROR(chunks_->AccessChunk(chunk));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ZeroDdp::Register() {
   comm::ProcessGroup& group = chunks_->process_group();
   const int world = group.size();
@@ -116,6 +168,7 @@ absl::Status ZeroDdp::Register() {
   // Rank 0's first-use order, then parameters used only elsewhere, in
   // declaration order.
   std::vector<std::pair<std::pair<int, float>, int>> keyed;
+  std::vector<int> unused;
   for (size_t i = 0; i < n; ++i) {
     bool used_elsewhere = false;
     int users = all[i] >= 0 ? 1 : 0;
@@ -129,41 +182,48 @@ absl::Status ZeroDdp::Register() {
     } else if (used_elsewhere) {
       keyed.push_back({{1, static_cast<float>(i)}, static_cast<int>(i)});
     } else {
+      unused.push_back(static_cast<int>(i));
       unused_.push_back(params_[i].param->name());
     }
   }
   std::sort(keyed.begin(), keyed.end());
+  std::vector<int> order;
+  for (const auto& [key, i] : keyed) order.push_back(i);
 
-  // Masters exist in f32 mode too: grad reuse overwrites the compute copy,
-  // so the weights must live somewhere else until the optimizer writes them
-  // back.
-  const bool masters = true;
-  CZ_RETURN_IF_ERROR(chunks_->CreateGroup(kParamGroup, options_.compute_dtype,
-                                          MemoryCategory::kParam));
-  if (masters) {
-    CZ_RETURN_IF_ERROR(chunks_->CreatePairedGroup(
-        kMasterGroup, kParamGroup, DType::kF32, MemoryCategory::kMaster));
+  // Repack from the declaration-order chunks, which step 1's forward left
+  // materialised. Masters are gathered on demand in the new order (the same
+  // sequence on every rank) and released once all their tensors moved.
+  CZ_RETURN_IF_ERROR(AccessAll());
+  absl::flat_hash_map<Chunk*, int> left;
+  for (int i : order) {
+    CZ_ASSIGN_OR_RETURN(
+        TensorLocation m,
+        chunks_->Locate(kDeclMasterGroup, params_[i].param->name()));
+    ++left[m.chunk];
   }
-  for (const auto& [key, i] : keyed) {
-    ParamInfo& info = params_[i];
-    Parameter& p = *info.param;
-    CZ_ASSIGN_OR_RETURN(Tensor view,
-                        chunks_->AppendTensor(kParamGroup, p.name(), p.data()));
-    p.set_data(std::move(view));
-    if (masters) {
-      CZ_RETURN_IF_ERROR(
-          chunks_->AppendTensor(kMasterGroup, p.name(), info.initial).status());
-    }
-    info.initial = Tensor();
-    CZ_ASSIGN_OR_RETURN(info.where, chunks_->Locate(kParamGroup, p.name()));
-    info.registered = true;
-    info.order = static_cast<int>(order_.size());
-    order_.push_back(i);
+  // Parameters no rank used keep a copy of their own.
+  for (int i : unused) {
+    Parameter& p = *params_[i].param;
+    CZ_ASSIGN_OR_RETURN(Tensor copy, CastTo(p.data(), options_.compute_dtype));
+    p.set_data(std::move(copy));
   }
-  CZ_RETURN_IF_ERROR(chunks_->CloseGroup(kParamGroup));
-  if (masters) CZ_RETURN_IF_ERROR(chunks_->CloseGroup(kMasterGroup));
+  CZ_RETURN_IF_ERROR(BuildGroups(
+      kParamGroup, kMasterGroup, order,
+      [&](ParamInfo& info) -> absl::StatusOr<Tensor> {
+        CZ_ASSIGN_OR_RETURN(
+            TensorLocation m,
+            chunks_->Locate(kDeclMasterGroup, info.param->name()));
+        CZ_RETURN_IF_ERROR(chunks_->AccessChunk(m.chunk));
+        CZ_ASSIGN_OR_RETURN(Tensor value, m.chunk->TensorView(m.index).Clone());
+        if (--left[m.chunk] == 0)
+          CZ_RETURN_IF_ERROR(chunks_->ReleaseChunk(m.chunk));
+        return value;
+      }));
+  for (int i : unused) params_[i].registered = false;
+  CZ_RETURN_IF_ERROR(chunks_->RemoveGroup(kDeclMasterGroup));
+  CZ_RETURN_IF_ERROR(chunks_->RemoveGroup(kDeclParamGroup));
+
   for (ParamInfo& info : params_) {
-    info.initial = Tensor();
     if (info.registered && info.conditional &&
         std::find(pinned_.begin(), pinned_.end(), info.where.chunk) ==
             pinned_.end()) {
@@ -302,25 +362,26 @@ absl::Status ZeroDdp::PreForward(absl::Span<Parameter* const> params) {
     if (!in_backward_) ++info->forward_uses;
     if (!registered_ && info->first_use < 0) info->first_use = uses_seen_++;
   }
-  // Step 1's forward runs on the parameters as they are.
-  if (!registered_) return absl::OkStatus();
   if (!step_started_) {
     step_started_ = true;
-    CZ_RETURN_IF_ERROR(AccessPinned());
+    // Step 1 (declaration-order chunks): every rank gathers every chunk at
+    // this one point, so ranks that use different parameters issue the
+    // same collectives. Later steps gather only the pinned chunks here.
+    CZ_RETURN_IF_ERROR(registered_ ? AccessPinned() : AccessAll());
   }
   CZ_RETURN_IF_ERROR(Use(params));
-  return Prefetch(params, +1);
+  return registered_ ? Prefetch(params, +1) : absl::OkStatus();
 }
 
 absl::Status ZeroDdp::PostForward(absl::Span<Parameter* const> params) {
   CZ_RETURN_IF_ERROR(hook_order_.PostForward(params));
-  if (!registered_) return absl::OkStatus();
   for (Parameter* p : params) {
     CZ_ASSIGN_OR_RETURN(ParamInfo * info, Info(*p));
     CZ_RETURN_IF_ERROR(info->where.chunk->SetTensorState(info->where.index,
                                                          TensorState::kHold));
   }
-  return ReleaseLazily(params, +1);
+  // Step 1 keeps everything until the repack.
+  return registered_ ? ReleaseLazily(params, +1) : absl::OkStatus();
 }
 
 absl::Status ZeroDdp::PreBackward(absl::Span<Parameter* const> params) {
@@ -480,15 +541,8 @@ absl::Status ZeroDdp::VisitFullParameters(
     bool all_ranks,
     const std::function<absl::Status(const std::string&, const Tensor&)>& fn) {
   const bool visit = all_ranks || chunks_->process_group().rank() == 0;
-  if (!registered_) {
-    // Before registration every rank holds every value (rank 0's).
-    for (ParamInfo& info : params_) {
-      if (visit) CZ_RETURN_IF_ERROR(fn(info.param->name(), info.initial));
-    }
-    return absl::OkStatus();
-  }
-  for (int c = 0; c < chunks_->num_chunks(kMasterGroup); ++c) {
-    Chunk* chunk = chunks_->chunk(kMasterGroup, c);
+  for (int c = 0; c < chunks_->num_chunks(master_group_); ++c) {
+    Chunk* chunk = chunks_->chunk(master_group_, c);
     CZ_RETURN_IF_ERROR(chunks_->AccessChunk(chunk));
     for (int i = 0; visit && i < chunk->num_tensors(); ++i) {
       CZ_ASSIGN_OR_RETURN(Tensor value, chunk->TensorView(i).Clone());
@@ -535,24 +589,22 @@ absl::Status ZeroDdp::LoadStateDict(
     const Tensor& value = values.at(info.param->name());
     CZ_ASSIGN_OR_RETURN(Tensor f32, CastTo(value, DType::kF32));
     CZ_ASSIGN_OR_RETURN(Tensor compute, CastTo(value, options_.compute_dtype));
-    if (!info.registered) {
-      if (!registered_) info.initial = f32;
+    if (!info.registered) {  // Kept out of chunks: no rank uses it.
       info.param->set_data(std::move(compute));
       continue;
     }
-    CZ_RETURN_IF_ERROR(
-        chunks_->CopyTensorToChunkSlice(kMasterGroup, info.param->name(), f32));
     CZ_RETURN_IF_ERROR(chunks_->CopyTensorToChunkSlice(
-        kParamGroup, info.param->name(), compute));
+        master_group_, info.param->name(), f32));
+    CZ_RETURN_IF_ERROR(chunks_->CopyTensorToChunkSlice(
+        param_group_, info.param->name(), compute));
   }
   return absl::OkStatus();
 }
 
 absl::Status ZeroDdp::RestoreParamsFromMasters() {
-  if (!registered_) return absl::OkStatus();
-  for (int i = 0; i < chunks_->num_chunks(kParamGroup); ++i) {
-    Chunk* param = chunks_->chunk(kParamGroup, i);
-    Chunk* master = chunks_->chunk(kMasterGroup, i);
+  for (int i = 0; i < chunks_->num_chunks(param_group_); ++i) {
+    Chunk* param = chunks_->chunk(param_group_, i);
+    Chunk* master = chunks_->chunk(master_group_, i);
     if (param->layout() == ChunkLayout::kOwner && !param->is_holder()) continue;
     // The payload each rank keeps at rest: the shard, or the whole chunk.
     Tensor to = param->ShardStorageView();

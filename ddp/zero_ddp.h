@@ -13,17 +13,19 @@
 // Construction broadcasts every parameter from rank 0, so all ranks start
 // equal, and rounds each to the compute dtype.
 //
-// Step 1 registers. Its forward runs on the parameters as they are
-// (replicated, in the compute dtype) while ZeroDdp records the order of
-// first use. At the first PreBackward the ranks agree on one order (rank
-// 0's first-use order, then parameters used only on other ranks in
-// declaration order) and every parameter used on any rank goes into the
-// compute-dtype chunks of group "fp16_param" in that order, with its fp32
-// master in the paired group "fp32_param" (in f32 mode too: grad reuse
-// overwrites the compute copy).
-// Parameters no rank used stay out of chunks and are reported by
-// unused_parameters(). From then on a parameter's data() is a view of its
-// chunk slice.
+// Registration. Create puts every parameter into compute-dtype chunks in
+// declaration order (group "fp16_param.decl"), with its fp32 master (rank
+// 0's value) in the paired group "fp32_param.decl" (in f32 mode too: grad
+// reuse overwrites the compute copy); data() becomes a view of its slice
+// and the model's own tensors are dropped, so memory is sharded from the
+// start. Step 1's forward gathers all of those chunks at its first hook
+// (one point, the same on every rank, whatever each rank then uses) and
+// records the order of first use. At the first PreBackward the ranks agree
+// on one order (rank 0's first-use order, then parameters used only on
+// other ranks, in declaration order) and the parameters are repacked into
+// groups "fp16_param" / "fp32_param" in that order; the declaration-order
+// groups are freed. Parameters no rank used are left out (keeping a copy of
+// their own) and reported by unused_parameters().
 //
 // Every later step follows DESIGN.md §5: PreForward/PreBackward access the
 // chunks (materialise) and mark the tensors COMPUTE; PostForward marks them
@@ -166,6 +168,16 @@ class ZeroDdp final : public ParamHooks {
           std::vector<Parameter*> params);
 
   absl::StatusOr<ParamInfo*> Info(const Parameter& param);
+  // Creates a compute-dtype group and its paired fp32 master group holding
+  // params_[order...] in that order (master values from `master_value`),
+  // makes each data() a view of it, and sets order_ and the locations.
+  absl::Status BuildGroups(
+      const char* param_group, const char* master_group,
+      const std::vector<int>& order,
+      const std::function<absl::StatusOr<Tensor>(ParamInfo&)>& master_value);
+  // Accesses every chunk of the current compute-dtype group.
+  absl::Status AccessAll();
+  // Agrees on the first-use order and repacks the parameters into it.
   absl::Status Register();
   // Accesses the chunks of `params` and moves them to COMPUTE.
   absl::Status Use(absl::Span<Parameter* const> params);
@@ -216,6 +228,10 @@ class ZeroDdp final : public ParamHooks {
   std::vector<bool> reduced_;
   int steps_ = 0;
   std::vector<std::string> unused_;
+  // The current groups: declaration order until step 1's backward, then
+  // first-use order.
+  std::string param_group_;
+  std::string master_group_;
   // Chunks whose access was started ahead of use, and its handle.
   std::map<Chunk*, std::unique_ptr<comm::Work>> prefetching_;
   StepCounters counters_;

@@ -327,15 +327,29 @@ TEST(ZeroDdp, CreateRejectsBadModels) {
 TEST(ZeroDdp, RegistersInFirstUseOrderAndGradsAreChunkViews) {
   EXPECT_TRUE(
       AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {
-        // Twice's declaration order is fc then head; unused's puts extra.weight
-        // between fc1 and fc2 but never uses it.
+        // kUnused declares fc1, extra.weight, fc2 and never uses extra.weight.
         std::unique_ptr<TestModel> model =
             MakeTestModel(TestModelKind::kUnused, 1);
         ChunkManagerOptions options;
         options.chunk_size = 64;
-        ChunkManager chunks(&g, options);
+        MemoryTracker tracker;
+        ChunkManager chunks(&g, options, &tracker);
         CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
                             ZeroDdp::Create(model.get(), &chunks, {}));
+        // Until step 1 the parameters sit in declaration-order chunks, sharded:
+        // 72 elements in chunks of 64 -> 2 chunks, 64 f32 master elements each,
+        // 32 per rank.
+        EXPECT_THAT(ddp->registration_order(),
+                    ElementsAre("fc1.weight", "fc1.bias", "extra.weight",
+                                "fc2.weight", "fc2.bias"));
+        EXPECT_EQ(chunks.num_chunks("fp16_param.decl"), 2);
+        EXPECT_EQ(tracker.Current(Device::Cpu(), MemoryCategory::kMaster),
+                  2 * 32 * 4);
+        for (Parameter* p : model->Parameters()) {
+          CZ_ASSIGN_OR_RETURN(TensorLocation where,
+                              chunks.Locate("fp16_param.decl", p->name()));
+          EXPECT_EQ(p->data().storage(), where.chunk->FullView().storage());
+        }
         const Batch batch = MakeBatch(*model, 2, 3);
         CZ_RETURN_IF_ERROR(model->Forward(*ddp, batch, g.rank()).status());
         EXPECT_FALSE(ddp->registered());
