@@ -392,9 +392,8 @@ absl::Status Chunk::CopyTensorToChunkSlice(int i, const Tensor& values) {
     return slice.CopyFrom(values);
   }
   if (options_.layout != ChunkLayout::kSharded) return absl::OkStatus();
-  const int64_t lo = std::max(t.offset, shard_begin());
-  const int64_t hi = std::min(t.offset + t.numel, shard_end());
-  if (hi <= lo) return absl::OkStatus();
+  const auto [lo, hi] = ShardRange(i);
+  if (hi == lo) return absl::OkStatus();
   if (!values.is_materialized()) {
     return absl::FailedPreconditionError(
         absl::StrCat("values for tensor '", t.name, "' are not materialised"));
@@ -426,15 +425,20 @@ Tensor Chunk::TensorView(int i) const {
                        options_.dtype);
 }
 
+std::pair<int64_t, int64_t> Chunk::ShardRange(int i) const {
+  const ChunkTensor& t = tensors_[i];
+  const int64_t lo = std::max(t.offset, shard_begin());
+  const int64_t hi = std::min(t.offset + t.numel, shard_end());
+  return hi > lo ? std::make_pair(lo, hi) : std::make_pair(lo, lo);
+}
+
 Tensor Chunk::ShardView(int i) const {
   if (options_.layout != ChunkLayout::kSharded) {
     if (is_holder()) return TensorView(i).Flatten();
     return *Tensor::View(full_, 0, {0}, options_.dtype);
   }
-  const ChunkTensor& t = tensors_[i];
-  const int64_t lo = std::max(t.offset, shard_begin());
-  const int64_t hi = std::min(t.offset + t.numel, shard_end());
-  if (hi <= lo) return *Tensor::View(shard_, 0, {0}, options_.dtype);
+  const auto [lo, hi] = ShardRange(i);
+  if (hi == lo) return *Tensor::View(shard_, 0, {0}, options_.dtype);
   return *Tensor::View(shard_,
                        (lo - shard_begin()) * ElementSize(options_.dtype),
                        {hi - lo}, options_.dtype);

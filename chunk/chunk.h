@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -194,6 +195,11 @@ class Chunk {
   // Whether this rank's payload (full buffer when materialised, else shard)
   // holds an Inf or NaN in its used elements.
   absl::StatusOr<bool> HasInfOrNan() const;
+
+  // The elements of tensor i inside this rank's shard, as [first, last) of
+  // the full buffer (first == last when none). For the other layouts: the
+  // whole tensor.
+  std::pair<int64_t, int64_t> ShardRange(int i) const;
 
   // Tensor i as a view of the full buffer (valid while materialised).
   Tensor TensorView(int i) const;

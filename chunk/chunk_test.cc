@@ -427,6 +427,34 @@ TEST(Chunk, ShardedReleaseKeepsOwnWritesWhenMarked) {
       })));
 }
 
+TEST(Chunk, ShardRangeIsTheTensorsPartOfThisRanksShard) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {
+        // Capacity 10 over 2 ranks: rank 0 holds 0..4, rank 1 holds 5..9.
+        // a = 0..2, b = 3..7, c = 8..9.
+        std::unique_ptr<Chunk> sharded =
+            *Chunk::Create(Options(ChunkLayout::kSharded, 10), &g);
+        AppendAbc(*sharded);
+        using Range = std::pair<int64_t, int64_t>;
+        if (g.rank() == 0) {
+          EXPECT_EQ(sharded->ShardRange(0), Range(0, 3));
+          EXPECT_EQ(sharded->ShardRange(1), Range(3, 5));
+          EXPECT_EQ(sharded->ShardRange(2).first,
+                    sharded->ShardRange(2).second);
+        } else {
+          EXPECT_EQ(sharded->ShardRange(0).first,
+                    sharded->ShardRange(0).second);
+          EXPECT_EQ(sharded->ShardRange(1), Range(5, 8));
+          EXPECT_EQ(sharded->ShardRange(2), Range(8, 10));
+        }
+        std::unique_ptr<Chunk> owner =
+            *Chunk::Create(Options(ChunkLayout::kOwner, 10), &g);
+        AppendAbc(*owner);
+        EXPECT_EQ(owner->ShardRange(1), Range(3, 8));  // The whole tensor.
+        return absl::OkStatus();
+      })));
+}
+
 TEST(Chunk, CopyIntoReleasedShardedChunkWritesTheShard) {
   EXPECT_TRUE(
       AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {

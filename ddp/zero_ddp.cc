@@ -262,16 +262,21 @@ absl::Status ZeroDdp::Use(absl::Span<Parameter* const> params) {
   return absl::OkStatus();
 }
 
-std::vector<Chunk*> ZeroDdp::ChunksAhead(absl::Span<Parameter* const> params,
-                                         int direction, int count) {
-  std::vector<Chunk*> ahead;
-  if (count <= 0 || order_.empty()) return ahead;
+int ZeroDdp::Edge(absl::Span<Parameter* const> params, int direction) const {
   int edge = direction > 0 ? -1 : static_cast<int>(order_.size());
   for (Parameter* p : params) {
     const ParamInfo& info = params_[index_of_.at(p)];
     edge =
         direction > 0 ? std::max(edge, info.order) : std::min(edge, info.order);
   }
+  return edge;
+}
+
+std::vector<Chunk*> ZeroDdp::ChunksAhead(absl::Span<Parameter* const> params,
+                                         int direction, int count) {
+  std::vector<Chunk*> ahead;
+  if (count <= 0 || order_.empty()) return ahead;
+  const int edge = Edge(params, direction);
   const Chunk* current = edge >= 0 && edge < static_cast<int>(order_.size())
                              ? params_[order_[edge]].where.chunk
                              : nullptr;
@@ -338,12 +343,7 @@ absl::Status ZeroDdp::ReleaseLazily(absl::Span<Parameter* const> params,
   // Keep the chunk of the parameter that follows this op in the direction
   // of travel (often this op's own chunk: the next layer most likely needs
   // it), the chunks in the prefetch window and any still being gathered.
-  int edge = direction > 0 ? -1 : static_cast<int>(order_.size());
-  for (Parameter* p : params) {
-    CZ_ASSIGN_OR_RETURN(ParamInfo * info, Info(*p));
-    edge = direction > 0 ? std::max(edge, info->order)
-                         : std::min(edge, info->order);
-  }
+  const int edge = Edge(params, direction);
   std::vector<Chunk*> keep =
       ChunksAhead(params, direction, options_.max_prefetch);
   const int next = edge + direction;

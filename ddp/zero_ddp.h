@@ -186,6 +186,10 @@ class ZeroDdp final : public ParamHooks {
   // backward) of the registration order.
   absl::Status ReleaseLazily(absl::Span<Parameter* const> params,
                              int direction);
+  // The registration position of the last of `params` in the direction of
+  // travel (+1 forward: the highest, -1 backward: the lowest).
+  // REQUIRES: every parameter is the model's (the hooks checked it).
+  int Edge(absl::Span<Parameter* const> params, int direction) const;
   // Up to `count` distinct chunks after `params` in the registration order
   // (direction +1 forward, -1 backward), excluding the current one.
   std::vector<Chunk*> ChunksAhead(absl::Span<Parameter* const> params,

@@ -139,11 +139,8 @@ std::vector<absl::Status> RunZero(const Config& c, RunResult* run,
           if (!p->grad().defined()) continue;
           CZ_ASSIGN_OR_RETURN(TensorLocation where,
                               chunks.Locate("fp16_param", p->name()));
-          const ChunkTensor& t = where.chunk->tensor(where.index);
-          const int64_t first =
-              c.layout == ChunkLayout::kSharded
-                  ? std::max(t.offset, where.chunk->shard_begin()) - t.offset
-                  : 0;
+          const int64_t first = where.chunk->ShardRange(where.index).first -
+                                where.chunk->tensor(where.index).offset;
           std::vector<float> part = *p->grad().ToFloats();
           std::vector<float>& full = run->grads[p->name()];
           full.resize(p->numel(), NAN);
