@@ -617,6 +617,10 @@ absl::Status ZeroDdp::RestoreParamsFromMasters() {
   return absl::OkStatus();
 }
 
+void ZeroDdp::ClearGrads() {
+  for (ParamInfo& info : params_) info.param->set_grad(Tensor());
+}
+
 absl::Status ZeroDdp::FinishBackward() {
   absl::Status status = absl::OkStatus();
   if (!registered_) {

@@ -137,6 +137,17 @@ class ZeroDdp final : public ParamHooks {
   // optimizer does this after its update; also used to skip a step.
   absl::Status RestoreParamsFromMasters();
 
+  // Sets every parameter's grad() to an empty tensor: after an optimizer
+  // step the slices the grads viewed hold weights again.
+  void ClearGrads();
+
+  DType compute_dtype() const { return options_.compute_dtype; }
+  // The current chunk groups of the compute-dtype parameters and of their
+  // fp32 masters (paired: same tensors, offsets and shards). Declaration
+  // order until step 1's backward, first-use order from then on.
+  const std::string& param_group() const { return param_group_; }
+  const std::string& master_group() const { return master_group_; }
+
   // True once step 1 has put the parameters into chunks.
   bool registered() const { return registered_; }
   // Parameters no rank used in step 1 (kept out of chunks), declaration

@@ -45,4 +45,22 @@ bool DynamicLossScaler::Update(bool found_inf) {
   return true;
 }
 
+absl::Status DynamicLossScaler::Restore(double scale, int64_t growth_tracker,
+                                        int hysteresis_left) {
+  if (!(scale >= options_.min_scale && scale <= options_.max_scale) ||
+      growth_tracker < 0 || growth_tracker >= options_.growth_interval ||
+      hysteresis_left < 1 || hysteresis_left > options_.hysteresis) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "loss scaler state (scale ", scale, ", growth tracker ",
+        growth_tracker, ", hysteresis left ", hysteresis_left,
+        ") does not fit its options (scale in [", options_.min_scale, ", ",
+        options_.max_scale, "], growth interval ", options_.growth_interval,
+        ", hysteresis ", options_.hysteresis, ")"));
+  }
+  scale_ = scale;
+  growth_tracker_ = growth_tracker;
+  hysteresis_left_ = hysteresis_left;
+  return absl::OkStatus();
+}
+
 }  // namespace chunkzero

@@ -53,6 +53,14 @@ class DynamicLossScaler {
 
   int64_t growth_tracker() const { return growth_tracker_; }
   int hysteresis_left() const { return hysteresis_left_; }
+  const LossScalerOptions& options() const { return options_; }
+
+  // Puts back a state read from scale(), growth_tracker() and
+  // hysteresis_left() (a checkpoint). InvalidArgument, changing nothing, for
+  // a scale outside [min_scale, max_scale], a tracker outside
+  // [0, growth_interval) or hysteresis left outside [1, hysteresis].
+  absl::Status Restore(double scale, int64_t growth_tracker,
+                       int hysteresis_left);
 
  private:
   explicit DynamicLossScaler(const LossScalerOptions& options)

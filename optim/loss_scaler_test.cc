@@ -50,6 +50,39 @@ TEST(DynamicLossScaler, ClampsToMinAndMax) {
   EXPECT_EQ(s.scale(), 4);
 }
 
+TEST(DynamicLossScaler, RestoreContinuesASavedRun) {
+  LossScalerOptions o;
+  o.hysteresis = 2;
+  o.growth_interval = 3;
+  DynamicLossScaler saved = *DynamicLossScaler::Create(o);
+  saved.Update(true);
+  saved.Update(false);
+  DynamicLossScaler resumed = *DynamicLossScaler::Create(o);
+  ASSERT_TRUE(resumed
+                  .Restore(saved.scale(), saved.growth_tracker(),
+                           saved.hysteresis_left())
+                  .ok());
+  for (bool overflow : {false, true, true, false, false, false}) {
+    EXPECT_EQ(resumed.Update(overflow), saved.Update(overflow));
+    EXPECT_EQ(resumed.scale(), saved.scale());
+    EXPECT_EQ(resumed.growth_tracker(), saved.growth_tracker());
+    EXPECT_EQ(resumed.hysteresis_left(), saved.hysteresis_left());
+  }
+}
+
+TEST(DynamicLossScaler, RestoreRefusesAStateOutsideTheOptions) {
+  LossScalerOptions o;
+  o.hysteresis = 2;
+  DynamicLossScaler s = *DynamicLossScaler::Create(o);
+  EXPECT_EQ(s.Restore(0.5, 0, 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.Restore(1024, 2000, 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.Restore(1024, 0, 3).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.scale(), 65536.0);  // Unchanged.
+  EXPECT_TRUE(s.Restore(1024, 1999, 2).ok());
+  EXPECT_EQ(s.scale(), 1024);
+}
+
 TEST(DynamicLossScaler, BadOptionsAreInvalid) {
   LossScalerOptions o;
   o.backoff_factor = 1.5;
