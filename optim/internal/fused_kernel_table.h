@@ -1,0 +1,233 @@
+// Per-ISA, single-threaded fused optimizer kernels and the scalar helpers
+// that define their exact results. Private to optim/internal and
+// //optim:fused_kernels.
+//
+//   const FusedKernelTable& k = GetFusedKernelTable(KernelIsa::kAvx2);
+//   k.adam(constants, arrays, /*begin=*/0, /*end=*/n);
+//
+// Every table computes bit-identical results (NaN payloads aside). As in
+// tensor/internal/kernel_table.h, the vector code handles whole vectors and
+// hands heads and tails to the scalar helpers below, so the scalar code is
+// both the fallback and the definition. The element math is that of
+// optim/fused_kernels.h, over the per-call constants folded once by the
+// caller (AdamConstants, SgdConstants).
+#ifndef CHUNKZERO_OPTIM_INTERNAL_FUSED_KERNEL_TABLE_H_
+#define CHUNKZERO_OPTIM_INTERNAL_FUSED_KERNEL_TABLE_H_
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "tensor/cpu_features.h"
+#include "optim/internal/fused_kernels_isa.h"
+#include "tensor/internal/kernel_table.h"
+
+namespace chunkzero {
+namespace optim_internal {
+
+// Element types (load, round-to-nearest-even store) shared with tensor/.
+using kernels_internal::BF16;
+using kernels_internal::F16;
+using kernels_internal::F32;
+
+// The element type of a null param_out: nothing is stored.
+struct NoOut {
+  using T = uint16_t;
+};
+
+// Single-threaded implementations over elements [begin, end) of the arrays.
+struct FusedKernelTable {
+  void (*adam)(const AdamConstants& c, const AdamArrays& a, size_t begin,
+               size_t end);
+  void (*sgd)(const SgdConstants& c, const SgdArrays& a, size_t begin,
+              size_t end);
+  // acc = (first ? 0 : acc) + f32(grad); param_out = out_dtype(master).
+  void (*accumulate)(bool first, const AccumulateArrays& a, size_t begin,
+                     size_t end);
+};
+
+// REQUIRES: IsKernelIsaSupported(isa).
+const FusedKernelTable& GetFusedKernelTable(KernelIsa isa);
+
+// The tables of each ISA (defined in fused_kernels_<isa>.cc).
+const FusedKernelTable& ScalarFusedKernels();
+#if CHUNKZERO_KERNELS_X86
+const FusedKernelTable& Avx2FusedKernels();
+const FusedKernelTable& Avx512FusedKernels();
+#endif
+
+// ---- Typed views and dispatch, shared by every table ----
+
+// Element i of an array of O (null for NoOut, where nothing is stored).
+template <typename O>
+typename O::T* OutAt(void* out, size_t i) {
+  if constexpr (std::is_same_v<O, NoOut>) {
+    return nullptr;
+  } else {
+    return static_cast<typename O::T*>(out) + i;
+  }
+}
+template <typename G>
+const typename G::T* GradAt(const void* grad, size_t i) {
+  return static_cast<const typename G::T*>(grad) + i;
+}
+
+// Calls fn(G(), O()) with the element types of the grad and of param_out
+// (NoOut when it is null). REQUIRES: valid dtypes.
+template <typename Fn>
+void DispatchTypes(DType grad_dtype, const void* param_out, DType out_dtype,
+                   const Fn& fn) {
+  const auto with_grad = [&](auto g) {
+    if (param_out == nullptr) return fn(g, NoOut());
+    switch (out_dtype) {
+      case DType::kF32:
+        return fn(g, F32());
+      case DType::kF16:
+        return fn(g, F16());
+      case DType::kBF16:
+        return fn(g, BF16());
+    }
+  };
+  switch (grad_dtype) {
+    case DType::kF32:
+      return with_grad(F32());
+    case DType::kF16:
+      return with_grad(F16());
+    case DType::kBF16:
+      return with_grad(BF16());
+  }
+}
+
+template <WeightDecay kMode>
+using WeightDecayTag = std::integral_constant<WeightDecay, kMode>;
+
+// Calls fn(WeightDecayTag<mode>()).
+template <typename Fn>
+void DispatchWeightDecay(WeightDecay mode, const Fn& fn) {
+  switch (mode) {
+    case WeightDecay::kNone:
+      return fn(WeightDecayTag<WeightDecay::kNone>());
+    case WeightDecay::kCoupled:
+      return fn(WeightDecayTag<WeightDecay::kCoupled>());
+    case WeightDecay::kDecoupled:
+      return fn(WeightDecayTag<WeightDecay::kDecoupled>());
+  }
+}
+
+// The table entries of an ISA whose typed loops are the static member
+// templates of `Loops`: Adam<G, O, kMode>, Sgd<G, O> and Accumulate<G, O>,
+// over arrays already offset to the first element (see ScalarAdam for the
+// arguments). Dispatching once per range keeps the loops free of branches
+// on dtypes and modes.
+template <typename Loops>
+void TableAdam(const AdamConstants& c, const AdamArrays& a, size_t begin,
+             size_t end) {
+  DispatchTypes(a.grad_dtype, a.param_out, a.out_dtype, [&](auto g, auto o) {
+    using G = decltype(g);
+    using O = decltype(o);
+    DispatchWeightDecay(c.weight_decay_mode, [&](auto mode) {
+      Loops::template Adam<G, O, decltype(mode)::value>(
+          c, a.param + begin, a.exp_avg + begin, a.exp_avg_sq + begin,
+          GradAt<G>(a.grad, begin), OutAt<O>(a.param_out, begin),
+          end - begin);
+    });
+  });
+}
+
+template <typename Loops>
+void TableSgd(const SgdConstants& c, const SgdArrays& a, size_t begin,
+            size_t end) {
+  float* buffer = c.momentum_mode == Momentum::kNone
+                      ? nullptr
+                      : a.momentum_buffer + begin;
+  DispatchTypes(a.grad_dtype, a.param_out, a.out_dtype, [&](auto g, auto o) {
+    using G = decltype(g);
+    using O = decltype(o);
+    Loops::template Sgd<G, O>(c, a.param + begin, buffer,
+                              GradAt<G>(a.grad, begin),
+                              OutAt<O>(a.param_out, begin), end - begin);
+  });
+}
+
+template <typename Loops>
+void TableAccumulate(bool first, const AccumulateArrays& a, size_t begin,
+                   size_t end) {
+  DispatchTypes(a.grad_dtype, a.param_out, a.out_dtype, [&](auto g, auto o) {
+    using G = decltype(g);
+    using O = decltype(o);
+    Loops::template Accumulate<G, O>(
+        first, a.acc + begin, GradAt<G>(a.grad, begin), a.master + begin,
+        OutAt<O>(a.param_out, begin), end - begin);
+  });
+}
+
+template <typename Loops>
+FusedKernelTable MakeFusedKernelTable() {
+  return {&TableAdam<Loops>, &TableSgd<Loops>, &TableAccumulate<Loops>};
+}
+
+// ---- Scalar helpers: the definition of every kernel's result ----
+
+template <typename O>
+void StoreOut(typename O::T* out, size_t i, float p) {
+  if constexpr (!std::is_same_v<O, NoOut>) out[i] = O::Store(p);
+}
+
+// Adam over elements [0, n) of arrays already offset to the first element.
+template <typename G, typename O, WeightDecay kMode>
+void ScalarAdam(const AdamConstants& c, float* param, float* exp_avg,
+                float* exp_avg_sq, const typename G::T* grad,
+                typename O::T* param_out, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    float g = G::Load(grad[i]) * c.grad_scale;
+    float p = param[i];
+    if constexpr (kMode == WeightDecay::kCoupled) g = g + c.weight_decay * p;
+    if constexpr (kMode == WeightDecay::kDecoupled) p = p * c.decay_factor;
+    const float m = c.beta1 * exp_avg[i] + c.one_minus_beta1 * g;
+    const float v = c.beta2 * exp_avg_sq[i] + c.one_minus_beta2 * (g * g);
+    const float denom = std::sqrt(v) / c.bias_correction2_sqrt + c.eps;
+    p = p - c.step_size * (m / denom);
+    param[i] = p;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    StoreOut<O>(param_out, i, p);
+  }
+}
+
+template <typename G, typename O>
+void ScalarSgd(const SgdConstants& c, float* param, float* momentum_buffer,
+               const typename G::T* grad, typename O::T* param_out,
+               size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    float g = G::Load(grad[i]) * c.grad_scale;
+    float p = param[i];
+    if (c.has_weight_decay) g = g + c.weight_decay * p;
+    if (c.momentum_mode != Momentum::kNone) {
+      const float buf =
+          c.momentum_mode == Momentum::kFirst
+              ? g
+              : c.momentum * momentum_buffer[i] + c.one_minus_dampening * g;
+      momentum_buffer[i] = buf;
+      g = c.nesterov ? g + c.momentum * buf : buf;
+    }
+    p = p - c.lr * g;
+    param[i] = p;
+    StoreOut<O>(param_out, i, p);
+  }
+}
+
+template <typename G, typename O>
+void ScalarAccumulate(bool first, float* acc, const typename G::T* grad,
+                      const float* master, typename O::T* param_out,
+                      size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    acc[i] = (first ? 0.0f : acc[i]) + G::Load(grad[i]);
+    StoreOut<O>(param_out, i, master[i]);
+  }
+}
+
+}  // namespace optim_internal
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_OPTIM_INTERNAL_FUSED_KERNEL_TABLE_H_
