@@ -1,0 +1,496 @@
+#include "tools/gpt/gpt_kernels.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "base/parallel_for.h"
+
+// The row loops are compiled three times (AVX-512, AVX2+FMA, baseline
+// x86-64) and picked at load time by the CPU (GCC function multiversioning):
+// the build itself targets plain x86-64, and these loops are where the
+// non-matmul time goes.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define GPT_KERNEL \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define GPT_KERNEL
+#endif
+
+namespace chunkzero {
+namespace gpt_kernels {
+namespace {
+
+// Elements per ParallelFor piece: below this, waking a thread costs more
+// than it saves.
+constexpr size_t kGrainElements = 16384;
+
+size_t RowGrain(int width) {
+  return std::max<size_t>(1, kGrainElements / std::max(width, 1));
+}
+
+// Reductions keep kLanes partial results so the compiler can vectorise
+// them without reassociating (which it may not do for floats): lane j sums
+// elements j, j + kLanes, ...; the lanes are then added in order.
+constexpr int kLanes = 16;
+
+inline float Sum(const float* x, int n) {
+  float acc[kLanes] = {};
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) acc[j] += x[i + j];
+  }
+  float s = 0;
+  for (; i < n; ++i) s += x[i];
+  for (int j = 0; j < kLanes; ++j) s += acc[j];
+  return s;
+}
+
+inline float Dot(const float* a, const float* b, int n) {
+  float acc[kLanes] = {};
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  float s = 0;
+  for (; i < n; ++i) s += a[i] * b[i];
+  for (int j = 0; j < kLanes; ++j) s += acc[j];
+  return s;
+}
+
+inline float Max(const float* x, int n) {
+  float acc[kLanes];
+  for (int j = 0; j < kLanes; ++j) acc[j] = -INFINITY;
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      acc[j] = acc[j] > x[i + j] ? acc[j] : x[i + j];
+    }
+  }
+  float m = -INFINITY;
+  for (; i < n; ++i) m = m > x[i] ? m : x[i];
+  for (int j = 0; j < kLanes; ++j) m = m > acc[j] ? m : acc[j];
+  return m;
+}
+
+// Cody-Waite range reduction x = n ln2 + r, |r| <= ln2 / 2, and the Cephes
+// expf polynomial for e^r; 2^n is built in the exponent bits. Branch-free
+// (the clamp keeps 2^n a normal float) so that loops over it vectorise.
+inline float Exp(float x) {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  // 1.5 * 2^23: adding it rounds x * log2(e) to an integer in the low
+  // mantissa bits.
+  constexpr float kShifter = 12582912.0f;
+  const float shifted = x * 1.44269504088896341f + kShifter;
+  const float n = shifted - kShifter;
+  int32_t ni;
+  std::memcpy(&ni, &shifted, sizeof(ni));
+  ni -= 0x4B400000;  // The bits of kShifter.
+  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = (ni + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCube = 0.044715f;
+
+// tanh(u) = 1 - 2 / (e^{2u} + 1): absolute error ~1e-7, which is what GELU
+// needs (it adds tanh to 1).
+inline float Tanh(float u) { return 1.0f - 2.0f / (Exp(2.0f * u) + 1.0f); }
+
+// --- Row kernels (multiversioned). ---
+
+GPT_KERNEL void EmbeddingRows(size_t begin, size_t end, float* out,
+                              const int32_t* tokens, const float* wte,
+                              const float* wpe, int T, int C) {
+  for (size_t n = begin; n < end; ++n) {
+    const float* e = wte + static_cast<size_t>(tokens[n]) * C;
+    const float* p = wpe + (n % T) * C;
+    float* o = out + n * C;
+    for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+  }
+}
+
+// Columns [c0, c1) of the embedding grads, every row in order.
+GPT_KERNEL void EmbeddingBackwardColumns(size_t c0, size_t c1, float* dwte,
+                                         float* dwpe, const float* dout,
+                                         const int32_t* tokens, int N, int T,
+                                         int C) {
+  for (int n = 0; n < N; ++n) {
+    const float* d = dout + static_cast<size_t>(n) * C;
+    float* e = dwte + static_cast<size_t>(tokens[n]) * C;
+    float* p = dwpe + static_cast<size_t>(n % T) * C;
+    for (size_t c = c0; c < c1; ++c) {
+      e[c] += d[c];
+      p[c] += d[c];
+    }
+  }
+}
+
+GPT_KERNEL void LayerNormRows(size_t begin, size_t end, float* out,
+                              float* mean, float* rstd, const float* x,
+                              const float* w, const float* b, int C) {
+  for (size_t n = begin; n < end; ++n) {
+    const float* xr = x + n * C;
+    float* o = out + n * C;
+    const float m = Sum(xr, C) / C;
+    // Two passes (not E[x^2] - m^2), so large means do not cancel.
+    for (int c = 0; c < C; ++c) o[c] = xr[c] - m;
+    const float var = Dot(o, o, C) / C;
+    const float s = 1.0f / std::sqrt(var + 1e-5f);
+    for (int c = 0; c < C; ++c) o[c] = o[c] * s * w[c] + b[c];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+// dx rows of the LayerNorm backward; `scratch` holds 2 * C floats.
+GPT_KERNEL void LayerNormBackwardRows(size_t begin, size_t end, float* dx,
+                                      const float* dout, const float* x,
+                                      const float* w, const float* mean,
+                                      const float* rstd, int C,
+                                      float* scratch) {
+  float* norm = scratch;
+  float* dnorm = scratch + C;
+  for (size_t n = begin; n < end; ++n) {
+    const float* xr = x + n * C;
+    const float* d = dout + n * C;
+    float* dxr = dx + n * C;
+    const float m = mean[n], s = rstd[n];
+    for (int c = 0; c < C; ++c) {
+      norm[c] = (xr[c] - m) * s;
+      dnorm[c] = d[c] * w[c];
+    }
+    const float dnorm_mean = Sum(dnorm, C) / C;
+    const float dnorm_norm_mean = Dot(dnorm, norm, C) / C;
+    for (int c = 0; c < C; ++c) {
+      dxr[c] += (dnorm[c] - dnorm_mean - norm[c] * dnorm_norm_mean) * s;
+    }
+  }
+}
+
+// dw[c] = sum_n dout * norm, db[c] = sum_n dout for columns [c0, c1).
+GPT_KERNEL void LayerNormParamGradColumns(size_t c0, size_t c1, float* dw,
+                                          float* db, const float* dout,
+                                          const float* x, const float* mean,
+                                          const float* rstd, int N, int C) {
+  for (size_t c = c0; c < c1; ++c) dw[c] = db[c] = 0;
+  for (int n = 0; n < N; ++n) {
+    const float* xr = x + static_cast<size_t>(n) * C;
+    const float* d = dout + static_cast<size_t>(n) * C;
+    const float m = mean[n], s = rstd[n];
+    for (size_t c = c0; c < c1; ++c) {
+      dw[c] += d[c] * ((xr[c] - m) * s);
+      db[c] += d[c];
+    }
+  }
+}
+
+GPT_KERNEL void ColumnSums(size_t c0, size_t c1, float* out, const float* in,
+                           int N, int C) {
+  for (size_t c = c0; c < c1; ++c) out[c] = 0;
+  for (int n = 0; n < N; ++n) {
+    const float* r = in + static_cast<size_t>(n) * C;
+    for (size_t c = c0; c < c1; ++c) out[c] += r[c];
+  }
+}
+
+GPT_KERNEL void BroadcastRows(size_t begin, size_t end, float* out,
+                              const float* bias, int C) {
+  for (size_t n = begin; n < end; ++n) {
+    std::memcpy(out + n * C, bias, sizeof(float) * C);
+  }
+}
+
+GPT_KERNEL void GeluRange(size_t begin, size_t end, float* out,
+                          const float* x) {
+  for (size_t i = begin; i < end; ++i) {
+    const float v = x[i];
+    const float t = Tanh(kGeluScale * (v + kGeluCube * v * v * v));
+    out[i] = 0.5f * v * (1.0f + t);
+  }
+}
+
+GPT_KERNEL void GeluBackwardRange(size_t begin, size_t end, float* dx,
+                                  const float* x, const float* dout) {
+  for (size_t i = begin; i < end; ++i) {
+    const float v = x[i];
+    const float t = Tanh(kGeluScale * (v + kGeluCube * v * v * v));
+    const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * v * v);
+    dx[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+  }
+}
+
+GPT_KERNEL void AddRange(size_t begin, size_t end, float* out, const float* a,
+                         const float* b) {
+  for (size_t i = begin; i < end; ++i) out[i] = a[i] + b[i];
+}
+
+// Rows of att[B * NH * T, T] (scores) become causal softmax probabilities.
+GPT_KERNEL void CausalSoftmaxRows(size_t begin, size_t end, float* att,
+                                  int T) {
+  for (size_t r = begin; r < end; ++r) {
+    const int t = static_cast<int>(r % T);
+    float* p = att + r * T;
+    const float m = Max(p, t + 1);
+    for (int s = 0; s <= t; ++s) p[s] = Exp(p[s] - m);
+    const float inv = 1.0f / Sum(p, t + 1);
+    for (int s = 0; s <= t; ++s) p[s] *= inv;
+    for (int s = t + 1; s < T; ++s) p[s] = 0;
+  }
+}
+
+// datt rows (dP on entry) become dS = P * (dP - <P, dP>) * scale.
+GPT_KERNEL void CausalSoftmaxBackwardRows(size_t begin, size_t end,
+                                          float* datt, const float* att,
+                                          int T, float scale) {
+  for (size_t r = begin; r < end; ++r) {
+    const int t = static_cast<int>(r % T);
+    const float* p = att + r * T;
+    float* d = datt + r * T;
+    const float dot = Dot(p, d, t + 1);
+    for (int s = 0; s <= t; ++s) d[s] = p[s] * (d[s] - dot) * scale;
+    for (int s = t + 1; s < T; ++s) d[s] = 0;
+  }
+}
+
+GPT_KERNEL void CrossEntropyRows(size_t begin, size_t end, float* logits,
+                                 const int32_t* targets, int V,
+                                 double* losses) {
+  for (size_t n = begin; n < end; ++n) {
+    float* l = logits + n * V;
+    const float target_logit = l[targets[n]];
+    const float m = Max(l, V);
+    for (int v = 0; v < V; ++v) l[v] = Exp(l[v] - m);
+    const float sum = Sum(l, V);
+    const float inv = 1.0f / sum;
+    for (int v = 0; v < V; ++v) l[v] *= inv;
+    // -log softmax = log(sum) + m - l[target], in double: the row losses
+    // are averaged over many rows.
+    losses[n] = std::log(static_cast<double>(sum)) + m - target_logit;
+  }
+}
+
+GPT_KERNEL void CrossEntropyBackwardRows(size_t begin, size_t end,
+                                         float* probs, const int32_t* targets,
+                                         float dloss, int V) {
+  for (size_t n = begin; n < end; ++n) {
+    float* p = probs + n * V;
+    for (int v = 0; v < V; ++v) p[v] *= dloss;
+    p[targets[n]] -= dloss;
+  }
+}
+
+// Splits columns [0, C) into pieces of at least 64 (so each row's piece is
+// a few cache lines) for fn(c0, c1).
+template <typename Fn>
+void ForColumns(int C, Fn fn) {
+  ParallelFor(C, 64, [&](size_t c0, size_t c1) { fn(c0, c1); });
+}
+
+}  // namespace
+
+float ExpApprox(float x) { return Exp(x); }
+
+void EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
+                      const float* wpe, int B, int T, int C) {
+  ParallelFor(static_cast<size_t>(B) * T, RowGrain(C),
+              [&](size_t begin, size_t end) {
+                EmbeddingRows(begin, end, out, tokens, wte, wpe, T, C);
+              });
+}
+
+void EmbeddingBackward(float* dwte, float* dwpe, const float* dout,
+                       const int32_t* tokens, int B, int T, int C, int V,
+                       int P) {
+  ParallelFor(static_cast<size_t>(V), RowGrain(C), [&](size_t b, size_t e) {
+    std::memset(dwte + b * C, 0, sizeof(float) * (e - b) * C);
+  });
+  std::memset(dwpe, 0, sizeof(float) * static_cast<size_t>(P) * C);
+  ForColumns(C, [&](size_t c0, size_t c1) {
+    EmbeddingBackwardColumns(c0, c1, dwte, dwpe, dout, tokens, B * T, T, C);
+  });
+}
+
+void LayerNormForward(float* out, float* mean, float* rstd, const float* x,
+                      const float* w, const float* b, int N, int C) {
+  ParallelFor(N, RowGrain(C), [&](size_t begin, size_t end) {
+    LayerNormRows(begin, end, out, mean, rstd, x, w, b, C);
+  });
+}
+
+void LayerNormBackward(float* dx, float* dw, float* db, const float* dout,
+                       const float* x, const float* w, const float* mean,
+                       const float* rstd, int N, int C) {
+  ParallelFor(N, RowGrain(C), [&](size_t begin, size_t end) {
+    // Per piece, not per row: one small allocation per thread and call.
+    std::unique_ptr<float[]> scratch(new float[2 * C]);
+    LayerNormBackwardRows(begin, end, dx, dout, x, w, mean, rstd, C,
+                          scratch.get());
+  });
+  ForColumns(C, [&](size_t c0, size_t c1) {
+    LayerNormParamGradColumns(c0, c1, dw, db, dout, x, mean, rstd, N, C);
+  });
+}
+
+void MatmulForward(float* out, const float* x, const float* w,
+                   const float* bias, int N, int IC, int OC) {
+  float beta = 0.0f;
+  if (bias != nullptr) {
+    ParallelFor(N, RowGrain(OC), [&](size_t begin, size_t end) {
+      BroadcastRows(begin, end, out, bias, OC);
+    });
+    beta = 1.0f;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, IC, 1.0f, x,
+              IC, w, OC, beta, out, OC);
+}
+
+void MatmulBackward(float* dx, float* dw, float* dbias, const float* dout,
+                    const float* x, const float* w, int N, int IC, int OC) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, IC, OC, 1.0f, dout,
+              OC, w, OC, 0.0f, dx, IC);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IC, OC, N, 1.0f, x, IC,
+              dout, OC, 0.0f, dw, OC);
+  if (dbias != nullptr) {
+    ForColumns(OC, [&](size_t c0, size_t c1) {
+      ColumnSums(c0, c1, dbias, dout, N, OC);
+    });
+  }
+}
+
+void MatmulTransposedForward(float* out, const float* x, const float* w,
+                             int N, int IC, int OC) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, x, IC,
+              w, IC, 0.0f, out, OC);
+}
+
+void MatmulTransposedBackward(float* dx, float* dw, const float* dout,
+                              const float* x, const float* w, int N, int IC,
+                              int OC) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f,
+              dout, OC, w, IC, 0.0f, dx, IC);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout,
+              OC, x, IC, 0.0f, dw, IC);
+}
+
+void GeluForward(float* out, const float* x, size_t n) {
+  ParallelFor(n, kGrainElements, [&](size_t begin, size_t end) {
+    GeluRange(begin, end, out, x);
+  });
+}
+
+void GeluBackward(float* dx, const float* x, const float* dout, size_t n) {
+  ParallelFor(n, kGrainElements, [&](size_t begin, size_t end) {
+    GeluBackwardRange(begin, end, dx, x, dout);
+  });
+}
+
+void Add(float* out, const float* a, const float* b, size_t n) {
+  ParallelFor(n, kGrainElements, [&](size_t begin, size_t end) {
+    AddRange(begin, end, out, a, b);
+  });
+}
+
+// Per (b, h), with Q, K, V the head's [T, hd] column blocks of qkv (leading
+// dimension 3C): att = softmax(Q K^T / sqrt(hd)), out block = att V. The
+// gemms run one head at a time (OpenBLAS threads each); the softmax of all
+// heads' rows runs in one ParallelFor between them.
+void AttentionForward(float* out, float* att, const float* qkv, int B, int T,
+                      int C, int NH) {
+  const int hd = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const size_t tt = static_cast<size_t>(T) * T;
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const float* q = qkv + static_cast<size_t>(b) * T * 3 * C + h * hd;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, scale, q,
+                  3 * C, q + C, 3 * C, 0.0f, att + (b * NH + h) * tt, T);
+    }
+  }
+  ParallelFor(static_cast<size_t>(B) * NH * T, RowGrain(T),
+              [&](size_t begin, size_t end) {
+                CausalSoftmaxRows(begin, end, att, T);
+              });
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const float* v = qkv + static_cast<size_t>(b) * T * 3 * C + 2 * C +
+                       h * hd;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f,
+                  att + (b * NH + h) * tt, T, v, 3 * C, 0.0f,
+                  out + static_cast<size_t>(b) * T * C + h * hd, C);
+    }
+  }
+}
+
+// From S = Q K^T * scale, P = softmax(S), Y = P V:
+//   dP = dY V^T, dV = P^T dY, dS = P * (dP - rowsum(P * dP)) (times scale
+//   here, folding in the score scale), dQ = dS K, dK = dS^T Q.
+void AttentionBackward(float* dqkv, float* datt, const float* dout,
+                       const float* qkv, const float* att, int B, int T,
+                       int C, int NH) {
+  const int hd = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const size_t tt = static_cast<size_t>(T) * T;
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const size_t row0 = static_cast<size_t>(b) * T;
+      const float* dy = dout + row0 * C + h * hd;
+      const float* v = qkv + row0 * 3 * C + 2 * C + h * hd;
+      float* dv = dqkv + row0 * 3 * C + 2 * C + h * hd;
+      const float* p = att + (b * NH + h) * tt;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, dy,
+                  C, v, 3 * C, 0.0f, datt + (b * NH + h) * tt, T);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, p,
+                  T, dy, C, 0.0f, dv, 3 * C);
+    }
+  }
+  ParallelFor(static_cast<size_t>(B) * NH * T, RowGrain(T),
+              [&](size_t begin, size_t end) {
+                CausalSoftmaxBackwardRows(begin, end, datt, att, T, scale);
+              });
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const size_t row0 = static_cast<size_t>(b) * T;
+      const float* q = qkv + row0 * 3 * C + h * hd;
+      float* dq = dqkv + row0 * 3 * C + h * hd;
+      const float* ds = datt + (b * NH + h) * tt;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f,
+                  ds, T, q + C, 3 * C, 0.0f, dq, 3 * C);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, ds,
+                  T, q, 3 * C, 0.0f, dq + C, 3 * C);
+    }
+  }
+}
+
+double CrossEntropyForward(float* logits, const int32_t* targets, int N,
+                           int V, double* row_losses) {
+  ParallelFor(N, RowGrain(V), [&](size_t begin, size_t end) {
+    CrossEntropyRows(begin, end, logits, targets, V, row_losses);
+  });
+  double sum = 0;
+  for (int n = 0; n < N; ++n) sum += row_losses[n];
+  return sum / N;
+}
+
+void CrossEntropyBackward(float* probs, const int32_t* targets,
+                          float dloss_per_row, int N, int V) {
+  ParallelFor(N, RowGrain(V), [&](size_t begin, size_t end) {
+    CrossEntropyBackwardRows(begin, end, probs, targets, dloss_per_row, V);
+  });
+}
+
+}  // namespace gpt_kernels
+}  // namespace chunkzero

@@ -1,0 +1,105 @@
+// The f32 CPU layers of the GPT-2 model (tools/gpt/gpt_model.h), as free
+// functions in the style of llm.c: outputs first, then inputs, then sizes.
+//
+//   LayerNormForward(out, mean, rstd, x, w, b, rows, C);
+//   MatmulForward(qkv, out, c_attn_w, c_attn_b, rows, C, 3 * C);
+//   AttentionForward(y, att, qkv, B, T, C, NH);
+//
+// Legend: B batch, T sequence length, C channels (d_model), NH heads,
+// hd = C / NH head size, V vocabulary, P max positions, N = B * T rows.
+// Every array is dense and row-major, and all pointers are non-null.
+//
+// Matmuls run through OpenBLAS cblas_sgemm, called from the calling thread
+// only (so OpenBLAS's own threads do the work; concurrent calls into the
+// pthread build are never made). Everything else is split over rows (or
+// columns) with base/parallel_for.h; the two never run at the same time.
+// Results do not depend on the thread count: every reduction over rows
+// (bias and LayerNorm weight grads) runs in a fixed order per column, and
+// per-row losses are summed in row order.
+//
+// Thread-safety: the functions may be called from any thread, but not
+// concurrently from several (see above: OpenBLAS calls).
+#ifndef CHUNKZERO_TOOLS_GPT_GPT_KERNELS_H_
+#define CHUNKZERO_TOOLS_GPT_GPT_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace chunkzero {
+namespace gpt_kernels {
+
+// out[N, C] = wte[tokens[n]] + wpe[n % T]. REQUIRES: tokens in [0, V).
+void EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
+                      const float* wpe, int B, int T, int C);
+// dwte[V, C] = scatter-add of dout rows at tokens; dwpe[P, C] = sum over the
+// batch of dout rows at each position (rows T..P-1 zero). Both overwritten.
+void EmbeddingBackward(float* dwte, float* dwpe, const float* dout,
+                       const int32_t* tokens, int B, int T, int C, int V,
+                       int P);
+
+// out[N, C] = (x - mean) * rstd * w + b per row, eps 1e-5; saves mean[N] and
+// rstd[N] for the backward.
+void LayerNormForward(float* out, float* mean, float* rstd, const float* x,
+                      const float* w, const float* b, int N, int C);
+// dx[N, C] += d/dx; dw[C] and db[C] are overwritten.
+void LayerNormBackward(float* dx, float* dw, float* db, const float* dout,
+                       const float* x, const float* w, const float* mean,
+                       const float* rstd, int N, int C);
+
+// out[N, OC] = x[N, IC] w[IC, OC] + bias[OC] (Hugging Face Conv1D layout).
+// `bias` may be null.
+void MatmulForward(float* out, const float* x, const float* w,
+                   const float* bias, int N, int IC, int OC);
+// From out = x w + b: dx[N, IC] = dout w^T, dw[IC, OC] = x^T dout,
+// dbias[OC] = column sums of dout; all overwritten. `dbias` may be null.
+void MatmulBackward(float* dx, float* dw, float* dbias, const float* dout,
+                    const float* x, const float* w, int N, int IC, int OC);
+
+// out[N, OC] = x[N, IC] w[OC, IC]^T (PyTorch Linear layout, no bias): the
+// tied output projection, logits = h wte^T.
+void MatmulTransposedForward(float* out, const float* x, const float* w,
+                             int N, int IC, int OC);
+// dx[N, IC] = dout w, dw[OC, IC] = dout^T x; both overwritten.
+void MatmulTransposedBackward(float* dx, float* dw, const float* dout,
+                              const float* x, const float* w, int N, int IC,
+                              int OC);
+
+// out[n] = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+void GeluForward(float* out, const float* x, size_t n);
+// dx[n] = dout[n] * gelu'(x[n]); dx may alias dout.
+void GeluBackward(float* dx, const float* x, const float* dout, size_t n);
+
+// out[N, C] = a + b; out may alias a or b.
+void Add(float* out, const float* a, const float* b, size_t n);
+
+// Causal multi-head self-attention. qkv[N, 3C] holds q, k, v side by side
+// (head h at columns h*hd of each); out[N, C] = softmax(q k^T / sqrt(hd)
+// + causal mask) v per (b, h). att[B, NH, T, T] receives the probabilities
+// (zero above the diagonal), kept for the backward.
+void AttentionForward(float* out, float* att, const float* qkv, int B, int T,
+                      int C, int NH);
+// dqkv[N, 3C] overwritten; datt[B, NH, T, T] is scratch.
+void AttentionBackward(float* dqkv, float* datt, const float* dout,
+                       const float* qkv, const float* att, int B, int T,
+                       int C, int NH);
+
+// Softmax cross-entropy over logits[N, V], in place: logits become the
+// probabilities, and row_losses[N] the rows' -log p[target]. Returns their
+// mean (summed in row order). REQUIRES: targets in [0, V).
+double CrossEntropyForward(float* logits, const int32_t* targets, int N,
+                           int V, double* row_losses);
+// probs[N, V] become dlogits = (probs - onehot(target)) * dloss_per_row, in
+// place (dloss_per_row: d(loss)/d(row loss), e.g. scale / N for a mean).
+void CrossEntropyBackward(float* probs, const int32_t* targets,
+                          float dloss_per_row, int N, int V);
+
+// exp(x) to about 2 ulp for x in [-87, 88], written so the compiler
+// vectorises loops over it (std::exp is a scalar libm call); below -87 it
+// returns a tiny positive value instead of 0, above 88 a value near
+// FLT_MAX. Exposed for its test.
+float ExpApprox(float x);
+
+}  // namespace gpt_kernels
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_TOOLS_GPT_GPT_KERNELS_H_

@@ -1,0 +1,566 @@
+#include "tools/gpt/gpt_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <utility>
+
+#include "absl/functional/function_ref.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "tensor/cast_kernels.h"
+#include "tools/gpt/gpt_kernels.h"
+
+namespace chunkzero {
+
+namespace k = gpt_kernels;
+
+namespace {
+
+// Offsets of a block's parameters from its first one, in declaration order.
+enum BlockParam {
+  kLn1W,
+  kLn1B,
+  kAttnW,
+  kAttnB,
+  kAttnProjW,
+  kAttnProjB,
+  kLn2W,
+  kLn2B,
+  kFcW,
+  kFcB,
+  kMlpProjW,
+  kMlpProjB,
+  kParamsPerBlock,
+};
+
+// N(0, 1) draws: Box-Muller on 53-bit uniforms from mt19937_64, both values
+// of each pair used in turn.
+class NormalSampler {
+ public:
+  explicit NormalSampler(uint64_t seed) : rng_(seed) {}
+  double Next() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    // u1 in (0, 1] so that the log is finite; u2 in [0, 1).
+    const double u1 = 1.0 - Uniform();
+    const double u2 = Uniform();
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    constexpr double kTwoPi = 6.283185307179586;
+    spare_ = r * std::sin(kTwoPi * u2);
+    has_spare_ = true;
+    return r * std::cos(kTwoPi * u2);
+  }
+
+ private:
+  double Uniform() { return (rng_() >> 11) * 0x1.0p-53; }
+
+  std::mt19937_64 rng_;
+  bool has_spare_ = false;
+  double spare_ = 0;
+};
+
+absl::Status CheckPositive(const char* field, int value) {
+  if (value > 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("GptConfig.", field, " must be positive, got ", value));
+}
+
+}  // namespace
+
+absl::Status GptConfig::Validate() const {
+  CZ_RETURN_IF_ERROR(CheckPositive("layers", layers));
+  CZ_RETURN_IF_ERROR(CheckPositive("d_model", d_model));
+  CZ_RETURN_IF_ERROR(CheckPositive("heads", heads));
+  CZ_RETURN_IF_ERROR(CheckPositive("seq_len", seq_len));
+  CZ_RETURN_IF_ERROR(CheckPositive("vocab", vocab));
+  if (d_model % heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GptConfig.d_model (", d_model,
+                     ") must be a multiple of GptConfig.heads (", heads, ")"));
+  }
+  return absl::OkStatus();
+}
+
+int64_t GptParameterCount(const GptConfig& config) {
+  const int64_t C = config.d_model;
+  const int64_t per_block = 2 * C + (C * 3 * C + 3 * C) + (C * C + C) +
+                            2 * C + (C * 4 * C + 4 * C) + (4 * C * C + C);
+  return static_cast<int64_t>(config.vocab) * C +
+         static_cast<int64_t>(config.seq_len) * C + config.layers * per_block +
+         2 * C;
+}
+
+double GptModelFlopsPerStep(const GptConfig& config, int64_t tokens) {
+  const double psi = static_cast<double>(GptParameterCount(config));
+  const double attention = 12.0 * config.layers * config.seq_len *
+                           static_cast<double>(config.d_model);
+  return (6.0 * psi + attention) * static_cast<double>(tokens);
+}
+
+// What Forward keeps for Backward; per-layer arrays hold L slices.
+struct GptModel::Activations {
+  int batch = 0, seq = 0;
+  std::vector<int32_t> tokens, targets;
+  std::vector<float> encoded;                   // [N, C]
+  std::vector<float> ln1, ln1_mean, ln1_rstd;   // [L, N, C], [L, N]
+  std::vector<float> qkv;                       // [L, N, 3C]
+  std::vector<float> att;                       // [L, B, NH, T, T]
+  std::vector<float> atty;                      // [L, N, C]
+  std::vector<float> res2;                      // [L, N, C]
+  std::vector<float> ln2, ln2_mean, ln2_rstd;   // [L, N, C], [L, N]
+  std::vector<float> fch, fch_gelu;             // [L, N, 4C]
+  std::vector<float> res3;                      // [L, N, C] block outputs
+  std::vector<float> lnf, lnf_mean, lnf_rstd;   // [N, C], [N]
+  std::vector<float> probs;                     // [N, V]
+  std::vector<double> row_losses;               // [N]
+};
+
+// Backward's working buffers, shared by all layers.
+struct GptModel::Scratch {
+  std::vector<float> dresidual;  // [N, C]
+  std::vector<float> dln;        // [N, C]
+  std::vector<float> datty;      // [N, C]
+  std::vector<float> dqkv;       // [N, 3C]
+  std::vector<float> dfch;       // [N, 4C]
+  std::vector<float> datt;       // [B, NH, T, T]
+};
+
+GptModel::GptModel(const GptConfig& config)
+    : config_(config),
+      acts_(std::make_unique<Activations>()),
+      scratch_(std::make_unique<Scratch>()) {}
+
+GptModel::~GptModel() = default;
+
+absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
+    const GptConfig& config, uint64_t seed, DType dtype) {
+  CZ_RETURN_IF_ERROR(config.Validate());
+  std::unique_ptr<GptModel> model(new GptModel(config));
+  const int64_t C = config.d_model, L = config.layers;
+  NormalSampler normal(seed);
+  const double proj_std = 0.02 / std::sqrt(2.0 * L);
+  enum Init { kNormal, kProj, kZeros, kOnes };
+  auto add = [&](std::string name, Shape shape,
+                 Init init) -> absl::Status {
+    std::vector<float> values(NumElements(shape));
+    for (float& v : values) {
+      switch (init) {
+        case kNormal:
+          v = static_cast<float>(0.02 * normal.Next());
+          break;
+        case kProj:
+          v = static_cast<float>(proj_std * normal.Next());
+          break;
+        case kZeros:
+          v = 0.0f;
+          break;
+        case kOnes:
+          v = 1.0f;
+          break;
+      }
+    }
+    CZ_ASSIGN_OR_RETURN(Tensor data, Tensor::FromFloats(values, shape, dtype));
+    model->params_.push_back(
+        std::make_unique<Parameter>(std::move(name), std::move(data)));
+    model->shapes_.push_back(std::move(shape));
+    return absl::OkStatus();
+  };
+  CZ_RETURN_IF_ERROR(add("wte.weight", {config.vocab, C}, kNormal));
+  CZ_RETURN_IF_ERROR(add("wpe.weight", {config.seq_len, C}, kNormal));
+  for (int l = 0; l < L; ++l) {
+    const std::string h = absl::StrCat("h.", l, ".");
+    CZ_RETURN_IF_ERROR(add(h + "ln_1.weight", {C}, kOnes));
+    CZ_RETURN_IF_ERROR(add(h + "ln_1.bias", {C}, kZeros));
+    CZ_RETURN_IF_ERROR(add(h + "attn.c_attn.weight", {C, 3 * C}, kNormal));
+    CZ_RETURN_IF_ERROR(add(h + "attn.c_attn.bias", {3 * C}, kZeros));
+    CZ_RETURN_IF_ERROR(add(h + "attn.c_proj.weight", {C, C}, kProj));
+    CZ_RETURN_IF_ERROR(add(h + "attn.c_proj.bias", {C}, kZeros));
+    CZ_RETURN_IF_ERROR(add(h + "ln_2.weight", {C}, kOnes));
+    CZ_RETURN_IF_ERROR(add(h + "ln_2.bias", {C}, kZeros));
+    CZ_RETURN_IF_ERROR(add(h + "mlp.c_fc.weight", {C, 4 * C}, kNormal));
+    CZ_RETURN_IF_ERROR(add(h + "mlp.c_fc.bias", {4 * C}, kZeros));
+    CZ_RETURN_IF_ERROR(add(h + "mlp.c_proj.weight", {4 * C, C}, kProj));
+    CZ_RETURN_IF_ERROR(add(h + "mlp.c_proj.bias", {C}, kZeros));
+  }
+  CZ_RETURN_IF_ERROR(add("ln_f.weight", {C}, kOnes));
+  CZ_RETURN_IF_ERROR(add("ln_f.bias", {C}, kZeros));
+
+  // The hook scopes, and the grad buffer sized for the largest.
+  auto scope = [&](std::vector<int> index) {
+    ScopeParams s;
+    for (int i : index) s.params.push_back(model->params_[i].get());
+    s.index = std::move(index);
+    return s;
+  };
+  model->embedding_ = scope({0, 1});
+  model->lm_head_ = scope({0});
+  const int last = static_cast<int>(model->params_.size()) - 2;
+  model->ln_f_ = scope({last, last + 1});
+  for (int l = 0; l < L; ++l) {
+    const int b = 2 + l * kParamsPerBlock;
+    model->blocks_.push_back(
+        {scope({b + kLn1W, b + kLn1B}),
+         scope({b + kAttnW, b + kAttnB, b + kAttnProjW, b + kAttnProjB}),
+         scope({b + kLn2W, b + kLn2B}),
+         scope({b + kFcW, b + kFcB, b + kMlpProjW, b + kMlpProjB})});
+  }
+  const int64_t block_max = C * 4 * C + 4 * C + 4 * C * C + C;  // mlp
+  const int64_t grads = std::max<int64_t>(
+      block_max, (static_cast<int64_t>(config.vocab) + config.seq_len) * C);
+  CZ_ASSIGN_OR_RETURN(model->grad_buffer_,
+                      Tensor::Empty({grads}, DType::kF32));
+  return model;
+}
+
+std::vector<Parameter*> GptModel::Parameters() {
+  std::vector<Parameter*> out;
+  out.reserve(params_.size());
+  for (auto& p : params_) out.push_back(p.get());
+  return out;
+}
+
+Parameter* GptModel::FindParameter(const std::string& name) {
+  for (auto& p : params_) {
+    if (p->name() == name) return p.get();
+  }
+  return nullptr;
+}
+
+absl::Status GptModel::LoadStateDict(
+    const std::map<std::string, Tensor>& state) {
+  // Check everything before changing anything.
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Parameter& p = *params_[i];
+    auto it = state.find(p.name());
+    if (it == state.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("state dict has no tensor '", p.name(), "'"));
+    }
+    if (it->second.shape() != shapes_[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "state dict tensor '", p.name(), "' is ", it->second.DebugString(),
+          ", expected shape ", ShapeToString(shapes_[i])));
+    }
+    if (!it->second.is_materialized() ||
+        !it->second.device().is_host_accessible()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "state dict tensor '", p.name(), "' is not readable on the host"));
+    }
+    if (!p.data().is_materialized() || !p.data().device().is_host_accessible()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "parameter '", p.name(), "' is not materialised on the host"));
+    }
+  }
+  if (state.size() != params_.size()) {
+    for (const auto& [name, tensor] : state) {
+      if (FindParameter(name) == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "state dict tensor '", name, "' is not a GPT-2 parameter"));
+      }
+    }
+  }
+  for (auto& p : params_) {
+    const Tensor& src = state.at(p->name());
+    CZ_RETURN_IF_ERROR(Cast(p->mutable_data().raw_data(), p->data().dtype(),
+                            src.raw_data(), src.dtype(), src.numel()),
+                       "loading '", p->name(), "'");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GptModel::Weights(const ScopeParams& scope, const float** out) {
+  size_t widen = 0;
+  for (size_t i = 0; i < scope.index.size(); ++i) {
+    const Parameter& p = *scope.params[i];
+    const Tensor& data = p.data();
+    if (!data.is_materialized() || !data.device().is_host_accessible()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "parameter '", p.name(), "' is not materialised on the host: ",
+          data.DebugString()));
+    }
+    if (data.shape() != shapes_[scope.index[i]]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "parameter '", p.name(), "' is ", data.DebugString(),
+          ", expected shape ", ShapeToString(shapes_[scope.index[i]])));
+    }
+    if (data.dtype() != DType::kF32) widen += data.numel();
+  }
+  // Grows once to the largest 16-bit scope, then is reused.
+  if (widen_.size() < widen) widen_.resize(widen);
+  size_t offset = 0;
+  for (size_t i = 0; i < scope.index.size(); ++i) {
+    const Tensor& data = scope.params[i]->data();
+    if (data.dtype() == DType::kF32) {
+      out[i] = data.data<float>();
+      continue;
+    }
+    float* dst = widen_.data() + offset;
+    CZ_RETURN_IF_ERROR(
+        Cast(dst, DType::kF32, data.raw_data(), data.dtype(), data.numel()));
+    out[i] = dst;
+    offset += data.numel();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GptModel::RunForward(
+    ParamHooks& hooks, const ScopeParams& scope,
+    absl::FunctionRef<void(const float* const* w)> fn) {
+  CZ_ASSIGN_OR_RETURN(HookScope hook_scope,
+                      HookScope::Forward(hooks, scope.params));
+  const float* w[kMaxScopeParams];
+  CZ_RETURN_IF_ERROR(Weights(scope, w));
+  fn(w);
+  return hook_scope.Exit();
+}
+
+absl::Status GptModel::RunBackward(
+    ParamHooks& hooks, const ScopeParams& scope, bool read_weights,
+    absl::FunctionRef<void(const float* const* w, float* const* g)> fn) {
+  CZ_ASSIGN_OR_RETURN(HookScope hook_scope,
+                      HookScope::Backward(hooks, scope.params));
+  const float* w[kMaxScopeParams] = {};
+  if (read_weights) CZ_RETURN_IF_ERROR(Weights(scope, w));
+  // The grads: f32 views of grad_buffer_, one after another.
+  std::vector<Tensor> grads;
+  float* g[kMaxScopeParams];
+  int64_t offset = 0;
+  for (int i : scope.index) {
+    CZ_ASSIGN_OR_RETURN(Tensor view,
+                        grad_buffer_.ViewRange(offset, shapes_[i]));
+    offset += view.numel();
+    g[grads.size()] = view.data<float>();
+    grads.push_back(std::move(view));
+  }
+  fn(w, g);
+  // Only now, with every read of the weights done: under ZeroDdp a grad
+  // may overwrite its parameter's storage.
+  for (size_t i = 0; i < grads.size(); ++i) {
+    CZ_RETURN_IF_ERROR(hooks.HandGrad(*scope.params[i], grads[i]));
+  }
+  return hook_scope.Exit();
+}
+
+absl::Status GptModel::LayerNormBackward(ParamHooks& hooks,
+                                         const ScopeParams& scope, float* dx,
+                                         const float* dout, const float* x,
+                                         const float* mean,
+                                         const float* rstd) {
+  const int N = acts_->batch * acts_->seq;
+  return RunBackward(hooks, scope, /*read_weights=*/true,
+                     [&](const float* const* w, float* const* g) {
+                       k::LayerNormBackward(dx, g[0], g[1], dout, x, w[0],
+                                            mean, rstd, N, config_.d_model);
+                     });
+}
+
+void GptModel::ResizeBuffers(int batch, int seq) {
+  Activations& a = *acts_;
+  if (a.batch == batch && a.seq == seq) return;
+  a.batch = batch;
+  a.seq = seq;
+  const size_t L = config_.layers, C = config_.d_model, V = config_.vocab;
+  const size_t N = static_cast<size_t>(batch) * seq;
+  const size_t att = static_cast<size_t>(batch) * config_.heads * seq * seq;
+  // shrink_to_fit-free: a smaller batch keeps the larger allocation.
+  a.tokens.resize(N);
+  a.targets.resize(N);
+  a.encoded.resize(N * C);
+  a.ln1.resize(L * N * C);
+  a.ln1_mean.resize(L * N);
+  a.ln1_rstd.resize(L * N);
+  a.qkv.resize(L * N * 3 * C);
+  a.att.resize(L * att);
+  a.atty.resize(L * N * C);
+  a.res2.resize(L * N * C);
+  a.ln2.resize(L * N * C);
+  a.ln2_mean.resize(L * N);
+  a.ln2_rstd.resize(L * N);
+  a.fch.resize(L * N * 4 * C);
+  a.fch_gelu.resize(L * N * 4 * C);
+  a.res3.resize(L * N * C);
+  a.lnf.resize(N * C);
+  a.lnf_mean.resize(N);
+  a.lnf_rstd.resize(N);
+  a.probs.resize(N * V);
+  a.row_losses.resize(N);
+  Scratch& s = *scratch_;
+  s.dresidual.resize(N * C);
+  s.dln.resize(N * C);
+  s.datty.resize(N * C);
+  s.dqkv.resize(N * 3 * C);
+  s.dfch.resize(N * 4 * C);
+  s.datt.resize(att);
+}
+
+absl::StatusOr<float> GptModel::Forward(ParamHooks& hooks, int batch, int seq,
+                                        absl::Span<const int32_t> tokens,
+                                        absl::Span<const int32_t> targets) {
+  have_forward_ = false;
+  const GptConfig& cfg = config_;
+  if (batch <= 0 || seq <= 0 || seq > cfg.seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GptModel::Forward: batch ", batch, " x seq ", seq,
+        " (seq must be in [1, ", cfg.seq_len, "])"));
+  }
+  const size_t n_tokens = static_cast<size_t>(batch) * seq;
+  if (tokens.size() != n_tokens || targets.size() != n_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GptModel::Forward: ", tokens.size(), " tokens and ", targets.size(),
+        " targets for batch ", batch, " x seq ", seq));
+  }
+  for (size_t i = 0; i < n_tokens; ++i) {
+    for (auto [what, values] : {std::pair{"token", tokens},
+                                std::pair{"target", targets}}) {
+      if (values[i] < 0 || values[i] >= cfg.vocab) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "GptModel::Forward: ", what, " ", values[i], " at [", i / seq,
+            ", ", i % seq, "] is outside the vocabulary [0, ", cfg.vocab,
+            ")"));
+      }
+    }
+  }
+  ResizeBuffers(batch, seq);
+  Activations& a = *acts_;
+  std::copy(tokens.begin(), tokens.end(), a.tokens.begin());
+  std::copy(targets.begin(), targets.end(), a.targets.begin());
+  const int B = batch, T = seq, C = cfg.d_model, NH = cfg.heads,
+            V = cfg.vocab, N = B * T;
+  const size_t NC = static_cast<size_t>(N) * C;
+  const size_t att_size = static_cast<size_t>(B) * NH * T * T;
+
+  CZ_RETURN_IF_ERROR(RunForward(hooks, embedding_, [&](const float* const* w) {
+    k::EmbeddingForward(a.encoded.data(), a.tokens.data(), w[0], w[1], B, T,
+                        C);
+  }));
+  for (int l = 0; l < cfg.layers; ++l) {
+    const BlockScopes& block = blocks_[l];
+    const float* x = l == 0 ? a.encoded.data() : a.res3.data() + (l - 1) * NC;
+    float* ln1 = a.ln1.data() + l * NC;
+    float* qkv = a.qkv.data() + l * 3 * NC;
+    float* att = a.att.data() + l * att_size;
+    float* atty = a.atty.data() + l * NC;
+    float* res2 = a.res2.data() + l * NC;
+    float* ln2 = a.ln2.data() + l * NC;
+    float* fch = a.fch.data() + l * 4 * NC;
+    float* fch_gelu = a.fch_gelu.data() + l * 4 * NC;
+    float* res3 = a.res3.data() + l * NC;
+    CZ_RETURN_IF_ERROR(RunForward(hooks, block.ln_1, [&](const float* const* w) {
+      k::LayerNormForward(ln1, a.ln1_mean.data() + l * N,
+                          a.ln1_rstd.data() + l * N, x, w[0], w[1], N, C);
+    }));
+    CZ_RETURN_IF_ERROR(RunForward(hooks, block.attn, [&](const float* const* w) {
+      k::MatmulForward(qkv, ln1, w[0], w[1], N, C, 3 * C);
+      k::AttentionForward(atty, att, qkv, B, T, C, NH);
+      k::MatmulForward(res2, atty, w[2], w[3], N, C, C);
+      k::Add(res2, res2, x, NC);
+    }));
+    CZ_RETURN_IF_ERROR(RunForward(hooks, block.ln_2, [&](const float* const* w) {
+      k::LayerNormForward(ln2, a.ln2_mean.data() + l * N,
+                          a.ln2_rstd.data() + l * N, res2, w[0], w[1], N, C);
+    }));
+    CZ_RETURN_IF_ERROR(RunForward(hooks, block.mlp, [&](const float* const* w) {
+      k::MatmulForward(fch, ln2, w[0], w[1], N, C, 4 * C);
+      k::GeluForward(fch_gelu, fch, 4 * NC);
+      k::MatmulForward(res3, fch_gelu, w[2], w[3], N, 4 * C, C);
+      k::Add(res3, res3, res2, NC);
+    }));
+  }
+  const float* last = a.res3.data() + (cfg.layers - 1) * NC;
+  CZ_RETURN_IF_ERROR(RunForward(hooks, ln_f_, [&](const float* const* w) {
+    k::LayerNormForward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(),
+                        last, w[0], w[1], N, C);
+  }));
+  CZ_RETURN_IF_ERROR(RunForward(hooks, lm_head_, [&](const float* const* w) {
+    k::MatmulTransposedForward(a.probs.data(), a.lnf.data(), w[0], N, C, V);
+  }));
+  const double loss = k::CrossEntropyForward(a.probs.data(), a.targets.data(),
+                                             N, V, a.row_losses.data());
+  have_forward_ = true;
+  return static_cast<float>(loss);
+}
+
+absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
+  if (!have_forward_) {
+    return absl::FailedPreconditionError(
+        "GptModel::Backward without a Forward since the last Backward");
+  }
+  // The probabilities become dlogits in place: no second Backward.
+  have_forward_ = false;
+  const GptConfig& cfg = config_;
+  Activations& a = *acts_;
+  Scratch& s = *scratch_;
+  const int B = a.batch, T = a.seq, C = cfg.d_model, NH = cfg.heads,
+            V = cfg.vocab, N = B * T;
+  const size_t NC = static_cast<size_t>(N) * C;
+  const size_t att_size = static_cast<size_t>(B) * NH * T * T;
+  float* dres = s.dresidual.data();
+  float* dln = s.dln.data();
+
+  // logits = lnf wte^T, loss = mean over rows of the row losses.
+  CZ_RETURN_IF_ERROR(RunBackward(
+      hooks, lm_head_, /*read_weights=*/true,
+      [&](const float* const* w, float* const* g) {
+        k::CrossEntropyBackward(a.probs.data(), a.targets.data(),
+                                loss_grad_scale / N, N, V);
+        k::MatmulTransposedBackward(dln, g[0], a.probs.data(), a.lnf.data(),
+                                    w[0], N, C, V);
+      }));
+  const float* last = a.res3.data() + (cfg.layers - 1) * NC;
+  std::memset(dres, 0, sizeof(float) * NC);
+  CZ_RETURN_IF_ERROR(LayerNormBackward(hooks, ln_f_, dres, dln, last,
+                                       a.lnf_mean.data(), a.lnf_rstd.data()));
+  // dres holds d(loss)/d(block output), then, in place, d/d(block input).
+  for (int l = cfg.layers - 1; l >= 0; --l) {
+    const BlockScopes& block = blocks_[l];
+    const float* x = l == 0 ? a.encoded.data() : a.res3.data() + (l - 1) * NC;
+    const float* ln1 = a.ln1.data() + l * NC;
+    const float* qkv = a.qkv.data() + l * 3 * NC;
+    const float* att = a.att.data() + l * att_size;
+    const float* atty = a.atty.data() + l * NC;
+    const float* res2 = a.res2.data() + l * NC;
+    const float* ln2 = a.ln2.data() + l * NC;
+    const float* fch = a.fch.data() + l * 4 * NC;
+    const float* fch_gelu = a.fch_gelu.data() + l * 4 * NC;
+    // res3 = res2 + c_proj(gelu(c_fc(ln2))).
+    CZ_RETURN_IF_ERROR(RunBackward(
+        hooks, block.mlp, /*read_weights=*/true,
+        [&](const float* const* w, float* const* g) {
+          float* dfch = s.dfch.data();
+          k::MatmulBackward(dfch, g[2], g[3], dres, fch_gelu, w[2], N, 4 * C,
+                            C);
+          k::GeluBackward(dfch, fch, dfch, 4 * NC);
+          k::MatmulBackward(dln, g[0], g[1], dfch, ln2, w[0], N, C, 4 * C);
+        }));
+    CZ_RETURN_IF_ERROR(LayerNormBackward(hooks, block.ln_2, dres, dln, res2,
+                                         a.ln2_mean.data() + l * N,
+                                         a.ln2_rstd.data() + l * N));
+    // res2 = x + c_proj(attention(c_attn(ln1))).
+    CZ_RETURN_IF_ERROR(RunBackward(
+        hooks, block.attn, /*read_weights=*/true,
+        [&](const float* const* w, float* const* g) {
+          k::MatmulBackward(s.datty.data(), g[2], g[3], dres, atty, w[2], N,
+                            C, C);
+          k::AttentionBackward(s.dqkv.data(), s.datt.data(), s.datty.data(),
+                               qkv, att, B, T, C, NH);
+          k::MatmulBackward(dln, g[0], g[1], s.dqkv.data(), ln1, w[0], N, C,
+                            3 * C);
+        }));
+    CZ_RETURN_IF_ERROR(LayerNormBackward(hooks, block.ln_1, dres, dln, x,
+                                         a.ln1_mean.data() + l * N,
+                                         a.ln1_rstd.data() + l * N));
+  }
+  // encoded = wte[tokens] + wpe[positions]: no weights read.
+  CZ_RETURN_IF_ERROR(RunBackward(
+      hooks, embedding_, /*read_weights=*/false,
+      [&](const float* const*, float* const* g) {
+        k::EmbeddingBackward(g[0], g[1], dres, a.tokens.data(), B, T, C, V,
+                             cfg.seq_len);
+      }));
+  return absl::OkStatus();
+}
+
+}  // namespace chunkzero

@@ -1,0 +1,206 @@
+// GPT-2 on the CPU, forward and backward, implementing the ddp/ hook
+// contract (ddp/param_hooks.h), so that ZeroDdp can shard it.
+//
+//   GptConfig config;                    // GPT-2 small: 12 x 768, 12 heads
+//   CZ_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model,
+//                       GptModel::Create(config, /*seed=*/1234));
+//   LocalHooks hooks;
+//   CZ_ASSIGN_OR_RETURN(float loss,
+//                       model->Forward(hooks, B, T, tokens, targets));
+//   CZ_RETURN_IF_ERROR(model->Backward(hooks, /*loss_grad_scale=*/1.0f));
+//   CZ_RETURN_IF_ERROR(hooks.EndStep());   // every p->grad() now set
+//
+// The model is GPT-2 exactly (Radford et al. 2019, as in Hugging Face's
+// GPT2LMHeadModel): token + learned position embeddings; pre-LayerNorm
+// blocks x += attn(ln_1(x)); x += mlp(ln_2(x)) with causal multi-head
+// self-attention (scores scaled by 1/sqrt(head_dim)) and an MLP of width
+// 4C with the tanh approximation of GELU; a final LayerNorm (all
+// LayerNorms eps 1e-5); logits = h wte^T (the output projection is tied to
+// the token embedding); no dropout. The loss is the mean token
+// cross-entropy.
+//
+// Parameters, in declaration order (Parameters() returns this order), with
+// Hugging Face names, shapes and layouts (Conv1D weights are [in, out],
+// y = x W + b):
+//   wte.weight [V, C]   wpe.weight [P, C]
+//   per block N: h.N.ln_1.weight [C]  h.N.ln_1.bias [C]
+//                h.N.attn.c_attn.weight [C, 3C]  h.N.attn.c_attn.bias [3C]
+//                h.N.attn.c_proj.weight [C, C]   h.N.attn.c_proj.bias [C]
+//                h.N.ln_2.weight [C]  h.N.ln_2.bias [C]
+//                h.N.mlp.c_fc.weight [C, 4C]     h.N.mlp.c_fc.bias [4C]
+//                h.N.mlp.c_proj.weight [4C, C]   h.N.mlp.c_proj.bias [C]
+//   ln_f.weight [C]  ln_f.bias [C]
+//
+// Hook scopes (one per module use; a forward scope is PreForward ... the
+// computation ... PostForward; a backward scope is PreBackward ...
+// HandGrad for each of its parameters, in the order listed ...
+// PostBackward). With p(X) the parameters of X in declaration order:
+//   Forward:  embedding {wte, wpe}; for N = 0..L-1: ln_1, attn, ln_2, mlp of
+//             block N; ln_f; lm_head {wte}.
+//   Backward: lm_head {wte}; ln_f; for N = L-1..0: mlp, ln_2, attn, ln_1 of
+//             block N; embedding {wte, wpe}.
+// wte is used twice per step, so it has two forward scopes, two backward
+// scopes and two HandGrads (lm head first, embedding second) that add up.
+// Grads are handed in the scope's parameter order once every use of the
+// weights in that scope is done (grad reuse may overwrite the weights).
+//
+// Storage: parameters may be f32, f16 or bf16 (Create's `dtype`, or
+// whatever ZeroDdp sets data() to). The model computes in f32: inside each
+// scope, 16-bit weights are widened into a scratch buffer; f32 weights are
+// read in place. Grads are f32.
+//
+// Threads: matmuls go through OpenBLAS (its own pthread pool, sized by
+// OPENBLAS_NUM_THREADS or openblas_set_num_threads, default all cores) and
+// are only ever called from the thread running Forward/Backward; the other
+// layers run on base/parallel_for.h's pool (CHUNKZERO_NUM_THREADS). The two
+// pools take turns, never run at once, so each may use every core. Results
+// are the same for any ParallelFor thread count (see gpt_kernels.h).
+//
+// Memory: activations for Backward are kept per layer (16 N C + NH T^2 B
+// floats per block, N = B T) plus N V floats of probabilities; they and
+// the scratch buffers are reused across steps while B and T stay the same.
+//
+// Thread-safety: a model is used by one thread at a time.
+#ifndef CHUNKZERO_TOOLS_GPT_GPT_MODEL_H_
+#define CHUNKZERO_TOOLS_GPT_GPT_MODEL_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "ddp/param_hooks.h"
+#include "ddp/parameter.h"
+#include "tensor/dtype.h"
+#include "tensor/tensor.h"
+
+namespace chunkzero {
+
+struct GptConfig {
+  int layers = 12;      // L
+  int d_model = 768;    // C
+  int heads = 12;       // NH; d_model % heads == 0
+  int seq_len = 1024;   // P, the number of learned positions (max T)
+  int vocab = 50257;    // V
+
+  // InvalidArgument naming the field when a size is not positive or
+  // d_model is not a multiple of heads.
+  absl::Status Validate() const;
+  int head_dim() const { return d_model / heads; }
+};
+
+// Ψ: the number of parameters (wte counted once, though it is used twice).
+// REQUIRES: config.Validate().ok().
+int64_t GptParameterCount(const GptConfig& config);
+
+// Model FLOPs of one training step (forward + backward) over `tokens`
+// tokens in sequences of config.seq_len:
+//   6 Ψ tokens + 12 L T C tokens.
+// 6 Ψ is 2 (multiply + add) x 3 (forward, and backward's two matmuls per
+// weight) per parameter and token; every parameter counts, although wpe,
+// the biases and LayerNorm weights are not matmul weights (< 1% of Ψ at
+// GPT-2 sizes; nanoGPT leaves out wpe). 12 L T C is the attention matmuls
+// (Q K^T and P V: 2 x 2 T C per token and layer forward, x 3 with the
+// backward), counted over the full T x T as in PaLM's MFU, not the causal
+// half. Recomputation, LayerNorm, softmax and GELU are not counted.
+double GptModelFlopsPerStep(const GptConfig& config, int64_t tokens);
+
+class GptModel final : public Module {
+ public:
+  // A model with freshly initialised parameters stored as `dtype`, drawn as
+  // GPT-2 / nanoGPT does: every matmul weight, wte and wpe ~ N(0, 0.02),
+  // except the c_proj weights (the residual projections) ~ N(0, 0.02 /
+  // sqrt(2 L)); biases 0; LayerNorm weights 1 and biases 0. The normals come
+  // from one std::mt19937_64 seeded with `seed`, through Box-Muller (the
+  // standard library's normal_distribution is not the same on every
+  // platform), drawn parameter by parameter in declaration order, so a seed
+  // gives the same values everywhere (before rounding to `dtype`).
+  static absl::StatusOr<std::unique_ptr<GptModel>> Create(
+      const GptConfig& config, uint64_t seed, DType dtype = DType::kF32);
+
+  GptModel(const GptModel&) = delete;
+  GptModel& operator=(const GptModel&) = delete;
+  ~GptModel() override;
+
+  const GptConfig& config() const { return config_; }
+  std::vector<Parameter*> Parameters() override;
+  // The parameter called `name` (as listed above), or nullptr.
+  Parameter* FindParameter(const std::string& name);
+
+  // Copies `state` (every parameter by name, any float dtype, the
+  // parameter's shape) into the parameters, converting to their dtype.
+  // InvalidArgument naming the tensor when one is missing, extra or
+  // mis-shaped; nothing is changed then. Parameters must be materialised.
+  absl::Status LoadStateDict(const std::map<std::string, Tensor>& state);
+
+  // Runs the model on `batch` sequences of `seq` tokens (tokens and
+  // targets: [batch, seq] row-major, values in [0, V), seq <= P) and
+  // returns the mean cross-entropy of predicting targets. Keeps what
+  // Backward needs. InvalidArgument for bad sizes or token ids (naming the
+  // position); hook errors are returned as they come.
+  absl::StatusOr<float> Forward(ParamHooks& hooks, int batch, int seq,
+                                absl::Span<const int32_t> tokens,
+                                absl::Span<const int32_t> targets);
+
+  // Backward of the last Forward with d(loss) = loss_grad_scale (a loss
+  // scaler passes its scale; the grads are then scaled by it). Hands every
+  // parameter's grad for each use to `hooks`. FailedPrecondition without a
+  // Forward since the last Backward.
+  absl::Status Backward(ParamHooks& hooks, float loss_grad_scale = 1.0f);
+
+ private:
+  struct Activations;
+  struct Scratch;
+
+  explicit GptModel(const GptConfig& config);
+
+  // One hook scope: indices into params_ and the matching pointers.
+  struct ScopeParams {
+    std::vector<int> index;
+    std::vector<Parameter*> params;
+  };
+  static constexpr int kMaxScopeParams = 4;
+  struct BlockScopes {
+    ScopeParams ln_1, attn, ln_2, mlp;
+  };
+
+  // The values of `scope`'s parameters as f32 pointers (out[i] for
+  // scope.index[i]): f32 data in place, 16-bit data widened into widen_.
+  // FailedPrecondition naming a parameter that is not materialised on the
+  // host or not of its shape.
+  absl::Status Weights(const ScopeParams& scope, const float** out);
+  // One forward use: PreForward, fn(weights as in Weights), PostForward.
+  absl::Status RunForward(ParamHooks& hooks, const ScopeParams& scope,
+                          absl::FunctionRef<void(const float* const* w)> fn);
+  // One backward use: PreBackward, fn(weights, grads) where g[i] is the f32
+  // grad buffer of scope.params[i] for fn to fill (w is all null unless
+  // `read_weights`), then HandGrad of each in order, then PostBackward.
+  absl::Status RunBackward(
+      ParamHooks& hooks, const ScopeParams& scope, bool read_weights,
+      absl::FunctionRef<void(const float* const* w, float* const* g)> fn);
+  // The backward of a LayerNorm scope: dx += d/dx, grads handed over.
+  absl::Status LayerNormBackward(ParamHooks& hooks, const ScopeParams& scope,
+                                 float* dx, const float* dout, const float* x,
+                                 const float* mean, const float* rstd);
+  void ResizeBuffers(int batch, int seq);
+
+  GptConfig config_;
+  std::vector<std::unique_ptr<Parameter>> params_;  // Declaration order.
+  std::vector<Shape> shapes_;                       // params_' shapes.
+  ScopeParams embedding_, lm_head_, ln_f_;
+  std::vector<BlockScopes> blocks_;
+  std::vector<float> widen_;  // Widened 16-bit weights of one scope.
+  std::unique_ptr<Activations> acts_;
+  std::unique_ptr<Scratch> scratch_;
+  Tensor grad_buffer_;  // f32, big enough for the largest scope's grads.
+  bool have_forward_ = false;
+};
+
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_TOOLS_GPT_GPT_MODEL_H_
