@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tensor/memory_tracker.h"
+#include "tests/expect_close.h"
 #include "tests/test_models.h"
 
 namespace chunkzero {
@@ -161,40 +162,6 @@ std::vector<absl::Status> RunZero(const Config& c, RunResult* run,
     }
   }
   return statuses;
-}
-
-// The tensor-wise relative error ||got - want|| / ||want|| must be <= tol,
-// and no element may be off by more than 2 * tol relative to
-// max(|want|, 0.1 * max|want|). (In f16 two roundings of a grad, before and
-// after the reduction, can put one element up to ~1.5e-3 off; the tensor
-// stays well within 1e-3.)
-void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
-                 double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double scale = 0, diff2 = 0, want2 = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    scale = std::max(scale, std::fabs(double{want[i]}));
-    diff2 += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
-    want2 += double{want[i]} * want[i];
-  }
-  EXPECT_LE(std::sqrt(diff2), tol * std::sqrt(want2))
-      << what << ": relative error of the tensor "
-      << std::sqrt(diff2 / std::max(want2, 1e-300));
-  double worst = 0;
-  size_t worst_at = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err =
-        std::fabs(double{got[i]} - want[i]) /
-        std::max(std::fabs(double{want[i]}), 0.1 * scale + 1e-30);
-    if (!(err <= worst)) {
-      worst = err;
-      worst_at = i;
-    }
-  }
-  EXPECT_LE(worst, 2 * tol)
-      << what << ": largest relative difference " << worst << " at element "
-      << worst_at << " (got " << got[worst_at] << ", want " << want[worst_at]
-      << ")";
 }
 
 void CheckAgainstReference(const Config& c) {

@@ -1,0 +1,678 @@
+#include "optim/zero_optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "comm/process_group.h"
+#include "optim/fused_kernels.h"
+#include "tensor/allocator.h"
+#include "tensor/cast_kernels.h"
+#include "tensor/reduction_kernels.h"
+
+namespace chunkzero {
+namespace {
+
+constexpr char kAccumulatorGroup[] = "grad_accum";
+
+// A range of a chunk's payload at rest, readable and writable through a
+// host pointer: the payload itself on host-accessible devices, else a host
+// copy that Finish() writes back.
+class HostRange {
+ public:
+  static absl::StatusOr<HostRange> Open(Chunk* chunk, int64_t begin,
+                                        int64_t end) {
+    HostRange r;
+    r.chunk_ = chunk;
+    r.bytes_ = static_cast<size_t>(end - begin) * ElementSize(chunk->dtype());
+    Tensor held = chunk->ShardStorageView();
+    r.device_pointer_ =
+        static_cast<char*>(held.raw_data()) +
+        (begin - chunk->shard_begin()) * ElementSize(chunk->dtype());
+    if (chunk->device().is_host_accessible()) return r;
+    r.copy_.resize(r.bytes_);
+    CZ_RETURN_IF_ERROR(CopyBytes(r.get(), Device::Cpu(), r.device_pointer_,
+                                 chunk->device(), r.bytes_),
+                       "staging chunk ", chunk->name(), " in host memory");
+    return r;
+  }
+  // The staged copy lives in copy_, so the pointer is recomputed (a moved
+  // HostRange stays valid).
+  void* get() const {
+    return copy_.empty() ? static_cast<void*>(device_pointer_)
+                         : static_cast<void*>(copy_.data());
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(get());
+  }
+  // Writes a staged copy back to the device.
+  absl::Status Finish() {
+    if (copy_.empty()) return absl::OkStatus();
+    CZ_RETURN_IF_ERROR(CopyBytes(device_pointer_, chunk_->device(), get(),
+                                 Device::Cpu(), bytes_),
+                       "writing chunk ", chunk_->name(), " back from host");
+    return absl::OkStatus();
+  }
+
+ private:
+  Chunk* chunk_ = nullptr;
+  char* device_pointer_ = nullptr;
+  size_t bytes_ = 0;
+  mutable std::vector<char> copy_;  // Host copy of a non-host payload.
+};
+
+std::pair<int64_t, int64_t> Intersect(std::pair<int64_t, int64_t> a,
+                                      std::pair<int64_t, int64_t> b) {
+  const int64_t lo = std::max(a.first, b.first);
+  const int64_t hi = std::min(a.second, b.second);
+  return lo < hi ? std::make_pair(lo, hi) : std::make_pair(lo, lo);
+}
+
+double DefaultWeightDecay(OptimizerKind kind) {
+  return kind == OptimizerKind::kAdamW ? 0.01 : 0.0;
+}
+
+absl::Status CheckOptions(const ZeroOptimizerOptions& o, double weight_decay) {
+  auto bad = [](absl::string_view what, double value) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer option ", what, " = ", value, " is out of range"));
+  };
+  if (!(o.lr.lr() >= 0) || !(o.lr.min_lr() >= 0)) return bad("lr", o.lr.lr());
+  if (!(o.beta1 >= 0 && o.beta1 < 1)) return bad("beta1 (want [0, 1))", o.beta1);
+  if (!(o.beta2 >= 0 && o.beta2 < 1)) return bad("beta2 (want [0, 1))", o.beta2);
+  if (!(o.eps >= 0)) return bad("eps", o.eps);
+  if (!(weight_decay >= 0)) return bad("weight_decay", weight_decay);
+  if (!(o.momentum >= 0)) return bad("momentum", o.momentum);
+  if (!(o.dampening >= 0)) return bad("dampening", o.dampening);
+  if (!(o.max_grad_norm >= 0)) return bad("max_grad_norm", o.max_grad_norm);
+  if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) {
+    return absl::InvalidArgumentError(
+        "Nesterov momentum requires a momentum and zero dampening");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::string_view OptimizerKindName(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kAdam:
+      return "adam";
+    case OptimizerKind::kAdamW:
+      return "adamw";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name) {
+  for (OptimizerKind kind :
+       {OptimizerKind::kSgd, OptimizerKind::kAdam, OptimizerKind::kAdamW}) {
+    if (name == OptimizerKindName(kind)) return kind;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown optimizer '", name, "' (want sgd, adam or adamw)"));
+}
+
+absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(
+    ZeroDdp* ddp, ChunkManager* chunks, const ZeroOptimizerOptions& options) {
+  if (ddp == nullptr || chunks == nullptr) {
+    return absl::InvalidArgumentError("ZeroOptimizer needs a ZeroDdp and its "
+                                      "ChunkManager");
+  }
+  const double wd =
+      options.weight_decay.value_or(DefaultWeightDecay(options.kind));
+  CZ_RETURN_IF_ERROR(CheckOptions(options, wd));
+  std::optional<DynamicLossScaler> scaler;
+  if (ddp->compute_dtype() == DType::kF16) {
+    CZ_ASSIGN_OR_RETURN(DynamicLossScaler s,
+                        DynamicLossScaler::Create(options.loss_scaler));
+    scaler = s;
+  }
+  return std::unique_ptr<ZeroOptimizer>(
+      new ZeroOptimizer(ddp, chunks, options, scaler));
+}
+
+ZeroOptimizer::ZeroOptimizer(ZeroDdp* ddp, ChunkManager* chunks,
+                             const ZeroOptimizerOptions& options,
+                             std::optional<DynamicLossScaler> scaler)
+    : ddp_(ddp),
+      chunks_(chunks),
+      options_(options),
+      weight_decay_(
+          options.weight_decay.value_or(DefaultWeightDecay(options.kind))),
+      scaler_(std::move(scaler)),
+      backwards_seen_(ddp->steps_finished()) {
+  if (options.kind == OptimizerKind::kSgd) {
+    if (options.momentum != 0) state_names_ = {kMomentumState};
+  } else {
+    state_names_ = {kExpAvgState, kExpAvgSqState};
+  }
+  if (options.offload == OffloadPolicy::kOptimizer) {
+    states_device_ = Device::Cpu();
+  }
+}
+
+double ZeroOptimizer::loss_scale() const {
+  return scaler_.has_value() ? scaler_->scale() : 1.0;
+}
+
+int ZeroOptimizer::num_chunks() const {
+  return chunks_->num_chunks(ddp_->param_group());
+}
+
+Chunk* ZeroOptimizer::ParamChunk(int i) const {
+  return chunks_->chunk(ddp_->param_group(), i);
+}
+
+Chunk* ZeroOptimizer::GroupChunk(const std::string& group, int i) const {
+  return chunks_->chunk(group, i);
+}
+
+std::pair<int64_t, int64_t> ZeroOptimizer::HeldRange(int i) const {
+  const Chunk* c = ParamChunk(i);
+  if (c->layout() == ChunkLayout::kOwner && !c->is_holder()) return {0, 0};
+  return Intersect({c->shard_begin(), c->shard_end()},
+                   {0, c->used_elements()});
+}
+
+std::pair<int64_t, int64_t> ZeroOptimizer::AccountedRange(int i) const {
+  const std::pair<int64_t, int64_t> held = HeldRange(i);
+  if (ParamChunk(i)->layout() != ChunkLayout::kReplicated) return held;
+  // Every rank holds everything: rank r accounts for the r-th of world
+  // slices, so that sums and saved pieces count each element once.
+  const comm::ProcessGroup& g = chunks_->process_group();
+  const int64_t n = held.second - held.first;
+  return {held.first + n * g.rank() / g.size(),
+          held.first + n * (g.rank() + 1) / g.size()};
+}
+
+absl::Status ZeroOptimizer::ConsumeBackward(absl::string_view operation) {
+  if (ddp_->steps_finished() == backwards_seen_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ZeroOptimizer::", operation,
+        " without a backward: call ZeroDdp::FinishBackward first (",
+        ddp_->steps_finished(), " backward passes finished, all consumed)"));
+  }
+  backwards_seen_ = ddp_->steps_finished();
+  return absl::OkStatus();
+}
+
+absl::Status ZeroOptimizer::EnsureStates() {
+  if (states_created_) return absl::OkStatus();
+  if (!ddp_->registered()) {
+    return absl::FailedPreconditionError(
+        "ZeroOptimizer: the parameters are not in their chunks yet");
+  }
+  const std::string& masters = ddp_->master_group();
+  for (const std::string& state : state_names_) {
+    CZ_RETURN_IF_ERROR(chunks_->CreatePairedGroup(state, masters, DType::kF32,
+                                                  MemoryCategory::kOptimState));
+    for (const std::string& name : ddp_->registration_order()) {
+      CZ_ASSIGN_OR_RETURN(TensorLocation where, chunks_->Locate(masters, name));
+      CZ_ASSIGN_OR_RETURN(
+          Tensor zeros,
+          Tensor::Zeros(where.chunk->tensor(where.index).shape, DType::kF32));
+      CZ_RETURN_IF_ERROR(chunks_->AppendTensor(state, name, zeros).status());
+    }
+    CZ_RETURN_IF_ERROR(chunks_->CloseGroup(state));
+  }
+  states_created_ = true;
+  if (states_device_.has_value()) {
+    CZ_RETURN_IF_ERROR(MoveStates(*states_device_));
+  }
+  if (pending_.has_value()) {
+    OptimizerState pending = std::move(*pending_);
+    pending_.reset();
+    CZ_RETURN_IF_ERROR(CheckPieces(pending, /*states_too=*/true),
+                       "loading the optimizer state kept from before the "
+                       "first step");
+    // The masters loaded at once (and trained since, in this step's
+    // backward); only the states were waiting. The compute-dtype chunks
+    // hold this step's grads now: leave them.
+    CZ_RETURN_IF_ERROR(
+        LoadPieces(pending, /*masters_too=*/false, /*states_too=*/true));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroOptimizer::EnsureAccumulator() {
+  if (accumulator_created_) return absl::OkStatus();
+  const std::string& masters = ddp_->master_group();
+  CZ_RETURN_IF_ERROR(chunks_->CreatePairedGroup(
+      kAccumulatorGroup, masters, DType::kF32, MemoryCategory::kGradAccum));
+  for (const std::string& name : ddp_->registration_order()) {
+    CZ_ASSIGN_OR_RETURN(TensorLocation where, chunks_->Locate(masters, name));
+    CZ_ASSIGN_OR_RETURN(Tensor zeros, Tensor::Zeros({where.chunk->tensor(
+                                                        where.index).numel},
+                                                    DType::kF32));
+    CZ_RETURN_IF_ERROR(
+        chunks_->AppendTensor(kAccumulatorGroup, name, zeros).status());
+  }
+  CZ_RETURN_IF_ERROR(chunks_->CloseGroup(kAccumulatorGroup));
+  accumulator_created_ = true;
+  if (states_device_.has_value()) {
+    for (int i = 0; i < num_chunks(); ++i) {
+      CZ_RETURN_IF_ERROR(chunks_->MoveChunk(
+          GroupChunk(kAccumulatorGroup, i), *states_device_));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroOptimizer::MoveStates(Device device) {
+  std::vector<std::string> groups = {ddp_->master_group()};
+  if (states_created_) {
+    groups.insert(groups.end(), state_names_.begin(), state_names_.end());
+  }
+  if (accumulator_created_) groups.push_back(kAccumulatorGroup);
+  for (const std::string& group : groups) {
+    for (int i = 0; i < chunks_->num_chunks(group); ++i) {
+      CZ_RETURN_IF_ERROR(chunks_->MoveChunk(GroupChunk(group, i), device));
+    }
+  }
+  states_device_ = device;
+  return absl::OkStatus();
+}
+
+absl::Status ZeroOptimizer::FoldIntoAccumulator(bool restore_weights) {
+  const bool first = micro_batches_ == 0;
+  const DType dtype = ddp_->compute_dtype();
+  for (int i = 0; i < num_chunks(); ++i) {
+    const auto [begin, end] = HeldRange(i);
+    if (begin == end) continue;
+    Chunk* param = ParamChunk(i);
+    CZ_ASSIGN_OR_RETURN(HostRange grad, HostRange::Open(param, begin, end));
+    CZ_ASSIGN_OR_RETURN(
+        HostRange acc,
+        HostRange::Open(GroupChunk(kAccumulatorGroup, i), begin, end));
+    CZ_ASSIGN_OR_RETURN(
+        HostRange master,
+        HostRange::Open(GroupChunk(ddp_->master_group(), i), begin, end));
+    CZ_RETURN_IF_ERROR(
+        AccumulateGradAndRestore(acc.as<float>(), grad.get(), dtype, first,
+                                 master.as<float>(),
+                                 restore_weights ? grad.get() : nullptr,
+                                 dtype, static_cast<size_t>(end - begin)),
+        "accumulating the grads of chunk ", param->name());
+    CZ_RETURN_IF_ERROR(acc.Finish());
+    if (restore_weights) CZ_RETURN_IF_ERROR(grad.Finish());
+  }
+  ++micro_batches_;
+  return absl::OkStatus();
+}
+
+absl::Status ZeroOptimizer::AccumulateGrads() {
+  CZ_RETURN_IF_ERROR(ConsumeBackward("AccumulateGrads"));
+  CZ_RETURN_IF_ERROR(EnsureStates());
+  CZ_RETURN_IF_ERROR(EnsureAccumulator());
+  CZ_RETURN_IF_ERROR(FoldIntoAccumulator(/*restore_weights=*/true));
+  ddp_->ClearGrads();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> ZeroOptimizer::LocalSumOfSquares(
+    bool from_accumulator) {
+  double sum = 0;
+  for (int i = 0; i < num_chunks(); ++i) {
+    const auto [begin, end] = AccountedRange(i);
+    if (begin == end) continue;
+    Chunk* chunk = from_accumulator ? GroupChunk(kAccumulatorGroup, i)
+                                    : ParamChunk(i);
+    CZ_ASSIGN_OR_RETURN(HostRange grad, HostRange::Open(chunk, begin, end));
+    CZ_ASSIGN_OR_RETURN(double part,
+                        SumOfSquares(grad.get(), chunk->dtype(),
+                                     static_cast<size_t>(end - begin)));
+    sum += part;
+  }
+  return sum;
+}
+
+absl::Status ZeroOptimizer::Update(float grad_scale, double lr,
+                                   bool from_accumulator) {
+  const DType dtype = ddp_->compute_dtype();
+  const double t = static_cast<double>(updates_);
+  AdamStep adam;
+  SgdStep sgd;
+  if (options_.kind == OptimizerKind::kSgd) {
+    sgd.lr = static_cast<float>(lr);
+    sgd.momentum = static_cast<float>(options_.momentum);
+    sgd.dampening = static_cast<float>(options_.dampening);
+    sgd.weight_decay = static_cast<float>(weight_decay_);
+    sgd.nesterov = options_.nesterov;
+    sgd.first_step = updates_ == 1;
+    sgd.grad_scale = grad_scale;
+  } else {
+    adam.lr = static_cast<float>(lr);
+    adam.beta1 = static_cast<float>(options_.beta1);
+    adam.beta2 = static_cast<float>(options_.beta2);
+    adam.eps = static_cast<float>(options_.eps);
+    adam.weight_decay = static_cast<float>(weight_decay_);
+    adam.decoupled_weight_decay = options_.kind == OptimizerKind::kAdamW;
+    adam.bias_correction1 =
+        static_cast<float>(1.0 - std::pow(options_.beta1, t));
+    adam.bias_correction2_sqrt =
+        static_cast<float>(std::sqrt(1.0 - std::pow(options_.beta2, t)));
+    adam.grad_scale = grad_scale;
+  }
+  for (int i = 0; i < num_chunks(); ++i) {
+    const auto [begin, end] = HeldRange(i);
+    if (begin == end) continue;
+    Chunk* param_chunk = ParamChunk(i);
+    const size_t n = static_cast<size_t>(end - begin);
+    CZ_ASSIGN_OR_RETURN(HostRange param_out,
+                        HostRange::Open(param_chunk, begin, end));
+    CZ_ASSIGN_OR_RETURN(
+        HostRange master,
+        HostRange::Open(GroupChunk(ddp_->master_group(), i), begin, end));
+    std::optional<HostRange> acc;
+    if (from_accumulator) {
+      CZ_ASSIGN_OR_RETURN(
+          acc, HostRange::Open(GroupChunk(kAccumulatorGroup, i), begin, end));
+    }
+    const void* grad = from_accumulator ? acc->get() : param_out.get();
+    const DType grad_dtype = from_accumulator ? DType::kF32 : dtype;
+    std::vector<HostRange> states;
+    for (const std::string& state : state_names_) {
+      CZ_ASSIGN_OR_RETURN(HostRange s,
+                          HostRange::Open(GroupChunk(state, i), begin, end));
+      states.push_back(std::move(s));
+    }
+    absl::Status status;
+    if (options_.kind == OptimizerKind::kSgd) {
+      status = FusedSgd(sgd, master.as<float>(),
+                        states.empty() ? nullptr : states[0].as<float>(), grad,
+                        grad_dtype, param_out.get(), dtype, n);
+    } else {
+      status = FusedAdam(adam, master.as<float>(), states[0].as<float>(),
+                         states[1].as<float>(), grad, grad_dtype,
+                         param_out.get(), dtype, n);
+    }
+    CZ_RETURN_IF_ERROR(status, "updating chunk ", param_chunk->name());
+    CZ_RETURN_IF_ERROR(param_out.Finish());
+    CZ_RETURN_IF_ERROR(master.Finish());
+    for (HostRange& s : states) CZ_RETURN_IF_ERROR(s.Finish());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepResult> ZeroOptimizer::Step() {
+  CZ_RETURN_IF_ERROR(ConsumeBackward("Step"));
+  CZ_RETURN_IF_ERROR(EnsureStates());
+  StepResult result;
+  result.loss_scale = loss_scale();
+  result.lr = options_.lr.At(iterations_);
+  const bool accumulated = micro_batches_ > 0;
+  if (accumulated) {
+    // The last micro-batch joins the others; the update reads the sum.
+    CZ_RETURN_IF_ERROR(FoldIntoAccumulator(/*restore_weights=*/false));
+  }
+  result.micro_batches = accumulated ? micro_batches_ : 1;
+  micro_batches_ = 0;
+  ++iterations_;
+
+  // One collective for the norm and the overflow verdict. The double sum
+  // travels as two floats (high and low parts), so the norm keeps more
+  // than f32 precision.
+  CZ_ASSIGN_OR_RETURN(double local, LocalSumOfSquares(accumulated));
+  const float high = static_cast<float>(local);
+  std::vector<float> sums = {high, static_cast<float>(local - high)};
+  comm::AllReduceOptions sum_options;
+  CZ_RETURN_IF_ERROR(
+      comm::AllReduce(chunks_->process_group(), comm::MutableBuffer::Of(sums),
+                      sum_options),
+      "agreeing on the grad norm");
+  const double total = double{sums[0]} + double{sums[1]};
+  const double divisor = result.loss_scale * result.micro_batches;
+  result.grad_norm = std::sqrt(total) / divisor;
+  ddp_->ClearGrads();
+  if (!std::isfinite(total)) {
+    result.skipped = true;
+    if (scaler_.has_value()) scaler_->Update(/*found_inf=*/true);
+    CZ_RETURN_IF_ERROR(ddp_->RestoreParamsFromMasters(),
+                       "restoring the weights of a skipped step");
+    return result;
+  }
+  double clip = 1.0;
+  if (options_.max_grad_norm > 0 && result.grad_norm > options_.max_grad_norm) {
+    clip = options_.max_grad_norm / (result.grad_norm + 1e-6);
+  }
+  ++updates_;
+  CZ_RETURN_IF_ERROR(Update(static_cast<float>(clip / divisor), result.lr,
+                            accumulated));
+  if (scaler_.has_value()) scaler_->Update(/*found_inf=*/false);
+  return result;
+}
+
+// ---- State ----
+
+absl::StatusOr<OptimizerState> ZeroOptimizer::SaveShard() {
+  OptimizerState state;
+  state.updates = updates_;
+  state.iterations = iterations_;
+  if (scaler_.has_value()) {
+    state.loss_scale = scaler_->scale();
+    state.growth_tracker = scaler_->growth_tracker();
+    state.hysteresis_left = scaler_->hysteresis_left();
+  }
+  std::vector<std::pair<std::string, std::string>> groups = {
+      {kMasterState, ddp_->master_group()}};
+  if (states_created_) {
+    for (const std::string& s : state_names_) groups.push_back({s, s});
+  }
+  for (int i = 0; i < num_chunks(); ++i) {
+    const std::pair<int64_t, int64_t> mine = AccountedRange(i);
+    if (mine.first == mine.second) continue;
+    for (const auto& [state_name, group] : groups) {
+      Chunk* chunk = GroupChunk(group, i);
+      for (int k = 0; k < chunk->num_tensors(); ++k) {
+        const ChunkTensor& t = chunk->tensor(k);
+        const auto [lo, hi] =
+            Intersect(mine, {t.offset, t.offset + t.numel});
+        if (lo == hi) continue;
+        CZ_ASSIGN_OR_RETURN(HostRange held, HostRange::Open(chunk, lo, hi));
+        StatePiece piece;
+        piece.param = t.name;
+        piece.state = state_name;
+        piece.shape = t.shape;
+        piece.begin = lo - t.offset;
+        CZ_ASSIGN_OR_RETURN(piece.values, Tensor::Empty({hi - lo}, DType::kF32));
+        std::copy_n(held.as<float>(), hi - lo, piece.values.data<float>());
+        state.pieces.push_back(std::move(piece));
+      }
+    }
+  }
+  return state;
+}
+
+absl::StatusOr<OptimizerState> ZeroOptimizer::GatherState(bool all_ranks) {
+  OptimizerState state;
+  CZ_ASSIGN_OR_RETURN(OptimizerState scalars, SaveShard());
+  scalars.pieces.clear();
+  state = std::move(scalars);
+  const bool keep = all_ranks || chunks_->process_group().rank() == 0;
+  std::vector<std::pair<std::string, std::string>> groups = {
+      {kMasterState, ddp_->master_group()}};
+  if (states_created_) {
+    for (const std::string& s : state_names_) groups.push_back({s, s});
+  }
+  // One chunk materialised at a time: rank 0 never holds more than one
+  // chunk beyond what it keeps.
+  for (int i = 0; i < num_chunks(); ++i) {
+    for (const auto& [state_name, group] : groups) {
+      Chunk* chunk = GroupChunk(group, i);
+      const Device device = chunk->device();
+      CZ_RETURN_IF_ERROR(chunks_->AccessChunk(chunk));
+      for (int k = 0; keep && k < chunk->num_tensors(); ++k) {
+        const ChunkTensor& t = chunk->tensor(k);
+        StatePiece piece;
+        piece.param = t.name;
+        piece.state = state_name;
+        piece.shape = t.shape;
+        CZ_ASSIGN_OR_RETURN(piece.values, Tensor::Empty({t.numel}, DType::kF32));
+        const Tensor view = chunk->TensorView(k);
+        CZ_RETURN_IF_ERROR(CopyBytes(piece.values.raw_data(), Device::Cpu(),
+                                     view.raw_data(), device,
+                                     static_cast<size_t>(t.numel) * 4));
+        state.pieces.push_back(std::move(piece));
+      }
+      CZ_RETURN_IF_ERROR(chunks_->ReleaseChunk(chunk));
+    }
+  }
+  return state;
+}
+
+namespace {
+
+struct PieceIndex {
+  // (param, state) -> pieces, sorted by begin.
+  std::map<std::pair<std::string, std::string>, std::vector<const StatePiece*>>
+      by_key;
+};
+
+PieceIndex IndexPieces(const OptimizerState& state) {
+  PieceIndex index;
+  for (const StatePiece& p : state.pieces) {
+    index.by_key[{p.param, p.state}].push_back(&p);
+  }
+  for (auto& [key, list] : index.by_key) {
+    std::sort(list.begin(), list.end(),
+              [](const StatePiece* a, const StatePiece* b) {
+                return a->begin < b->begin;
+              });
+  }
+  return index;
+}
+
+// True if the pieces (sorted by begin) cover [lo, hi) of the tensor.
+bool Covers(const std::vector<const StatePiece*>& pieces, int64_t lo,
+            int64_t hi) {
+  int64_t reached = lo;
+  for (const StatePiece* p : pieces) {
+    if (p->begin > reached) break;
+    reached = std::max(reached, p->begin + p->values.numel());
+    if (reached >= hi) return true;
+  }
+  return reached >= hi;
+}
+
+}  // namespace
+
+absl::Status ZeroOptimizer::CheckPieces(const OptimizerState& state,
+                                        bool states_too) {
+  const std::string& masters = ddp_->master_group();
+  for (const StatePiece& p : state.pieces) {
+    const bool known_state =
+        p.state == kMasterState ||
+        std::find(state_names_.begin(), state_names_.end(), p.state) !=
+            state_names_.end();
+    if (!known_state) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer state piece of '", p.param, "' has unknown state '",
+          p.state, "' for ", OptimizerKindName(options_.kind)));
+    }
+    absl::StatusOr<TensorLocation> where = chunks_->Locate(masters, p.param);
+    if (!where.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer state names parameter '", p.param,
+          "', which is not in the model's chunks"));
+    }
+    const ChunkTensor& t = where->chunk->tensor(where->index);
+    if (p.shape != t.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer state '", p.state, "' of '", p.param, "' has shape ",
+          ShapeToString(p.shape), ", the parameter is ",
+          ShapeToString(t.shape)));
+    }
+    if (p.values.dtype() != DType::kF32 || p.begin < 0 ||
+        p.begin + p.values.numel() > t.numel ||
+        !p.values.is_materialized()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer state '", p.state, "' of '", p.param, "': a piece of ",
+          p.values.DebugString(), " at element ", p.begin,
+          " does not fit its ", t.numel, " f32 elements"));
+    }
+  }
+  const PieceIndex index = IndexPieces(state);
+  std::vector<std::string> needed = {kMasterState};
+  if (states_too) {
+    needed.insert(needed.end(), state_names_.begin(), state_names_.end());
+  }
+  for (int i = 0; i < chunks_->num_chunks(masters); ++i) {
+    const std::pair<int64_t, int64_t> held = HeldRange(i);
+    Chunk* chunk = GroupChunk(masters, i);
+    for (int k = 0; k < chunk->num_tensors(); ++k) {
+      const ChunkTensor& t = chunk->tensor(k);
+      const auto [lo, hi] = Intersect(held, {t.offset, t.offset + t.numel});
+      if (lo == hi) continue;
+      for (const std::string& s : needed) {
+        auto it = index.by_key.find({t.name, s});
+        if (it == index.by_key.end() ||
+            !Covers(it->second, lo - t.offset, hi - t.offset)) {
+          return absl::NotFoundError(absl::StrCat(
+              "optimizer state has no '", s, "' for elements [", lo - t.offset,
+              ", ", hi - t.offset, ") of parameter '", t.name, "' (rank ",
+              chunks_->process_group().rank(), " holds them)"));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroOptimizer::LoadPieces(const OptimizerState& state,
+                                       bool masters_too, bool states_too) {
+  const PieceIndex index = IndexPieces(state);
+  const std::string& masters = ddp_->master_group();
+  std::vector<std::pair<std::string, std::string>> groups;
+  if (masters_too) groups.push_back({kMasterState, masters});
+  if (states_too) {
+    for (const std::string& s : state_names_) groups.push_back({s, s});
+  }
+  for (int i = 0; i < chunks_->num_chunks(masters); ++i) {
+    const std::pair<int64_t, int64_t> held = HeldRange(i);
+    if (held.first == held.second) continue;
+    for (const auto& [state_name, group] : groups) {
+      Chunk* chunk = GroupChunk(group, i);
+      CZ_ASSIGN_OR_RETURN(HostRange dst,
+                          HostRange::Open(chunk, held.first, held.second));
+      for (int k = 0; k < chunk->num_tensors(); ++k) {
+        const ChunkTensor& t = chunk->tensor(k);
+        const auto [lo, hi] = Intersect(held, {t.offset, t.offset + t.numel});
+        if (lo == hi) continue;
+        for (const StatePiece* p : index.by_key.at({t.name, state_name})) {
+          const auto [a, b] = Intersect(
+              {lo, hi}, {t.offset + p->begin,
+                         t.offset + p->begin + p->values.numel()});
+          if (a == b) continue;
+          std::copy_n(p->values.data<float>() + (a - t.offset - p->begin),
+                      b - a, dst.as<float>() + (a - held.first));
+        }
+      }
+      CZ_RETURN_IF_ERROR(dst.Finish());
+    }
+  }
+  // The compute-dtype weights follow the masters.
+  return masters_too ? ddp_->RestoreParamsFromMasters() : absl::OkStatus();
+}
+
+absl::Status ZeroOptimizer::LoadState(const OptimizerState& state) {
+  CZ_RETURN_IF_ERROR(CheckPieces(state, /*states_too=*/states_created_));
+  if (scaler_.has_value() && state.loss_scale > 0) {
+    CZ_RETURN_IF_ERROR(scaler_->Restore(state.loss_scale, state.growth_tracker,
+                                        state.hysteresis_left));
+  }
+  updates_ = state.updates;
+  iterations_ = state.iterations;
+  CZ_RETURN_IF_ERROR(LoadPieces(state, /*masters_too=*/true,
+                                /*states_too=*/states_created_));
+  if (!states_created_) pending_ = state;
+  return absl::OkStatus();
+}
+
+}  // namespace chunkzero
