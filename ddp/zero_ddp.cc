@@ -69,17 +69,54 @@ absl::StatusOr<std::unique_ptr<ZeroDdp>> ZeroDdp::Create(
   }
   auto ddp =
       std::unique_ptr<ZeroDdp>(new ZeroDdp(chunks, options, std::move(params)));
+  auto to_f32 = [&](ParamInfo& info) -> absl::StatusOr<Tensor> {
+    return CastTo(info.param->data(), DType::kF32);
+  };
+  if (!options.first_use_order.empty()) {
+    CZ_ASSIGN_OR_RETURN(std::vector<int> order,
+                        ddp->OrderFromNames(options.first_use_order));
+    CZ_RETURN_IF_ERROR(
+        ddp->BuildGroups(kParamGroup, kMasterGroup, order, to_f32));
+    ddp->registered_ = true;
+    return ddp;
+  }
   // Until step 1 has shown the order of first use, the parameters sit in
   // chunks in declaration order: sharded from the start, with rank 0's f32
   // values as masters. The model's own tensors are dropped here.
   std::vector<int> declaration(ddp->params_.size());
   for (size_t i = 0; i < declaration.size(); ++i) declaration[i] = i;
   CZ_RETURN_IF_ERROR(
-      ddp->BuildGroups(kDeclParamGroup, kDeclMasterGroup, declaration,
-                       [&](ParamInfo& info) -> absl::StatusOr<Tensor> {
-                         return CastTo(info.param->data(), DType::kF32);
-                       }));
+      ddp->BuildGroups(kDeclParamGroup, kDeclMasterGroup, declaration, to_f32));
   return ddp;
+}
+
+absl::StatusOr<std::vector<int>> ZeroDdp::OrderFromNames(
+    const std::vector<std::string>& names) const {
+  absl::flat_hash_map<std::string, int> by_name;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    by_name[params_[i].param->name()] = static_cast<int>(i);
+  }
+  std::vector<int> order;
+  std::vector<bool> seen(params_.size(), false);
+  for (const std::string& name : names) {
+    auto it = by_name.find(name);
+    if (it == by_name.end() || seen[it->second]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ZeroDdp: first_use_order names '", name, "' ",
+          it == by_name.end() ? "which is not a parameter of the model"
+                              : "twice"));
+    }
+    seen[it->second] = true;
+    order.push_back(it->second);
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!seen[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ZeroDdp: first_use_order leaves out parameter '",
+                       params_[i].param->name(), "'"));
+    }
+  }
+  return order;
 }
 
 ZeroDdp::ZeroDdp(ChunkManager* chunks, const ZeroDdpOptions& options,

@@ -13,7 +13,13 @@
 // Construction broadcasts every parameter from rank 0, so all ranks start
 // equal, and rounds each to the compute dtype.
 //
-// Registration. Create puts every parameter into compute-dtype chunks in
+// Registration with a known order (ZeroDdpOptions::first_use_order): Create
+// packs the parameters into "fp16_param" / "fp32_param" in that order and
+// every step, step 1 included, gathers only the chunks in flight. No
+// parameter is left out or pinned then: every rank must use every
+// parameter (FinishBackward names any that got no grad).
+//
+// Registration. Otherwise, Create puts every parameter into compute-dtype chunks in
 // declaration order (group "fp16_param.decl"), with its fp32 master (rank
 // 0's value) in the paired group "fp32_param.decl" (in f32 mode too: grad
 // reuse overwrites the compute copy); data() becomes a view of its slice
@@ -88,6 +94,13 @@ struct ZeroDdpOptions {
   // the current op computes (0: none). Bounds the chunks in flight, and so
   // the memory, to max_prefetch + the chunks in use.
   int max_prefetch = 1;
+  // The order in which forward first uses the parameters, when the caller
+  // knows it (a static graph, like a transformer's layer order): every
+  // parameter's name once, the same list on every rank. Create then packs
+  // the chunks in this order at once, and step 1 runs like every other step
+  // instead of gathering the whole model to record the order. Empty: record
+  // it in step 1 (see above).
+  std::vector<std::string> first_use_order;
 };
 
 // What one step did, for reports.
@@ -179,6 +192,10 @@ class ZeroDdp final : public ParamHooks {
           std::vector<Parameter*> params);
 
   absl::StatusOr<ParamInfo*> Info(const Parameter& param);
+  // Indices into params_ of `names` (a permutation of the parameters' names),
+  // or InvalidArgument naming an unknown, repeated or missing one.
+  absl::StatusOr<std::vector<int>> OrderFromNames(
+      const std::vector<std::string>& names) const;
   // Creates a compute-dtype group and its paired fp32 master group holding
   // params_[order...] in that order (master values from `master_value`),
   // makes each data() a view of it, and sets order_ and the locations.
