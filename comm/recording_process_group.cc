@@ -1,6 +1,9 @@
 #include "comm/recording_process_group.h"
 
+#include <atomic>
 #include <utility>
+
+#include "absl/time/clock.h"
 
 #include "comm/argument_checks.h"
 
@@ -50,6 +53,36 @@ CollectiveStats RecordingSnapshot::Total() const {
   return total;
 }
 
+namespace {
+
+// A Work that adds the time its caller spends blocked in Wait to `blocked`
+// (nanoseconds). Shares the counter, so it may outlive the group.
+class TimedWork final : public Work {
+ public:
+  TimedWork(std::unique_ptr<Work> inner,
+            std::shared_ptr<std::atomic<int64_t>> blocked)
+      : inner_(std::move(inner)), blocked_(std::move(blocked)) {}
+  bool IsCompleted() override { return inner_->IsCompleted(); }
+  absl::Status Wait(absl::Time deadline) override {
+    const absl::Time start = absl::Now();
+    absl::Status status = inner_->Wait(deadline);
+    *blocked_ += absl::ToInt64Nanoseconds(absl::Now() - start);
+    return status;
+  }
+
+ private:
+  std::unique_ptr<Work> inner_;
+  std::shared_ptr<std::atomic<int64_t>> blocked_;
+};
+
+}  // namespace
+
+std::unique_ptr<Work> RecordingProcessGroup::Timed(
+    absl::Time issued, std::unique_ptr<Work> work) {
+  *blocked_ += absl::ToInt64Nanoseconds(absl::Now() - issued);
+  return std::make_unique<TimedWork>(std::move(work), blocked_);
+}
+
 RecordingProcessGroup::RecordingProcessGroup(ProcessGroup& inner,
                                              size_t max_logged_calls)
     : inner_(inner), max_logged_calls_(max_logged_calls) {}
@@ -71,6 +104,7 @@ RecordingSnapshot RecordingProcessGroup::SnapshotLocked() const {
   RecordingSnapshot snapshot;
   snapshot.calls = calls_;
   snapshot.calls_not_logged = calls_not_logged_;
+  snapshot.blocked = absl::Nanoseconds(blocked_->load());
   for (int k = 0; k < kNumCollectiveKinds; ++k) {
     CollectiveStats& s = snapshot.per_kind[k];
     s.calls = counts_[k];
@@ -92,6 +126,7 @@ void RecordingProcessGroup::Reset() {
   calls_not_logged_ = 0;
   counts_ = {};
   payload_bytes_ = {};
+  *blocked_ = 0;
 }
 
 RecordingSnapshot RecordingProcessGroup::SnapshotAndReset() {
@@ -101,43 +136,50 @@ RecordingSnapshot RecordingProcessGroup::SnapshotAndReset() {
   calls_not_logged_ = 0;
   counts_ = {};
   payload_bytes_ = {};
+  *blocked_ = 0;
   return snapshot;
 }
 
 std::unique_ptr<Work> RecordingProcessGroup::Broadcast(
     MutableBuffer buffer, const BroadcastOptions& options) {
   Record(DescribeBroadcast(buffer, options));
-  return inner_.Broadcast(buffer, options);
+  const absl::Time issued = absl::Now();
+  return Timed(issued, inner_.Broadcast(buffer, options));
 }
 
 std::unique_ptr<Work> RecordingProcessGroup::Reduce(
     ConstBuffer send, MutableBuffer recv, const ReduceOptions& options) {
   Record(DescribeReduce(send, options));
-  return inner_.Reduce(send, recv, options);
+  const absl::Time issued = absl::Now();
+  return Timed(issued, inner_.Reduce(send, recv, options));
 }
 
 std::unique_ptr<Work> RecordingProcessGroup::AllReduce(
     MutableBuffer buffer, const AllReduceOptions& options) {
   Record(DescribeAllReduce(buffer, options));
-  return inner_.AllReduce(buffer, options);
+  const absl::Time issued = absl::Now();
+  return Timed(issued, inner_.AllReduce(buffer, options));
 }
 
 std::unique_ptr<Work> RecordingProcessGroup::AllGather(
     ConstBuffer send, MutableBuffer recv, const AllGatherOptions& options) {
   Record(DescribeAllGather(send, options));
-  return inner_.AllGather(send, recv, options);
+  const absl::Time issued = absl::Now();
+  return Timed(issued, inner_.AllGather(send, recv, options));
 }
 
 std::unique_ptr<Work> RecordingProcessGroup::ReduceScatter(
     ConstBuffer send, MutableBuffer recv, const ReduceScatterOptions& options) {
   Record(DescribeReduceScatter(recv, options));
-  return inner_.ReduceScatter(send, recv, options);
+  const absl::Time issued = absl::Now();
+  return Timed(issued, inner_.ReduceScatter(send, recv, options));
 }
 
 std::unique_ptr<Work> RecordingProcessGroup::Barrier(
     const BarrierOptions& options) {
   Record(DescribeBarrier(options));
-  return inner_.Barrier(options);
+  const absl::Time issued = absl::Now();
+  return Timed(issued, inner_.Barrier(options));
 }
 
 }  // namespace comm

@@ -27,17 +27,20 @@
 //
 // Ownership: does not own `inner`, which must outlive the decorator.
 // Thread-safety: thread-safe; Snapshot/Reset may run concurrently with calls.
-// Blocking: forwards to `inner` and returns its Work; adds no waiting.
+// Blocking: forwards to `inner` and returns its Work (wrapped to time Wait);
+// adds no waiting.
 #ifndef CHUNKZERO_COMM_RECORDING_PROCESS_GROUP_H_
 #define CHUNKZERO_COMM_RECORDING_PROCESS_GROUP_H_
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/time/time.h"
 #include "base/mutex.h"
 #include "comm/process_group.h"
 
@@ -61,6 +64,9 @@ struct RecordingSnapshot {
   std::vector<CollectiveCall> calls;  // In issue order.
   int64_t calls_not_logged = 0;       // Counted, but past max_logged_calls.
   std::array<CollectiveStats, kNumCollectiveKinds> per_kind;
+  // Time this rank's callers spent inside the collective calls and blocked
+  // in their Works' Wait (the train tool's comm_wait).
+  absl::Duration blocked;
 
   const CollectiveStats& operator[](CollectiveKind kind) const {
     return per_kind[static_cast<int>(kind)];
@@ -108,8 +114,15 @@ class RecordingProcessGroup final : public ProcessGroup {
   void Record(const CollectiveCall& call) ABSL_LOCKS_EXCLUDED(mu_);
   RecordingSnapshot SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Adds the time since `issued` to blocked_ and wraps `work` so that its
+  // Wait adds to it too.
+  std::unique_ptr<Work> Timed(absl::Time issued, std::unique_ptr<Work> work);
+
   ProcessGroup& inner_;
   const size_t max_logged_calls_;
+  // Nanoseconds blocked; shared with the Works handed out.
+  std::shared_ptr<std::atomic<int64_t>> blocked_ =
+      std::make_shared<std::atomic<int64_t>>(0);
   mutable Mutex mu_;
   std::vector<CollectiveCall> calls_ ABSL_GUARDED_BY(mu_);
   int64_t calls_not_logged_ ABSL_GUARDED_BY(mu_) = 0;

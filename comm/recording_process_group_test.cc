@@ -1,6 +1,9 @@
 #include "comm/recording_process_group.h"
 
+#include <memory>
 #include <vector>
+
+#include "absl/time/clock.h"
 
 #include "comm/testing/mock_process_group.h"
 #include "comm/testing/spawn_ranks.h"
@@ -121,6 +124,27 @@ TEST(RecordingProcessGroup, RecordsCallsAndCountsExactBytes) {
     EXPECT_EQ(total.payload_bytes, 8000u + 80 + 48 + 20 + 32);
     EXPECT_EQ(total.bus_bytes, 12000.0 + 60 + 36 + 20 + 32);
   }
+}
+
+// comm_wait: a rank whose peer arrives 100 ms late spends about that long
+// blocked (in the call or in Wait); Reset clears it.
+TEST(RecordingProcessGroup, MeasuresTimeBlockedInCollectives) {
+  std::vector<absl::Duration> blocked(2);
+  std::vector<absl::Duration> after_reset(2);
+  EXPECT_TRUE(AllRanksOk(SpawnRanks(2, [&](ProcessGroup& g) -> absl::Status {
+    RecordingProcessGroup rec(g);
+    if (g.rank() == 1) absl::SleepFor(absl::Milliseconds(100));
+    std::vector<float> x = {1.0f};
+    std::unique_ptr<Work> work = rec.AllReduce(MutableBuffer::Of(x), {});
+    absl::Status status = work->Wait();
+    blocked[g.rank()] = rec.SnapshotAndReset().blocked;
+    after_reset[g.rank()] = rec.Snapshot().blocked;
+    return status;
+  })));
+  EXPECT_GE(blocked[0], absl::Milliseconds(90));
+  EXPECT_LT(blocked[1], blocked[0]);
+  EXPECT_EQ(after_reset[0], absl::ZeroDuration());
+  EXPECT_EQ(after_reset[1], absl::ZeroDuration());
 }
 
 TEST(RecordingProcessGroup, LogIsBoundedButCountersKeepCounting) {
