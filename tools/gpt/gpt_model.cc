@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/functional/function_ref.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "tensor/cast_kernels.h"
@@ -84,13 +85,37 @@ absl::Status GptConfig::Validate() const {
   return absl::OkStatus();
 }
 
-int64_t GptParameterCount(const GptConfig& config) {
+std::vector<std::pair<std::string, Shape>> GptParameterShapes(
+    const GptConfig& config) {
   const int64_t C = config.d_model;
-  const int64_t per_block = 2 * C + (C * 3 * C + 3 * C) + (C * C + C) +
-                            2 * C + (C * 4 * C + 4 * C) + (4 * C * C + C);
-  return static_cast<int64_t>(config.vocab) * C +
-         static_cast<int64_t>(config.seq_len) * C + config.layers * per_block +
-         2 * C;
+  std::vector<std::pair<std::string, Shape>> out = {
+      {"wte.weight", {config.vocab, C}}, {"wpe.weight", {config.seq_len, C}}};
+  for (int l = 0; l < config.layers; ++l) {
+    const std::string h = absl::StrCat("h.", l, ".");
+    out.push_back({h + "ln_1.weight", {C}});
+    out.push_back({h + "ln_1.bias", {C}});
+    out.push_back({h + "attn.c_attn.weight", {C, 3 * C}});
+    out.push_back({h + "attn.c_attn.bias", {3 * C}});
+    out.push_back({h + "attn.c_proj.weight", {C, C}});
+    out.push_back({h + "attn.c_proj.bias", {C}});
+    out.push_back({h + "ln_2.weight", {C}});
+    out.push_back({h + "ln_2.bias", {C}});
+    out.push_back({h + "mlp.c_fc.weight", {C, 4 * C}});
+    out.push_back({h + "mlp.c_fc.bias", {4 * C}});
+    out.push_back({h + "mlp.c_proj.weight", {4 * C, C}});
+    out.push_back({h + "mlp.c_proj.bias", {C}});
+  }
+  out.push_back({"ln_f.weight", {C}});
+  out.push_back({"ln_f.bias", {C}});
+  return out;
+}
+
+int64_t GptParameterCount(const GptConfig& config) {
+  int64_t count = 0;
+  for (const auto& [name, shape] : GptParameterShapes(config)) {
+    count += NumElements(shape);
+  }
+  return count;
 }
 
 double GptModelFlopsPerStep(const GptConfig& config, int64_t tokens) {
@@ -142,51 +167,25 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   const int64_t C = config.d_model, L = config.layers;
   NormalSampler normal(seed);
   const double proj_std = 0.02 / std::sqrt(2.0 * L);
-  enum Init { kNormal, kProj, kZeros, kOnes };
-  auto add = [&](std::string name, Shape shape,
-                 Init init) -> absl::Status {
+  for (auto& [name, shape] : GptParameterShapes(config)) {
+    const absl::string_view n = name;
+    const bool layer_norm = absl::StrContains(n, "ln_");
     std::vector<float> values(NumElements(shape));
-    for (float& v : values) {
-      switch (init) {
-        case kNormal:
-          v = static_cast<float>(0.02 * normal.Next());
-          break;
-        case kProj:
-          v = static_cast<float>(proj_std * normal.Next());
-          break;
-        case kZeros:
-          v = 0.0f;
-          break;
-        case kOnes:
-          v = 1.0f;
-          break;
-      }
+    if (absl::EndsWith(n, ".bias")) {
+      std::fill(values.begin(), values.end(), 0.0f);
+    } else if (layer_norm) {
+      std::fill(values.begin(), values.end(), 1.0f);
+    } else {
+      // The residual projections (attn.c_proj, mlp.c_proj) are scaled down
+      // so the residual stream's variance does not grow with depth.
+      const double stddev =
+          absl::EndsWith(n, "c_proj.weight") ? proj_std : 0.02;
+      for (float& v : values) v = static_cast<float>(stddev * normal.Next());
     }
     CZ_ASSIGN_OR_RETURN(Tensor data, Tensor::FromFloats(values, shape, dtype));
-    model->params_.push_back(
-        std::make_unique<Parameter>(std::move(name), std::move(data)));
+    model->params_.push_back(std::make_unique<Parameter>(name, std::move(data)));
     model->shapes_.push_back(std::move(shape));
-    return absl::OkStatus();
-  };
-  CZ_RETURN_IF_ERROR(add("wte.weight", {config.vocab, C}, kNormal));
-  CZ_RETURN_IF_ERROR(add("wpe.weight", {config.seq_len, C}, kNormal));
-  for (int l = 0; l < L; ++l) {
-    const std::string h = absl::StrCat("h.", l, ".");
-    CZ_RETURN_IF_ERROR(add(h + "ln_1.weight", {C}, kOnes));
-    CZ_RETURN_IF_ERROR(add(h + "ln_1.bias", {C}, kZeros));
-    CZ_RETURN_IF_ERROR(add(h + "attn.c_attn.weight", {C, 3 * C}, kNormal));
-    CZ_RETURN_IF_ERROR(add(h + "attn.c_attn.bias", {3 * C}, kZeros));
-    CZ_RETURN_IF_ERROR(add(h + "attn.c_proj.weight", {C, C}, kProj));
-    CZ_RETURN_IF_ERROR(add(h + "attn.c_proj.bias", {C}, kZeros));
-    CZ_RETURN_IF_ERROR(add(h + "ln_2.weight", {C}, kOnes));
-    CZ_RETURN_IF_ERROR(add(h + "ln_2.bias", {C}, kZeros));
-    CZ_RETURN_IF_ERROR(add(h + "mlp.c_fc.weight", {C, 4 * C}, kNormal));
-    CZ_RETURN_IF_ERROR(add(h + "mlp.c_fc.bias", {4 * C}, kZeros));
-    CZ_RETURN_IF_ERROR(add(h + "mlp.c_proj.weight", {4 * C, C}, kProj));
-    CZ_RETURN_IF_ERROR(add(h + "mlp.c_proj.bias", {C}, kZeros));
   }
-  CZ_RETURN_IF_ERROR(add("ln_f.weight", {C}, kOnes));
-  CZ_RETURN_IF_ERROR(add("ln_f.bias", {C}, kZeros));
 
   // The hook scopes, and the grad buffer sized for the largest.
   auto scope = [&](std::vector<int> index) {

@@ -68,6 +68,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -97,6 +98,11 @@ struct GptConfig {
 // Ψ: the number of parameters (wte counted once, though it is used twice).
 // REQUIRES: config.Validate().ok().
 int64_t GptParameterCount(const GptConfig& config);
+
+// Every parameter's name and shape, in declaration order (the list above).
+// REQUIRES: config.Validate().ok().
+std::vector<std::pair<std::string, Shape>> GptParameterShapes(
+    const GptConfig& config);
 
 // Model FLOPs of one training step (forward + backward) over `tokens`
 // tokens in sequences of config.seq_len:

@@ -1,0 +1,60 @@
+// GPT-2 checkpoints in safetensors files, Hugging Face compatible.
+//
+//   CZ_ASSIGN_OR_RETURN(GptCheckpoint ckpt,
+//                       ReadGptCheckpoint("gpt2/model.safetensors", 12));
+//   CZ_ASSIGN_OR_RETURN(auto model, GptModel::Create(ckpt.config, 0));
+//   CZ_RETURN_IF_ERROR(model->LoadStateDict(ckpt.state));  // or ZeroDdp's
+//   ...
+//   CZ_RETURN_IF_ERROR(WriteGptCheckpoint("out.safetensors", state));
+//
+// Reading accepts Hugging Face GPT-2 files (GPT2Model or GPT2LMHeadModel):
+// tensor names with or without the "transformer." prefix; the attention
+// mask buffers "*.attn.bias" and "*.attn.masked_bias" and the tied
+// "lm_head.weight" are ignored. The config comes from the shapes: V and C
+// from wte, P from wpe, the layer count from the h.N names; the head count
+// is not in the file and is given. Every parameter must be present with
+// its shape (gpt_model.h lists them); any other tensor is an error.
+// Tensors keep the file's dtype (F32, F16 or BF16).
+//
+// Writing stores the consolidated model in f32 under "transformer."-
+// prefixed names, in declaration order, with the metadata {"format":
+// "pt"} that transformers' loader asks for.
+//
+// Errors name the file and, where one is to blame, the tensor: NotFound
+// for a missing file, DataLoss for a truncated or corrupt one,
+// InvalidArgument for missing, extra or mis-shaped tensors.
+#ifndef CHUNKZERO_TOOLS_GPT_GPT_CHECKPOINT_H_
+#define CHUNKZERO_TOOLS_GPT_GPT_CHECKPOINT_H_
+
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "tensor/tensor.h"
+#include "tools/gpt/gpt_model.h"
+
+namespace chunkzero {
+
+struct GptCheckpoint {
+  GptConfig config;
+  // By parameter name ("h.0.attn.c_attn.weight", no prefix), CPU tensors.
+  std::map<std::string, Tensor> state;
+};
+
+// Reads a GPT-2 safetensors file; `heads` completes the config.
+absl::StatusOr<GptCheckpoint> ReadGptCheckpoint(const std::string& path,
+                                                int heads);
+
+// Writes `state` (every GPT-2 parameter by name, any float dtype, readable
+// on the host; e.g. ZeroDdp::GatherStateDict's result) as f32 to `path`.
+absl::Status WriteGptCheckpoint(const std::string& path,
+                                const std::map<std::string, Tensor>& state);
+
+// `model`'s parameters (materialised on the host) through
+// WriteGptCheckpoint.
+absl::Status SaveGptModel(GptModel& model, const std::string& path);
+
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_TOOLS_GPT_GPT_CHECKPOINT_H_

@@ -1,0 +1,214 @@
+#include "tools/gpt/gpt_checkpoint.h"
+
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "ddp/local_hooks.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tools/gpt/safetensors.h"
+
+namespace chunkzero {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempPath(const std::string& name) {
+  return ::testing::TempDir() + "/" + name;
+}
+
+GptConfig SmallConfig() {
+  GptConfig c;
+  c.layers = 2;
+  c.d_model = 8;
+  c.heads = 2;
+  c.seq_len = 6;
+  c.vocab = 13;
+  return c;
+}
+
+std::string Bytes(const Tensor& t) {
+  return std::string(static_cast<const char*>(t.raw_data()), t.nbytes());
+}
+
+float Loss(GptModel& model) {
+  LocalHooks hooks;
+  std::vector<int32_t> tokens = {1, 5, 7, 2, 12, 0};
+  return *model.Forward(hooks, 2, 3, tokens, tokens);
+}
+
+TEST(GptCheckpointTest, SaveAndReadRoundTrip) {
+  auto model = *GptModel::Create(SmallConfig(), 42);
+  const std::string path = TempPath("gpt.safetensors");
+  ASSERT_TRUE(SaveGptModel(*model, path).ok());
+
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Read(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->metadata().at("format"), "pt");
+  std::vector<std::string> expected;
+  for (Parameter* p : model->Parameters()) {
+    expected.push_back("transformer." + p->name());
+  }
+  EXPECT_EQ(file->names(), expected);  // Declaration order, f32.
+  EXPECT_EQ(*file->dtype("transformer.h.1.mlp.c_fc.weight"), "F32");
+
+  absl::StatusOr<GptCheckpoint> ckpt = ReadGptCheckpoint(path, 2);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ(ckpt->config.layers, 2);
+  EXPECT_EQ(ckpt->config.d_model, 8);
+  EXPECT_EQ(ckpt->config.heads, 2);
+  EXPECT_EQ(ckpt->config.seq_len, 6);
+  EXPECT_EQ(ckpt->config.vocab, 13);
+  ASSERT_EQ(ckpt->state.size(), model->Parameters().size());
+  for (Parameter* p : model->Parameters()) {
+    EXPECT_EQ(Bytes(ckpt->state.at(p->name())), Bytes(p->data())) << p->name();
+  }
+  auto loaded = *GptModel::Create(ckpt->config, 7);
+  ASSERT_TRUE(loaded->LoadStateDict(ckpt->state).ok());
+  EXPECT_EQ(Loss(*loaded), Loss(*model));
+}
+
+TEST(GptCheckpointTest, HalfModelIsSavedAsF32) {
+  auto model = *GptModel::Create(SmallConfig(), 3, DType::kBF16);
+  const std::string path = TempPath("gpt_bf16.safetensors");
+  ASSERT_TRUE(SaveGptModel(*model, path).ok());
+  GptCheckpoint ckpt = *ReadGptCheckpoint(path, 4);
+  EXPECT_EQ(ckpt.config.heads, 4);
+  for (Parameter* p : model->Parameters()) {
+    EXPECT_EQ(ckpt.state.at(p->name()).dtype(), DType::kF32);
+    EXPECT_EQ(*ckpt.state.at(p->name()).ToFloats(), *p->data().ToFloats());
+  }
+}
+
+// What Hugging Face writes: GPT2LMHeadModel's "transformer."-prefixed
+// names or GPT2Model's bare ones, the causal-mask buffers and the tied
+// lm_head copy; here also a mix of dtypes.
+std::vector<std::pair<std::string, Tensor>> HuggingFaceTensors(
+    GptModel& model, bool prefix) {
+  const GptConfig& c = model.config();
+  const std::string pre = prefix ? "transformer." : "";
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (Parameter* p : model.Parameters()) {
+    Tensor t = p->data();
+    if (absl::StrContains(p->name(), "c_fc")) {
+      t = *Tensor::FromFloats(*t.ToFloats(), t.shape(), DType::kF16);
+    }
+    out.push_back({pre + p->name(), t});
+  }
+  for (int l = 0; l < c.layers; ++l) {
+    out.push_back({absl::StrCat(pre, "h.", l, ".attn.bias"),
+                   *Tensor::Zeros({1, 1, c.seq_len, c.seq_len}, DType::kF32)});
+    out.push_back({absl::StrCat(pre, "h.", l, ".attn.masked_bias"),
+                   *Tensor::FromFloats({-1e4f}, {})});
+  }
+  out.push_back({"lm_head.weight", model.Parameters()[0]->data()});
+  return out;
+}
+
+TEST(GptCheckpointTest, ReadsHuggingFaceLayouts) {
+  auto model = *GptModel::Create(SmallConfig(), 5);
+  for (bool prefix : {true, false}) {
+    SCOPED_TRACE(prefix);
+    const std::string path = TempPath("hf.safetensors");
+    ASSERT_TRUE(
+        WriteSafetensors(path, HuggingFaceTensors(*model, prefix)).ok());
+    absl::StatusOr<GptCheckpoint> ckpt = ReadGptCheckpoint(path, 2);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    EXPECT_EQ(ckpt->config.layers, 2);
+    EXPECT_EQ(ckpt->state.size(), model->Parameters().size());
+    EXPECT_EQ(ckpt->state.at("h.0.mlp.c_fc.weight").dtype(), DType::kF16);
+    EXPECT_EQ(Bytes(ckpt->state.at("wte.weight")),
+              Bytes(model->Parameters()[0]->data()));
+    auto loaded = *GptModel::Create(ckpt->config, 1);
+    ASSERT_TRUE(loaded->LoadStateDict(ckpt->state).ok());
+  }
+}
+
+TEST(GptCheckpointTest, BadCheckpointsNameFileAndTensor) {
+  auto model = *GptModel::Create(SmallConfig(), 5);
+  const std::vector<std::pair<std::string, Tensor>> good =
+      HuggingFaceTensors(*model, true);
+  struct Case {
+    const char* what;
+    std::function<void(std::vector<std::pair<std::string, Tensor>>&)> edit;
+    const char* names;
+  };
+  auto drop = [](const char* name) {
+    return [name](std::vector<std::pair<std::string, Tensor>>& t) {
+      for (auto it = t.begin(); it != t.end(); ++it) {
+        if (it->first == name) {
+          t.erase(it);
+          return;
+        }
+      }
+    };
+  };
+  const Case cases[] = {
+      {"missing", drop("transformer.h.1.mlp.c_fc.bias"),
+       "missing tensor 'h.1.mlp.c_fc.bias'"},
+      {"missing wte", drop("transformer.wte.weight"),
+       "missing tensor 'wte.weight'"},
+      {"mis-shaped",
+       [drop](auto& t) {
+         t.push_back({"h.0.ln_1.weight", *Tensor::Zeros({9}, DType::kF32)});
+         drop("transformer.h.0.ln_1.weight")(t);
+       },
+       "tensor 'h.0.ln_1.weight' is [9], expected [8]"},
+      {"extra",
+       [](auto& t) {
+         t.push_back({"transformer.h.0.extra", *Tensor::Zeros({1}, DType::kF32)});
+       },
+       "unexpected tensor 'h.0.extra'"},
+      {"twice",
+       [](auto& t) {
+         t.push_back({"ln_f.bias", *Tensor::Zeros({8}, DType::kF32)});
+       },
+       "'ln_f.bias' appears with and without"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::vector<std::pair<std::string, Tensor>> tensors = good;
+    c.edit(tensors);
+    const std::string path = TempPath("bad.safetensors");
+    ASSERT_TRUE(WriteSafetensors(path, tensors).ok());
+    const absl::Status s = ReadGptCheckpoint(path, 2).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.message(), HasSubstr(path));
+    EXPECT_THAT(s.message(), HasSubstr(c.names));
+  }
+
+  const std::string path = TempPath("good.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, good).ok());
+  absl::Status s = ReadGptCheckpoint(path, 3).status();  // 8 % 3 != 0
+  EXPECT_THAT(s.message(), HasSubstr("GptConfig.heads"));
+  EXPECT_THAT(s.message(), HasSubstr(path));
+
+  // Truncated: the last tensor's data is cut.
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in),
+                 std::istreambuf_iterator<char>());
+  }
+  const std::string cut = TempPath("cut.safetensors");
+  std::ofstream(cut, std::ios::binary).write(bytes.data(), bytes.size() - 10);
+  s = ReadGptCheckpoint(cut, 2).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr(cut));
+  EXPECT_THAT(s.message(), HasSubstr("lm_head.weight"));
+
+  // Writing an incomplete state dict names what is missing.
+  std::map<std::string, Tensor> state;
+  for (Parameter* p : model->Parameters()) state[p->name()] = p->data();
+  state.erase("h.1.attn.c_proj.bias");
+  s = WriteGptCheckpoint(TempPath("w.safetensors"), state);
+  EXPECT_THAT(s.message(), HasSubstr("'h.1.attn.c_proj.bias'"));
+}
+
+}  // namespace
+}  // namespace chunkzero

@@ -1,0 +1,94 @@
+// Reading and writing the safetensors format (huggingface/safetensors).
+//
+//   CZ_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Read(path));
+//   for (const std::string& name : file.names()) { ... }
+//   CZ_ASSIGN_OR_RETURN(Tensor wte, file.Get("wte.weight"));   // a CPU copy
+//
+//   CZ_RETURN_IF_ERROR(WriteSafetensors(path, {{"w", w}, {"b", b}},
+//                                       {{"format", "pt"}}));
+//
+// The format: an 8-byte little-endian header length n, n bytes of JSON, then
+// the data. The JSON is an object mapping each tensor name to {"dtype":
+// "F32" | "F16" | "BF16" | ..., "shape": [...], "data_offsets": [begin,
+// end]} (byte offsets into the data, little-endian elements), plus an
+// optional "__metadata__" object of strings.
+//
+// Reading checks the whole header (the JSON is parsed here; a small strict
+// parser, as no JSON library is among the build's dependencies): every
+// entry's byte range lies inside the file and matches its dtype and shape.
+// A short, truncated or corrupt file is DataLoss and a missing file
+// NotFound, with the path and (where one is to blame) the tensor named.
+// Tensors of other dtypes (I64, BOOL, ...) are listed and may be skipped;
+// Get returns only F32, F16 and BF16 ones. The whole file is read into
+// memory.
+//
+// Thread-safety: a SafetensorsFile is immutable after Read.
+#ifndef CHUNKZERO_TOOLS_GPT_SAFETENSORS_H_
+#define CHUNKZERO_TOOLS_GPT_SAFETENSORS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "tensor/tensor.h"
+
+namespace chunkzero {
+
+class SafetensorsFile {
+ public:
+  // Reads `path` and checks its header and sizes.
+  static absl::StatusOr<SafetensorsFile> Read(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  // Tensor names in the order of their data in the file.
+  const std::vector<std::string>& names() const { return names_; }
+  bool contains(const std::string& name) const {
+    return entries_.count(name) > 0;
+  }
+  // The dtype string as in the file ("F32", "I64", ...) and the shape.
+  // NotFound naming the file and tensor if absent.
+  absl::StatusOr<std::string> dtype(const std::string& name) const;
+  absl::StatusOr<Shape> shape(const std::string& name) const;
+  // A CPU copy of an F32, F16 or BF16 tensor (kept in its dtype).
+  // NotFound if absent, Unimplemented for other dtypes; both name the file
+  // and the tensor.
+  absl::StatusOr<Tensor> Get(const std::string& name) const;
+  const std::map<std::string, std::string>& metadata() const {
+    return metadata_;
+  }
+
+ private:
+  struct Entry {
+    std::string dtype;
+    Shape shape;
+    uint64_t begin = 0;  // Byte range in the data section.
+    uint64_t end = 0;
+  };
+
+  absl::StatusOr<const Entry*> Find(const std::string& name) const;
+
+  std::string path_;
+  std::string bytes_;  // The whole file.
+  size_t data_start_ = 0;
+  std::map<std::string, Entry> entries_;
+  std::vector<std::string> names_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Writes `tensors` (F32, F16 or BF16, readable on the host; unique names,
+// "__metadata__" excluded) in this order, with `metadata`, to `path`. The
+// header is padded with spaces to a multiple of 8 bytes so the data is
+// aligned. Writes `path`.tmp and renames it, so a failed write leaves no
+// partial file under `path`. Errors name the path (and the tensor).
+absl::Status WriteSafetensors(
+    const std::string& path,
+    const std::vector<std::pair<std::string, Tensor>>& tensors,
+    const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_TOOLS_GPT_SAFETENSORS_H_

@@ -1,0 +1,202 @@
+#include "tools/gpt/safetensors.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace chunkzero {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::string TempPath(const std::string& name) {
+  return ::testing::TempDir() + "/" + name;
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in),
+                     std::istreambuf_iterator<char>());
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), bytes.size());
+}
+
+// A file with this JSON header and data, built by hand.
+std::string MakeFile(const std::string& header, const std::string& data) {
+  const uint64_t n = header.size();
+  std::string bytes(8, '\0');
+  std::memcpy(bytes.data(), &n, 8);
+  return bytes + header + data;
+}
+
+std::string Bytes(const Tensor& t) {
+  return std::string(static_cast<const char*>(t.raw_data()), t.nbytes());
+}
+
+TEST(SafetensorsTest, RoundTripIsBitExact) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::pair<std::string, Tensor>> tensors = {
+      {"a.weight", *Tensor::FromFloats({1.5f, -0.0f, nan, INFINITY, 1e-40f,
+                                        3.14159f},
+                                       {2, 3})},
+      {"half", *Tensor::FromFloats({0.1f, 65504.0f, -2.0f}, {3},
+                                   DType::kF16)},
+      {"brain", *Tensor::FromFloats({0.1f, 1e30f}, {1, 2}, DType::kBF16)},
+      {"scalar", *Tensor::FromFloats({7.0f}, {})},
+      {"empty", *Tensor::Zeros({0, 3}, DType::kF32)},
+      {"we\"ird\\name\n", *Tensor::FromFloats({2.0f}, {1})},
+  };
+  const std::string path = TempPath("round_trip.safetensors");
+  ASSERT_TRUE(
+      WriteSafetensors(path, tensors, {{"format", "pt"}, {"note", "a\"b\\c\td"}})
+          .ok());
+  const std::string bytes = ReadBytes(path);
+  uint64_t header;
+  std::memcpy(&header, bytes.data(), 8);
+  EXPECT_EQ((8 + header) % 8, 0u);  // Data aligned.
+
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Read(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->metadata().at("note"), "a\"b\\c\td");
+  EXPECT_EQ(file->metadata().at("format"), "pt");
+  std::vector<std::string> names;
+  for (const auto& [name, t] : tensors) {
+    SCOPED_TRACE(name);
+    names.push_back(name);
+    absl::StatusOr<Tensor> got = file->Get(name);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->dtype(), t.dtype());
+    EXPECT_EQ(got->shape(), t.shape());
+    EXPECT_EQ(Bytes(*got), Bytes(t));
+  }
+  EXPECT_EQ(file->names(), names);  // Data order = write order.
+  EXPECT_EQ(*file->dtype("brain"), "BF16");
+  EXPECT_THAT(*file->shape("a.weight"), ElementsAre(2, 3));
+  EXPECT_EQ(file->Get("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(file->Get("nope").status().message(), HasSubstr("'nope'"));
+}
+
+TEST(SafetensorsTest, ReadsHandWrittenHeaderWithOtherDTypes) {
+  // Spacing, key order and an I64 tensor as other writers produce them.
+  const std::string header =
+      "{ \"ids\" : {\"shape\":[2],\"dtype\":\"I64\",\"data_offsets\":[0,16]},"
+      "\n \"x\": {\"dtype\": \"F32\", \"data_offsets\": [16, 20], "
+      "\"shape\": [1]}, \"__metadata__\": {\"k\": \"\\u00e9\\ud83d\\ude00\"}}";
+  std::string data(16, '\1');
+  const float one = 1.0f;
+  data.append(reinterpret_cast<const char*>(&one), 4);
+  const std::string path = TempPath("other.safetensors");
+  WriteBytes(path, MakeFile(header, data));
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Read(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_THAT(file->names(), ElementsAre("ids", "x"));
+  EXPECT_EQ(file->metadata().at("k"), "\xC3\xA9\xF0\x9F\x98\x80");
+  EXPECT_EQ(*file->Get("x")->ToFloats(), std::vector<float>{1.0f});
+  const absl::Status s = file->Get("ids").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(s.message(), HasSubstr(path));
+  EXPECT_THAT(s.message(), HasSubstr("'ids'"));
+}
+
+TEST(SafetensorsTest, TruncatedFilesNameTheFileAndTensor) {
+  const std::string path = TempPath("full.safetensors");
+  ASSERT_TRUE(WriteSafetensors(
+                  path, {{"first", *Tensor::Zeros({4}, DType::kF32)},
+                         {"second", *Tensor::Zeros({8}, DType::kF16)}})
+                  .ok());
+  const std::string bytes = ReadBytes(path);
+  uint64_t header;
+  std::memcpy(&header, bytes.data(), 8);
+  struct Case {
+    size_t size;
+    const char* names;  // What the message must name besides the file.
+  };
+  for (const Case& c : {Case{0, "truncated"}, Case{5, "truncated"},
+                        Case{8 + header / 2, "truncated"},
+                        Case{bytes.size() - 1, "'second'"},
+                        Case{8 + header + 3, "'first'"}}) {
+    SCOPED_TRACE(c.size);
+    const std::string cut = TempPath("cut.safetensors");
+    WriteBytes(cut, bytes.substr(0, c.size));
+    const absl::Status s = SafetensorsFile::Read(cut).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(s.message(), HasSubstr(cut));
+    EXPECT_THAT(s.message(), HasSubstr(c.names));
+  }
+  const absl::Status missing =
+      SafetensorsFile::Read(TempPath("does_not_exist")).status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.message(), HasSubstr("does_not_exist"));
+}
+
+TEST(SafetensorsTest, CorruptHeadersAreErrorsNamingTheFile) {
+  struct Case {
+    const char* header;
+    const char* names;
+  };
+  const Case cases[] = {
+      {"{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}",
+       "expected ',' or '}'"},
+      {"[1, 2]", "not a JSON object"},
+      {"{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}",
+       "'x'"},
+      {"{\"x\":{\"dtype\":\"Q7\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+       "unknown dtype Q7"},
+      {"{\"x\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}",
+       "bad shape"},
+      {"{\"x\":{\"dtype\":\"F32\",\"shape\":[1]}}", "data_offsets"},
+      {"{\"x\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],"
+       "\"data_offsets\":[0,4]}}",
+       "'x'"},
+      {"{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+       "\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+       "overlap"},
+      {"{\"__metadata__\":{\"a\":1}}", "__metadata__"},
+      {"{\"x\":\"\\q\"}", "bad escape"},
+      {"", "unexpected end"},
+      {"{\"a\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]"
+       "]]]]]]]]]]]]]]]]]]}",
+       "nested too deeply"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.header);
+    const std::string path = TempPath("corrupt.safetensors");
+    WriteBytes(path, MakeFile(c.header, std::string(4, '\0')));
+    const absl::Status s = SafetensorsFile::Read(path).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(s.message(), HasSubstr(path));
+    EXPECT_THAT(s.message(), HasSubstr(c.names));
+  }
+  // A header length beyond the file.
+  const std::string path = TempPath("huge.safetensors");
+  std::string bytes = MakeFile("{}", "");
+  bytes[5] = 1;
+  WriteBytes(path, bytes);
+  EXPECT_THAT(SafetensorsFile::Read(path).status().message(),
+              HasSubstr("header of"));
+}
+
+TEST(SafetensorsTest, WriteRejectsBadInput) {
+  const std::string path = TempPath("bad_write.safetensors");
+  Tensor t = *Tensor::Zeros({2}, DType::kF32);
+  absl::Status s = WriteSafetensors(path, {{"x", t}, {"x", t}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("'x'"));
+  EXPECT_FALSE(WriteSafetensors(path, {{"__metadata__", t}}).ok());
+  s = WriteSafetensors("/nonexistent_dir/x.safetensors", {{"x", t}});
+  EXPECT_THAT(s.message(), HasSubstr("/nonexistent_dir/x.safetensors"));
+}
+
+}  // namespace
+}  // namespace chunkzero
