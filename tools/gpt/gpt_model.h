@@ -43,6 +43,9 @@
 // scopes and two HandGrads (lm head first, embedding second) that add up.
 // Grads are handed in the scope's parameter order once every use of the
 // weights in that scope is done (grad reuse may overwrite the weights).
+// A handed grad is a view of the model's reusable grad buffer, valid only
+// during the HandGrad call: hooks copy or reduce it before returning (as
+// LocalHooks and ZeroDdp do).
 //
 // Storage: parameters may be f32, f16 or bf16 (Create's `dtype`, or
 // whatever ZeroDdp sets data() to). The model computes in f32: inside each
