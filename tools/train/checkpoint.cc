@@ -1,0 +1,629 @@
+#include "tools/train/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <system_error>
+#include <utility>
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/status_macros.h"
+#include "tensor/tensor.h"
+
+// Shard files hold the host's f32 bytes as they are in memory; the format
+// says little-endian, so a big-endian host would need a byte swap here.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "checkpoint shard files are little-endian");
+
+namespace chunkzero {
+namespace checkpoint_internal {
+namespace {
+
+// CRC-32C uses the Castagnoli polynomial 0x1EDC6F41 (RFC 3720, iSCSI), here
+// bit-reflected, as the SSE4.2 crc32 instruction computes it.
+constexpr uint32_t kCastagnoliReflected = 0x82F63B78u;
+
+constexpr std::array<uint32_t, 256> MakeCrc32cTable() {
+  std::array<uint32_t, 256> table{};
+  for (uint32_t byte = 0; byte < 256; ++byte) {
+    uint32_t crc = byte;
+    for (int bit = 0; bit < 8; ++bit) {
+      crc = (crc >> 1) ^ ((crc & 1) ? kCastagnoliReflected : 0);
+    }
+    table[byte] = crc;
+  }
+  return table;
+}
+
+constexpr std::array<uint32_t, 256> kCrc32cTable = MakeCrc32cTable();
+
+#if defined(__x86_64__)
+// Eight bytes per instruction: several GB/s, so checksumming costs little
+// beside the disk.
+__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(const void* data,
+                                                       size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t crc = 0xFFFFFFFFu;
+  for (; n >= 8; p += 8, n -= 8) {
+    uint64_t word;
+    std::memcpy(&word, p, sizeof(word));
+    crc = _mm_crc32_u64(crc, word);
+  }
+  auto crc32 = static_cast<uint32_t>(crc);
+  for (; n > 0; ++p, --n) crc32 = _mm_crc32_u8(crc32, *p);
+  return ~crc32;
+}
+#endif
+
+}  // namespace
+
+uint32_t Crc32cPortable(const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint32_t crc = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) {
+    crc = (crc >> 8) ^ kCrc32cTable[(crc ^ p[i]) & 0xFF];
+  }
+  return ~crc;
+}
+
+uint32_t Crc32c(const void* data, size_t n) {
+#if defined(__x86_64__)
+  static const bool kHaveSse42 = __builtin_cpu_supports("sse4.2");
+  if (kHaveSse42) return Crc32cSse42(data, n);
+#endif
+  return Crc32cPortable(data, n);
+}
+
+}  // namespace checkpoint_internal
+
+namespace {
+
+using checkpoint_internal::Crc32c;
+
+// Shard files start with this, so that a file of something else is refused
+// before its pieces are read.
+constexpr char kShardMagic[] = {'C', 'Z', 'S', 'H', 'A', 'R', 'D', '1'};
+constexpr int64_t kShardHeaderBytes = sizeof(kShardMagic);
+constexpr char kShardPrefix[] = "shard-";
+constexpr char kF32Name[] = "f32";
+constexpr int64_t kF32Bytes = 4;
+
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  if (dir.back() == '/') return dir + name;
+  return absl::StrCat(dir, "/", name);
+}
+
+// The status for a failed system call, with errno's code and text.
+absl::Status ErrnoError(absl::string_view what, const std::string& path) {
+  return absl::ErrnoToStatus(errno, absl::StrCat(what, " ", path));
+}
+
+std::string PieceName(const std::string& param, const std::string& state,
+                      int64_t begin, int64_t numel) {
+  return absl::StrCat("tensor ", param, " state ", state, " elements [", begin,
+                      ", ", begin + numel, ")");
+}
+
+// Owns a file descriptor; Close reports the error a destructor would drop.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  int get() const { return fd_; }
+
+  absl::Status Close(const std::string& path) {
+    const int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0) return ErrnoError("cannot close", path);
+    return absl::OkStatus();
+  }
+
+ private:
+  int fd_;
+};
+
+absl::Status WriteAll(int fd, const void* data, size_t n,
+                      const std::string& path) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t written = ::write(fd, p, n);
+    if (written < 0 && errno == EINTR) continue;
+    if (written < 0) return ErrnoError("cannot write", path);
+    p += written;
+    n -= static_cast<size_t>(written);
+  }
+  return absl::OkStatus();
+}
+
+// Reads exactly `n` bytes at `offset`; DataLoss if the file ends first.
+absl::Status ReadAt(int fd, int64_t offset, void* data, size_t n,
+                    const std::string& path) {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, p, n, offset);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return ErrnoError("cannot read", path);
+    if (got == 0) {
+      return absl::DataLossError(absl::StrCat(path, ": file ends at byte ",
+                                              offset, ", ", n,
+                                              " bytes short (truncated?)"));
+    }
+    p += got;
+    n -= static_cast<size_t>(got);
+    offset += got;
+  }
+  return absl::OkStatus();
+}
+
+// Makes the directory's entries (a rename, a new file) durable.
+absl::Status FsyncDir(const std::string& dir) {
+  const std::string path = dir.empty() ? "." : dir;
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoError("cannot open directory", path);
+  if (::fsync(fd.get()) != 0) return ErrnoError("cannot fsync", path);
+  return fd.Close(path);
+}
+
+// Writes `dir`/`name` so that a crash leaves the old file or the whole new
+// one: `write` fills a temporary, which is fsync'ed and renamed over `name`,
+// and the directory fsync'ed. The temporary is removed on failure.
+absl::Status WriteFileAtomically(
+    const std::string& dir, const std::string& name,
+    const std::function<absl::Status(int fd, const std::string& path)>& write) {
+  const std::string path = JoinPath(dir, name);
+  const std::string tmp = path + ".tmp";
+  FileDescriptor fd(
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) return ErrnoError("cannot create", tmp);
+  absl::Status status = write(fd.get(), tmp);
+  if (status.ok() && ::fsync(fd.get()) != 0) {
+    status = ErrnoError("cannot fsync", tmp);
+  }
+  const absl::Status closed = fd.Close(tmp);
+  if (status.ok()) status = closed;
+  if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    status = ErrnoError(absl::StrCat("cannot rename ", tmp, " to"), path);
+  }
+  if (!status.ok()) {
+    ::unlink(tmp.c_str());
+    return status;
+  }
+  return FsyncDir(dir);
+}
+
+absl::Status CreateDirectories(const std::string& dir) {
+  if (dir.empty()) return absl::OkStatus();
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::ErrnoToStatus(error.value(),
+                               absl::StrCat("cannot create directory ", dir));
+  }
+  return absl::OkStatus();
+}
+
+bool PathExists(const std::string& path) {
+  struct stat info;
+  return ::stat(path.c_str(), &info) == 0;
+}
+
+// "shard-<step>-<rank>-of-<world>.bin", or with a ".<k>" suffix if that is
+// taken: a save must never replace a file the current manifest may name.
+std::string UnusedShardName(const std::string& dir, int64_t step, int rank,
+                            int world_size) {
+  const std::string stem =
+      absl::StrCat(kShardPrefix, step, "-", rank, "-of-", world_size);
+  std::string name = stem + ".bin";
+  for (int k = 1; PathExists(JoinPath(dir, name)); ++k) {
+    name = absl::StrCat(stem, ".", k, ".bin");
+  }
+  return name;
+}
+
+absl::Status CheckPieceToSave(const StatePiece& piece) {
+  const std::string name =
+      PieceName(piece.param, piece.state, piece.begin, piece.values.numel());
+  if (piece.values.dtype() != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": values are ", piece.values.DebugString(), ", not f32"));
+  }
+  for (const int64_t dim : piece.shape) {
+    if (dim < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": negative dimension in shape ", ShapeToString(piece.shape)));
+    }
+  }
+  if (piece.begin < 0 ||
+      piece.values.numel() > NumElements(piece.shape) - piece.begin) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": outside the shape ", ShapeToString(piece.shape)));
+  }
+  return absl::OkStatus();
+}
+
+// The piece's values where the host can read them.
+absl::StatusOr<Tensor> HostValues(const StatePiece& piece) {
+  Tensor values = piece.values;
+  if (!values.device().is_host_accessible()) {
+    CZ_ASSIGN_OR_RETURN(values, values.To(Device::Cpu()));
+  }
+  if (values.numel() > 0 && !values.is_materialized()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        PieceName(piece.param, piece.state, piece.begin, values.numel()),
+        ": memory is freed"));
+  }
+  return values;
+}
+
+// Appends `piece` to the shard file at `*offset` and indexes it.
+absl::Status WritePiece(int fd, const std::string& path,
+                        const StatePiece& piece,
+                        const ChunkPlacementMap* placement, int64_t* offset,
+                        ShardIndex* index) {
+  CZ_RETURN_IF_ERROR(CheckPieceToSave(piece));
+  CZ_ASSIGN_OR_RETURN(const Tensor values, HostValues(piece));
+  const size_t bytes = values.nbytes();
+  CZ_RETURN_IF_ERROR(WriteAll(fd, values.raw_data(), bytes, path));
+
+  PieceIndex* entry = index->add_pieces();
+  entry->set_param(piece.param);
+  entry->set_state(piece.state);
+  for (const int64_t dim : piece.shape) entry->add_shape(dim);
+  entry->set_begin(piece.begin);
+  entry->set_numel(values.numel());
+  entry->set_dtype(kF32Name);
+  entry->set_byte_offset(*offset);
+  entry->set_crc32c(Crc32c(values.raw_data(), bytes));
+  if (placement != nullptr) {
+    const auto it = placement->find(piece.param);
+    if (it != placement->end()) {
+      entry->set_chunk(it->second.chunk);
+      entry->set_chunk_offset(it->second.offset);
+    }
+  }
+  *offset += static_cast<int64_t>(bytes);
+  return absl::OkStatus();
+}
+
+// The shards sorted by rank, or InvalidArgument unless they are exactly one
+// per rank of `meta`'s step and world.
+absl::StatusOr<std::vector<ShardIndex>> SortedShardSet(
+    const CheckpointMeta& meta, const std::vector<ShardIndex>& shards) {
+  if (meta.world_size <= 0 || shards.size() != meta.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a checkpoint of world size ", meta.world_size,
+                     " needs one shard per rank, got ", shards.size()));
+  }
+  std::vector<ShardIndex> sorted = shards;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const ShardIndex& a, const ShardIndex& b) {
+              return a.rank() < b.rank();
+            });
+  for (int rank = 0; rank < meta.world_size; ++rank) {
+    const ShardIndex& shard = sorted[rank];
+    if (shard.rank() != rank || shard.step() != meta.step ||
+        shard.world_size() != meta.world_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shard ", shard.file(), " (rank ", shard.rank(), " of ",
+          shard.world_size(), ", step ", shard.step(),
+          ") does not belong to a checkpoint of step ", meta.step,
+          ", world size ", meta.world_size, ", or a rank is missing"));
+    }
+  }
+  return sorted;
+}
+
+CheckpointManifest MakeManifest(const CheckpointMeta& meta,
+                                std::vector<ShardIndex> shards) {
+  CheckpointManifest manifest;
+  manifest.set_format_version(kCheckpointFormatVersion);
+  manifest.set_step(meta.step);
+  manifest.set_world_size(meta.world_size);
+  manifest.set_layout(meta.layout);
+  manifest.set_updates(meta.updates);
+  manifest.set_iterations(meta.iterations);
+  manifest.set_loss_scale(meta.loss_scale);
+  manifest.set_growth_tracker(meta.growth_tracker);
+  manifest.set_hysteresis_left(meta.hysteresis_left);
+  manifest.mutable_config()->insert(meta.config.begin(), meta.config.end());
+  for (ShardIndex& shard : shards) *manifest.add_shards() = std::move(shard);
+  return manifest;
+}
+
+CheckpointMeta MetaFromManifest(const CheckpointManifest& manifest) {
+  CheckpointMeta meta;
+  meta.step = manifest.step();
+  meta.world_size = manifest.world_size();
+  meta.layout = manifest.layout();
+  meta.updates = manifest.updates();
+  meta.iterations = manifest.iterations();
+  meta.loss_scale = manifest.loss_scale();
+  meta.growth_tracker = manifest.growth_tracker();
+  meta.hysteresis_left = manifest.hysteresis_left();
+  meta.config.insert(manifest.config().begin(), manifest.config().end());
+  return meta;
+}
+
+// Deletes the shard files (and temporaries) of `dir` that `manifest` does not
+// name. Best effort: see WriteCheckpointManifest.
+void DeleteUnreferencedShards(const std::string& dir,
+                              const CheckpointManifest& manifest) {
+  std::set<std::string> keep;
+  for (const ShardIndex& shard : manifest.shards()) keep.insert(shard.file());
+  std::error_code error;
+  std::filesystem::directory_iterator it(dir.empty() ? "." : dir, error);
+  for (; !error && it != std::filesystem::directory_iterator();
+       it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    const bool ours =
+        absl::StartsWith(name, kShardPrefix) &&
+        (absl::EndsWith(name, ".bin") || absl::EndsWith(name, ".bin.tmp"));
+    if (!ours || keep.count(name) > 0) continue;
+    std::error_code ignored;
+    std::filesystem::remove(it->path(), ignored);
+  }
+}
+
+absl::StatusOr<std::string> ReadManifestBytes(const std::string& path) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0 && (errno == ENOENT || errno == ENOTDIR)) {
+    return absl::NotFoundError(
+        absl::StrCat("no checkpoint: ", path, " does not exist"));
+  }
+  if (fd.get() < 0) return ErrnoError("cannot open", path);
+  struct stat info;
+  if (::fstat(fd.get(), &info) != 0) return ErrnoError("cannot stat", path);
+  std::string bytes(static_cast<size_t>(info.st_size), '\0');
+  CZ_RETURN_IF_ERROR(ReadAt(fd.get(), 0, bytes.data(), bytes.size(), path));
+  return bytes;
+}
+
+// Checks what the manifest says of its shards, which its checksum alone
+// cannot vouch for (a writer's bug, or a hand-made file).
+absl::Status CheckManifestShards(const CheckpointManifest& manifest,
+                                 const std::string& path) {
+  if (manifest.world_size() <= 0 ||
+      manifest.shards_size() != manifest.world_size()) {
+    return absl::DataLossError(absl::StrCat(path, ": world size ",
+                                            manifest.world_size(), " but ",
+                                            manifest.shards_size(), " shards"));
+  }
+  for (int rank = 0; rank < manifest.shards_size(); ++rank) {
+    const ShardIndex& shard = manifest.shards(rank);
+    // A shard's name must stay inside the directory.
+    if (shard.rank() != rank || shard.file().empty() ||
+        absl::StrContains(shard.file(), '/') || shard.file() == "." ||
+        shard.file() == "..") {
+      return absl::DataLossError(absl::StrCat(path, ": bad entry for rank ",
+                                              rank, ": shard \"", shard.file(),
+                                              "\" of rank ", shard.rank()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Reads and verifies `dir`/manifest.pb.
+absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {
+  const std::string path = JoinPath(dir, kCheckpointManifestName);
+  CZ_ASSIGN_OR_RETURN(const std::string bytes, ReadManifestBytes(path));
+  ManifestFile file;
+  if (!file.ParseFromString(bytes)) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": damaged checkpoint manifest (unparsable)"));
+  }
+  const uint32_t crc = Crc32c(file.manifest().data(), file.manifest().size());
+  if (file.manifest().empty() || crc != file.crc32c()) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: damaged checkpoint manifest (checksum %08x, stored %08x)", path,
+        crc, file.crc32c()));
+  }
+  CheckpointManifest manifest;
+  if (!manifest.ParseFromString(file.manifest())) {
+    return absl::DataLossError(
+        absl::StrCat(path,
+                     ": damaged checkpoint manifest (checksum matches but the "
+                     "content is unparsable)"));
+  }
+  if (manifest.format_version() != kCheckpointFormatVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": checkpoint format version ", manifest.format_version(),
+        ", this build reads version ", kCheckpointFormatVersion));
+  }
+  CZ_RETURN_IF_ERROR(CheckManifestShards(manifest, path));
+  return manifest;
+}
+
+// Checks that `entry` describes an f32 range of its shape lying inside the
+// shard file's data.
+absl::Status CheckPieceIndex(const PieceIndex& entry, int64_t file_bytes,
+                             const std::string& path) {
+  const std::string name =
+      PieceName(entry.param(), entry.state(), entry.begin(), entry.numel());
+  bool valid = entry.dtype() == kF32Name && entry.begin() >= 0 &&
+               entry.numel() >= 0 && entry.byte_offset() >= kShardHeaderBytes &&
+               entry.byte_offset() <= file_bytes &&
+               entry.numel() <= (file_bytes - entry.byte_offset()) / kF32Bytes;
+  Shape shape;
+  for (const int64_t dim : entry.shape()) {
+    valid = valid && dim >= 0;
+    shape.push_back(dim);
+  }
+  if (!valid || entry.numel() > NumElements(shape) - entry.begin()) {
+    return absl::DataLossError(absl::StrCat(
+        path, ": the manifest's index of ", name, " (dtype ", entry.dtype(),
+        ", shape ", ShapeToString(shape), ", byte offset ", entry.byte_offset(),
+        ") does not fit the ", file_bytes, "-byte file"));
+  }
+  return absl::OkStatus();
+}
+
+// Reads one piece and verifies its checksum.
+absl::StatusOr<StatePiece> ReadPiece(int fd, const std::string& path,
+                                     const PieceIndex& entry) {
+  StatePiece piece;
+  piece.param = entry.param();
+  piece.state = entry.state();
+  piece.shape.assign(entry.shape().begin(), entry.shape().end());
+  piece.begin = entry.begin();
+  CZ_ASSIGN_OR_RETURN(piece.values,
+                      Tensor::Empty({entry.numel()}, DType::kF32));
+  const size_t bytes = piece.values.nbytes();
+  void* data = piece.values.raw_data();
+  CZ_RETURN_IF_ERROR(ReadAt(fd, entry.byte_offset(), data, bytes, path));
+  const uint32_t crc = Crc32c(data, bytes);
+  if (crc != entry.crc32c()) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: checksum mismatch in %s (checksum %08x, manifest says %08x)", path,
+        PieceName(entry.param(), entry.state(), entry.begin(), entry.numel()),
+        crc, entry.crc32c()));
+  }
+  return piece;
+}
+
+// Verifies one shard file's size and magic, then reads the pieces `filter`
+// accepts (all, if it is empty) into `pieces`.
+absl::Status ReadShard(const std::string& dir, const ShardIndex& shard,
+                       const CheckpointPieceFilter& filter,
+                       std::vector<StatePiece>* pieces) {
+  const std::string path = JoinPath(dir, shard.file());
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0 && errno == ENOENT) {
+    return absl::DataLossError(absl::StrCat(
+        path, ": shard file named by the checkpoint manifest is missing"));
+  }
+  if (fd.get() < 0) return ErrnoError("cannot open", path);
+  struct stat info;
+  if (::fstat(fd.get(), &info) != 0) return ErrnoError("cannot stat", path);
+  if (info.st_size != shard.byte_size()) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": shard file has ", info.st_size,
+                     " bytes, the manifest says ", shard.byte_size(),
+                     info.st_size < shard.byte_size() ? " (truncated)" : ""));
+  }
+  char magic[sizeof(kShardMagic)];
+  CZ_RETURN_IF_ERROR(ReadAt(fd.get(), 0, magic, sizeof(magic), path));
+  if (std::memcmp(magic, kShardMagic, sizeof(magic)) != 0) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": not a checkpoint shard file (bad magic)"));
+  }
+  for (const PieceIndex& entry : shard.pieces()) {
+    CZ_RETURN_IF_ERROR(CheckPieceIndex(entry, shard.byte_size(), path));
+    if (filter &&
+        !filter(entry.param(), entry.state(), entry.begin(), entry.numel())) {
+      continue;
+    }
+    CZ_ASSIGN_OR_RETURN(StatePiece piece, ReadPiece(fd.get(), path, entry));
+    pieces->push_back(std::move(piece));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void CopyOptimizerScalars(const OptimizerState& state, CheckpointMeta* meta) {
+  meta->updates = state.updates;
+  meta->iterations = state.iterations;
+  meta->loss_scale = state.loss_scale;
+  meta->growth_tracker = state.growth_tracker;
+  meta->hysteresis_left = state.hysteresis_left;
+}
+
+absl::StatusOr<ShardIndex> WriteCheckpointShard(
+    const std::string& dir, int64_t step, int rank, int world_size,
+    const OptimizerState& shard, const ChunkPlacementMap* placement) {
+  if (world_size <= 0 || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is not in a world of size ", world_size));
+  }
+  CZ_RETURN_IF_ERROR(CreateDirectories(dir));
+  ShardIndex index;
+  index.set_file(UnusedShardName(dir, step, rank, world_size));
+  index.set_rank(rank);
+  index.set_world_size(world_size);
+  index.set_step(step);
+  int64_t offset = 0;
+  CZ_RETURN_IF_ERROR(WriteFileAtomically(
+      dir, index.file(), [&](int fd, const std::string& path) -> absl::Status {
+        CZ_RETURN_IF_ERROR(
+            WriteAll(fd, kShardMagic, sizeof(kShardMagic), path));
+        offset = kShardHeaderBytes;
+        for (const StatePiece& piece : shard.pieces) {
+          CZ_RETURN_IF_ERROR(
+              WritePiece(fd, path, piece, placement, &offset, &index));
+        }
+        return absl::OkStatus();
+      }));
+  index.set_byte_size(offset);
+  return index;
+}
+
+absl::Status WriteCheckpointManifest(const std::string& dir,
+                                     const CheckpointMeta& meta,
+                                     const std::vector<ShardIndex>& shards) {
+  CZ_ASSIGN_OR_RETURN(std::vector<ShardIndex> sorted,
+                      SortedShardSet(meta, shards));
+  const CheckpointManifest manifest = MakeManifest(meta, std::move(sorted));
+  ManifestFile file;
+  if (!manifest.SerializeToString(file.mutable_manifest())) {
+    return absl::InternalError("cannot serialize the checkpoint manifest");
+  }
+  file.set_crc32c(Crc32c(file.manifest().data(), file.manifest().size()));
+  std::string bytes;
+  if (!file.SerializeToString(&bytes)) {
+    return absl::InternalError("cannot serialize the checkpoint manifest");
+  }
+  CZ_RETURN_IF_ERROR(CreateDirectories(dir));
+  CZ_RETURN_IF_ERROR(WriteFileAtomically(
+      dir, kCheckpointManifestName, [&](int fd, const std::string& path) {
+        return WriteAll(fd, bytes.data(), bytes.size(), path);
+      }));
+  DeleteUnreferencedShards(dir, manifest);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& dir) {
+  CZ_ASSIGN_OR_RETURN(const CheckpointManifest manifest, ReadManifest(dir));
+  return MetaFromManifest(manifest);
+}
+
+absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& dir) {
+  return ReadCheckpoint(dir, CheckpointPieceFilter());
+}
+
+absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& dir,
+                                          const CheckpointPieceFilter& filter) {
+  CZ_ASSIGN_OR_RETURN(const CheckpointManifest manifest, ReadManifest(dir));
+  Checkpoint checkpoint;
+  checkpoint.meta = MetaFromManifest(manifest);
+  OptimizerState& state = checkpoint.state;
+  state.updates = checkpoint.meta.updates;
+  state.iterations = checkpoint.meta.iterations;
+  state.loss_scale = checkpoint.meta.loss_scale;
+  state.growth_tracker = checkpoint.meta.growth_tracker;
+  state.hysteresis_left = checkpoint.meta.hysteresis_left;
+  for (const ShardIndex& shard : manifest.shards()) {
+    CZ_RETURN_IF_ERROR(ReadShard(dir, shard, filter, &state.pieces));
+  }
+  return checkpoint;
+}
+
+}  // namespace chunkzero

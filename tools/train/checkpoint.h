@@ -1,0 +1,146 @@
+// Sharded checkpoints of the optimizer state: one shard file per rank and a
+// manifest that names every piece, committed atomically.
+//
+//   // Every rank, after a step:
+//   CZ_ASSIGN_OR_RETURN(OptimizerState mine, optimizer->SaveShard());
+//   CZ_ASSIGN_OR_RETURN(ShardIndex index,
+//                       WriteCheckpointShard(dir, step, rank, world, mine));
+//   // ...gather every rank's `index` on rank 0 (a barrier in-process), then:
+//   CZ_RETURN_IF_ERROR(WriteCheckpointManifest(dir, meta, indexes));
+//
+//   // Resume, at any world size or layout:
+//   CZ_ASSIGN_OR_RETURN(Checkpoint ckpt, ReadCheckpoint(dir));
+//   CZ_RETURN_IF_ERROR(optimizer->LoadState(ckpt.state));
+//
+// The files (see checkpoint.proto for the formats): `manifest.pb` and
+// `shard-<step>-<rank>-of-<world>.bin`. Each file is written to a temporary
+// name, fsync'ed, renamed and its directory fsync'ed, so a crash leaves
+// either the old file or the new one. A save never replaces a file that
+// exists (a shard name already taken, say by a save of the same step, gets a
+// ".<k>" suffix), so the shards of the checkpoint the current manifest names
+// stay untouched until the rename of the new manifest, the commit point.
+// Only then are the shard files the new manifest does not name deleted: an
+// interrupted save leaves the previous checkpoint whole and readable.
+//
+// Reading verifies everything it uses: the manifest's own CRC-32C, its
+// format version, each shard file's size and magic, and each piece's
+// CRC-32C. Damage is a DataLoss status naming the file (and the tensor, for
+// a piece); a missing manifest or directory is NotFound; a manifest of
+// another format version is FailedPrecondition. Nothing aborts on bad input.
+//
+// Thread-safety: the functions share no state. Ranks may write their shards
+// concurrently (distinct ranks, distinct files); the manifest must be written
+// after every shard of its step is, and by one caller.
+#ifndef CHUNKZERO_TOOLS_TRAIN_CHECKPOINT_H_
+#define CHUNKZERO_TOOLS_TRAIN_CHECKPOINT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "optim/optimizer_state.h"
+#include "tools/train/checkpoint.pb.h"
+
+namespace chunkzero {
+
+inline constexpr char kCheckpointManifestName[] = "manifest.pb";
+inline constexpr int kCheckpointFormatVersion = 1;
+
+// Where a parameter lives in the chunk manager when saved (informative: it is
+// recorded in the manifest, never needed to load).
+struct ChunkPlacement {
+  std::string chunk;   // The chunk's name.
+  int64_t offset = 0;  // The parameter's first element in the chunk.
+};
+using ChunkPlacementMap = std::map<std::string, ChunkPlacement>;  // By param.
+
+// Everything in the manifest but the shard indexes.
+struct CheckpointMeta {
+  int64_t step = 0;    // Steps completed.
+  int world_size = 0;  // Ranks that saved a shard.
+  std::string layout;  // The saving job's chunk layout, informative.
+  // OptimizerState's scalars (see CopyOptimizerScalars).
+  int64_t updates = 0;
+  int64_t iterations = 0;
+  double loss_scale = 0;
+  int64_t growth_tracker = 0;
+  int hysteresis_left = 0;
+  // The caller's model configuration and flags, to compare on resume.
+  std::map<std::string, std::string> config;
+};
+
+// Copies the scalars of `state` (not its pieces) into `meta`.
+void CopyOptimizerScalars(const OptimizerState& state, CheckpointMeta* meta);
+
+struct Checkpoint {
+  CheckpointMeta meta;
+  // The scalars (from the manifest) and every piece of every shard, by rank
+  // and then in the order the rank saved them: ready for
+  // ZeroOptimizer::LoadState.
+  OptimizerState state;
+};
+
+// Writes `shard` (one rank's OptimizerState; its scalars are ignored, as the
+// manifest holds them) to a new shard file in `dir`, creating `dir` if need
+// be, and returns its index for the manifest. `placement`, if given, records
+// each parameter's chunk. The file is durable when this returns OK, but no
+// checkpoint refers to it until WriteCheckpointManifest.
+//
+// InvalidArgument if a piece is not an f32 tensor of elements
+// [begin, begin + numel) inside its shape, or rank is not in
+// [0, world_size); FailedPrecondition if a piece's memory is freed; the
+// errno's code, with the path, if the file system fails.
+absl::StatusOr<ShardIndex> WriteCheckpointShard(
+    const std::string& dir, int64_t step, int rank, int world_size,
+    const OptimizerState& shard, const ChunkPlacementMap* placement = nullptr);
+
+// Commits the checkpoint: writes `dir`/manifest.pb atomically over the
+// previous one, then deletes the shard files (and leftover temporaries) the
+// new manifest does not name. `shards` are the indexes every rank's
+// WriteCheckpointShard returned for this step, in any order.
+//
+// REQUIRES: every shard file of `shards` is written (the caller
+// synchronises the ranks). InvalidArgument unless `shards` holds ranks
+// 0..meta.world_size-1 once each, all of meta.step and meta.world_size.
+// Deleting old shards is best effort: the checkpoint is committed once the
+// rename is, and a file left behind is deleted by a later save.
+absl::Status WriteCheckpointManifest(const std::string& dir,
+                                     const CheckpointMeta& meta,
+                                     const std::vector<ShardIndex>& shards);
+
+// The manifest's meta only, verified, without reading the shards: cheap, to
+// check the config before loading.
+absl::StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& dir);
+
+// The whole checkpoint in memory, every piece verified. Loading everything
+// is fine at the sizes the train job runs; to scale, each rank would read
+// only the pieces overlapping what it holds (the filter below) or stream
+// them into place.
+absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& dir);
+
+// Like ReadCheckpoint, but reads (and verifies) only the pieces for which
+// `filter(param, state, begin, numel)` is true. The manifest and every shard
+// file's size are verified whatever the filter says.
+using CheckpointPieceFilter =
+    std::function<bool(const std::string& param, const std::string& state,
+                       int64_t begin, int64_t numel)>;
+absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& dir,
+                                          const CheckpointPieceFilter& filter);
+
+namespace checkpoint_internal {
+
+// CRC-32C (Castagnoli) of `n` bytes: the SSE4.2 instruction where the CPU has
+// it, else Crc32cPortable. Both give the same value.
+uint32_t Crc32c(const void* data, size_t n);
+// The table-driven version, for any CPU.
+uint32_t Crc32cPortable(const void* data, size_t n);
+
+}  // namespace checkpoint_internal
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_TOOLS_TRAIN_CHECKPOINT_H_

@@ -1,0 +1,457 @@
+#include "tools/train/checkpoint.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "optim/optimizer_state.h"
+#include "tensor/tensor.h"
+#include "tools/train/checkpoint.pb.h"
+
+namespace chunkzero {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+
+constexpr int kWorld = 3;
+
+// A fresh directory per test under TEST_TMPDIR (not created: the writer
+// must create it).
+std::string TestDir() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(
+      tmp != nullptr ? tmp : "/tmp", "/checkpoint_test/",
+      ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::remove_all(dir);
+  return dir;
+}
+
+// Values whose bits matter: `seed` picks a pattern that includes -0, an
+// infinity, a NaN with a payload and a subnormal, so a round trip through
+// any float arithmetic would show.
+Tensor Values(int64_t numel, uint32_t seed) {
+  Tensor values = *Tensor::Empty({numel}, DType::kF32);
+  constexpr uint32_t kSpecial[] = {0x80000000u, 0x7F800000u, 0x7FC01234u,
+                                   0x00000001u};
+  uint32_t x = seed * 2654435761u + 1;
+  for (int64_t i = 0; i < numel; ++i) {
+    x = x * 1664525u + 1013904223u;
+    const uint32_t bits = i < 4 ? kSpecial[(i + seed) % 4] : x;
+    std::memcpy(values.data<float>() + i, &bits, sizeof(bits));
+  }
+  return values;
+}
+
+StatePiece Piece(const std::string& param, const std::string& state,
+                 Shape shape, int64_t begin, int64_t numel, uint32_t seed) {
+  return StatePiece{param, state, std::move(shape), begin, Values(numel, seed)};
+}
+
+// An Adam state of three parameters split unevenly over kWorld ranks, as a
+// sharded layout would: rank 2 holds nothing of "b", the scalar "g" lives
+// on rank 1 only, and one piece is empty.
+std::vector<OptimizerState> ShardedState(uint32_t seed) {
+  std::vector<OptimizerState> shards(kWorld);
+  for (const char* state : {kMasterState, kExpAvgState, kExpAvgSqState}) {
+    shards[0].pieces.push_back(Piece("w", state, {4, 5}, 0, 7, seed++));
+    shards[1].pieces.push_back(Piece("w", state, {4, 5}, 7, 9, seed++));
+    shards[2].pieces.push_back(Piece("w", state, {4, 5}, 16, 4, seed++));
+    shards[0].pieces.push_back(Piece("b", state, {5}, 0, 5, seed++));
+    shards[1].pieces.push_back(Piece("g", state, {}, 0, 1, seed++));
+    shards[2].pieces.push_back(Piece("b", state, {5}, 5, 0, seed++));
+  }
+  return shards;
+}
+
+CheckpointMeta Meta(int64_t step) {
+  CheckpointMeta meta;
+  meta.step = step;
+  meta.world_size = kWorld;
+  meta.layout = "sharded";
+  OptimizerState scalars;
+  scalars.updates = step - 1;
+  scalars.iterations = step;
+  scalars.loss_scale = 32768.0;
+  scalars.growth_tracker = 17;
+  scalars.hysteresis_left = 2;
+  CopyOptimizerScalars(scalars, &meta);
+  meta.config = {{"model", "gpt2-tiny"}, {"lr", "6e-4"}, {"empty", ""}};
+  return meta;
+}
+
+std::vector<ShardIndex> WriteShards(const std::string& dir, int64_t step,
+                                    const std::vector<OptimizerState>& shards) {
+  std::vector<ShardIndex> indexes;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    absl::StatusOr<ShardIndex> index =
+        WriteCheckpointShard(dir, step, rank, kWorld, shards[rank]);
+    EXPECT_TRUE(index.ok()) << index.status();
+    if (index.ok()) indexes.push_back(*std::move(index));
+  }
+  return indexes;
+}
+
+// Writes a whole checkpoint of `shards` at `step`.
+void Save(const std::string& dir, int64_t step,
+          const std::vector<OptimizerState>& shards) {
+  const std::vector<ShardIndex> indexes = WriteShards(dir, step, shards);
+  ASSERT_TRUE(WriteCheckpointManifest(dir, Meta(step), indexes).ok());
+}
+
+// The pieces of every shard in rank order, as ReadCheckpoint returns them.
+std::vector<StatePiece> AllPieces(const std::vector<OptimizerState>& shards) {
+  std::vector<StatePiece> pieces;
+  for (const OptimizerState& shard : shards) {
+    pieces.insert(pieces.end(), shard.pieces.begin(), shard.pieces.end());
+  }
+  return pieces;
+}
+
+void ExpectSamePieces(const std::vector<StatePiece>& expected,
+                      const std::vector<StatePiece>& actual) {
+  ASSERT_EQ(expected.size(), actual.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("piece ", i, ": ", expected[i].param, " ",
+                              expected[i].state));
+    EXPECT_EQ(expected[i].param, actual[i].param);
+    EXPECT_EQ(expected[i].state, actual[i].state);
+    EXPECT_EQ(expected[i].shape, actual[i].shape);
+    EXPECT_EQ(expected[i].begin, actual[i].begin);
+    EXPECT_EQ(actual[i].values.dtype(), DType::kF32);
+    ASSERT_EQ(expected[i].values.numel(), actual[i].values.numel());
+    const size_t bytes = expected[i].values.nbytes();
+    if (bytes > 0) {
+      EXPECT_EQ(std::memcmp(expected[i].values.raw_data(),
+                            actual[i].values.raw_data(), bytes),
+                0);
+    }
+  }
+}
+
+void ExpectMetaEq(const CheckpointMeta& expected,
+                  const CheckpointMeta& actual) {
+  EXPECT_EQ(expected.step, actual.step);
+  EXPECT_EQ(expected.world_size, actual.world_size);
+  EXPECT_EQ(expected.layout, actual.layout);
+  EXPECT_EQ(expected.updates, actual.updates);
+  EXPECT_EQ(expected.iterations, actual.iterations);
+  EXPECT_EQ(expected.loss_scale, actual.loss_scale);
+  EXPECT_EQ(expected.growth_tracker, actual.growth_tracker);
+  EXPECT_EQ(expected.hysteresis_left, actual.hysteresis_left);
+  EXPECT_EQ(expected.config, actual.config);
+}
+
+std::vector<std::string> FileNames(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  return names;
+}
+
+void FlipByte(const std::string& path, int64_t offset, uint8_t mask = 0x01) {
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekg(offset);
+  const char byte = static_cast<char>(file.get() ^ mask);
+  file.seekp(offset);
+  file.put(byte);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(file), {});
+}
+
+TEST(Crc32c, MatchesTheStandardCheckValue) {
+  // The CRC-32C check value of "123456789" (RFC 3720, B.4).
+  EXPECT_EQ(checkpoint_internal::Crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(checkpoint_internal::Crc32cPortable("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(checkpoint_internal::Crc32c("", 0), 0u);
+}
+
+TEST(Crc32c, HardwareAndPortableAgreeAtEveryLengthAndAlignment) {
+  std::string bytes(100, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = static_cast<char>(i * 37);
+  for (size_t begin = 0; begin < 8; ++begin) {
+    for (size_t n = 0; begin + n <= bytes.size(); ++n) {
+      ASSERT_EQ(checkpoint_internal::Crc32c(bytes.data() + begin, n),
+                checkpoint_internal::Crc32cPortable(bytes.data() + begin, n))
+          << "begin " << begin << " n " << n;
+    }
+  }
+}
+
+TEST(Checkpoint, RoundTripsPiecesScalarsAndConfigBitForBit) {
+  const std::string dir = TestDir();
+  const std::vector<OptimizerState> shards = ShardedState(1);
+  const ChunkPlacementMap placement = {{"w", {"fp32-0", 128}}};
+  // Ranks are threads in the train job: write the shards concurrently.
+  std::vector<absl::StatusOr<ShardIndex>> results(kWorld);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    ranks.emplace_back([&, rank] {
+      results[rank] =
+          WriteCheckpointShard(dir, 7, rank, kWorld, shards[rank], &placement);
+    });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  std::vector<ShardIndex> indexes;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    ASSERT_TRUE(results[rank].ok()) << results[rank].status();
+    EXPECT_EQ(results[rank]->file(),
+              absl::StrCat("shard-7-", rank, "-of-3.bin"));
+    indexes.push_back(*results[rank]);
+  }
+  EXPECT_EQ(indexes[0].pieces(0).chunk(), "fp32-0");
+  EXPECT_EQ(indexes[0].pieces(0).chunk_offset(), 128);
+  EXPECT_EQ(indexes[0].pieces(1).chunk(), "");  // "b" has no placement.
+  // The manifest takes the indexes in any order.
+  std::swap(indexes[0], indexes[2]);
+  ASSERT_TRUE(WriteCheckpointManifest(dir, Meta(7), indexes).ok());
+
+  const absl::StatusOr<Checkpoint> read = ReadCheckpoint(dir);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ExpectMetaEq(Meta(7), read->meta);
+  EXPECT_EQ(read->state.updates, 6);
+  EXPECT_EQ(read->state.iterations, 7);
+  EXPECT_EQ(read->state.loss_scale, 32768.0);
+  EXPECT_EQ(read->state.growth_tracker, 17);
+  EXPECT_EQ(read->state.hysteresis_left, 2);
+  ExpectSamePieces(AllPieces(shards), read->state.pieces);
+
+  const absl::StatusOr<CheckpointMeta> meta = ReadCheckpointMeta(dir);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  ExpectMetaEq(Meta(7), *meta);
+}
+
+TEST(Checkpoint, FilterReadsOnlyTheChosenPieces) {
+  const std::string dir = TestDir();
+  const std::vector<OptimizerState> shards = ShardedState(1);
+  Save(dir, 3, shards);
+  const absl::StatusOr<Checkpoint> read =
+      ReadCheckpoint(dir, [](const std::string& param, const std::string& state,
+                             int64_t begin, int64_t numel) {
+        return param == "w" && state == kExpAvgState && begin < 10;
+      });
+  ASSERT_TRUE(read.ok()) << read.status();
+  ExpectSamePieces({shards[0].pieces[2], shards[1].pieces[2]},
+                   read->state.pieces);
+}
+
+TEST(Checkpoint, LaterSaveReplacesTheEarlierOnlyAtTheManifestRename) {
+  const std::string dir = TestDir();
+  const std::vector<OptimizerState> first = ShardedState(1);
+  const std::vector<OptimizerState> second = ShardedState(1000);
+  Save(dir, 10, first);
+
+  // An interrupted save: every shard written, the manifest not.
+  const std::vector<ShardIndex> indexes = WriteShards(dir, 20, second);
+  absl::StatusOr<Checkpoint> read = ReadCheckpoint(dir);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->meta.step, 10);
+  ExpectSamePieces(AllPieces(first), read->state.pieces);
+
+  ASSERT_TRUE(WriteCheckpointManifest(dir, Meta(20), indexes).ok());
+  read = ReadCheckpoint(dir);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->meta.step, 20);
+  ExpectSamePieces(AllPieces(second), read->state.pieces);
+  EXPECT_THAT(
+      FileNames(dir),
+      UnorderedElementsAre("manifest.pb", "shard-20-0-of-3.bin",
+                           "shard-20-1-of-3.bin", "shard-20-2-of-3.bin"));
+}
+
+TEST(Checkpoint, ResavingTheSameStepNeverOverwritesTheCommittedShards) {
+  const std::string dir = TestDir();
+  const std::vector<OptimizerState> first = ShardedState(1);
+  const std::vector<OptimizerState> second = ShardedState(1000);
+  Save(dir, 5, first);
+
+  const std::vector<ShardIndex> indexes = WriteShards(dir, 5, second);
+  ASSERT_EQ(indexes.size(), kWorld);
+  EXPECT_EQ(indexes[0].file(), "shard-5-0-of-3.1.bin");
+  absl::StatusOr<Checkpoint> read = ReadCheckpoint(dir);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ExpectSamePieces(AllPieces(first), read->state.pieces);
+
+  ASSERT_TRUE(WriteCheckpointManifest(dir, Meta(5), indexes).ok());
+  read = ReadCheckpoint(dir);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ExpectSamePieces(AllPieces(second), read->state.pieces);
+  EXPECT_THAT(
+      FileNames(dir),
+      UnorderedElementsAre("manifest.pb", "shard-5-0-of-3.1.bin",
+                           "shard-5-1-of-3.1.bin", "shard-5-2-of-3.1.bin"));
+}
+
+TEST(Checkpoint, LoadsAfterSavingAtAnotherWorldSize) {
+  // One rank holding everything: the checkpoint a world of 1 would save.
+  const std::string dir = TestDir();
+  OptimizerState whole;
+  whole.pieces = AllPieces(ShardedState(1));
+  const absl::StatusOr<ShardIndex> index =
+      WriteCheckpointShard(dir, 4, 0, 1, whole);
+  ASSERT_TRUE(index.ok()) << index.status();
+  CheckpointMeta meta = Meta(4);
+  meta.world_size = 1;
+  ASSERT_TRUE(WriteCheckpointManifest(dir, meta, {*index}).ok());
+  const absl::StatusOr<Checkpoint> read = ReadCheckpoint(dir);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->meta.world_size, 1);
+  ExpectSamePieces(whole.pieces, read->state.pieces);
+}
+
+TEST(Checkpoint, TruncatedShardIsDataLossNamingTheFile) {
+  const std::string dir = TestDir();
+  Save(dir, 2, ShardedState(1));
+  const std::string shard = dir + "/shard-2-1-of-3.bin";
+  fs::resize_file(shard, fs::file_size(shard) - 3);
+  const absl::StatusOr<Checkpoint> read = ReadCheckpoint(dir);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(read.status().message(), HasSubstr(shard));
+  EXPECT_THAT(read.status().message(), HasSubstr("truncated"));
+}
+
+TEST(Checkpoint, MissingShardIsDataLossNamingTheFile) {
+  const std::string dir = TestDir();
+  Save(dir, 2, ShardedState(1));
+  const std::string shard = dir + "/shard-2-2-of-3.bin";
+  fs::remove(shard);
+  const absl::StatusOr<Checkpoint> read = ReadCheckpoint(dir);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(read.status().message(), HasSubstr(shard));
+}
+
+TEST(Checkpoint, FlippedShardByteIsDataLossNamingFileAndTensor) {
+  const std::string dir = TestDir();
+  const std::vector<OptimizerState> shards = ShardedState(1);
+  const std::vector<ShardIndex> indexes = WriteShards(dir, 2, shards);
+  ASSERT_TRUE(WriteCheckpointManifest(dir, Meta(2), indexes).ok());
+  // Rank 1's third piece is "w" exp_avg, elements [7, 16).
+  const PieceIndex& victim = indexes[1].pieces(2);
+  ASSERT_EQ(victim.param(), "w");
+  ASSERT_EQ(victim.state(), kExpAvgState);
+  const std::string shard = dir + "/shard-2-1-of-3.bin";
+  FlipByte(shard, victim.byte_offset() + 13);
+  const absl::StatusOr<Checkpoint> read = ReadCheckpoint(dir);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(read.status().message(), HasSubstr(shard));
+  EXPECT_THAT(read.status().message(),
+              HasSubstr("tensor w state exp_avg elements [7, 16)"));
+}
+
+TEST(Checkpoint, ShardWithBadMagicIsDataLoss) {
+  const std::string dir = TestDir();
+  Save(dir, 2, ShardedState(1));
+  const std::string shard = dir + "/shard-2-0-of-3.bin";
+  FlipByte(shard, 0);
+  const absl::StatusOr<Checkpoint> read = ReadCheckpoint(dir);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(read.status().message(), HasSubstr(shard));
+}
+
+TEST(Checkpoint, EveryFlippedManifestBitIsDataLossNamingTheManifest) {
+  const std::string dir = TestDir();
+  Save(dir, 2, ShardedState(1));
+  const std::string manifest = dir + "/manifest.pb";
+  const std::string intact = ReadFile(manifest);
+  for (size_t offset = 0; offset < intact.size(); ++offset) {
+    for (int bit = 0; bit < 8; ++bit) {
+      SCOPED_TRACE(absl::StrCat("byte ", offset, " bit ", bit));
+      FlipByte(manifest, offset, static_cast<uint8_t>(1 << bit));
+      const absl::StatusOr<CheckpointMeta> meta = ReadCheckpointMeta(dir);
+      ASSERT_EQ(meta.status().code(), absl::StatusCode::kDataLoss);
+      ASSERT_THAT(meta.status().message(), HasSubstr(manifest));
+      FlipByte(manifest, offset, static_cast<uint8_t>(1 << bit));
+    }
+  }
+  const absl::StatusOr<Checkpoint> read = ReadCheckpoint(dir);
+  EXPECT_TRUE(read.ok()) << read.status();
+}
+
+TEST(Checkpoint, TruncatedManifestIsDataLoss) {
+  const std::string dir = TestDir();
+  Save(dir, 2, ShardedState(1));
+  const std::string manifest = dir + "/manifest.pb";
+  fs::resize_file(manifest, fs::file_size(manifest) / 2);
+  const absl::StatusOr<Checkpoint> read = ReadCheckpoint(dir);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(read.status().message(), HasSubstr(manifest));
+}
+
+TEST(Checkpoint, UnknownFormatVersionIsFailedPrecondition) {
+  const std::string dir = TestDir();
+  fs::create_directories(dir);
+  CheckpointManifest manifest;
+  manifest.set_format_version(kCheckpointFormatVersion + 1);
+  ManifestFile file;
+  manifest.SerializeToString(file.mutable_manifest());
+  file.set_crc32c(checkpoint_internal::Crc32c(file.manifest().data(),
+                                              file.manifest().size()));
+  std::ofstream(dir + "/manifest.pb", std::ios::binary)
+      << file.SerializeAsString();
+  const absl::StatusOr<Checkpoint> read = ReadCheckpoint(dir);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(read.status().message(), HasSubstr("format version 2"));
+}
+
+TEST(Checkpoint, MissingDirectoryOrManifestIsNotFound) {
+  const std::string dir = TestDir();
+  EXPECT_EQ(ReadCheckpoint(dir).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReadCheckpointMeta(dir).status().code(),
+            absl::StatusCode::kNotFound);
+  // Shards alone are no checkpoint.
+  WriteShards(dir, 1, ShardedState(1));
+  EXPECT_EQ(ReadCheckpoint(dir).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(Checkpoint, ManifestNeedsOneShardPerRankOfItsStep) {
+  const std::string dir = TestDir();
+  std::vector<ShardIndex> indexes = WriteShards(dir, 1, ShardedState(1));
+  ASSERT_EQ(indexes.size(), kWorld);
+
+  std::vector<ShardIndex> missing = indexes;
+  missing.pop_back();
+  EXPECT_EQ(WriteCheckpointManifest(dir, Meta(1), missing).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<ShardIndex> repeated = indexes;
+  repeated[2] = repeated[1];
+  EXPECT_EQ(WriteCheckpointManifest(dir, Meta(1), repeated).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteCheckpointManifest(dir, Meta(2), indexes).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(fs::exists(dir + "/manifest.pb"));
+}
+
+TEST(Checkpoint, BadPieceOrRankIsInvalidArgumentAndLeavesNoFile) {
+  const std::string dir = TestDir();
+  OptimizerState outside;
+  outside.pieces.push_back(Piece("w", kMasterState, {4, 5}, 15, 6, 1));
+  EXPECT_EQ(WriteCheckpointShard(dir, 1, 0, 1, outside).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  OptimizerState f16;
+  f16.pieces.push_back(
+      StatePiece{"w", kMasterState, {2}, 0, *Tensor::Zeros({2}, DType::kF16)});
+  EXPECT_EQ(WriteCheckpointShard(dir, 1, 0, 1, f16).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteCheckpointShard(dir, 1, 3, 3, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(FileNames(dir), ::testing::IsEmpty());
+}
+
+}  // namespace
+}  // namespace chunkzero
