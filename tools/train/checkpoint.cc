@@ -210,15 +210,22 @@ absl::Status WriteFileAtomically(
   return FsyncDir(dir);
 }
 
+// Creates `dir` and its missing parents; a new directory's own entry is
+// fsync'ed too, or a crash could lose the whole checkpoint directory.
 absl::Status CreateDirectories(const std::string& dir) {
   if (dir.empty()) return absl::OkStatus();
   std::error_code error;
-  std::filesystem::create_directories(dir, error);
+  const bool created = std::filesystem::create_directories(dir, error);
   if (error) {
     return absl::ErrnoToStatus(error.value(),
                                absl::StrCat("cannot create directory ", dir));
   }
-  return absl::OkStatus();
+  if (!created) return absl::OkStatus();
+  std::string trimmed = dir;  // "a/b/"'s parent_path() would be "a/b".
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  const std::string parent =
+      std::filesystem::path(trimmed).parent_path().string();
+  return FsyncDir(parent.empty() ? "." : parent);
 }
 
 bool PathExists(const std::string& path) {

@@ -315,6 +315,15 @@ TEST(Checkpoint, LoadsAfterSavingAtAnotherWorldSize) {
   ExpectSamePieces(whole.pieces, read->state.pieces);
 }
 
+TEST(Checkpoint, CreatesNestedDirectoriesGivenWithATrailingSlash) {
+  const std::string dir = TestDir() + "/a/b/";
+  const std::vector<OptimizerState> shards = ShardedState(1);
+  Save(dir, 1, shards);
+  const absl::StatusOr<Checkpoint> read = ReadCheckpoint(dir);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ExpectSamePieces(AllPieces(shards), read->state.pieces);
+}
+
 TEST(Checkpoint, TruncatedShardIsDataLossNamingTheFile) {
   const std::string dir = TestDir();
   Save(dir, 2, ShardedState(1));
