@@ -174,11 +174,25 @@ Chunk* ZeroOptimizer::GroupChunk(const std::string& group, int i) const {
   return chunks_->chunk(group, i);
 }
 
-std::pair<int64_t, int64_t> ZeroOptimizer::HeldRange(int i) const {
-  const Chunk* c = ParamChunk(i);
+std::pair<int64_t, int64_t> ZeroOptimizer::HeldRangeOf(const Chunk* c) {
   if (c->layout() == ChunkLayout::kOwner && !c->is_holder()) return {0, 0};
   return Intersect({c->shard_begin(), c->shard_end()},
                    {0, c->used_elements()});
+}
+
+std::pair<int64_t, int64_t> ZeroOptimizer::HeldRange(int i) const {
+  return HeldRangeOf(ParamChunk(i));
+}
+
+bool ZeroOptimizer::HoldsAny(const std::string& param, int64_t begin,
+                             int64_t numel) const {
+  absl::StatusOr<TensorLocation> where =
+      chunks_->Locate(ddp_->master_group(), param);
+  if (!where.ok()) return false;
+  const int64_t offset = where->chunk->tensor(where->index).offset;
+  const auto [lo, hi] = Intersect(HeldRangeOf(where->chunk),
+                                  {offset + begin, offset + begin + numel});
+  return lo < hi;
 }
 
 std::pair<int64_t, int64_t> ZeroOptimizer::AccountedRange(int i) const {

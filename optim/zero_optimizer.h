@@ -171,6 +171,11 @@ class ZeroOptimizer {
   // tensor. Not collective.
   absl::Status LoadState(const OptimizerState& state);
 
+  // True if this rank holds any of elements [begin, begin + numel) of the
+  // parameter's master (so a checkpoint reader can skip pieces it does not
+  // need). False for a name not in the chunks.
+  bool HoldsAny(const std::string& param, int64_t begin, int64_t numel) const;
+
   int64_t updates() const { return updates_; }
   int64_t iterations() const { return iterations_; }
   const ZeroOptimizerOptions& options() const { return options_; }
@@ -195,6 +200,7 @@ class ZeroOptimizer {
   // The elements of chunk i this rank holds at rest and are in use, as
   // [begin, end) of the full chunk (empty for a non-owner).
   std::pair<int64_t, int64_t> HeldRange(int i) const;
+  static std::pair<int64_t, int64_t> HeldRangeOf(const Chunk* c);
   // The elements this rank accounts for in sums and saved state: HeldRange,
   // or for the replicated layout a 1/world_size slice of it.
   std::pair<int64_t, int64_t> AccountedRange(int i) const;

@@ -95,6 +95,10 @@ struct RunConfig {
   // Called once, before the first step (e.g. LoadState).
   std::function<absl::Status(ZeroDdp&, ZeroOptimizer&)> at_start;
   int first_step = 0;  // Data position of the first step (resume).
+  // ZeroDdpOptions: prefetch depth, and the declaration order given as
+  // first_use_order.
+  int max_prefetch = 1;
+  bool known_order = false;
 };
 
 std::string Describe(const RunConfig& c) {
@@ -140,6 +144,12 @@ std::vector<absl::Status> RunZero(const RunConfig& c, RunResult* out) {
         ChunkManager chunks(&g, options, &tracker);
         ZeroDdpOptions ddp_options;
         ddp_options.compute_dtype = c.dtype;
+        ddp_options.max_prefetch = c.max_prefetch;
+        if (c.known_order) {
+          for (Parameter* p : model->Parameters()) {
+            ddp_options.first_use_order.push_back(p->name());
+          }
+        }
         CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
                             ZeroDdp::Create(model.get(), &chunks, ddp_options));
         CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroOptimizer> opt,
@@ -383,6 +393,23 @@ TEST_P(ZeroOptimizerMatrix, AdamWMatchesTheReference) {
               ChunkLayout::kSharded}) {
           CheckAgainstReference(Base(GetParam(), world, size, layout, dtype));
         }
+      }
+    }
+  }
+}
+
+// Registered at Create (a known order) and prefetching up to 3 chunks,
+// with many small chunks: the same results.
+TEST(ZeroOptimizer, KnownOrderAndDeepPrefetchMatchTheReference) {
+  for (TestModelKind kind : {TestModelKind::kNested, TestModelKind::kTied,
+                             TestModelKind::kTwice}) {
+    for (int prefetch : {0, 1, 3}) {
+      for (ChunkLayout layout : {ChunkLayout::kOwner, ChunkLayout::kSharded}) {
+        RunConfig c = Base(kind, 4, 24, layout, DType::kF32);
+        c.known_order = true;
+        c.max_prefetch = prefetch;
+        SCOPED_TRACE(absl::StrCat("prefetch ", prefetch));
+        CheckAgainstReference(c);
       }
     }
   }
@@ -868,6 +895,12 @@ TEST(ZeroOptimizer, ErrorsNameWhatIsWrong) {
     outside.pieces[0].begin = 1;
     EXPECT_EQ(opt->LoadState(outside).code(),
               absl::StatusCode::kInvalidArgument);
+    // HoldsAny: with 2 ranks and chunks of 32, rank 0 holds the first 16
+    // elements of fc1.weight's chunk (fc1.weight has 32).
+    EXPECT_EQ(opt->HoldsAny("fc1.weight", 0, 1), g.rank() == 0);
+    EXPECT_EQ(opt->HoldsAny("fc1.weight", 16, 16), g.rank() == 1);
+    EXPECT_TRUE(opt->HoldsAny("fc1.weight", 15, 2));
+    EXPECT_FALSE(opt->HoldsAny("nope", 0, 1));
     // Nothing above changed anything: the full state still loads.
     CZ_RETURN_IF_ERROR(opt->LoadState(state));
     return absl::OkStatus();

@@ -1,0 +1,203 @@
+#include "tools/train/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+
+namespace chunkzero {
+namespace {
+
+int ComputeBytes(const TrainOptions& o) { return o.precision == "fp32" ? 4 : 2; }
+
+int StateCount(const TrainOptions& o) {
+  if (o.optimizer == "sgd") return 1;  // momentum_buffer, if momentum is on.
+  return 2;                            // exp_avg, exp_avg_sq
+}
+
+std::string Bytes(double b) {
+  if (b >= 1 << 30) return absl::StrFormat("%.2f GiB", b / (1 << 30));
+  if (b >= 1 << 20) return absl::StrFormat("%.2f MiB", b / (1 << 20));
+  if (b >= 1 << 10) return absl::StrFormat("%.1f KiB", b / (1 << 10));
+  return absl::StrFormat("%.0f B", b);
+}
+
+std::string Duration(double seconds) {
+  const int64_t s = std::llround(std::max(0.0, seconds));
+  return absl::StrFormat("%d:%02d", s / 60, s % 60);
+}
+
+}  // namespace
+
+int64_t ModelBytesPerParameter(const TrainOptions& o) {
+  return ComputeBytes(o) + 4 + 4 * StateCount(o) + (o.grad_accum > 1 ? 4 : 0);
+}
+
+int64_t ReplicatedBytesPerParameter(const TrainOptions& o) {
+  return ComputeBytes(o) + ModelBytesPerParameter(o);
+}
+
+double ExpectedCommBytesPerStep(const TrainOptions& o, int64_t psi) {
+  const double n = o.world_size;
+  const double c = ComputeBytes(o);
+  double per_pass;
+  if (o.storage == "replicated") {
+    per_pass = 2 * c * psi * (n - 1) / n;
+  } else if (o.storage == "sharded") {
+    per_pass = 3 * c * psi * (n - 1) / n;
+  } else {
+    per_pass = n > 1 ? 3 * c * psi : 0;
+  }
+  return per_pass * o.grad_accum;
+}
+
+MemoryCheck CheckMemory(const TrainOptions& o, const TrainResult& r) {
+  MemoryCheck check;
+  if (!r.steps.empty()) {
+    const std::vector<RankStepMetrics>& ranks = r.steps.back().ranks;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (ranks[i].peak_total_bytes > check.peak) {
+        check.rank = static_cast<int>(i);
+        check.peak = ranks[i].peak_total_bytes;
+      }
+    }
+  }
+  if (check.rank < static_cast<int>(r.at_rest_bytes.size())) {
+    check.at_rest = r.at_rest_bytes[check.rank];
+  }
+  check.sharded_bytes = static_cast<double>(ModelBytesPerParameter(o)) *
+                        r.parameters / o.world_size;
+  if (o.storage == "replicated") check.sharded_bytes *= o.world_size;
+  check.in_flight_bytes = static_cast<double>(check.peak - check.at_rest);
+  const double bound = check.sharded_bytes + check.in_flight_bytes;
+  check.ratio = bound > 0 ? check.peak / bound : 0;
+  return check;
+}
+
+std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
+  std::string s;
+  const GptConfig& m = r.model;
+  absl::StrAppendFormat(
+      &s, "\nGPT-2: %d layers x %d, %d heads, context %d, vocab %d: "
+          "Psi = %d parameters\n",
+      m.layers, m.d_model, m.heads, m.seq_len, m.vocab, r.parameters);
+  absl::StrAppendFormat(
+      &s, "%d ranks, %s storage, %s, %s, chunks of %s elements "
+          "(%.1f%% used)\n",
+      o.world_size, o.storage, o.precision, o.optimizer,
+      r.chunk_size > 0 ? absl::StrCat(r.chunk_size) : "one tensor",
+      100 * r.chunk_utilisation);
+  if (r.steps.empty()) {
+    s += "no steps run\n";
+    return s;
+  }
+  absl::StrAppendFormat(&s, "loss %.4f (step %d) -> %.4f (step %d)\n",
+                        r.steps.front().loss, r.steps.front().step,
+                        r.steps.back().loss, r.steps.back().step);
+
+  // Memory.
+  const MemoryCheck check = CheckMemory(o, r);
+  const int64_t k = ModelBytesPerParameter(o);
+  absl::StrAppendFormat(
+      &s,
+      "\nModel data per rank (chunk payloads: params and grads, fp32 "
+      "masters, optimizer states):\n"
+      "  %-5s %12s %12s %22s %12s\n",
+      "rank", "peak", "at rest",
+      absl::StrCat("replicated DDP ", ReplicatedBytesPerParameter(o), "Psi"),
+      absl::StrCat(k, "Psi/N"));
+  const std::vector<RankStepMetrics>& ranks = r.steps.back().ranks;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    absl::StrAppendFormat(
+        &s, "  %-5d %12s %12s %22s %12s\n", i,
+        Bytes(static_cast<double>(ranks[i].peak_total_bytes)),
+        Bytes(i < r.at_rest_bytes.size()
+                  ? static_cast<double>(r.at_rest_bytes[i])
+                  : 0.0),
+        Bytes(static_cast<double>(ReplicatedBytesPerParameter(o)) *
+              r.parameters),
+        Bytes(static_cast<double>(k) * r.parameters / o.world_size));
+  }
+  absl::StrAppendFormat(
+      &s, "  rank %d: %s at rest between steps (%.3f x %dPsi/N: chunk "
+          "padding), %s in flight at the peak (%.1f chunks of %s)\n",
+      check.rank, Bytes(check.at_rest), check.at_rest / check.sharded_bytes,
+      k, Bytes(check.in_flight_bytes),
+      r.chunk_bytes > 0 ? check.in_flight_bytes / r.chunk_bytes : 0.0,
+      Bytes(r.chunk_bytes));
+  absl::StrAppendFormat(
+      &s, "  the largest peak is %.1f%% of replicated DDP's model data; "
+          "target peak <= 1.05 x (%dPsi/N + in flight): %.3f, %s\n",
+      100.0 * check.peak /
+          (static_cast<double>(ReplicatedBytesPerParameter(o)) * r.parameters),
+      k, check.ratio, check.ratio <= 1.05 ? "met" : "NOT MET");
+
+  // Traffic: the mean over the steps after the first.
+  const size_t from = r.steps.size() > 1 ? 1 : 0;
+  double comm = 0;
+  for (size_t i = from; i < r.steps.size(); ++i) {
+    for (const auto& [kind, bytes] : r.steps[i].ranks[0].comm_bytes) {
+      comm += bytes;
+    }
+  }
+  comm /= static_cast<double>(r.steps.size() - from);
+  const double expected = ExpectedCommBytesPerStep(o, r.parameters);
+  absl::StrAppendFormat(
+      &s, "\nComm per step, rank 0 (bus bytes): %s; DESIGN.md section 7 "
+          "gives %s for Psi (ratio %.3f; padding and the small agreement "
+          "all-reduces make up the difference)\n",
+      Bytes(comm), Bytes(expected), expected > 0 ? comm / expected : 0.0);
+
+  // Speed, over the steps after the first (which builds the states).
+  double time = 0, tokens_per_s = 0;
+  for (size_t i = from; i < r.steps.size(); ++i) {
+    time += r.steps[i].step_time_s;
+    tokens_per_s += r.steps[i].tokens_per_s;
+  }
+  const double steps = static_cast<double>(r.steps.size() - from);
+  const double tokens = static_cast<double>(o.batch) * o.world_size *
+                        o.grad_accum * m.seq_len;
+  absl::StrAppendFormat(
+      &s, "Speed: %.3f s per step, %.0f tokens/s, %.2f model GFLOP/s "
+          "(all ranks)\n",
+      time / steps, tokens_per_s / steps,
+      GptModelFlopsPerStep(m, static_cast<int64_t>(tokens)) / (time / steps) /
+          1e9);
+  return s;
+}
+
+void ProgressPrinter::OnStep(const StepMetrics& m) {
+  if (!started_) {
+    started_ = true;
+    start_ = absl::Now();
+    first_step_ = m.step - 1;
+  }
+  const double elapsed = absl::ToDoubleSeconds(absl::Now() - start_);
+  const double done = static_cast<double>(m.step - first_step_);
+  const double eta = elapsed / done * static_cast<double>(m.steps - m.step);
+  int64_t memory = 0;
+  for (const RankStepMetrics& r : m.ranks) {
+    memory = std::max(memory, r.peak_total_bytes);
+  }
+  const std::string line = absl::StrFormat(
+      "step %*d/%d  loss %.4f  %s%.0f tokens/s  ETA %s  peak/rank %s",
+      static_cast<int>(absl::StrCat(m.steps).size()), m.step, m.steps,
+      m.loss, m.skipped ? "(skipped: overflow)  " : "", m.tokens_per_s,
+      Duration(eta), Bytes(static_cast<double>(memory)));
+  if (terminal_) {
+    std::fprintf(out_, "\r%s\033[K", line.c_str());
+  } else {
+    std::fprintf(out_, "%s\n", line.c_str());
+  }
+  std::fflush(out_);
+}
+
+void ProgressPrinter::Finish() {
+  if (terminal_ && started_) std::fprintf(out_, "\n");
+  std::fflush(out_);
+}
+
+}  // namespace chunkzero

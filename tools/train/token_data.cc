@@ -1,0 +1,104 @@
+#include "tools/train/token_data.h"
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "tools/train/builtin_corpus.h"
+
+namespace chunkzero {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::string bytes((std::istreambuf_iterator<char>(in)),
+                    std::istreambuf_iterator<char>());
+  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
+  return bytes;
+}
+
+}  // namespace
+
+TokenData::TokenData(std::vector<int32_t> tokens) {
+  for (int32_t t : tokens) vocab_used_ = std::max(vocab_used_, t + 1);
+  tokens_ = std::make_shared<const std::vector<int32_t>>(std::move(tokens));
+}
+
+TokenData TokenData::FromTokens(std::vector<int32_t> tokens) {
+  return TokenData(std::move(tokens));
+}
+
+absl::StatusOr<TokenData> TokenData::FromTokenFile(const std::string& path,
+                                                   int vocab) {
+  absl::StatusOr<std::string> bytes = ReadFile(path);
+  if (!bytes.ok()) return bytes.status();
+  if (bytes->size() % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " has ", bytes->size(),
+        " bytes, not a whole number of uint16 token ids"));
+  }
+  std::vector<int32_t> tokens(bytes->size() / 2);
+  const auto* b = reinterpret_cast<const unsigned char*>(bytes->data());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = b[2 * i] | (b[2 * i + 1] << 8);  // Little-endian.
+    if (tokens[i] >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": token ", i, " is ", tokens[i],
+                       ", outside the vocabulary of ", vocab));
+    }
+  }
+  return TokenData(std::move(tokens));
+}
+
+absl::StatusOr<TokenData> TokenData::FromByteFile(const std::string& path) {
+  absl::StatusOr<std::string> bytes = ReadFile(path);
+  if (!bytes.ok()) return bytes.status();
+  std::vector<int32_t> tokens(bytes->begin(), bytes->end());
+  for (size_t i = 0; i < bytes->size(); ++i) {
+    tokens[i] = static_cast<unsigned char>((*bytes)[i]);
+  }
+  return TokenData(std::move(tokens));
+}
+
+TokenData TokenData::BuiltIn() {
+  const absl::string_view text = BuiltinCorpus();
+  std::vector<int32_t> tokens(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    tokens[i] = static_cast<unsigned char>(text[i]);
+  }
+  return TokenData(std::move(tokens));
+}
+
+absl::Status TokenData::FillBatch(const BatchOrder& order, int64_t step,
+                                  int micro, int rank,
+                                  absl::Span<int32_t> inputs,
+                                  absl::Span<int32_t> targets) const {
+  const int64_t n = size();
+  const int64_t seq = order.seq_len;
+  const size_t want = static_cast<size_t>(order.batch) * seq;
+  if (n <= seq) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the data has ", n, " tokens; sequences of ", seq,
+                     " need more than that"));
+  }
+  if (inputs.size() != want || targets.size() != want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch buffers hold ", inputs.size(), " and ",
+                     targets.size(), " ids, want ", want));
+  }
+  const int64_t global = static_cast<int64_t>(order.batch) * order.world_size;
+  for (int b = 0; b < order.batch; ++b) {
+    const int64_t j = static_cast<int64_t>(rank) * order.batch + b;
+    const int64_t q = (step * order.grad_accum + micro) * global + j;
+    const int64_t start = (q * seq) % (n - seq);
+    const int32_t* t = tokens_->data() + start;
+    std::copy_n(t, seq, inputs.begin() + b * seq);
+    std::copy_n(t + 1, seq, targets.begin() + b * seq);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace chunkzero

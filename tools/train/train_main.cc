@@ -1,0 +1,133 @@
+// The train job: bazel run -c opt //tools:train [-- --flags]
+//
+// With no flags it trains a small GPT-2 on built-in text with 4 ranks (the
+// in-process backend), sharded fp16 chunks and AdamW, and prints a summary
+// of memory and traffic. The flag names are an interface other scripts use;
+// see README.md.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "tools/train/report.h"
+#include "tools/train/trainer.h"
+
+namespace {
+const chunkzero::TrainOptions kDefaults;
+}  // namespace
+
+ABSL_FLAG(int, world_size, kDefaults.world_size, "Data-parallel ranks.");
+ABSL_FLAG(std::string, backend, kDefaults.backend,
+          "inproc (ranks as threads); gloo and nccl are not built yet.");
+ABSL_FLAG(int, layers, kDefaults.model.layers, "Transformer blocks.");
+ABSL_FLAG(int, d_model, kDefaults.model.d_model, "Model width C.");
+ABSL_FLAG(int, heads, kDefaults.model.heads, "Attention heads.");
+ABSL_FLAG(int, seq_len, kDefaults.model.seq_len,
+          "Context length (and learned positions).");
+ABSL_FLAG(int, vocab, kDefaults.model.vocab, "Vocabulary size.");
+ABSL_FLAG(int, batch, kDefaults.batch,
+          "Sequences per rank per micro-batch.");
+ABSL_FLAG(int, grad_accum, kDefaults.grad_accum, "Micro-batches per step.");
+ABSL_FLAG(int, steps, kDefaults.steps, "Optimizer steps.");
+ABSL_FLAG(double, lr, kDefaults.lr, "Peak learning rate.");
+ABSL_FLAG(double, min_lr, kDefaults.min_lr,
+          "Rate at the end of the cosine decay (= lr for a constant rate).");
+ABSL_FLAG(int, warmup, kDefaults.warmup, "Linear warm-up steps.");
+ABSL_FLAG(double, weight_decay, kDefaults.weight_decay,
+          "Weight decay; negative: PyTorch's default (AdamW 0.01, else 0).");
+ABSL_FLAG(std::string, optimizer, kDefaults.optimizer, "adamw, adam or sgd.");
+ABSL_FLAG(double, clip, kDefaults.clip, "Max global grad norm; 0 disables.");
+ABSL_FLAG(uint64_t, seed, kDefaults.seed, "Initialisation seed.");
+ABSL_FLAG(int64_t, chunk_size, kDefaults.chunk_size,
+          "Elements per chunk; 0: one chunk per tensor; -1: the size with "
+          "the least padding.");
+ABSL_FLAG(std::string, storage, kDefaults.storage,
+          "replicated, owner or sharded.");
+ABSL_FLAG(std::string, precision, kDefaults.precision, "fp32, fp16 or bf16.");
+ABSL_FLAG(std::string, offload, kDefaults.offload,
+          "none, or optimizer: fp32 masters and optimizer states in host "
+          "memory, compute chunks on the device (the simulated device here).");
+ABSL_FLAG(int, max_prefetch, kDefaults.max_prefetch,
+          "Chunks gathered ahead of use.");
+ABSL_FLAG(std::string, data, "", "A file read as bytes (vocab 256).");
+ABSL_FLAG(std::string, tokens, "", "Little-endian uint16 token ids.");
+ABSL_FLAG(std::string, init, "",
+          "A GPT-2 safetensors file to start from (architecture from its "
+          "shapes plus --heads).");
+ABSL_FLAG(std::string, export, "",
+          "Write the final consolidated f32 weights here (safetensors).");
+ABSL_FLAG(std::string, save, "", "Checkpoint directory.");
+ABSL_FLAG(int, save_every, 0, "Also save every this many steps.");
+ABSL_FLAG(std::string, resume, "", "Checkpoint directory to continue from.");
+ABSL_FLAG(std::string, metrics_out, "",
+          "Write one JSON object per step to this file.");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Trains a GPT-2 model with chunked ZeRO. With no flags: 4 ranks, "
+      "built-in text, sharded fp16, AdamW.");
+  absl::ParseCommandLine(argc, argv);
+  chunkzero::TrainOptions o;
+  o.world_size = absl::GetFlag(FLAGS_world_size);
+  o.backend = absl::GetFlag(FLAGS_backend);
+  o.model.layers = absl::GetFlag(FLAGS_layers);
+  o.model.d_model = absl::GetFlag(FLAGS_d_model);
+  o.model.heads = absl::GetFlag(FLAGS_heads);
+  o.model.seq_len = absl::GetFlag(FLAGS_seq_len);
+  o.model.vocab = absl::GetFlag(FLAGS_vocab);
+  o.batch = absl::GetFlag(FLAGS_batch);
+  o.grad_accum = absl::GetFlag(FLAGS_grad_accum);
+  o.steps = absl::GetFlag(FLAGS_steps);
+  o.lr = absl::GetFlag(FLAGS_lr);
+  o.min_lr = absl::GetFlag(FLAGS_min_lr);
+  o.warmup = absl::GetFlag(FLAGS_warmup);
+  o.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  o.optimizer = absl::GetFlag(FLAGS_optimizer);
+  o.clip = absl::GetFlag(FLAGS_clip);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.chunk_size = absl::GetFlag(FLAGS_chunk_size);
+  o.storage = absl::GetFlag(FLAGS_storage);
+  o.precision = absl::GetFlag(FLAGS_precision);
+  o.offload = absl::GetFlag(FLAGS_offload);
+  o.max_prefetch = absl::GetFlag(FLAGS_max_prefetch);
+  o.data = absl::GetFlag(FLAGS_data);
+  o.tokens = absl::GetFlag(FLAGS_tokens);
+  o.init = absl::GetFlag(FLAGS_init);
+  o.export_path = absl::GetFlag(FLAGS_export);
+  o.save = absl::GetFlag(FLAGS_save);
+  o.save_every = absl::GetFlag(FLAGS_save_every);
+  o.resume = absl::GetFlag(FLAGS_resume);
+
+  std::ofstream metrics;
+  const std::string metrics_path = absl::GetFlag(FLAGS_metrics_out);
+  if (!metrics_path.empty()) {
+    metrics.open(metrics_path, std::ios::trunc);
+    if (!metrics) {
+      std::cerr << "error: cannot write --metrics_out=" << metrics_path
+                << "\n";
+      return 2;
+    }
+  }
+  chunkzero::ProgressPrinter progress(stderr, isatty(fileno(stderr)) != 0);
+  auto result = chunkzero::RunTraining(
+      o, [&](const chunkzero::StepMetrics& m) {
+        if (metrics.is_open()) {
+          metrics << chunkzero::StepMetricsJson(m) << "\n";
+          metrics.flush();
+        }
+        progress.OnStep(m);
+      });
+  progress.Finish();
+  if (!result.ok()) {
+    std::cerr << "error: " << result.status() << "\n";
+    return 1;
+  }
+  std::cout << chunkzero::FormatSummary(o, *result);
+  return 0;
+}

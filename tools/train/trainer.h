@@ -1,0 +1,133 @@
+// The train job as a library: trains a GPT-2 model (tools/gpt) with
+// chunked ZeRO on `world_size` ranks and reports every step.
+//
+//   TrainOptions options;                          // the built-in defaults
+//   options.steps = 20;
+//   CZ_ASSIGN_OR_RETURN(TrainResult result,
+//                       RunTraining(options, [](const StepMetrics& m) {
+//                         std::cout << m.loss << "\n";
+//                       }));
+//
+// Ranks are threads over the in-process backend (the Gloo and NCCL backends
+// are not built yet: --backend=gloo|nccl is Unimplemented). Each rank owns a
+// GptModel, a ChunkManager over a RecordingProcessGroup (per-step comm bytes
+// and time blocked), a MemoryTracker (peak payload bytes by category), a
+// ZeroDdp (parameters registered at once in the model's declaration order,
+// which is its order of first use) and a ZeroOptimizer.
+//
+// A step: for each micro-batch, forward, backward with the loss scale as
+// the seed, FinishBackward, and (but for the last) AccumulateGrads; then
+// ZeroOptimizer::Step. The reported loss is the mean token cross-entropy
+// over the global batch (mean over ranks and micro-batches). Data order:
+// tools/train/token_data.h.
+//
+// Checkpoints (tools/train/checkpoint.h): --save writes every rank's
+// optimizer shard (fp32 masters included) and a manifest at the end and
+// every save_every steps; --resume loads one saved at any world size or
+// layout and continues from its step, so the losses equal those of an
+// uninterrupted run bit for bit when the layout is the same.
+#ifndef CHUNKZERO_TOOLS_TRAIN_TRAINER_H_
+#define CHUNKZERO_TOOLS_TRAIN_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tools/gpt/gpt_model.h"
+
+namespace chunkzero {
+
+struct TrainOptions {
+  TrainOptions();
+
+  int world_size = 4;
+  std::string backend = "inproc";  // inproc | gloo | nccl
+  GptConfig model;                 // Defaults: 2 x 128, 4 heads, T 64, V 256.
+  int batch = 4;                   // Sequences per rank per micro-batch.
+  int grad_accum = 1;
+  int steps = 60;
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int warmup = 5;
+  double weight_decay = -1;  // < 0: PyTorch's default for the optimizer.
+  std::string optimizer = "adamw";  // adamw | adam | sgd
+  double clip = 1.0;                // Max global grad norm; 0 disables.
+  uint64_t seed = 1234;
+  // Elements per chunk; 0: one chunk per tensor; -1: the size with the
+  // least padding (chunk/chunk_size_search.h).
+  int64_t chunk_size = -1;
+  std::string storage = "sharded";   // replicated | owner | sharded
+  std::string precision = "fp16";    // fp32 | fp16 | bf16
+  std::string offload = "none";      // none | optimizer
+  std::string data;         // File read as bytes (vocab 256).
+  std::string tokens;       // Little-endian uint16 token ids.
+  std::string init;         // A GPT-2 safetensors file to start from.
+  std::string export_path;  // Where to write the final f32 weights.
+  std::string save;         // Checkpoint directory.
+  int save_every = 0;
+  std::string resume;       // Checkpoint directory to continue from.
+  int max_prefetch = 1;
+};
+
+// One rank's figures for one step.
+struct RankStepMetrics {
+  // Peak payload bytes since the start, by category ("param", "master",
+  // "optim_state", "grad_accum", "comm", ...), summed over devices.
+  std::map<std::string, int64_t> peak_bytes;
+  // The peak of all categories together (per device, summed over devices).
+  int64_t peak_total_bytes = 0;
+  // Bus bytes (DESIGN.md §7) this rank sent and received in this step, by
+  // collective ("all_gather", "reduce_scatter", ...).
+  std::map<std::string, int64_t> comm_bytes;
+};
+
+struct StepMetrics {
+  int64_t step = 0;  // 1-based: the number of steps done after this one.
+  int64_t steps = 0;
+  double loss = 0;
+  double lr = 0;
+  double loss_scale = 1;
+  bool skipped = false;
+  double grad_norm = 0;
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  // Rank 0's time in forward, backward (FinishBackward included), the
+  // optimizer (AccumulateGrads included) and blocked in collectives.
+  double forward_s = 0, backward_s = 0, optimizer_s = 0, comm_wait_s = 0;
+  std::vector<RankStepMetrics> ranks;
+};
+
+// The metrics as one line of JSON with the keys scripts read: step, loss,
+// lr, loss_scale, skipped, grad_norm, step_time_s, tokens_per_s, time_s
+// {forward, backward, optimizer, comm_wait}, ranks [{peak_bytes,
+// comm_bytes}].
+std::string StepMetricsJson(const StepMetrics& m);
+
+struct TrainResult {
+  GptConfig model;
+  int64_t parameters = 0;  // Ψ.
+  int64_t chunk_size = 0;  // Chosen (0: one chunk per tensor).
+  double chunk_utilisation = 1;
+  int64_t first_step = 0;  // Steps already done at the start (resume).
+  std::vector<StepMetrics> steps;
+  // Bytes of one full compute-dtype chunk (the largest tensor's, with
+  // chunking off), to count the chunks in flight in.
+  int64_t chunk_bytes = 0;
+  // Each rank's payload bytes between steps, when every chunk is at rest
+  // (after the last step): shards, masters, states, buffers.
+  std::vector<int64_t> at_rest_bytes;
+};
+
+using StepCallback = std::function<void(const StepMetrics&)>;
+
+// Trains as described above; `on_step` runs after every step on rank 0's
+// thread. InvalidArgument naming the flag for bad options.
+absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
+                                        const StepCallback& on_step);
+
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_TOOLS_TRAIN_TRAINER_H_
