@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/parallel_for.h"
 #include "benchmark/benchmark.h"
+#include "tools/bench/bench_buffers.h"
 #include "tensor/cpu_features.h"
 #include "tensor/half.h"
 #include "tensor/internal/kernels_isa.h"
@@ -35,45 +36,14 @@
 namespace chunkzero {
 namespace {
 
-namespace ki = kernels_internal;
+using bench::Buffer;
+using bench::ParallelMemcpy;
 
-// A 64-byte aligned, zero-filled (so already faulted in) buffer.
-struct Buffer {
-  explicit Buffer(size_t bytes)
-      : data(static_cast<unsigned char*>(
-                 std::aligned_alloc(64, (bytes + 63) / 64 * 64)),
-             &std::free) {
-    std::memset(data.get(), 0, bytes);
-  }
-  template <typename T>
-  T* as() {
-    return reinterpret_cast<T*>(data.get());
-  }
-  std::unique_ptr<unsigned char, void (*)(void*)> data;
-};
+namespace ki = kernels_internal;
 
 // Sets the thread count for this benchmark; 0 keeps the default.
 void SetThreads(benchmark::State& state) {
   SetParallelThreadsForTesting(static_cast<int>(state.range(1)));
-}
-
-// memcpy, split over the threads in contiguous ranges like the kernels.
-// (Written out here rather than calling Copy, so that the baseline does not
-// depend on the code under test.)
-void ParallelMemcpy(unsigned char* out, const unsigned char* in, size_t bytes,
-                    bool parallel) {
-  if (!parallel) {
-    std::memcpy(out, in, bytes);
-    return;
-  }
-  constexpr size_t kPage = 4096;
-  const size_t pages = (bytes + kPage - 1) / kPage;
-  ParallelFor(pages, ki::kParallelGrainCopyBytes / kPage,
-              [&](size_t begin, size_t end) {
-                const size_t first = begin * kPage;
-                const size_t last = std::min(end * kPage, bytes);
-                std::memcpy(out + first, in + first, last - first);
-              });
 }
 
 // Runs `body` (the kernel) and then memcpy of `in_bytes` from `in` in every
@@ -92,7 +62,7 @@ void TimeLoop(benchmark::State& state, const void* in, size_t in_bytes,
     benchmark::ClobberMemory();
     const auto t1 = Clock::now();
     ParallelMemcpy(copy.data.get(), static_cast<const unsigned char*>(in),
-                   in_bytes, parallel);
+                   in_bytes, parallel, ki::kParallelGrainCopyBytes);
     benchmark::ClobberMemory();
     const auto t2 = Clock::now();
     const double seconds = std::chrono::duration<double>(t1 - t0).count();

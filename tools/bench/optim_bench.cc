@@ -33,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/parallel_for.h"
 #include "benchmark/benchmark.h"
+#include "tools/bench/bench_buffers.h"
 #include "optim/fused_kernels.h"
 #include "tensor/cpu_features.h"
 #include "tensor/half.h"
@@ -40,40 +41,11 @@
 namespace chunkzero {
 namespace {
 
+using bench::Buffer;
+using bench::ParallelMemcpy;
+
 // Bytes moved per parameter by a mixed-precision Adam step (DESIGN.md §7).
 constexpr double kAdamBytesPerParam = 28;
-
-// A 64-byte aligned, zero-filled (so already faulted in) buffer.
-struct Buffer {
-  explicit Buffer(size_t bytes)
-      : data(static_cast<unsigned char*>(
-                 std::aligned_alloc(64, (bytes + 63) / 64 * 64)),
-             &std::free) {
-    std::memset(data.get(), 0, bytes);
-  }
-  template <typename T>
-  T* as() {
-    return reinterpret_cast<T*>(data.get());
-  }
-  std::unique_ptr<unsigned char, void (*)(void*)> data;
-};
-
-// memcpy, split over the threads in contiguous page ranges (written out
-// here, as in cast_bench, so the baseline does not use the code under test).
-void ParallelMemcpy(unsigned char* out, const unsigned char* in, size_t bytes,
-                    bool parallel) {
-  if (!parallel) {
-    std::memcpy(out, in, bytes);
-    return;
-  }
-  constexpr size_t kPage = 4096;
-  const size_t pages = (bytes + kPage - 1) / kPage;
-  ParallelFor(pages, size_t{1} << 7, [&](size_t begin, size_t end) {
-    const size_t first = begin * kPage;
-    const size_t last = std::min(end * kPage, bytes);
-    std::memcpy(out + first, in + first, last - first);
-  });
-}
 
 // AdamW at step 10 with a loss scale of 2^16, as a GPT-2 run would call it.
 AdamStep BenchStep() {
@@ -133,7 +105,7 @@ struct AdamState {
   // some states to subnormals, which x86 computes ~100x slower.)
   void RestoreGrad(bool parallel) {
     ParallelMemcpy(grad.data.get(), fresh_grad.data.get(),
-                   n * sizeof(uint16_t), parallel);
+                   n * sizeof(uint16_t), parallel, size_t{1} << 19);
   }
 
   // The arrays as (pointer, bytes), for the memcpy baseline; the grad first,
@@ -238,7 +210,7 @@ void BM_FusedAdam(benchmark::State& bench) {
     const auto t2 = Clock::now();
     unsigned char* out = state.copy.data.get();
     for (const auto& [array, bytes] : state.Arrays()) {
-      ParallelMemcpy(out, array, bytes, threads != 1);
+      ParallelMemcpy(out, array, bytes, threads != 1, size_t{1} << 19);
       out += bytes;
     }
     benchmark::ClobberMemory();
