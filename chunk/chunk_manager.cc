@@ -83,7 +83,8 @@ absl::StatusOr<ChunkManager::Group*> ChunkManager::FindGroup(
 }
 
 absl::Status ChunkManager::CreateGroup(absl::string_view name, DType dtype,
-                                       MemoryCategory category) {
+                                       MemoryCategory category,
+                                       std::optional<Device> device) {
   if (FindGroup(name).ok()) {
     return absl::AlreadyExistsError(
         absl::StrCat("chunk group '", name, "' exists"));
@@ -92,6 +93,7 @@ absl::Status ChunkManager::CreateGroup(absl::string_view name, DType dtype,
   group->name = std::string(name);
   group->dtype = dtype;
   group->category = category;
+  group->device = device.value_or(options_.device);
   group->elements_per_rank.assign(group_->size(), 0);
   groups_.push_back(std::move(group));
   return absl::OkStatus();
@@ -100,9 +102,10 @@ absl::Status ChunkManager::CreateGroup(absl::string_view name, DType dtype,
 absl::Status ChunkManager::CreatePairedGroup(absl::string_view name,
                                              absl::string_view source,
                                              DType dtype,
-                                             MemoryCategory category) {
+                                             MemoryCategory category,
+                                             std::optional<Device> device) {
   CZ_RETURN_IF_ERROR(FindGroup(source).status(), "pairing '", name, "'");
-  CZ_RETURN_IF_ERROR(CreateGroup(name, dtype, category));
+  CZ_RETURN_IF_ERROR(CreateGroup(name, dtype, category, device));
   groups_.back()->source = std::string(source);
   return absl::OkStatus();
 }
@@ -122,7 +125,7 @@ absl::Status ChunkManager::EnsureCache(Device device) {
 
 absl::StatusOr<Chunk*> ChunkManager::NewChunk(Group& group, int64_t capacity,
                                               int owner) {
-  CZ_RETURN_IF_ERROR(EnsureCache(options_.device));
+  CZ_RETURN_IF_ERROR(EnsureCache(group.device));
   ChunkOptions opts;
   opts.group = group.name;
   opts.index = static_cast<int>(group.chunks.size());
@@ -130,7 +133,7 @@ absl::StatusOr<Chunk*> ChunkManager::NewChunk(Group& group, int64_t capacity,
   opts.capacity = capacity;
   opts.layout = options_.layout;
   opts.owner = owner;
-  opts.device = options_.device;
+  opts.device = group.device;
   opts.storage = StorageFor(group);
   opts.comm_timeout = options_.comm_timeout;
   CZ_ASSIGN_OR_RETURN(std::unique_ptr<Chunk> chunk,

@@ -104,13 +104,18 @@ class ChunkManager {
   const ChunkManagerOptions& options() const { return options_; }
   comm::ProcessGroup& process_group() const { return *group_; }
 
-  // AlreadyExists if the name is taken.
+  // AlreadyExists if the name is taken. The group's chunks are created on
+  // `device` (default: options().device), e.g. the fp32 masters in host
+  // memory while the fp16 chunks live on the accelerator (ZeRO-Offload).
   absl::Status CreateGroup(absl::string_view name, DType dtype,
-                           MemoryCategory category);
-  // NotFound for an unknown source.
+                           MemoryCategory category,
+                           std::optional<Device> device = std::nullopt);
+  // NotFound for an unknown source. A paired group may live on another
+  // device than its source.
   absl::Status CreatePairedGroup(absl::string_view name,
                                  absl::string_view source, DType dtype,
-                                 MemoryCategory category);
+                                 MemoryCategory category,
+                                 std::optional<Device> device = std::nullopt);
 
   // Copies `values` into the group's chunks and returns the view that is
   // the tensor's data from now on. Errors: NotFound (group), AlreadyExists
@@ -172,6 +177,7 @@ class ChunkManager {
     std::string name;
     DType dtype;
     MemoryCategory category;
+    Device device = Device::Cpu();  // Where new chunks are created.
     std::string source;  // Non-empty for a paired group.
     bool closed = false;
     std::vector<std::unique_ptr<Chunk>> chunks;

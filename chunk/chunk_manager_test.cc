@@ -296,6 +296,40 @@ TEST(ChunkManager, PairedGroupMirrorsOffsetsAndOwners) {
   }
 }
 
+// ZeRO-Offload: the masters' group lives in host memory while its source
+// lives on the device; their payloads are accounted where they are.
+TEST(ChunkManager, PairedGroupOnAnotherDevice) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(2, [&](comm::ProcessGroup& g) -> absl::Status {
+        MemoryTracker tracker;
+        ChunkManagerOptions options = Opts(ChunkLayout::kSharded, 8);
+        options.device = Device::Simulated(0);
+        ChunkManager m(&g, options, &tracker);
+        CZ_RETURN_IF_ERROR(
+            m.CreateGroup("fp16_param", DType::kF16, MemoryCategory::kParam));
+        CZ_RETURN_IF_ERROR(m.CreatePairedGroup(
+            "fp32_param", "fp16_param", DType::kF32, MemoryCategory::kMaster,
+            Device::Cpu()));
+        for (const char* group : {"fp16_param", "fp32_param"}) {
+          const DType dtype =
+              std::string(group) == "fp16_param" ? DType::kF16 : DType::kF32;
+          CZ_RETURN_IF_ERROR(
+              m.AppendTensor(group, "w", Values(0, dtype)).status());
+          CZ_RETURN_IF_ERROR(m.CloseGroup(group));
+        }
+        EXPECT_EQ(m.chunk("fp16_param", 0)->device(), Device::Simulated(0));
+        EXPECT_EQ(m.chunk("fp32_param", 0)->device(), Device::Cpu());
+        // Chunks of 8 elements, 4 per rank.
+        EXPECT_EQ(tracker.Current(Device::Simulated(0), MemoryCategory::kParam),
+                  4 * 2);
+        EXPECT_EQ(tracker.Peak(Device::Simulated(0), MemoryCategory::kMaster),
+                  0);
+        EXPECT_EQ(tracker.Current(Device::Cpu(), MemoryCategory::kMaster),
+                  4 * 4);
+        return absl::OkStatus();
+      })));
+}
+
 TEST(ChunkManager, Errors) {
   EXPECT_TRUE(
       AllRanksOk(SpawnRanks(1, [](comm::ProcessGroup& g) -> absl::Status {

@@ -154,8 +154,10 @@ absl::Status ZeroDdp::BuildGroups(
   // Masters exist in f32 mode too: grad reuse overwrites the compute copy,
   // so the weights must live somewhere else until the optimizer writes them
   // back.
-  CZ_RETURN_IF_ERROR(chunks_->CreatePairedGroup(
-      master_group, param_group, DType::kF32, MemoryCategory::kMaster));
+  CZ_RETURN_IF_ERROR(chunks_->CreatePairedGroup(master_group, param_group,
+                                                DType::kF32,
+                                                MemoryCategory::kMaster,
+                                                options_.master_device));
   order_.clear();
   for (ParamInfo& info : params_) info.registered = false;
   for (int i : order) {

@@ -71,6 +71,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,10 @@ struct ZeroDdpOptions {
   // the current op computes (0: none). Bounds the chunks in flight, and so
   // the memory, to max_prefetch + the chunks in use.
   int max_prefetch = 1;
+  // Where the fp32 master chunks live; default: the ChunkManager's device.
+  // ZeRO-Offload puts them in host memory (Device::Cpu()) while the
+  // compute-dtype chunks live on the accelerator.
+  std::optional<Device> master_device;
   // The order in which forward first uses the parameters, when the caller
   // knows it (a static graph, like a transformer's layer order): every
   // parameter's name once, the same list on every rank. Create then packs

@@ -225,8 +225,10 @@ absl::Status ZeroOptimizer::EnsureStates() {
   }
   const std::string& masters = ddp_->master_group();
   for (const std::string& state : state_names_) {
+    // States are created where they will live (offload: host memory).
     CZ_RETURN_IF_ERROR(chunks_->CreatePairedGroup(state, masters, DType::kF32,
-                                                  MemoryCategory::kOptimState));
+                                                  MemoryCategory::kOptimState,
+                                                  states_device_));
     for (const std::string& name : ddp_->registration_order()) {
       CZ_ASSIGN_OR_RETURN(TensorLocation where, chunks_->Locate(masters, name));
       CZ_ASSIGN_OR_RETURN(
@@ -259,7 +261,8 @@ absl::Status ZeroOptimizer::EnsureAccumulator() {
   if (accumulator_created_) return absl::OkStatus();
   const std::string& masters = ddp_->master_group();
   CZ_RETURN_IF_ERROR(chunks_->CreatePairedGroup(
-      kAccumulatorGroup, masters, DType::kF32, MemoryCategory::kGradAccum));
+      kAccumulatorGroup, masters, DType::kF32, MemoryCategory::kGradAccum,
+      states_device_));
   for (const std::string& name : ddp_->registration_order()) {
     CZ_ASSIGN_OR_RETURN(TensorLocation where, chunks_->Locate(masters, name));
     CZ_ASSIGN_OR_RETURN(Tensor zeros, Tensor::Zeros({where.chunk->tensor(
@@ -270,12 +273,6 @@ absl::Status ZeroOptimizer::EnsureAccumulator() {
   }
   CZ_RETURN_IF_ERROR(chunks_->CloseGroup(kAccumulatorGroup));
   accumulator_created_ = true;
-  if (states_device_.has_value()) {
-    for (int i = 0; i < num_chunks(); ++i) {
-      CZ_RETURN_IF_ERROR(chunks_->MoveChunk(
-          GroupChunk(kAccumulatorGroup, i), *states_device_));
-    }
-  }
   return absl::OkStatus();
 }
 
@@ -287,7 +284,9 @@ absl::Status ZeroOptimizer::MoveStates(Device device) {
   if (accumulator_created_) groups.push_back(kAccumulatorGroup);
   for (const std::string& group : groups) {
     for (int i = 0; i < chunks_->num_chunks(group); ++i) {
-      CZ_RETURN_IF_ERROR(chunks_->MoveChunk(GroupChunk(group, i), device));
+      Chunk* chunk = GroupChunk(group, i);
+      if (chunk->device() == device) continue;
+      CZ_RETURN_IF_ERROR(chunks_->MoveChunk(chunk, device));
     }
   }
   states_device_ = device;

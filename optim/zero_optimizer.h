@@ -56,16 +56,19 @@
 // mean over the micro-batches, so k micro-batches equal one batch k times
 // larger (each micro-batch's loss being a mean over its rows).
 //
-// Offload. With OffloadPolicy::kOptimizer the masters, states and the
-// accumulation buffer move to the CPU at the first step (ZeRO-Offload) while
-// the compute-dtype chunks stay where the ChunkManager put them; MoveStates
-// moves them at any step boundary. A parameter's data() and grad() are views
+// Offload. With OffloadPolicy::kOptimizer the states and the accumulation
+// buffer are created in host memory and the masters move there at the first
+// step (ZeRO-Offload; ZeroDdpOptions::master_device = Device::Cpu() creates
+// them there from the start), while the compute-dtype chunks stay where the
+// ChunkManager put them; MoveStates moves them at any step boundary. A parameter's data() and grad() are views
 // of its chunk and follow every move. Kernels run on host-accessible memory;
 // a compute-dtype chunk on a CUDA device is staged through host memory.
 //
 // Thread-safety: one optimizer per rank, used by that rank's thread, after
-// FinishBackward. Step, AccumulateGrads, GatherState and SaveShard... are
-// collective where noted: every rank calls them in the same order.
+// FinishBackward. Step and GatherState are collective: every rank calls them
+// in the same order. A compute-dtype chunk on a CUDA device is staged
+// through host memory (HostRange in the .cc); that path has not run on a GPU
+// yet.
 #ifndef CHUNKZERO_OPTIM_ZERO_OPTIMIZER_H_
 #define CHUNKZERO_OPTIM_ZERO_OPTIMIZER_H_
 

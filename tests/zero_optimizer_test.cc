@@ -120,7 +120,11 @@ struct RunResult {
   OptimizerState state;               // Final, gathered on rank 0.
   std::vector<OptimizerState> shards;  // Final SaveShard of every rank.
   // Rank 0's payload bytes at the end, by device and category.
-  std::map<std::pair<Device, MemoryCategory>, int64_t> memory;
+  std::map<std::pair<Device, MemoryCategory>, int64_t> memory, peak;
+  int64_t Peak(Device device, MemoryCategory category) const {
+    auto it = peak.find({device, category});
+    return it == peak.end() ? 0 : it->second;
+  }
   int64_t Memory(Device device, MemoryCategory category) const {
     auto it = memory.find({device, category});
     return it == memory.end() ? 0 : it->second;
@@ -145,6 +149,9 @@ std::vector<absl::Status> RunZero(const RunConfig& c, RunResult* out) {
         ZeroDdpOptions ddp_options;
         ddp_options.compute_dtype = c.dtype;
         ddp_options.max_prefetch = c.max_prefetch;
+        if (c.opt.offload == OffloadPolicy::kOptimizer) {
+          ddp_options.master_device = Device::Cpu();
+        }
         if (c.known_order) {
           for (Parameter* p : model->Parameters()) {
             ddp_options.first_use_order.push_back(p->name());
@@ -198,6 +205,7 @@ std::vector<absl::Status> RunZero(const RunConfig& c, RunResult* out) {
             for (int k = 0; k < kNumMemoryCategories; ++k) {
               const auto category = static_cast<MemoryCategory>(k);
               out->memory[{d, category}] = tracker.Current(d, category);
+              out->peak[{d, category}] = tracker.Peak(d, category);
             }
           }
         }
@@ -647,9 +655,11 @@ TEST(ZeroOptimizer, OffloadAndMovesEqualNoOffloadBitForBit) {
               0);
     EXPECT_EQ(got.Memory(Device::Simulated(0), MemoryCategory::kMaster),
               0);
-    EXPECT_EQ(
-        got.Memory(Device::Simulated(0), MemoryCategory::kOptimState),
-        0);
+    // Created in host memory: the device never held a master or a state.
+    EXPECT_EQ(got.Peak(Device::Simulated(0), MemoryCategory::kMaster), 0);
+    EXPECT_EQ(got.Peak(Device::Simulated(0), MemoryCategory::kOptimState), 0);
+    EXPECT_EQ(got.Peak(Device::Simulated(0), MemoryCategory::kGradAccum), 0);
+    EXPECT_GT(got.Peak(Device::Cpu(), MemoryCategory::kGradAccum), 0);
 
     // Param chunks hop between devices after backward (grads in them) and
     // states after the step; every view must follow.

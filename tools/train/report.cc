@@ -121,6 +121,16 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
               r.parameters),
         Bytes(static_cast<double>(k) * r.parameters / o.world_size));
   }
+  if (o.offload == "optimizer") {
+    absl::StrAppendFormat(
+        &s, "  offload: the device (sim:0) peaks at %s on rank 0 (compute "
+            "chunks only; %dPsi/N of it would be %s); masters and optimizer "
+            "states live in host memory\n",
+        Bytes(static_cast<double>(ranks[0].peak_device_bytes)),
+        o.precision == "fp32" ? 4 : 2,
+        Bytes((o.precision == "fp32" ? 4.0 : 2.0) * r.parameters /
+              o.world_size));
+  }
   absl::StrAppendFormat(
       &s, "  rank %d: %s at rest between steps (%.3f x %dPsi/N: chunk "
           "padding), %s in flight at the peak (%.1f chunks of %s)\n",

@@ -232,6 +232,7 @@ RankStepMetrics Measure(const MemoryTracker& tracker,
       }
     }
     m.peak_total_bytes += tracker.PeakTotal(d);
+    if (d != Device::Cpu()) m.peak_device_bytes += tracker.PeakTotal(d);
   }
   for (int k = 0; k < comm::kNumCollectiveKinds; ++k) {
     const auto kind = static_cast<comm::CollectiveKind>(k);
@@ -306,6 +307,7 @@ class RankRunner {
     ddp_options.compute_dtype = plan_.dtype;
     ddp_options.max_prefetch = o_.max_prefetch;
     ddp_options.first_use_order = plan_.order;
+    if (o_.offload == "optimizer") ddp_options.master_device = Device::Cpu();
     CZ_ASSIGN_OR_RETURN(ddp_,
                         ZeroDdp::Create(model_.get(), chunks_.get(),
                                         ddp_options));

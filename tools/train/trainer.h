@@ -79,6 +79,9 @@ struct RankStepMetrics {
   std::map<std::string, int64_t> peak_bytes;
   // The peak of all categories together (per device, summed over devices).
   int64_t peak_total_bytes = 0;
+  // The peak on the device (not host memory): with --offload=optimizer,
+  // what the compute chunks cost the accelerator. Not in the JSON.
+  int64_t peak_device_bytes = 0;
   // Bus bytes (DESIGN.md §7) this rank sent and received in this step, by
   // collective ("all_gather", "reduce_scatter", ...).
   std::map<std::string, int64_t> comm_bytes;
