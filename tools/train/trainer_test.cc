@@ -1,0 +1,868 @@
+#include "tools/train/trainer.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tools/gpt/gpt_model.h"
+#include "tools/train/report.h"
+
+namespace chunkzero {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+// A model small enough that a step takes milliseconds unoptimised: Ψ =
+// 21472, the largest tensor wte [256, 32].
+TrainOptions Tiny() {
+  TrainOptions o;
+  o.model.layers = 1;
+  o.model.d_model = 32;
+  o.model.heads = 2;
+  o.model.seq_len = 16;
+  o.model.vocab = 256;
+  o.world_size = 4;
+  o.batch = 2;
+  o.steps = 20;
+  o.warmup = 2;
+  o.chunk_size = 8192;  // wte alone, then 3 more chunks.
+  return o;
+}
+
+// The options of the same run at `world` ranks: the same global batch.
+TrainOptions AtWorld(TrainOptions o, int world, const std::string& storage) {
+  const int global = o.batch * o.world_size;
+  EXPECT_EQ(global % world, 0);
+  o.world_size = world;
+  o.batch = global / world;
+  o.storage = storage;
+  return o;
+}
+
+TrainResult Train(const TrainOptions& options,
+                  const StepCallback& on_step = nullptr) {
+  absl::StatusOr<TrainResult> result = RunTraining(options, on_step);
+  EXPECT_TRUE(result.ok()) << result.status();
+  if (!result.ok()) return TrainResult();
+  return *std::move(result);
+}
+
+std::vector<double> Losses(const TrainResult& r) {
+  std::vector<double> losses;
+  for (const StepMetrics& m : r.steps) losses.push_back(m.loss);
+  return losses;
+}
+
+void ExpectRelativelyNear(const std::vector<double>& actual,
+                          const std::vector<double>& expected, double rel) {
+  ASSERT_EQ(actual.size(), expected.size());
+  double worst = 0;
+  size_t worst_at = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(actual[i])) << "step " << i + 1;
+    const double d = std::abs(actual[i] - expected[i]) / std::abs(expected[i]);
+    if (d > worst) {
+      worst = d;
+      worst_at = i;
+    }
+  }
+  EXPECT_LE(worst, rel) << "step " << worst_at + 1 << ": " << actual[worst_at]
+                        << " vs " << expected[worst_at];
+}
+
+std::string TestDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(
+      tmp != nullptr ? tmp : "/tmp", "/trainer_test/",
+      ::testing::UnitTest::GetInstance()->current_test_info()->name(), "/",
+      name);
+  fs::remove_all(dir);
+  fs::create_directories(fs::path(dir).parent_path());
+  return dir;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in) << path;
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+}
+
+void WriteAll(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  ASSERT_TRUE(out) << path;
+}
+
+// Bytes from a fixed LCG, below `vocab`.
+std::string PseudoRandomBytes(int n, int vocab) {
+  std::string bytes(n, '\0');
+  uint32_t x = 12345;
+  for (char& c : bytes) {
+    x = x * 1664525u + 1013904223u;
+    c = static_cast<char>((x >> 16) % vocab);
+  }
+  return bytes;
+}
+
+// ---- The chunk layout, reproduced from chunk/chunk_manager.h: parameters
+// in declaration order; a tensor that does not fit opens a new chunk of
+// chunk_size elements (chunk_size 0: one chunk per tensor, its size);
+// sharded capacities are rounded up to a multiple of the world size.
+
+std::vector<int64_t> ChunkCapacities(const GptConfig& model, int64_t chunk_size,
+                                     int world, const std::string& storage) {
+  std::vector<int64_t> capacities;
+  int64_t used = 0;
+  for (const auto& [name, shape] : GptParameterShapes(model)) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    if (chunk_size > 0 && !capacities.empty() && used + n <= chunk_size) {
+      used += n;
+      continue;
+    }
+    capacities.push_back(chunk_size > 0 ? chunk_size : n);
+    used = n;
+  }
+  if (storage == "sharded") {
+    for (int64_t& c : capacities) c = (c + world - 1) / world * world;
+  }
+  return capacities;
+}
+
+int64_t Sum(const std::vector<int64_t>& v) {
+  int64_t s = 0;
+  for (int64_t x : v) s += x;
+  return s;
+}
+
+int NumParameters(const GptConfig& model) {
+  return static_cast<int>(GptParameterShapes(model).size());
+}
+
+TEST(ChunkCapacitiesTest, TinyModelPacking) {
+  // wte [8192] | wpe, ln_1, attn, ln_2 [4864] | c_fc [4224] | mlp.c_proj,
+  // ln_f [4192].
+  EXPECT_EQ(ChunkCapacities(Tiny().model, 8192, 4, "sharded"),
+            std::vector<int64_t>(4, 8192));
+  EXPECT_EQ(ChunkCapacities(Tiny().model, 10000, 3, "sharded"),
+            std::vector<int64_t>(3, 10002));
+  EXPECT_EQ(Sum(ChunkCapacities(Tiny().model, 0, 1, "replicated")), 21472);
+  EXPECT_EQ(GptParameterCount(Tiny().model), 21472);
+}
+
+// ---- 1. The same run at any world size and layout.
+
+TEST(TrainerTest, ShardedWorld4MatchesWorld1) {
+  for (const auto& [precision, tolerance] :
+       std::vector<std::pair<std::string, double>>{{"fp32", 1e-5},
+                                                   {"fp16", 2e-3}}) {
+    SCOPED_TRACE(precision);
+    TrainOptions four = Tiny();
+    four.precision = precision;
+    const TrainResult sharded = Train(four);
+    const TrainResult single = Train(AtWorld(four, 1, "sharded"));
+    ASSERT_EQ(sharded.steps.size(), 20u);
+    ExpectRelativelyNear(Losses(sharded), Losses(single), tolerance);
+    // It learns: the losses are not all the same number.
+    EXPECT_LT(sharded.steps.back().loss, sharded.steps.front().loss - 0.1);
+  }
+}
+
+TEST(TrainerTest, ReplicatedAndOwnerAtWorld2MatchWorld1InFp32) {
+  TrainOptions base = Tiny();
+  base.precision = "fp32";
+  const std::vector<double> single = Losses(Train(AtWorld(base, 1, "sharded")));
+  for (const std::string storage : {"replicated", "owner"}) {
+    SCOPED_TRACE(storage);
+    ExpectRelativelyNear(Losses(Train(AtWorld(base, 2, storage))), single,
+                         1e-5);
+  }
+}
+
+TEST(TrainerTest, ReportsEveryStepToTheCallback) {
+  TrainOptions o = Tiny();
+  o.steps = 3;
+  std::vector<StepMetrics> seen;
+  const TrainResult r =
+      Train(o, [&](const StepMetrics& m) { seen.push_back(m); });
+  ASSERT_EQ(seen.size(), 3u);
+  ASSERT_EQ(r.steps.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(seen[i].step, i + 1);
+    EXPECT_EQ(seen[i].steps, 3);
+    EXPECT_EQ(seen[i].loss, r.steps[i].loss);
+    EXPECT_EQ(seen[i].ranks.size(), 4u);
+    EXPECT_GT(seen[i].tokens_per_s, 0);
+  }
+  EXPECT_EQ(r.first_step, 0);
+  EXPECT_EQ(r.parameters, 21472);
+  EXPECT_EQ(r.chunk_size, 8192);
+  EXPECT_DOUBLE_EQ(r.chunk_utilisation, 21472.0 / (4 * 8192));
+  EXPECT_EQ(r.chunk_bytes, 8192 * 2);
+  // Step 1 of a cosine schedule with two warm-up steps.
+  EXPECT_DOUBLE_EQ(r.steps[0].lr, o.lr / 2);
+  EXPECT_DOUBLE_EQ(r.steps[1].lr, o.lr);
+}
+
+// ---- 2. --export and --init.
+
+TEST(TrainerTest, ExportThenInitRoundTripsExactly) {
+  for (const std::string precision : {"fp32", "fp16"}) {
+    SCOPED_TRACE(precision);
+    TrainOptions o = Tiny();
+    o.precision = precision;
+    o.steps = 3;
+    o.export_path = TestDir(precision + "_a.safetensors");
+    Train(o);
+    TrainOptions again = Tiny();
+    again.precision = precision;
+    again.steps = 0;
+    again.init = o.export_path;
+    again.export_path = TestDir(precision + "_b.safetensors");
+    const TrainResult r = Train(again);
+    EXPECT_TRUE(r.steps.empty());
+    const std::string a = ReadAll(o.export_path);
+    EXPECT_GT(a.size(), 21472u * 4);
+    EXPECT_TRUE(a == ReadAll(again.export_path))
+        << "the export of an --init run that trained 0 steps differs from "
+           "its --init file";
+  }
+}
+
+// A constant learning rate makes the first 3 steps of a 4-step run those of
+// a 3-step run, and a data stream of 16 + 3 x 8 x 16 tokens makes step 4 read
+// the sequences of step 1: so a run from the 3-step run's export computes,
+// in its first step, the 4-step run's last loss bit for bit.
+TEST(TrainerTest, InitRunStartsFromTheExportedWeights) {
+  TrainOptions o = Tiny();
+  o.precision = "fp32";
+  o.lr = o.min_lr = 1e-3;
+  o.warmup = 0;
+  o.data = TestDir("data.txt");
+  WriteAll(o.data, PseudoRandomBytes(16 + 3 * 8 * 16, 256));
+  o.steps = 4;
+  const std::vector<double> four = Losses(Train(o));
+  ASSERT_EQ(four.size(), 4u);
+
+  o.steps = 3;
+  o.export_path = TestDir("three.safetensors");
+  const std::vector<double> three = Losses(Train(o));
+  ASSERT_EQ(three.size(), 3u);
+  EXPECT_EQ(std::vector<double>(four.begin(), four.begin() + 3), three);
+
+  TrainOptions init = o;
+  init.steps = 1;
+  init.init = o.export_path;
+  init.export_path.clear();
+  const std::vector<double> first = Losses(Train(init));
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0], four[3]);
+  EXPECT_NE(first[0], four[0]);
+}
+
+// ---- 3. Checkpoints.
+
+// Runs `o` (10 steps, saving every 5 into a fresh directory) and copies the
+// step-5 checkpoint to `snapshot` while step 6 reports: the simulation of a
+// job that died after step 6. Returns the uninterrupted run.
+TrainResult RunAndSnapshotStep5(TrainOptions o, const std::string& snapshot) {
+  o.steps = 10;
+  o.save = TestDir(absl::StrCat("save_", o.precision, "_", o.world_size));
+  o.save_every = 5;
+  bool copied = false;
+  TrainResult r = Train(o, [&](const StepMetrics& m) {
+    if (m.step != 6) return;
+    fs::copy(o.save, snapshot, fs::copy_options::recursive);
+    copied = true;
+  });
+  EXPECT_TRUE(copied);
+  return r;
+}
+
+TEST(TrainerTest, ResumeEqualsUninterruptedBitForBit) {
+  for (const std::string precision : {"fp32", "fp16"}) {
+    SCOPED_TRACE(precision);
+    TrainOptions o = Tiny();
+    o.precision = precision;
+    o.steps = 10;
+    const TrainResult plain = Train(o);
+    const std::string snapshot = TestDir("step5_" + precision);
+    const TrainResult saving = RunAndSnapshotStep5(o, snapshot);
+    ASSERT_EQ(plain.steps.size(), 10u);
+    EXPECT_EQ(Losses(saving), Losses(plain)) << "saving changed the run";
+
+    TrainOptions resumed = o;
+    resumed.resume = snapshot;
+    const TrainResult r = Train(resumed);
+    EXPECT_EQ(r.first_step, 5);
+    ASSERT_EQ(r.steps.size(), 5u);
+    for (int i = 0; i < 5; ++i) {
+      const StepMetrics& want = plain.steps[5 + i];
+      const StepMetrics& got = r.steps[i];
+      EXPECT_EQ(got.step, 6 + i);
+      EXPECT_EQ(got.loss, want.loss) << "step " << 6 + i;
+      EXPECT_EQ(got.lr, want.lr) << "step " << 6 + i;
+      EXPECT_EQ(got.loss_scale, want.loss_scale) << "step " << 6 + i;
+      EXPECT_EQ(got.grad_norm, want.grad_norm) << "step " << 6 + i;
+      EXPECT_EQ(got.skipped, want.skipped) << "step " << 6 + i;
+    }
+  }
+}
+
+TEST(TrainerTest, ResumeAtAnotherWorldSizeAndLayout) {
+  TrainOptions two = AtWorld(Tiny(), 2, "sharded");
+  two.precision = "fp32";
+  const std::string snapshot = TestDir("step5");
+  const TrainResult plain = RunAndSnapshotStep5(two, snapshot);
+  ASSERT_EQ(plain.steps.size(), 10u);
+  const std::vector<double> all = Losses(plain);
+  const std::vector<double> want(all.begin() + 5, all.end());
+  for (const auto& [world, storage] : std::vector<std::pair<int, std::string>>{
+           {4, "owner"}, {1, "replicated"}}) {
+    SCOPED_TRACE(absl::StrCat(world, " ranks, ", storage));
+    TrainOptions o = AtWorld(two, world, storage);
+    o.steps = 10;
+    o.resume = snapshot;
+    const TrainResult r = Train(o);
+    EXPECT_EQ(r.first_step, 5);
+    ExpectRelativelyNear(Losses(r), want, 1e-5);
+  }
+}
+
+TEST(TrainerTest, DamagedCheckpointsFailNamingTheFile) {
+  TrainOptions o = AtWorld(Tiny(), 2, "sharded");
+  o.precision = "fp32";
+  const std::string snapshot = TestDir("step5");
+  RunAndSnapshotStep5(o, snapshot);
+  const std::string shard = snapshot + "/shard-5-1-of-2.bin";
+  const std::string manifest = snapshot + "/manifest.pb";
+  ASSERT_TRUE(fs::exists(shard));
+  ASSERT_TRUE(fs::exists(manifest));
+  o.steps = 10;
+  {
+    const std::string dir = TestDir("truncated");
+    fs::copy(snapshot, dir, fs::copy_options::recursive);
+    const std::string path = dir + "/shard-5-1-of-2.bin";
+    fs::resize_file(path, fs::file_size(path) - 1);
+    o.resume = dir;
+    absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+    EXPECT_THAT(std::string(r.status().message()),
+                HasSubstr("shard-5-1-of-2.bin"));
+  }
+  {
+    const std::string dir = TestDir("corrupt");
+    fs::copy(snapshot, dir, fs::copy_options::recursive);
+    const std::string path = dir + "/manifest.pb";
+    std::string bytes = ReadAll(path);
+    bytes[bytes.size() / 2] ^= 0x10;
+    WriteAll(path, bytes);
+    o.resume = dir;
+    absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("manifest.pb"));
+  }
+  {
+    o.resume = TestDir("missing");
+    EXPECT_EQ(RunTraining(o, nullptr).status().code(),
+              absl::StatusCode::kNotFound);
+  }
+  {
+    TrainOptions other = o;
+    other.resume = snapshot;
+    other.model.heads = 4;
+    absl::StatusOr<TrainResult> r = RunTraining(other, nullptr);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("heads=2"));
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("heads=4"));
+  }
+}
+
+// ---- 4. Memory.
+
+struct BytesCase {
+  std::string precision, optimizer;
+  int grad_accum;
+  int64_t chunk_size;
+  int64_t bytes_per_element;  // What the run keeps per element of a shard.
+};
+
+const std::vector<BytesCase>& BytesCases() {
+  static const auto* const kCases = new std::vector<BytesCase>{
+      {"fp16", "adamw", 1, 8192, 2 + 4 + 8},
+      {"fp16", "adamw", 1, -1, 2 + 4 + 8},
+      {"fp32", "adam", 1, 8192, 4 + 4 + 8},
+      // The fp32 accumulation buffer.
+      {"fp16", "adamw", 2, 8192, 2 + 4 + 8 + 4},
+      // SGD without momentum (the train job sets none) keeps no state.
+      {"fp16", "sgd", 1, 8192, 2 + 4}};
+  return *kCases;
+}
+
+// A 2-step run of the case and each rank's elements of the chunks at rest.
+struct BytesRun {
+  TrainOptions options;
+  TrainResult result;
+  int64_t shard = 0;
+};
+
+BytesRun RunBytesCase(const BytesCase& c) {
+  BytesRun run;
+  TrainOptions& o = run.options;
+  o = Tiny();
+  o.steps = 2;
+  o.precision = c.precision;
+  o.optimizer = c.optimizer;
+  o.grad_accum = c.grad_accum;
+  o.chunk_size = c.chunk_size;
+  run.result = Train(o);
+  run.shard =
+      Sum(ChunkCapacities(o.model, run.result.chunk_size, 4, "sharded")) / 4;
+  EXPECT_EQ(run.result.at_rest_bytes.size(), 4u);
+  run.result.at_rest_bytes.resize(4);
+  return run;
+}
+
+std::string Name(const BytesCase& c) {
+  return absl::StrCat(c.precision, " ", c.optimizer, ", grad_accum ",
+                      c.grad_accum, ", chunks of ", c.chunk_size);
+}
+
+// What every rank holds at rest with the sharded layout: its shard of each
+// chunk in the compute dtype, the fp32 master and the optimizer states.
+TEST(TrainerTest, ShardedAtRestBytesAreTheShardsTimesTheBytesPerParameter) {
+  for (const BytesCase& c : BytesCases()) {
+    SCOPED_TRACE(Name(c));
+    const BytesRun run = RunBytesCase(c);
+    for (int rank = 0; rank < 4; ++rank) {
+      EXPECT_EQ(run.result.at_rest_bytes[rank], run.shard * c.bytes_per_element)
+          << "rank " << rank;
+    }
+  }
+}
+
+// The report's K (report.h: "model-data bytes per parameter the run keeps")
+// is what the run keeps.
+TEST(TrainerTest, ReportedBytesPerParameterAreWhatTheRunKeeps) {
+  for (const BytesCase& c : BytesCases()) {
+    SCOPED_TRACE(Name(c));
+    const BytesRun run = RunBytesCase(c);
+    EXPECT_EQ(ModelBytesPerParameter(run.options) * run.shard,
+              run.result.at_rest_bytes[0]);
+  }
+}
+
+TEST(TrainerTest, Fp16ShardedMeetsTheMemoryTarget) {
+  TrainOptions o = Tiny();
+  o.steps = 3;
+  o.chunk_size = -1;
+  const TrainResult r = Train(o);
+  ASSERT_EQ(r.steps.size(), 3u);
+  const MemoryCheck check = CheckMemory(o, r);
+  EXPECT_LE(check.ratio, 1.05);
+  EXPECT_GT(check.ratio, 0.99);
+  EXPECT_EQ(check.at_rest, r.at_rest_bytes[check.rank]);
+  const double psi = 21472;
+  EXPECT_DOUBLE_EQ(check.sharded_bytes, 14 * psi / 4);
+  // At rest: 14 Ψ / N plus the padding of the chosen chunk size.
+  EXPECT_GE(check.at_rest, 14 * psi / 4);
+  EXPECT_LE(check.at_rest, 14 * psi / 4 / r.chunk_utilisation + 14);
+  // Something is in flight at the peak: at least one full chunk.
+  EXPECT_GE(check.in_flight_bytes, r.chunk_bytes);
+  const RankStepMetrics& rank0 = r.steps.back().ranks[0];
+  EXPECT_GT(rank0.peak_bytes.at("param"), 0);
+  EXPECT_GT(rank0.peak_bytes.at("master"), 0);
+}
+
+// ---- 5. Traffic.
+
+// Rank 0's bus bytes in a step after the first, by collective, computed
+// from the chunk capacities (DESIGN.md §7 with padding) plus the small
+// all-reduces: ZeroDdp's two agreement all-reduces of one float per
+// parameter per micro-batch and the optimizer's norm all-reduce of two.
+//
+// With distributed storage every chunk is materialised twice per
+// micro-batch (forward, backward), and the first chunk, wte's, once more:
+// the tied weight is used by the first module of the forward (the
+// embedding) and by the last (the lm head), and its chunk is released in
+// between. Backward starts with the lm head, so that chunk is still there.
+std::map<std::string, int64_t> ExpectedCommBytes(const TrainOptions& o,
+                                                 int64_t chunk_size) {
+  const int n = o.world_size;
+  const int64_t c = o.precision == "fp32" ? 4 : 2;
+  const int64_t a = o.grad_accum;
+  const std::vector<int64_t> capacities =
+      ChunkCapacities(o.model, chunk_size, n, o.storage);
+  const int64_t capacity = Sum(capacities);
+  const int64_t gathered = 2 * capacity + capacities[0];
+  // All-reduce bus factor 2(N - 1)/N.
+  const int64_t small = (2 * NumParameters(o.model) * a + 2) * 4;
+  std::map<std::string, int64_t> want;
+  if (o.storage == "sharded") {
+    want["all_gather"] = a * c * gathered * (n - 1) / n;
+    want["reduce_scatter"] = a * c * capacity * (n - 1) / n;
+    want["all_reduce"] = small * 2 * (n - 1) / n;
+  } else if (o.storage == "replicated") {
+    want["all_reduce"] = (a * c * capacity + small) * 2 * (n - 1) / n;
+  } else {
+    want["broadcast"] = a * c * gathered;
+    want["reduce"] = a * c * capacity;
+    want["all_reduce"] = small * 2 * (n - 1) / n;
+  }
+  return want;
+}
+
+TEST(TrainerTest, CommBytesPerStepAreExact) {
+  struct Case {
+    int world;
+    std::string storage, precision;
+    int grad_accum;
+    int64_t chunk_size;
+  };
+  for (const Case& c : std::vector<Case>{{4, "sharded", "fp16", 1, 8192},
+                                         {4, "sharded", "fp16", 2, 8192},
+                                         {4, "sharded", "fp32", 1, 0},
+                                         {2, "replicated", "fp16", 1, 8192},
+                                         {2, "owner", "fp16", 1, 8192},
+                                         {4, "owner", "fp32", 1, 0}}) {
+    SCOPED_TRACE(absl::StrCat(c.world, " ranks, ", c.storage, ", ", c.precision,
+                              ", grad_accum ", c.grad_accum, ", chunk_size ",
+                              c.chunk_size));
+    TrainOptions o = AtWorld(Tiny(), c.world, c.storage);
+    o.precision = c.precision;
+    o.grad_accum = c.grad_accum;
+    o.chunk_size = c.chunk_size;
+    o.steps = 3;
+    const TrainResult r = Train(o);
+    ASSERT_EQ(r.steps.size(), 3u);
+    const std::map<std::string, int64_t> want =
+        ExpectedCommBytes(o, c.chunk_size);
+    for (int step = 2; step <= 3; ++step) {
+      EXPECT_EQ(r.steps[step - 1].ranks[0].comm_bytes, want) << "step " << step;
+    }
+  }
+}
+
+// ---- 6. Metrics as JSON.
+
+// A minimal JSON reader: enough for StepMetricsJson's output.
+struct Json {
+  enum Kind { kNumber, kBool, kObject, kArray } kind = kNumber;
+  double number = 0;
+  bool boolean = false;
+  std::vector<std::pair<std::string, Json>> object;  // In file order.
+  std::vector<Json> array;
+
+  std::vector<std::string> Keys() const {
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : object) keys.push_back(k);
+    return keys;
+  }
+  const Json& operator[](const std::string& key) const {
+    for (const auto& [k, v] : object) {
+      if (k == key) return v;
+    }
+    ADD_FAILURE() << "no key " << key;
+    static const Json* const kMissing = new Json;
+    return *kMissing;
+  }
+};
+
+class JsonReader {
+ public:
+  explicit JsonReader(const std::string& text) : s_(text) {}
+
+  // Parses the whole text; false on any syntax error or trailing byte.
+  bool Parse(Json* out) { return Value(out) && pos_ == s_.size(); }
+
+ private:
+  bool Eat(char c) {
+    if (pos_ >= s_.size() || s_[pos_] != c) return false;
+    ++pos_;
+    return true;
+  }
+  bool String(std::string* out) {
+    if (!Eat('"')) return false;
+    const size_t end = s_.find('"', pos_);
+    if (end == std::string::npos) return false;
+    *out = s_.substr(pos_, end - pos_);
+    pos_ = end + 1;
+    return true;
+  }
+  bool Value(Json* out) {
+    if (Eat('{')) {
+      out->kind = Json::kObject;
+      if (Eat('}')) return true;
+      do {
+        std::string key;
+        Json value;
+        if (!String(&key) || !Eat(':') || !Value(&value)) return false;
+        out->object.emplace_back(key, std::move(value));
+      } while (Eat(','));
+      return Eat('}');
+    }
+    if (Eat('[')) {
+      out->kind = Json::kArray;
+      if (Eat(']')) return true;
+      do {
+        Json value;
+        if (!Value(&value)) return false;
+        out->array.push_back(std::move(value));
+      } while (Eat(','));
+      return Eat(']');
+    }
+    for (const bool b : {true, false}) {
+      const std::string word = b ? "true" : "false";
+      if (s_.compare(pos_, word.size(), word) == 0) {
+        pos_ += word.size();
+        out->kind = Json::kBool;
+        out->boolean = b;
+        return true;
+      }
+    }
+    const char* begin = s_.c_str() + pos_;
+    if (pos_ >= s_.size() ||
+        !(std::isdigit(static_cast<unsigned char>(*begin)) || *begin == '-')) {
+      return false;
+    }
+    char* end = nullptr;
+    out->kind = Json::kNumber;
+    out->number = std::strtod(begin, &end);
+    pos_ += end - begin;
+    return end != begin;
+  }
+
+  const std::string& s_;
+  size_t pos_ = 0;
+};
+
+Json ParseJson(const std::string& text) {
+  Json json;
+  EXPECT_TRUE(JsonReader(text).Parse(&json)) << text;
+  return json;
+}
+
+std::vector<std::string> TopLevelKeys() {
+  return {"step",      "loss",        "lr",           "loss_scale", "skipped",
+          "grad_norm", "step_time_s", "tokens_per_s", "time_s",     "ranks"};
+}
+
+TEST(StepMetricsJsonTest, SyntheticMetricsExactly) {
+  StepMetrics m;
+  m.step = 7;
+  m.steps = 9;
+  m.loss = 2.5;
+  m.lr = 0.00025;
+  m.loss_scale = 65536;
+  m.skipped = true;
+  m.grad_norm = 0.75;
+  m.step_time_s = 0.125;
+  m.tokens_per_s = 4096;
+  m.forward_s = 0.0625;
+  m.backward_s = 0.03125;
+  m.optimizer_s = 0.015625;
+  m.comm_wait_s = 0.5;
+  m.ranks.resize(2);
+  m.ranks[0].peak_bytes = {{"param", 100}, {"master", 200}};
+  m.ranks[0].peak_total_bytes = 300;
+  m.ranks[0].comm_bytes = {{"all_gather", 12}, {"reduce_scatter", 6}};
+  const std::string json = StepMetricsJson(m);
+  EXPECT_EQ(json,
+            "{\"step\":7,\"loss\":2.5,\"lr\":0.00025,\"loss_scale\":65536,"
+            "\"skipped\":true,\"grad_norm\":0.75,\"step_time_s\":0.125,"
+            "\"tokens_per_s\":4096,\"time_s\":{\"forward\":0.0625,"
+            "\"backward\":0.03125,\"optimizer\":0.015625,\"comm_wait\":0.5},"
+            "\"ranks\":[{\"peak_bytes\":{\"master\":200,\"param\":100},"
+            "\"comm_bytes\":{\"all_gather\":12,\"reduce_scatter\":6}},"
+            "{\"peak_bytes\":{},\"comm_bytes\":{}}]}");
+  EXPECT_EQ(json.find('\n'), std::string::npos);
+
+  const Json j = ParseJson(json);
+  EXPECT_EQ(j.Keys(), TopLevelKeys());
+  EXPECT_EQ(j["step"].number, 7);
+  EXPECT_EQ(j["loss"].number, 2.5);
+  EXPECT_EQ(j["lr"].number, 0.00025);
+  EXPECT_EQ(j["loss_scale"].number, 65536);
+  EXPECT_EQ(j["skipped"].kind, Json::kBool);
+  EXPECT_TRUE(j["skipped"].boolean);
+  EXPECT_EQ(j["grad_norm"].number, 0.75);
+  EXPECT_EQ(j["step_time_s"].number, 0.125);
+  EXPECT_EQ(j["tokens_per_s"].number, 4096);
+  const Json& time = j["time_s"];
+  EXPECT_EQ(time.Keys(), (std::vector<std::string>{"forward", "backward",
+                                                   "optimizer", "comm_wait"}));
+  EXPECT_EQ(time["forward"].number, 0.0625);
+  EXPECT_EQ(time["backward"].number, 0.03125);
+  EXPECT_EQ(time["optimizer"].number, 0.015625);
+  EXPECT_EQ(time["comm_wait"].number, 0.5);
+  ASSERT_EQ(j["ranks"].array.size(), 2u);
+  const Json& r0 = j["ranks"].array[0];
+  EXPECT_EQ(r0.Keys(), (std::vector<std::string>{"peak_bytes", "comm_bytes"}));
+  EXPECT_EQ(r0["peak_bytes"]["param"].number, 100);
+  EXPECT_EQ(r0["peak_bytes"]["master"].number, 200);
+  EXPECT_EQ(r0["comm_bytes"]["all_gather"].number, 12);
+  EXPECT_EQ(r0["comm_bytes"]["reduce_scatter"].number, 6);
+  EXPECT_TRUE(j["ranks"].array[1]["peak_bytes"].object.empty());
+
+  m.skipped = false;
+  EXPECT_FALSE(ParseJson(StepMetricsJson(m))["skipped"].boolean);
+}
+
+TEST(StepMetricsJsonTest, RealStepHasTheDocumentedKeys) {
+  TrainOptions o = Tiny();
+  o.steps = 2;
+  const TrainResult r = Train(o);
+  ASSERT_EQ(r.steps.size(), 2u);
+  const StepMetrics& m = r.steps.back();
+  const Json j = ParseJson(StepMetricsJson(m));
+  EXPECT_EQ(j.Keys(), TopLevelKeys());
+  EXPECT_EQ(j["step"].number, 2);
+  EXPECT_NEAR(j["loss"].number, m.loss, 1e-8 * m.loss);
+  EXPECT_NEAR(j["lr"].number, m.lr, 1e-8 * m.lr);
+  EXPECT_EQ(j["time_s"].Keys(),
+            (std::vector<std::string>{"forward", "backward", "optimizer",
+                                      "comm_wait"}));
+  ASSERT_EQ(j["ranks"].array.size(), 4u);
+  for (int rank = 0; rank < 4; ++rank) {
+    const Json& jr = j["ranks"].array[rank];
+    EXPECT_EQ(jr.Keys(),
+              (std::vector<std::string>{"peak_bytes", "comm_bytes"}));
+    std::set<std::string> peak_keys, comm_keys;
+    for (const auto& [k, v] : m.ranks[rank].peak_bytes) {
+      peak_keys.insert(k);
+      EXPECT_EQ(jr["peak_bytes"][k].number, v) << k;
+    }
+    for (const auto& [k, v] : m.ranks[rank].comm_bytes) {
+      comm_keys.insert(k);
+      EXPECT_EQ(jr["comm_bytes"][k].number, v) << k;
+    }
+    const std::vector<std::string> peak = jr["peak_bytes"].Keys();
+    const std::vector<std::string> comm = jr["comm_bytes"].Keys();
+    EXPECT_EQ(std::set<std::string>(peak.begin(), peak.end()), peak_keys);
+    EXPECT_EQ(
+        std::set<std::string>(comm.begin(), comm.end()),
+        (std::set<std::string>{"all_gather", "all_reduce", "reduce_scatter"}));
+  }
+}
+
+// ---- 7. Bad options.
+
+TEST(TrainerTest, UnbuiltBackendsAreUnimplemented) {
+  for (const std::string backend : {"gloo", "nccl"}) {
+    TrainOptions o = Tiny();
+    o.backend = backend;
+    absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented) << backend;
+    EXPECT_THAT(std::string(r.status().message()),
+                HasSubstr("--backend=" + backend));
+  }
+}
+
+TEST(TrainerTest, BadNamesAreInvalidArgumentsNamingTheFlag) {
+  struct Case {
+    std::string flag;
+    std::string TrainOptions::*field;
+  };
+  for (const Case& c :
+       std::vector<Case>{{"storage", &TrainOptions::storage},
+                         {"precision", &TrainOptions::precision},
+                         {"optimizer", &TrainOptions::optimizer},
+                         {"offload", &TrainOptions::offload},
+                         {"backend", &TrainOptions::backend}}) {
+    SCOPED_TRACE(c.flag);
+    TrainOptions o = Tiny();
+    o.*c.field = "bogus";
+    absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    // trainer.h: "InvalidArgument naming the flag for bad options."
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("--" + c.flag));
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("bogus"));
+  }
+}
+
+TEST(TrainerTest, BadNumbersAreInvalidArguments) {
+  std::vector<TrainOptions> bad(6, Tiny());
+  bad[0].world_size = 0;
+  bad[1].batch = 0;
+  bad[2].grad_accum = 0;
+  bad[3].steps = -1;
+  bad[4].chunk_size = -2;
+  bad[5].chunk_size = 100;  // Smaller than wte.
+  for (const TrainOptions& o : bad) {
+    EXPECT_EQ(RunTraining(o, nullptr).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(TrainerTest, TokenIdOutsideTheVocabularyNamesTheFileAndPosition) {
+  TrainOptions o = Tiny();
+  o.tokens = TestDir("tokens.bin");
+  std::string bytes;
+  for (int i = 0; i < 40; ++i) {
+    const int id = i == 33 ? 256 : i;  // 256 = vocab.
+    bytes += static_cast<char>(id & 0xFF);
+    bytes += static_cast<char>(id >> 8);
+  }
+  WriteAll(o.tokens, bytes);
+  absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr(o.tokens));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("token 33 "));
+
+  // With the vocabulary large enough it trains.
+  o.model.vocab = 257;
+  o.chunk_size = -1;
+  o.steps = 1;
+  EXPECT_EQ(Train(o).steps.size(), 1u);
+}
+
+TEST(TrainerTest, DataShorterThanOneSequence) {
+  TrainOptions o = Tiny();
+  o.steps = 1;
+  o.data = TestDir("short.txt");
+  WriteAll(o.data, PseudoRandomBytes(16, 256));  // seq_len tokens: no target.
+  absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("--seq_len=16"));
+  WriteAll(o.data, PseudoRandomBytes(17, 256));
+  EXPECT_EQ(Train(o).steps.size(), 1u);
+}
+
+TEST(TrainerTest, DataFileErrors) {
+  TrainOptions o = Tiny();
+  o.data = "/nonexistent/chunkzero/trainer_test.txt";
+  EXPECT_EQ(RunTraining(o, nullptr).status().code(),
+            absl::StatusCode::kNotFound);
+  o.tokens = o.data;
+  EXPECT_EQ(RunTraining(o, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument)
+      << "--data and --tokens together";
+  o.data.clear();
+  o.model.vocab = 128;
+  o.tokens = TestDir("odd.bin");
+  WriteAll(o.tokens, "abc");
+  EXPECT_EQ(RunTraining(o, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace chunkzero
