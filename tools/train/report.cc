@@ -14,8 +14,9 @@ namespace {
 int ComputeBytes(const TrainOptions& o) { return o.precision == "fp32" ? 4 : 2; }
 
 int StateCount(const TrainOptions& o) {
-  if (o.optimizer == "sgd") return 1;  // momentum_buffer, if momentum is on.
-  return 2;                            // exp_avg, exp_avg_sq
+  // The train job's SGD is PyTorch's default (momentum 0): no state.
+  if (o.optimizer == "sgd") return 0;
+  return 2;  // exp_avg, exp_avg_sq
 }
 
 std::string Bytes(double b) {
@@ -157,7 +158,8 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
   const double expected = ExpectedCommBytesPerStep(o, r.parameters);
   absl::StrAppendFormat(
       &s, "\nComm per step, rank 0 (bus bytes): %s; DESIGN.md section 7 "
-          "gives %s for Psi (ratio %.3f; padding and the small agreement "
+          "gives %s for Psi (ratio %.3f: chunk padding, the tied wte's chunk "
+          "gathered again for the output layer, and the small agreement "
           "all-reduces make up the difference)\n",
       Bytes(comm), Bytes(expected), expected > 0 ? comm / expected : 0.0);
 

@@ -143,7 +143,7 @@ TEST(FormatSummaryTest, TargetMet) {
   EXPECT_THAT(s, HasSubstr("1.000, met\n"));
   EXPECT_THAT(s, Not(HasSubstr("NOT MET")));
   // 2000 + 1000 bus bytes in steps 2 and 3; 3 x 2 x 1000 x 1/2 expected.
-  EXPECT_THAT(s, HasSubstr("(ratio 1.000;"));
+  EXPECT_THAT(s, HasSubstr("(ratio 1.000:"));
   EXPECT_THAT(s, HasSubstr("Speed: 0.500 s per step, 100 tokens/s"));
   EXPECT_EQ(s.back(), '\n');
 }

@@ -125,8 +125,18 @@ absl::StatusOr<Plan> MakePlan(const TrainOptions& options) {
   plan.options = options;
   plan.model = options.model;
   CZ_ASSIGN_OR_RETURN(plan.dtype, ParsePrecision(options.precision));
-  CZ_ASSIGN_OR_RETURN(plan.layout, ParseChunkLayout(options.storage));
-  CZ_ASSIGN_OR_RETURN(plan.optimizer, ParseOptimizerKind(options.optimizer));
+  absl::StatusOr<ChunkLayout> layout = ParseChunkLayout(options.storage);
+  if (!layout.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--storage: ", layout.status().message()));
+  }
+  plan.layout = *layout;
+  absl::StatusOr<OptimizerKind> kind = ParseOptimizerKind(options.optimizer);
+  if (!kind.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--optimizer: ", kind.status().message()));
+  }
+  plan.optimizer = *kind;
   if (!options.init.empty()) {
     CZ_ASSIGN_OR_RETURN(GptCheckpoint ckpt,
                         ReadGptCheckpoint(options.init, options.model.heads));
