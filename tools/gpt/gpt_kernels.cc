@@ -12,8 +12,11 @@
 // The row loops are compiled three times (AVX-512, AVX2+FMA, baseline
 // x86-64) and picked at load time by the CPU (GCC function multiversioning):
 // the build itself targets plain x86-64, and these loops are where the
-// non-matmul time goes.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// non-matmul time goes. Not in sanitizer builds: the clones' ifunc
+// resolvers run while the dynamic linker relocates, before the sanitizer
+// runtime is up, and instrumented resolvers crash there.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(CHUNKZERO_SANITIZER_BUILD)
 #define GPT_KERNEL \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
