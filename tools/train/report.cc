@@ -190,15 +190,27 @@ void ProgressPrinter::OnStep(const StepMetrics& m) {
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - start_);
   const double done = static_cast<double>(m.step - first_step_);
   const double eta = elapsed / done * static_cast<double>(m.steps - m.step);
-  int64_t memory = 0;
-  for (const RankStepMetrics& r : m.ranks) {
-    memory = std::max(memory, r.peak_total_bytes);
+  // Every rank's peak; past 8 ranks the smallest and the largest.
+  std::string memory;
+  if (m.ranks.size() <= 8) {
+    for (const RankStepMetrics& r : m.ranks) {
+      if (!memory.empty()) memory += ", ";
+      memory += Bytes(static_cast<double>(r.peak_total_bytes));
+    }
+  } else {
+    int64_t lo = m.ranks[0].peak_total_bytes, hi = lo;
+    for (const RankStepMetrics& r : m.ranks) {
+      lo = std::min(lo, r.peak_total_bytes);
+      hi = std::max(hi, r.peak_total_bytes);
+    }
+    memory = absl::StrCat(Bytes(static_cast<double>(lo)), " .. ",
+                          Bytes(static_cast<double>(hi)));
   }
   const std::string line = absl::StrFormat(
       "step %*d/%d  loss %.4f  %s%.0f tokens/s  ETA %s  peak/rank %s",
       static_cast<int>(absl::StrCat(m.steps).size()), m.step, m.steps,
       m.loss, m.skipped ? "(skipped: overflow)  " : "", m.tokens_per_s,
-      Duration(eta), Bytes(static_cast<double>(memory)));
+      Duration(eta), memory);
   if (terminal_) {
     std::fprintf(out_, "\r%s\033[K", line.c_str());
   } else {

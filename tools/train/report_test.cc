@@ -205,12 +205,20 @@ TEST(ProgressPrinterTest, PlainLinesWhenNotATerminal) {
   EXPECT_THAT(s, Not(HasSubstr("\033")));
   EXPECT_THAT(
       s, MatchesRegex("step  1/12  loss 5\\.2500  1234 tokens/s  ETA "
-                      "[0-9]+:[0-9][0-9]  peak/rank 3\\.00 MiB\n"
+                      "[0-9]+:[0-9][0-9]  peak/rank 2\\.0 KiB, 3\\.00 MiB\n"
                       "step  2/12  loss 5\\.1250  \\(skipped: overflow\\)  "
                       "1234 tokens/s  ETA [0-9]+:[0-9][0-9]  peak/rank "
-                      "3\\.00 MiB\n"
+                      "2\\.0 KiB, 3\\.00 MiB\n"
                       "step 12/12  loss 4\\.0000  1234 tokens/s  ETA 0:00  "
-                      "peak/rank 3\\.00 MiB\n"));
+                      "peak/rank 2\\.0 KiB, 3\\.00 MiB\n"));
+}
+
+TEST(ProgressPrinterTest, ManyRanksShowTheSmallestAndLargestPeak) {
+  StepMetrics m = Step(1, 1, 1.0, false);
+  m.ranks.resize(10);
+  for (int r = 0; r < 10; ++r) m.ranks[r].peak_total_bytes = (r + 1) << 20;
+  EXPECT_THAT(Printed(/*terminal=*/false, {m}),
+              HasSubstr("peak/rank 1.00 MiB .. 10.00 MiB\n"));
 }
 
 TEST(ProgressPrinterTest, RewritesOneLineOnATerminal) {
