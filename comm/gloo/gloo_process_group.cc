@@ -1,0 +1,747 @@
+#include "comm/gloo/gloo_process_group.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "base/detached_status.h"
+#include "base/mutex.h"
+#include "comm/argument_checks.h"
+#include "comm/inprocess/reduce_kernels.h"
+#include "gloo/allgather.h"
+#include "gloo/allgatherv.h"
+#include "gloo/alltoall.h"
+#include "gloo/alltoallv.h"
+#include "gloo/broadcast.h"
+#include "gloo/common/error.h"
+#include "gloo/common/logging.h"
+#include "gloo/gather.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/file_store.h"
+#include "gloo/rendezvous/store.h"
+#include "gloo/transport/tcp/device.h"
+#include "gloo/transport/unbound_buffer.h"
+#include "gloo/types.h"
+
+namespace chunkzero {
+namespace comm {
+namespace gloo_internal {
+namespace {
+
+// The reference reduction (see reduce_kernels.h): shared with the in-process
+// backend so that both produce the same bits.
+using ::chunkzero::comm::inprocess_internal::ReduceInto;
+
+// Gloo's own algorithms use slot prefixes 0x01..0x08; the header exchange
+// gets one of its own so that it never matches their messages.
+constexpr uint8_t kHeaderSlotPrefix = 0x7c;
+
+// Rendezvous key a rank sets in the store when it joins (FileStore keys are
+// file names: no '/').
+std::string JoinKey(int rank) {
+  return absl::StrCat("chunkzero_gloo_joined_", rank);
+}
+
+// What a rank sends its peers before collective #k (see the header comment).
+// Fixed size and plain bytes, so every rank can post its receives up front.
+// Both ends are the same binary on little-endian hosts.
+struct CallHeader {
+  uint8_t kind;
+  uint8_t dtype;
+  uint8_t op;
+  uint8_t tag_truncated;  // 1 if tag_prefix holds only part of the tag.
+  int32_t root;
+  uint64_t count;
+  uint64_t tag_hash;  // FNV-1a of the whole tag.
+  char tag_prefix[40];
+};
+static_assert(sizeof(CallHeader) == 64, "CallHeader must have no padding");
+
+uint64_t Fnv1a(absl::string_view s) {
+  uint64_t h = 14695981039346656037ull;
+  for (const char c : s) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+CallHeader MakeHeader(const CollectiveCall& call) {
+  CallHeader h;
+  std::memset(&h, 0, sizeof(h));
+  h.kind = static_cast<uint8_t>(call.kind);
+  h.dtype = static_cast<uint8_t>(call.dtype);
+  h.op = static_cast<uint8_t>(call.op);
+  h.root = call.root;
+  h.count = call.count;
+  h.tag_hash = Fnv1a(call.tag);
+  const size_t n = std::min(call.tag.size(), sizeof(h.tag_prefix));
+  std::memcpy(h.tag_prefix, call.tag.data(), n);
+  h.tag_truncated = call.tag.size() > sizeof(h.tag_prefix) ? 1 : 0;
+  return h;
+}
+
+// The call a header describes, for comparison and messages (a long tag comes
+// back as its prefix followed by "...").
+CollectiveCall CallFromHeader(const CallHeader& h) {
+  CollectiveCall call;
+  call.kind = static_cast<CollectiveKind>(h.kind);
+  call.dtype = static_cast<DType>(h.dtype);
+  call.op = static_cast<ReduceOp>(h.op);
+  call.root = h.root;
+  call.count = h.count;
+  call.tag.assign(h.tag_prefix, strnlen(h.tag_prefix, sizeof(h.tag_prefix)));
+  if (h.tag_truncated) call.tag += "...";
+  return call;
+}
+
+bool HeadersMatch(const CallHeader& a, const CallHeader& b) {
+  return a.tag_hash == b.tag_hash &&
+         Matches(CallFromHeader(a), CallFromHeader(b));
+}
+
+std::string Describe(uint64_t seq, const CollectiveCall& call) {
+  return absl::StrCat("collective #", seq, " ", call.ToString());
+}
+
+// Gloo's timeouts are whole milliseconds and must be positive; rounds up.
+std::chrono::milliseconds GlooTimeout(absl::Time deadline) {
+  const absl::Duration left = deadline - absl::Now();
+  const int64_t ms =
+      absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1)));
+  return std::chrono::milliseconds(std::max<int64_t>(ms, 1));
+}
+
+// Gloo reports every timeout (store waits, connects, transfers) as an
+// IoException whose message says so; there is no separate type.
+bool IsTimeoutMessage(absl::string_view what) {
+  return absl::StrContains(what, "imed out") ||
+         absl::StrContains(what, "imeout");
+}
+
+// Runs `fn`, turning any exception into a status whose message starts with
+// `context`. Gloo signals every failure by throwing; none may escape a
+// worker thread (that would terminate the process).
+template <typename Fn>
+absl::Status CatchGloo(const std::string& context, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const gloo::IoException& e) {
+    const absl::StatusCode code = IsTimeoutMessage(e.what())
+                                      ? absl::StatusCode::kDeadlineExceeded
+                                      : absl::StatusCode::kUnavailable;
+    return absl::Status(code, absl::StrCat(context, ": ", e.what()));
+  } catch (const gloo::EnforceNotMet& e) {
+    return absl::InternalError(
+        absl::StrCat(context, ": gloo assertion failed: ", e.what()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(context, ": ", e.what()));
+  } catch (...) {
+    return absl::UnknownError(
+        absl::StrCat(context, ": unknown exception from gloo"));
+  }
+}
+
+// One queued collective. `send` and `recv` per kind as in the in-process
+// backend: Broadcast and AllReduce use recv (the buffer); Reduce uses send
+// and, at the root, recv; AllGather and ReduceScatter both; Barrier neither.
+struct Op {
+  Op(uint64_t seq, CollectiveCall call, const void* send, void* recv,
+     absl::Duration timeout, int rank)
+      : seq(seq),
+        call(std::move(call)),
+        send(send),
+        recv(recv),
+        timeout(timeout),
+        completion(absl::StrCat(Describe(seq, this->call), " on rank ", rank)) {
+  }
+  const uint64_t seq;
+  const CollectiveCall call;
+  const void* const send;
+  void* const recv;
+  const absl::Duration timeout;
+  WorkCompletion completion;
+};
+
+uint8_t* Bytes(void* p, size_t offset) {
+  return static_cast<uint8_t*>(p) + offset;
+}
+
+}  // namespace
+
+// The worker thread and the Gloo context of one group.
+class Worker {
+ public:
+  Worker(int rank, int size, std::shared_ptr<gloo::rendezvous::Context> context)
+      : rank_(rank), size_(size), context_(std::move(context)) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+
+  ~Worker() {
+    std::deque<std::unique_ptr<Op>> cancelled;
+    bool in_flight;
+    {
+      MutexLock lock(&mu_);
+      stopping_ = true;
+      cancelled.swap(queue_);
+      in_flight = in_flight_;
+      cv_.SignalAll();
+    }
+    for (auto& op : cancelled) {
+      op->completion.Complete(absl::CancelledError(
+          absl::StrCat(Describe(op->seq, op->call), " on rank ", rank_,
+                       " cancelled: its GlooProcessGroup was destroyed before "
+                       "it started")));
+    }
+    if (in_flight) AbortInFlight();
+    thread_.join();
+  }
+
+  // Unregisters, when it goes out of scope, the buffers it created. Declare
+  // it after the Gloo options object that owns them.
+  class Tracked {
+   public:
+    explicit Tracked(Worker* worker) : worker_(worker) {}
+    ~Tracked() {
+      MutexLock lock(&worker_->mu_);
+      for (gloo::transport::UnboundBuffer* b : mine_) {
+        worker_->active_.erase(std::find(worker_->active_.begin(),
+                                         worker_->active_.end(), b));
+      }
+    }
+    Tracked(const Tracked&) = delete;
+    Tracked& operator=(const Tracked&) = delete;
+
+    // An unbound buffer over [data, data + bytes), registered so that the
+    // destructor can abort waits on it.
+    std::unique_ptr<gloo::transport::UnboundBuffer> Buffer(const void* data,
+                                                           size_t bytes) {
+      // Gloo takes non-const pointers even for inputs, which it only reads.
+      std::unique_ptr<gloo::transport::UnboundBuffer> b =
+          worker_->context_->createUnboundBuffer(const_cast<void*>(data),
+                                                 bytes);
+      mine_.push_back(b.get());
+      MutexLock lock(&worker_->mu_);
+      worker_->active_.push_back(b.get());
+      return b;
+    }
+
+   private:
+    Worker* const worker_;
+    std::vector<gloo::transport::UnboundBuffer*> mine_;
+  };
+
+  std::unique_ptr<Work> Enqueue(CollectiveCall call, const void* send,
+                                void* recv, absl::Duration timeout)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    auto op = std::make_unique<Op>(next_seq_++, std::move(call), send, recv,
+                                   timeout, rank_);
+    std::unique_ptr<Work> work = op->completion.MakeWork();
+    queue_.push_back(std::move(op));
+    cv_.SignalAll();
+    return work;
+  }
+
+  absl::Status abort_status() const ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    return DetachedCopy(abort_status_);
+  }
+
+ private:
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_) {
+    while (true) {
+      std::unique_ptr<Op> op;
+      {
+        MutexLock lock(&mu_);
+        while (queue_.empty() && !stopping_) cv_.Wait(&mu_);
+        if (stopping_) return;  // The destructor completes what is queued.
+        op = std::move(queue_.front());
+        queue_.pop_front();
+        in_flight_ = true;
+      }
+      absl::Status status = Run(*op);
+      {
+        MutexLock lock(&mu_);
+        in_flight_ = false;
+        cv_.SignalAll();
+      }
+      op->completion.Complete(std::move(status));
+    }
+  }
+
+  // Runs `op` unless the group is aborted; aborts it on failure.
+  absl::Status Run(const Op& op) ABSL_LOCKS_EXCLUDED(mu_) {
+    const std::string what = Describe(op.seq, op.call);
+    {
+      MutexLock lock(&mu_);
+      if (!abort_status_.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            what, " on rank ", rank_,
+            " not started: the group was aborted by an earlier failure: ",
+            abort_status_.message()));
+      }
+    }
+    const std::string context =
+        absl::StrCat(what, " failed on rank ", rank_, " [gloo tag ",
+                     static_cast<uint32_t>(op.seq), "]");
+    absl::Status status =
+        CatchGloo(context, [&] { return Execute(op, context); });
+    bool first_failure = false;
+    {
+      MutexLock lock(&mu_);
+      // Aborted waits return as if they had completed: the data is garbage
+      // even when Gloo reports nothing.
+      if (aborting_) {
+        return absl::CancelledError(absl::StrCat(
+            what, " on rank ", rank_,
+            " cancelled: its GlooProcessGroup was destroyed while it ran",
+            status.ok() ? "" : absl::StrCat(" (", status.message(), ")")));
+      }
+      if (status.ok()) return status;
+      // A mismatch is found before any data moves and by every rank alike:
+      // the connections are intact and the group stays usable. Any other
+      // failure may leave messages half sent, so the group is done.
+      if (status.code() == absl::StatusCode::kInvalidArgument) return status;
+      if (abort_status_.ok()) {
+        abort_status_ = DetachedCopy(status);
+        first_failure = true;
+      }
+    }
+    if (first_failure) CloseConnections();
+    return status;
+  }
+
+  // Resets every connection, so that the peers' pending Gloo calls fail at
+  // once (with "connection reset") rather than at their timeouts, and later
+  // calls here throw.
+  void CloseConnections() { context_->closeConnections(); }
+
+  // Makes the collective in flight return promptly: closing the sockets does
+  // not wake this rank's own waits, so abort them (repeatedly: Gloo's
+  // algorithms ignore an aborted wait and go on to the next one, which then
+  // fails on the closed connection or is aborted in turn).
+  void AbortInFlight() ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      MutexLock lock(&mu_);
+      aborting_ = true;
+    }
+    CloseConnections();
+    MutexLock lock(&mu_);
+    while (in_flight_) {
+      for (gloo::transport::UnboundBuffer* b : active_) {
+        b->abortWaitRecv();
+        b->abortWaitSend();
+      }
+      cv_.WaitWithDeadline(&mu_, absl::Now() + absl::Milliseconds(2));
+    }
+  }
+
+  // Runs one collective; Gloo failures throw (see CatchGloo).
+  absl::Status Execute(const Op& op, const std::string& context) {
+    const absl::Time deadline = absl::Now() + op.timeout;
+    if (size_ == 1) return ExecuteAlone(op);
+    if (absl::Status s = ExchangeHeaders(op, deadline); !s.ok()) return s;
+    if (op.call.count == 0) return absl::OkStatus();
+    switch (op.call.kind) {
+      case CollectiveKind::kBarrier:
+        return absl::OkStatus();  // The header exchange was the barrier.
+      case CollectiveKind::kBroadcast:
+        return RunBroadcast(op, deadline);
+      case CollectiveKind::kReduce:
+        return RunReduce(op, deadline);
+      case CollectiveKind::kAllReduce:
+        return RunAllReduce(op, deadline);
+      case CollectiveKind::kAllGather:
+        return RunAllGather(op, deadline);
+      case CollectiveKind::kReduceScatter:
+        return RunReduceScatter(op, deadline);
+    }
+    return absl::InternalError(absl::StrCat(context, ": unknown kind"));
+  }
+
+  uint32_t Tag(const Op& op) const { return static_cast<uint32_t>(op.seq); }
+
+  // Sends this rank's CallHeader to every peer and receives theirs; returns
+  // DeadlineExceeded naming the ranks whose header did not come in time, or
+  // InvalidArgument on a mismatch.
+  absl::Status ExchangeHeaders(const Op& op, absl::Time deadline) {
+    constexpr size_t kSize = sizeof(CallHeader);
+    std::vector<CallHeader> headers(size_);
+    headers[rank_] = MakeHeader(op.call);
+    Tracked tracked(this);
+    std::unique_ptr<gloo::transport::UnboundBuffer> buf =
+        tracked.Buffer(headers.data(), size_ * kSize);
+    const uint64_t slot = gloo::Slot::build(kHeaderSlotPrefix, Tag(op));
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      buf->recv(peer, slot, peer * kSize, kSize);
+      buf->send(peer, slot, rank_ * kSize, kSize);
+    }
+    std::vector<bool> arrived(size_, false);
+    arrived[rank_] = true;
+    for (int i = 0; i < size_ - 1; ++i) {
+      int source = -1;
+      try {
+        if (!buf->waitRecv(&source, GlooTimeout(deadline))) {
+          return absl::CancelledError("aborted");  // See Run().
+        }
+      } catch (const gloo::IoException& e) {
+        if (!IsTimeoutMessage(e.what())) throw;
+        return JoinTimeout(op, arrived);
+      }
+      if (source >= 0 && source < size_) arrived[source] = true;
+    }
+    // Every peer has posted its receives (before sending): these complete.
+    for (int i = 0; i < size_ - 1; ++i) {
+      if (!buf->waitSend(GlooTimeout(deadline))) {
+        return absl::CancelledError("aborted");
+      }
+    }
+
+    for (int peer = 1; peer < size_; ++peer) {
+      if (HeadersMatch(headers[0], headers[peer])) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "collective #", op.seq, " mismatch: rank 0 called ",
+          CallFromHeader(headers[0]).ToString(), ", rank ", peer, " called ",
+          CallFromHeader(headers[peer]).ToString(),
+          " (all ranks must issue the same collectives in the same order)"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status JoinTimeout(const Op& op, const std::vector<bool>& arrived) {
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r) {
+      if (!arrived[r]) missing.push_back(r);
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        Describe(op.seq, op.call), " timed out on rank ", rank_, " after ",
+        absl::FormatDuration(op.timeout), " waiting for rank",
+        missing.size() == 1 ? " " : "s ", absl::StrJoin(missing, ", "),
+        " to join; the group is now aborted"));
+  }
+
+  // size() == 1: every collective is a local copy at most.
+  absl::Status ExecuteAlone(const Op& op) {
+    const CollectiveCall& c = op.call;
+    const bool copies = c.kind == CollectiveKind::kAllGather ||
+                        c.kind == CollectiveKind::kReduceScatter ||
+                        c.kind == CollectiveKind::kReduce;
+    if (copies && c.count > 0 && op.send != op.recv) {
+      std::memmove(op.recv, op.send, c.count * ElementSize(c.dtype));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status RunBroadcast(const Op& op, absl::Time deadline) {
+    const size_t bytes = op.call.count * ElementSize(op.call.dtype);
+    gloo::BroadcastOptions opts(context_);
+    Tracked tracked(this);
+    // In place at the root.
+    opts.setOutput<uint8_t>(tracked.Buffer(op.recv, bytes));
+    opts.setRoot(op.call.root);
+    opts.setTag(Tag(op));
+    opts.setTimeout(GlooTimeout(deadline));
+    gloo::broadcast(opts);
+    return absl::OkStatus();
+  }
+
+  absl::Status RunAllGather(const Op& op, absl::Time deadline) {
+    const size_t bytes = op.call.count * ElementSize(op.call.dtype);
+    gloo::AllgatherOptions opts(context_);
+    Tracked tracked(this);
+    // Without an input Gloo works in place (send is recv's slot rank_).
+    if (op.send != Bytes(op.recv, rank_ * bytes)) {
+      opts.setInput<uint8_t>(tracked.Buffer(op.send, bytes));
+    }
+    opts.setOutput<uint8_t>(tracked.Buffer(op.recv, size_ * bytes));
+    opts.setTag(Tag(op));
+    opts.setTimeout(GlooTimeout(deadline));
+    gloo::allgather(opts);
+    return absl::OkStatus();
+  }
+
+  // Reduces `n` consecutive blocks of `count` elements at `blocks` into
+  // `out`, in rank order (block k came from rank k).
+  void ReduceBlocks(void* out, const uint8_t* blocks, size_t count,
+                    const CollectiveCall& call) const {
+    const size_t block_bytes = count * ElementSize(call.dtype);
+    std::vector<const void*> inputs(size_);
+    for (int k = 0; k < size_; ++k) inputs[k] = blocks + k * block_bytes;
+    ReduceInto(out, inputs.data(), size_, count, call.dtype, call.op);
+  }
+
+  absl::Status RunReduceScatter(const Op& op, absl::Time deadline) {
+    const size_t bytes = op.call.count * ElementSize(op.call.dtype);
+    // Slot rank_ of every rank's send, in rank order. A separate buffer, so
+    // the in-place form (recv is send's slot rank_) needs no care.
+    std::vector<uint8_t> slots(size_ * bytes);
+    gloo::AlltoallOptions opts(context_);
+    Tracked tracked(this);
+    opts.setInput<uint8_t>(tracked.Buffer(op.send, size_ * bytes));
+    opts.setOutput<uint8_t>(tracked.Buffer(slots.data(), size_ * bytes));
+    opts.setTag(Tag(op));
+    opts.setTimeout(GlooTimeout(deadline));
+    gloo::alltoall(opts);
+    ReduceBlocks(op.recv, slots.data(), op.call.count, op.call);
+    return absl::OkStatus();
+  }
+
+  absl::Status RunAllReduce(const Op& op, absl::Time deadline) {
+    const size_t es = ElementSize(op.call.dtype);
+    const size_t count = op.call.count;
+    // Rank k owns segment k: [k * per, (k + 1) * per) clipped to count.
+    const size_t per = (count + size_ - 1) / size_;
+    auto begin = [&](int k) { return std::min(count, k * per); };
+    std::vector<int64_t> send_bytes(size_);
+    std::vector<size_t> segment_bytes(size_);
+    for (int k = 0; k < size_; ++k) {
+      segment_bytes[k] = (begin(k + 1) - begin(k)) * es;
+      send_bytes[k] = static_cast<int64_t>(segment_bytes[k]);
+    }
+    const size_t own = segment_bytes[rank_];
+
+    // 1. Reduce-scatter: every rank's segment rank_, then reduce locally.
+    std::vector<uint8_t> segments(std::max<size_t>(size_ * own, 1));
+    {
+      gloo::AlltoallvOptions opts(context_);
+      Tracked tracked(this);
+      opts.setInput<uint8_t>(tracked.Buffer(op.recv, count * es), send_bytes);
+      opts.setOutput<uint8_t>(
+          tracked.Buffer(segments.data(), size_ * own),
+          std::vector<int64_t>(size_, static_cast<int64_t>(own)));
+      opts.setTag(Tag(op));
+      opts.setTimeout(GlooTimeout(deadline));
+      gloo::alltoallv(opts);
+    }
+    ReduceBlocks(Bytes(op.recv, begin(rank_) * es), segments.data(), own / es,
+                 op.call);
+
+    // 2. All-gather the reduced segments, in place.
+    gloo::AllgathervOptions opts(context_);
+    Tracked tracked(this);
+    opts.setOutput<uint8_t>(tracked.Buffer(op.recv, count * es), segment_bytes);
+    opts.setTag(Tag(op));
+    opts.setTimeout(GlooTimeout(deadline));
+    gloo::allgatherv(opts);
+    return absl::OkStatus();
+  }
+
+  absl::Status RunReduce(const Op& op, absl::Time deadline) {
+    const size_t bytes = op.call.count * ElementSize(op.call.dtype);
+    const bool is_root = rank_ == op.call.root;
+    std::vector<uint8_t> gathered(is_root ? size_ * bytes : 0);
+    gloo::GatherOptions opts(context_);
+    Tracked tracked(this);
+    opts.setInput<uint8_t>(tracked.Buffer(op.send, bytes));
+    if (is_root) {
+      opts.setOutput<uint8_t>(tracked.Buffer(gathered.data(), size_ * bytes));
+    }
+    opts.setRoot(op.call.root);
+    opts.setTag(Tag(op));
+    opts.setTimeout(GlooTimeout(deadline));
+    gloo::gather(opts);
+    if (is_root) ReduceBlocks(op.recv, gathered.data(), op.call.count, op.call);
+    return absl::OkStatus();
+  }
+
+  const int rank_;
+  const int size_;
+  // Shared with Gloo's option objects, which take a shared_ptr<Context>.
+  const std::shared_ptr<gloo::rendezvous::Context> context_;
+  mutable Mutex mu_;
+  CondVar cv_;  // Signalled when queue_ grows or stopping_ is set.
+  std::deque<std::unique_ptr<Op>> queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool aborting_ ABSL_GUARDED_BY(mu_) = false;  // Set by the destructor.
+  // The unbound buffers of the collective in flight (see Tracked).
+  std::vector<gloo::transport::UnboundBuffer*> active_ ABSL_GUARDED_BY(mu_);
+  absl::Status abort_status_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+namespace {
+
+// Waits until every rank has set its JoinKey; DeadlineExceeded names the
+// ranks that have not.
+absl::Status WaitForAllRanks(gloo::rendezvous::Store& store, int rank,
+                             int size, absl::Time deadline,
+                             absl::Duration timeout) {
+  std::vector<int> missing;
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    // After the first miss, only probe: the deadline has passed.
+    const std::chrono::milliseconds wait = missing.empty()
+                                               ? GlooTimeout(deadline)
+                                               : std::chrono::milliseconds(1);
+    try {
+      store.wait({JoinKey(r)}, wait);
+    } catch (const std::exception& e) {
+      missing.push_back(r);
+    }
+  }
+  if (missing.empty()) return absl::OkStatus();
+  return absl::DeadlineExceededError(absl::StrCat(
+      "GlooProcessGroup::Create: rank ", rank, " of ", size, " timed out after ",
+      absl::FormatDuration(timeout), " waiting for rank",
+      missing.size() == 1 ? " " : "s ", absl::StrJoin(missing, ", "),
+      " to join the rendezvous"));
+}
+
+}  // namespace
+}  // namespace gloo_internal
+
+absl::StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
+    int rank, int size, gloo::rendezvous::Store& store,
+    const GlooOptions& options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GlooProcessGroup::Create: rank ", rank,
+                     " is not in [0, size) for size ", size));
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GlooProcessGroup::Create: timeout ",
+                     absl::FormatDuration(options.timeout), " is not positive"));
+  }
+  const absl::Time deadline = absl::Now() + options.timeout;
+  const std::string where = absl::StrCat("GlooProcessGroup::Create: rank ",
+                                         rank, " of ", size, " (hostname ",
+                                         options.hostname, ")");
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  absl::Status status = gloo_internal::CatchGloo(where, [&]() -> absl::Status {
+    // Our own join keys first, so that a missing rank gets named; Gloo's
+    // connectFullMesh would only report a timeout on some key.
+    store.set(gloo_internal::JoinKey(rank), {'1'});
+    if (absl::Status s = gloo_internal::WaitForAllRanks(
+            store, rank, size, deadline, options.timeout);
+        !s.ok()) {
+      return s;
+    }
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.hostname;
+    std::shared_ptr<gloo::transport::Device> device =
+        gloo::transport::tcp::CreateDevice(attr);
+    context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    context->setTimeout(gloo_internal::GlooTimeout(deadline));
+    context->connectFullMesh(store, device);
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return std::unique_ptr<GlooProcessGroup>(new GlooProcessGroup(
+      rank, size,
+      std::make_unique<gloo_internal::Worker>(rank, size, std::move(context))));
+}
+
+absl::StatusOr<std::unique_ptr<GlooProcessGroup>>
+GlooProcessGroup::CreateWithFileStore(int rank, int size,
+                                      const std::string& directory,
+                                      const GlooOptions& options) {
+  std::error_code error;
+  std::filesystem::create_directories(directory, error);
+  if (error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GlooProcessGroup::CreateWithFileStore: cannot create ",
+                     directory, ": ", error.message()));
+  }
+  std::unique_ptr<gloo::rendezvous::FileStore> store;
+  absl::Status status = gloo_internal::CatchGloo(
+      absl::StrCat("GlooProcessGroup::CreateWithFileStore: ", directory),
+      [&] {
+        store = std::make_unique<gloo::rendezvous::FileStore>(directory);
+        return absl::OkStatus();
+      });
+  if (!status.ok()) return status;
+  return Create(rank, size, *store, options);
+}
+
+GlooProcessGroup::GlooProcessGroup(
+    int rank, int size, std::unique_ptr<gloo_internal::Worker> worker)
+    : rank_(rank), size_(size), worker_(std::move(worker)) {}
+
+GlooProcessGroup::~GlooProcessGroup() = default;
+
+bool GlooProcessGroup::SupportsDType(DType dtype) const {
+  // Data moves as bytes; reductions run in our own kernels.
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+}
+
+std::unique_ptr<Work> GlooProcessGroup::Broadcast(
+    MutableBuffer buffer, const BroadcastOptions& options) {
+  if (absl::Status s = CheckBroadcastArgs(*this, buffer, options); !s.ok()) {
+    return MakeCompletedWork(std::move(s));
+  }
+  return worker_->Enqueue(DescribeBroadcast(buffer, options), nullptr,
+                          buffer.data, options.timeout);
+}
+
+std::unique_ptr<Work> GlooProcessGroup::Reduce(ConstBuffer send,
+                                               MutableBuffer recv,
+                                               const ReduceOptions& options) {
+  if (absl::Status s = CheckReduceArgs(*this, send, recv, options); !s.ok()) {
+    return MakeCompletedWork(std::move(s));
+  }
+  return worker_->Enqueue(DescribeReduce(send, options), send.data,
+                          rank_ == options.root ? recv.data : nullptr,
+                          options.timeout);
+}
+
+std::unique_ptr<Work> GlooProcessGroup::AllReduce(
+    MutableBuffer buffer, const AllReduceOptions& options) {
+  if (absl::Status s = CheckAllReduceArgs(*this, buffer, options); !s.ok()) {
+    return MakeCompletedWork(std::move(s));
+  }
+  return worker_->Enqueue(DescribeAllReduce(buffer, options), buffer.data,
+                          buffer.data, options.timeout);
+}
+
+std::unique_ptr<Work> GlooProcessGroup::AllGather(
+    ConstBuffer send, MutableBuffer recv, const AllGatherOptions& options) {
+  if (absl::Status s = CheckAllGatherArgs(*this, send, recv, options);
+      !s.ok()) {
+    return MakeCompletedWork(std::move(s));
+  }
+  return worker_->Enqueue(DescribeAllGather(send, options), send.data,
+                          recv.data, options.timeout);
+}
+
+std::unique_ptr<Work> GlooProcessGroup::ReduceScatter(
+    ConstBuffer send, MutableBuffer recv,
+    const ReduceScatterOptions& options) {
+  if (absl::Status s = CheckReduceScatterArgs(*this, send, recv, options);
+      !s.ok()) {
+    return MakeCompletedWork(std::move(s));
+  }
+  return worker_->Enqueue(DescribeReduceScatter(recv, options), send.data,
+                          recv.data, options.timeout);
+}
+
+std::unique_ptr<Work> GlooProcessGroup::Barrier(
+    const BarrierOptions& options) {
+  return worker_->Enqueue(DescribeBarrier(options), nullptr, nullptr,
+                          options.timeout);
+}
+
+absl::Status GlooProcessGroup::abort_status() const {
+  return worker_->abort_status();
+}
+
+}  // namespace comm
+}  // namespace chunkzero

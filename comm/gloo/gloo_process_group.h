@@ -1,0 +1,161 @@
+// GlooProcessGroup: a ProcessGroup whose ranks talk over TCP through Gloo, so
+// they may live in different processes (or on different hosts).
+//
+//   // Every rank, in its own process, with the same directory:
+//   absl::StatusOr<std::unique_ptr<GlooProcessGroup>> g =
+//       GlooProcessGroup::CreateWithFileStore(rank, 4, "/tmp/job42");
+//   CZ_RETURN_IF_ERROR(comm::AllReduce(**g, MutableBuffer::Of(grads)));
+//
+// Rendezvous. Create() connects `size` ranks through a gloo rendezvous Store
+// that every rank reaches: a shared gloo::rendezvous::HashStore when the
+// ranks are threads of one process (tests), a FileStore on a shared
+// directory across processes. The store must be fresh (no keys from an
+// earlier run) and dedicated to one group; to host several groups on one
+// store, give each a gloo::rendezvous::PrefixStore. The store is used only
+// inside Create(); it need not outlive the group.
+//
+// How a collective runs. Each group has one worker thread that executes its
+// collectives one at a time in issue order, so a caller continues while its
+// collective runs; the k-th collective issued on every rank forms collective
+// #k (0-based, gloo tag k mod 2^32). Every collective starts with a header
+// exchange: each rank sends a 64-byte description of its call (kind, dtype,
+// count, root, op, a hash of the tag and its first 40 characters) to every
+// other rank and waits for all of theirs. This is what the in-process backend
+// gets from its shared rendezvous, at the cost of one small all-to-all per
+// collective:
+//  - if a rank has not issued collective #k within options.timeout, the
+//    waiting ranks fail with DeadlineExceeded naming the missing rank(s);
+//  - if the calls disagree (kind, dtype, count, root, op, tag) every rank
+//    fails with InvalidArgument "collective #k mismatch: rank 0 called X,
+//    rank j called Y"; no data moves and the group stays usable. (Without
+//    the exchange a mismatch would surface as a timeout, or as a size
+//    assertion inside Gloo's network thread that ends the process.)
+// Then the data moves (N = size(), B = the per-rank byte count of the call):
+//  - Broadcast: gloo::broadcast (binomial tree from the root).
+//  - AllGather: gloo::allgather (ring); each rank sends and receives
+//    (N-1) * B.
+//  - ReduceScatter: gloo::alltoall (rank r receives slot r of every rank's
+//    send), then rank r reduces the N slots locally in rank order. Each rank
+//    sends and receives (N-1) * B: the same volume as a ring reduce-scatter.
+//  - AllReduce: the same reduce-scatter over N nearly equal segments of the
+//    buffer (gloo::alltoallv), then gloo::allgatherv of the reduced
+//    segments: 2 (N-1)/N of the buffer sent and received per rank, as a
+//    ring all-reduce.
+//  - Reduce: gloo::gather to the root, which reduces locally. The root
+//    receives (N-1) * B (a ring reduce would need only about 2 B), and does
+//    all the arithmetic; fine for the small reductions it is used for.
+//  - Barrier: the header exchange is itself a barrier.
+// Reductions never use Gloo's reduce functions: the local step is the
+// reference kernel of the in-process backend (comm/inprocess/reduce_kernels),
+// so results are the serial rank-order reduction, bit for bit identical to
+// the in-process backend, with f16/bf16 accumulated in f32 and rounded once.
+// Supported dtypes: f32, f16, bf16; ops: sum, avg, max (all of ReduceOp).
+//
+// Timeouts and abort. options.timeout starts when the worker begins the
+// collective and bounds the whole collective (header exchange and data).
+// The first failure of any kind other than a mismatch (a timeout, a peer that
+// closed its connections, a Gloo error) ABORTS the group: it closes every
+// connection, so the peers' pending collectives fail promptly with
+// Unavailable ("connection closed") instead of waiting out their own
+// timeouts, and every later collective on this group fails at once with
+// FailedPrecondition quoting the first failure. An aborted group cannot be
+// repaired; make a new one (a new store) on every rank. Gloo's exceptions
+// never escape: they become statuses naming the collective, rank and tag.
+//
+// Thread-safety: all methods are thread-safe; collectives may be issued from
+// any thread (see process_group.h on ordering).
+// Destruction: fails every queued collective with Cancelled, aborts a
+// collective in flight (Cancelled; its peers see closed connections) and
+// joins the worker. REQUIRES: no thread is issuing collectives on the group
+// any more.
+#ifndef CHUNKZERO_COMM_GLOO_GLOO_PROCESS_GROUP_H_
+#define CHUNKZERO_COMM_GLOO_GLOO_PROCESS_GROUP_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "comm/options.h"
+#include "comm/process_group.h"
+
+namespace gloo {
+namespace rendezvous {
+class Store;
+}  // namespace rendezvous
+}  // namespace gloo
+
+namespace chunkzero {
+namespace comm {
+
+namespace gloo_internal {
+class Worker;
+}  // namespace gloo_internal
+
+struct GlooOptions {
+  // The address this rank listens on and advertises to its peers: loopback
+  // for ranks on one machine, else this host's name or address.
+  std::string hostname = "127.0.0.1";
+  // How long Create() waits for every rank to join and connect.
+  absl::Duration timeout = kDefaultCollectiveTimeout;
+};
+
+class GlooProcessGroup final : public ProcessGroup {
+ public:
+  // Connects rank `rank` of `size` through `store` (see "Rendezvous" above).
+  // Blocks until every rank has joined and all connections are up. Errors:
+  // InvalidArgument for a bad rank/size/timeout; DeadlineExceeded naming the
+  // ranks that did not join within options.timeout; Unavailable if the
+  // connections cannot be made (e.g. an unreachable hostname).
+  static absl::StatusOr<std::unique_ptr<GlooProcessGroup>> Create(
+      int rank, int size, gloo::rendezvous::Store& store,
+      const GlooOptions& options = {});
+
+  // As Create() over a gloo FileStore in `directory` (created if missing),
+  // for ranks in separate processes on one machine or a shared filesystem.
+  // Use a fresh directory per job: stale keys would send ranks to dead
+  // addresses.
+  static absl::StatusOr<std::unique_ptr<GlooProcessGroup>> CreateWithFileStore(
+      int rank, int size, const std::string& directory,
+      const GlooOptions& options = {});
+
+  ~GlooProcessGroup() override;
+  GlooProcessGroup(const GlooProcessGroup&) = delete;
+  GlooProcessGroup& operator=(const GlooProcessGroup&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  absl::string_view backend_name() const override { return "gloo"; }
+  // f32, f16 and bf16.
+  bool SupportsDType(DType dtype) const override;
+
+  std::unique_ptr<Work> Broadcast(MutableBuffer buffer,
+                                  const BroadcastOptions& options) override;
+  std::unique_ptr<Work> Reduce(ConstBuffer send, MutableBuffer recv,
+                               const ReduceOptions& options) override;
+  std::unique_ptr<Work> AllReduce(MutableBuffer buffer,
+                                  const AllReduceOptions& options) override;
+  std::unique_ptr<Work> AllGather(ConstBuffer send, MutableBuffer recv,
+                                  const AllGatherOptions& options) override;
+  std::unique_ptr<Work> ReduceScatter(
+      ConstBuffer send, MutableBuffer recv,
+      const ReduceScatterOptions& options) override;
+  std::unique_ptr<Work> Barrier(const BarrierOptions& options) override;
+
+  // The status that aborted the group (its first failure), or OK.
+  absl::Status abort_status() const;
+
+ private:
+  GlooProcessGroup(int rank, int size,
+                   std::unique_ptr<gloo_internal::Worker> worker);
+
+  const int rank_;
+  const int size_;
+  std::unique_ptr<gloo_internal::Worker> worker_;
+};
+
+}  // namespace comm
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_COMM_GLOO_GLOO_PROCESS_GROUP_H_

@@ -1,0 +1,694 @@
+#include "comm/gloo/gloo_process_group.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gloo/rendezvous/hash_store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tensor/half.h"
+
+namespace chunkzero {
+namespace comm {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Collectives that should fail fast get this; healthy ones the default.
+constexpr absl::Duration kShortTimeout = absl::Milliseconds(300);
+// Slack on "fails fast" bounds for a loaded 2-core machine.
+constexpr absl::Duration kSlack = absl::Seconds(3);
+
+// ---------------------------------------------------------------------------
+// Ranks as threads, each with its own group over one shared HashStore.
+
+using RankFn = std::function<absl::Status(GlooProcessGroup& group)>;
+
+// Creates n groups over one HashStore (on n threads, since Create blocks
+// until all ranks join) and returns them, or the first Create error.
+absl::StatusOr<std::vector<std::unique_ptr<GlooProcessGroup>>> CreateGroups(
+    int n) {
+  gloo::rendezvous::HashStore store;
+  std::vector<absl::StatusOr<std::unique_ptr<GlooProcessGroup>>> created(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      GlooOptions options;
+      options.timeout = absl::Seconds(20);
+      created[r] = GlooProcessGroup::Create(r, n, store, options);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::vector<std::unique_ptr<GlooProcessGroup>> groups;
+  for (auto& g : created) {
+    if (!g.ok()) return g.status();
+    groups.push_back(std::move(*g));
+  }
+  return groups;
+}
+
+// Runs fn(group r) on one thread per rank; returns the statuses by rank.
+// The groups outlive every fn (a rank that returns early stays connected).
+std::vector<absl::Status> RunRanks(
+    std::vector<std::unique_ptr<GlooProcessGroup>>& groups, const RankFn& fn) {
+  std::vector<absl::Status> statuses(groups.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < groups.size(); ++r) {
+    threads.emplace_back([&, r] { statuses[r] = fn(*groups[r]); });
+  }
+  for (std::thread& t : threads) t.join();
+  return statuses;
+}
+
+std::vector<absl::Status> SpawnGloo(int n, const RankFn& fn) {
+  auto groups = CreateGroups(n);
+  if (!groups.ok()) return std::vector<absl::Status>(n, groups.status());
+  return RunRanks(*groups, fn);
+}
+
+::testing::AssertionResult AllOk(const std::vector<absl::Status>& statuses) {
+  ::testing::AssertionResult failure = ::testing::AssertionFailure();
+  bool ok = true;
+  for (size_t r = 0; r < statuses.size(); ++r) {
+    if (statuses[r].ok()) continue;
+    ok = false;
+    failure << "\n  rank " << r << ": " << statuses[r];
+  }
+  return ok ? ::testing::AssertionSuccess() : failure;
+}
+
+// ---------------------------------------------------------------------------
+// Data and the serial rank-order reference (process_group.h's contract).
+
+constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
+
+// Values that round differently in every dtype, with the maximum moving
+// between ranks.
+float Value(int rank, size_t i) {
+  return 0.3f * static_cast<float>(rank + 1) - 0.011f * static_cast<float>(i) +
+         0.41f * static_cast<float>((rank * 7 + i) % 5);
+}
+
+uint32_t ToBits(DType dtype, float v) {
+  if (dtype == DType::kF16) return FloatToHalfBits(v);
+  if (dtype == DType::kBF16) return FloatToBFloat16Bits(v);
+  return FloatBits(v);
+}
+
+float FromBits(DType dtype, uint32_t bits) {
+  if (dtype == DType::kF16) return HalfBitsToFloat(bits);
+  if (dtype == DType::kBF16) return BFloat16BitsToFloat(bits);
+  return BitsToFloat(bits);
+}
+
+uint32_t InputBits(DType dtype, int rank, size_t i) {
+  return ToBits(dtype, Value(rank, i));
+}
+
+// Element i reduced over n ranks: inputs widened to f32, combined in rank
+// order, avg divided by n, rounded once.
+uint32_t Reduced(DType dtype, ReduceOp op, int n, size_t i) {
+  float acc = FromBits(dtype, InputBits(dtype, 0, i));
+  for (int k = 1; k < n; ++k) {
+    const float x = FromBits(dtype, InputBits(dtype, k, i));
+    acc = op == ReduceOp::kMax ? (acc < x ? x : acc) : acc + x;
+  }
+  if (op == ReduceOp::kAvg && n > 1) acc /= static_cast<float>(n);
+  return ToBits(dtype, acc);
+}
+
+// Elements of any dtype kept as bit patterns, so checks are bit for bit.
+class Data {
+ public:
+  Data(DType dtype, size_t count)
+      : dtype_(dtype), bytes_(count * ElementSize(dtype), 0xA5) {}
+  MutableBuffer buffer(size_t offset, size_t count) {
+    return {bytes_.data() + offset * ElementSize(dtype_), count, dtype_};
+  }
+  MutableBuffer all() { return buffer(0, count()); }
+  size_t count() const { return bytes_.size() / ElementSize(dtype_); }
+  // Element offset + i = Value(rank, first + i), for i < count.
+  void Fill(size_t offset, size_t count, int rank, size_t first = 0) {
+    for (size_t i = 0; i < count; ++i) {
+      Put(offset + i, InputBits(dtype_, rank, first + i));
+    }
+  }
+  uint32_t Get(size_t i) const {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &bytes_[i * ElementSize(dtype_)], ElementSize(dtype_));
+    return bits;
+  }
+  // First element in [offset, offset + count) whose bits differ from
+  // want(i), as an error.
+  absl::Status Expect(absl::string_view what, size_t offset, size_t count,
+                      const std::function<uint32_t(size_t)>& want) const {
+    for (size_t i = 0; i < count; ++i) {
+      if (Get(offset + i) == want(i)) continue;
+      return absl::InternalError(
+          absl::StrFormat("%s: element %d: got bits 0x%x, want 0x%x", what,
+                          offset + i, Get(offset + i), want(i)));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  void Put(size_t i, uint32_t bits) {
+    std::memcpy(&bytes_[i * ElementSize(dtype_)], &bits, ElementSize(dtype_));
+  }
+  DType dtype_;
+  std::vector<uint8_t> bytes_;
+};
+
+// ---------------------------------------------------------------------------
+// Every collective, dtype, op, root and form against the reference.
+
+struct Case {
+  std::string name;
+  RankFn run;
+};
+
+void AddReductions(int n, DType dt, size_t count, std::vector<Case>& cases) {
+  const std::string d(DTypeName(dt));
+  for (ReduceOp op : kOps) {
+    const std::string o(ReduceOpName(op));
+    cases.push_back({absl::StrCat("AllReduce ", d, " ", count, " ", o),
+                     [=](ProcessGroup& g) -> absl::Status {
+                       Data x(dt, count);
+                       x.Fill(0, count, g.rank());
+                       AllReduceOptions opts;
+                       opts.op = op;
+                       if (absl::Status s = AllReduce(g, x.all(), opts); !s.ok())
+                         return s;
+                       return x.Expect("allreduce", 0, count, [&](size_t i) {
+                         return Reduced(dt, op, n, i);
+                       });
+                     }});
+    for (int root : {0, n - 1}) {
+      for (bool in_place : {false, true}) {
+        cases.push_back(
+            {absl::StrCat("Reduce ", d, " ", count, " ", o, " root ", root,
+                          in_place ? " in place" : ""),
+             [=](ProcessGroup& g) -> absl::Status {
+               Data send(dt, count), recv(dt, count);
+               send.Fill(0, count, g.rank());
+               Data& out = in_place ? send : recv;
+               const bool is_root = g.rank() == root;
+               ReduceOptions opts;
+               opts.root = root;
+               opts.op = op;
+               if (absl::Status s = Reduce(g, send.all(),
+                                           is_root ? out.all() : MutableBuffer{},
+                                           opts);
+                   !s.ok())
+                 return s;
+               if (!is_root) {
+                 return send.Expect("non-root send", 0, count, [&](size_t i) {
+                   return InputBits(dt, g.rank(), i);
+                 });
+               }
+               return out.Expect("reduce", 0, count, [&](size_t i) {
+                 return Reduced(dt, op, n, i);
+               });
+             }});
+      }
+    }
+  }
+}
+
+void AddMovements(int n, DType dt, size_t count, std::vector<Case>& cases) {
+  const std::string d(DTypeName(dt));
+  for (int root : {0, n - 1}) {
+    cases.push_back({absl::StrCat("Broadcast ", d, " ", count, " root ", root),
+                     [=](ProcessGroup& g) -> absl::Status {
+                       Data x(dt, count);
+                       if (g.rank() == root) x.Fill(0, count, root);
+                       BroadcastOptions opts;
+                       opts.root = root;
+                       if (absl::Status s = Broadcast(g, x.all(), opts); !s.ok())
+                         return s;
+                       return x.Expect("broadcast", 0, count, [&](size_t i) {
+                         return InputBits(dt, root, i);
+                       });
+                     }});
+  }
+  for (bool in_place : {false, true}) {
+    const std::string form = in_place ? " in place" : "";
+    cases.push_back(
+        {absl::StrCat("AllGather ", d, " ", count, form),
+         [=](ProcessGroup& g) -> absl::Status {
+           const int r = g.rank();
+           Data recv(dt, n * count), own(dt, count);
+           Data& src = in_place ? recv : own;
+           const size_t at = in_place ? r * count : 0;
+           src.Fill(at, count, r);
+           if (absl::Status s =
+                   AllGather(g, src.buffer(at, count), recv.all());
+               !s.ok())
+             return s;
+           return recv.Expect("allgather", 0, n * count, [&](size_t i) {
+             return InputBits(dt, static_cast<int>(i / count), i % count);
+           });
+         }});
+    for (ReduceOp op : kOps) {
+      cases.push_back(
+          {absl::StrCat("ReduceScatter ", d, " ", count, " ",
+                        ReduceOpName(op), form),
+           [=](ProcessGroup& g) -> absl::Status {
+             // Rank r's send holds Value(r, 0 .. n*count), so slot k is
+             // the reference at k*count + i.
+             const int r = g.rank();
+             Data send(dt, n * count), own(dt, count);
+             send.Fill(0, n * count, r);
+             Data& dst = in_place ? send : own;
+             const size_t at = in_place ? r * count : 0;
+             ReduceScatterOptions opts;
+             opts.op = op;
+             if (absl::Status s = ReduceScatter(g, send.all(),
+                                                dst.buffer(at, count), opts);
+                 !s.ok())
+               return s;
+             return dst.Expect("reducescatter", at, count, [&](size_t i) {
+               return Reduced(dt, op, n, r * count + i);
+             });
+           }});
+    }
+  }
+}
+
+std::vector<Case> AllCases(int n) {
+  std::vector<Case> cases;
+  for (DType dt : kDTypes) {
+    // 4500 splits unevenly into AllReduce segments for n = 2, 3, 4; 1 and 2
+    // leave some ranks' segments empty.
+    for (size_t count : {0, 1, 2, 37, 4500}) {
+      AddReductions(n, dt, count, cases);
+      AddMovements(n, dt, count, cases);
+    }
+  }
+  cases.push_back({"Barrier", [](ProcessGroup& g) { return Barrier(g); }});
+  return cases;
+}
+
+class GlooWorldSizeTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooWorldSizeTest, EveryOpMatchesSerialReferenceBitForBit) {
+  const int n = GetParam();
+  const std::vector<Case> cases = AllCases(n);
+  EXPECT_TRUE(AllOk(SpawnGloo(n, [&](GlooProcessGroup& g) -> absl::Status {
+    for (const Case& c : cases) {
+      if (absl::Status s = c.run(g); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat(c.name, ": ", s.message()));
+      }
+    }
+    return absl::OkStatus();
+  })));
+}
+
+// The chunk code starts an all-gather (prefetch) and waits for it later,
+// with other collectives issued in between: every rank issues in one order.
+TEST_P(GlooWorldSizeTest, AsyncOpsOverlapAndCompleteInIssueOrder) {
+  const int n = GetParam();
+  constexpr size_t kCount = 3000;
+  EXPECT_TRUE(AllOk(SpawnGloo(n, [&](GlooProcessGroup& g) -> absl::Status {
+    const int r = g.rank();
+    Data own(DType::kF16, kCount), gathered(DType::kF16, n * kCount),
+        grads(DType::kF32, kCount), params(DType::kBF16, kCount),
+        scatter_in(DType::kF32, n * kCount), scatter_out(DType::kF32, kCount);
+    own.Fill(0, kCount, r);
+    grads.Fill(0, kCount, r);
+    if (r == n - 1) params.Fill(0, kCount, n - 1);
+    scatter_in.Fill(0, n * kCount, r);
+    BroadcastOptions from_last;
+    from_last.root = n - 1;
+    std::vector<std::unique_ptr<Work>> works;
+    works.push_back(g.AllGather(own.all(), gathered.all(), {}));
+    works.push_back(g.AllReduce(grads.all(), {}));
+    works.push_back(g.Broadcast(params.all(), from_last));
+    works.push_back(g.ReduceScatter(scatter_in.all(), scatter_out.all(), {}));
+    works.push_back(g.Barrier({}));
+    for (auto& w : works) {
+      if (absl::Status s = w->Wait(); !s.ok()) return s;
+      if (!w->IsCompleted()) return absl::InternalError("not completed");
+    }
+    if (absl::Status s = gathered.Expect("allgather", 0, n * kCount,
+                                         [&](size_t i) {
+                                           return InputBits(
+                                               DType::kF16,
+                                               static_cast<int>(i / kCount),
+                                               i % kCount);
+                                         });
+        !s.ok())
+      return s;
+    if (absl::Status s = grads.Expect("allreduce", 0, kCount,
+                                      [&](size_t i) {
+                                        return Reduced(DType::kF32,
+                                                       ReduceOp::kSum, n, i);
+                                      });
+        !s.ok())
+      return s;
+    if (absl::Status s = params.Expect("broadcast", 0, kCount,
+                                       [&](size_t i) {
+                                         return InputBits(DType::kBF16, n - 1,
+                                                          i);
+                                       });
+        !s.ok())
+      return s;
+    return scatter_out.Expect("reducescatter", 0, kCount, [&](size_t i) {
+      return Reduced(DType::kF32, ReduceOp::kSum, n, r * kCount + i);
+    });
+  })));
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooWorldSizeTest,
+                         ::testing::Values(1, 2, 3, 4),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat("N", info.param);
+                         });
+
+// Hundreds of collectives queued at once: each matches its peers' by issue
+// order (the Gloo tag is the sequence number).
+TEST(GlooProcessGroup, ManyQueuedOpsCompleteInOrder) {
+  constexpr int kOps = 300;
+  EXPECT_TRUE(AllOk(SpawnGloo(3, [&](GlooProcessGroup& g) -> absl::Status {
+    std::vector<std::vector<float>> xs(kOps);
+    std::vector<std::unique_ptr<Work>> works;
+    for (int k = 0; k < kOps; ++k) {
+      xs[k].assign(1 + k % 7, static_cast<float>(k + g.rank()));
+      works.push_back(g.AllReduce(MutableBuffer::Of(xs[k]), {}));
+    }
+    for (int k = 0; k < kOps; ++k) {
+      if (absl::Status s = works[k]->Wait(); !s.ok()) return s;
+      if (xs[k].back() != static_cast<float>(3 * k + 3)) {
+        return absl::InternalError(absl::StrCat("op ", k, ": ", xs[k].back()));
+      }
+    }
+    return absl::OkStatus();
+  })));
+}
+
+// Larger than Gloo's 1 MiB transfer segments and the sockets' buffers.
+TEST(GlooProcessGroup, LargeBuffers) {
+  constexpr size_t kCount = 1 << 20;  // 4 MiB of f32 per rank.
+  EXPECT_TRUE(AllOk(SpawnGloo(3, [&](GlooProcessGroup& g) -> absl::Status {
+    Data x(DType::kF32, kCount);
+    x.Fill(0, kCount, g.rank());
+    if (absl::Status s = AllReduce(g, x.all()); !s.ok()) return s;
+    if (absl::Status s = x.Expect("allreduce", 0, kCount,
+                                  [&](size_t i) {
+                                    return Reduced(DType::kF32, ReduceOp::kSum,
+                                                   3, i);
+                                  });
+        !s.ok())
+      return s;
+    Data gathered(DType::kF32, 3 * kCount);
+    x.Fill(0, kCount, g.rank());
+    if (absl::Status s = AllGather(g, x.all(), gathered.all()); !s.ok())
+      return s;
+    return gathered.Expect("allgather", 0, 3 * kCount, [&](size_t i) {
+      return InputBits(DType::kF32, static_cast<int>(i / kCount), i % kCount);
+    });
+  })));
+}
+
+// ---------------------------------------------------------------------------
+// Mismatches, timeouts, abort, destruction.
+
+TEST(GlooProcessGroup, MismatchFailsOnEveryRankNamingBothSidesGroupStaysUsable) {
+  struct MismatchCase {
+    std::string name;
+    std::function<absl::Status(ProcessGroup&, std::vector<float>&)> issue;
+    std::string message;
+  };
+  const std::vector<MismatchCase> cases = {
+      {"kind",
+       [](ProcessGroup& g, std::vector<float>& x) {
+         if (g.rank() == 0) return AllReduce(g, MutableBuffer::Of(x));
+         std::vector<float> recv(20);
+         return AllGather(g, ConstBuffer::Of(x), MutableBuffer::Of(recv));
+       },
+       "mismatch: rank 0 called AllReduce(f32, count=10, op=sum), rank 1 "
+       "called AllGather(f32, count=10)"},
+      {"count",
+       [](ProcessGroup& g, std::vector<float>& x) {
+         return AllReduce(g, {x.data(), g.rank() == 0 ? 10u : 9u, DType::kF32});
+       },
+       "rank 0 called AllReduce(f32, count=10, op=sum), rank 1 called "
+       "AllReduce(f32, count=9, op=sum)"},
+      {"root",
+       [](ProcessGroup& g, std::vector<float>& x) {
+         BroadcastOptions opts;
+         opts.root = g.rank();
+         return Broadcast(g, MutableBuffer::Of(x), opts);
+       },
+       "rank 0 called Broadcast(f32, count=10, root=0), rank 1 called "
+       "Broadcast(f32, count=10, root=1)"},
+      {"tag",
+       [](ProcessGroup& g, std::vector<float>& x) {
+         std::vector<float> recv(20);
+         AllGatherOptions opts;
+         opts.tag = g.rank() == 0 ? "fp16_param#3" : "fp16_param#4";
+         return AllGather(g, ConstBuffer::Of(x), MutableBuffer::Of(recv), opts);
+       },
+       "rank 0 called AllGather(f32, count=10, tag=fp16_param#3), rank 1 "
+       "called AllGather(f32, count=10, tag=fp16_param#4)"},
+  };
+  auto groups = CreateGroups(2);
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  for (const MismatchCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<absl::Status> follow_up(2);
+    const std::vector<absl::Status> statuses =
+        RunRanks(*groups, [&](GlooProcessGroup& g) {
+          std::vector<float> x(10, 1.0f);
+          absl::Status s = c.issue(g, x);
+          std::vector<float> y(4, static_cast<float>(g.rank()));
+          follow_up[g.rank()] = AllReduce(g, MutableBuffer::Of(y));
+          if (follow_up[g.rank()].ok() && y[3] != 1.0f) {
+            follow_up[g.rank()] = absl::InternalError("wrong follow-up sum");
+          }
+          return s;
+        });
+    for (int r = 0; r < 2; ++r) {
+      SCOPED_TRACE(absl::StrCat("rank ", r));
+      EXPECT_EQ(statuses[r].code(), absl::StatusCode::kInvalidArgument)
+          << statuses[r];
+      EXPECT_THAT(statuses[r].message(), HasSubstr(c.message));
+      EXPECT_TRUE(follow_up[r].ok()) << follow_up[r];
+    }
+  }
+  for (auto& g : *groups) EXPECT_TRUE(g->abort_status().ok());
+}
+
+TEST(GlooProcessGroup, MissingRankMakesOthersTimeOutNamingItThenGroupAborts) {
+  auto groups = CreateGroups(3);
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  std::vector<absl::Duration> elapsed(3);
+  const std::vector<absl::Status> statuses =
+      RunRanks(*groups, [&](GlooProcessGroup& g) -> absl::Status {
+        if (g.rank() == 1) return absl::OkStatus();  // Never issues.
+        std::vector<float> x(8, 1.0f);
+        AllReduceOptions opts;
+        opts.timeout = kShortTimeout;
+        const absl::Time start = absl::Now();
+        absl::Status s = AllReduce(g, MutableBuffer::Of(x), opts);
+        elapsed[g.rank()] = absl::Now() - start;
+        return s;
+      });
+  for (int r : {0, 2}) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_EQ(statuses[r].code(), absl::StatusCode::kDeadlineExceeded)
+        << statuses[r];
+    EXPECT_THAT(statuses[r].message(),
+                HasSubstr(absl::StrCat(
+                    "collective #0 AllReduce(f32, count=8, op=sum) timed out "
+                    "on rank ",
+                    r, " after 300ms waiting for rank 1 to join")));
+    EXPECT_GE(elapsed[r], kShortTimeout - absl::Milliseconds(5));
+    EXPECT_LT(elapsed[r], kShortTimeout + kSlack);
+    EXPECT_EQ((*groups)[r]->abort_status().code(),
+              absl::StatusCode::kDeadlineExceeded);
+  }
+
+  // Later collectives fail fast: FailedPrecondition quoting the first
+  // failure on the aborted ranks; rank 1 finds its connections reset.
+  const std::vector<absl::Status> later =
+      RunRanks(*groups, [](GlooProcessGroup& g) {
+        const absl::Time start = absl::Now();
+        absl::Status s = Barrier(g);
+        if (absl::Now() - start > kSlack) {
+          return absl::InternalError(absl::StrCat("slow: ", s.ToString()));
+        }
+        return s;
+      });
+  for (int r : {0, 2}) {
+    EXPECT_EQ(later[r].code(), absl::StatusCode::kFailedPrecondition)
+        << later[r];
+    EXPECT_THAT(later[r].message(),
+                HasSubstr("aborted by an earlier failure: collective #0 "
+                          "AllReduce(f32, count=8, op=sum) timed out"));
+  }
+  EXPECT_EQ(later[1].code(), absl::StatusCode::kUnavailable) << later[1];
+  EXPECT_THAT(later[1].message(),
+              HasSubstr("collective #0 Barrier() failed on rank 1 [gloo tag "
+                        "0]"));
+}
+
+TEST(GlooProcessGroup, CreateTimesOutNamingTheRanksThatDidNotJoin) {
+  gloo::rendezvous::HashStore store;
+  std::vector<absl::Status> statuses(2);
+  std::vector<std::thread> threads;
+  const absl::Time start = absl::Now();
+  for (int r = 0; r < 2; ++r) {  // Ranks 2 and 3 of 4 never come.
+    threads.emplace_back([&, r] {
+      GlooOptions options;
+      options.timeout = kShortTimeout;
+      statuses[r] = GlooProcessGroup::Create(r, 4, store, options).status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_LT(absl::Now() - start, kShortTimeout + kSlack);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(statuses[r].code(), absl::StatusCode::kDeadlineExceeded)
+        << statuses[r];
+    EXPECT_THAT(statuses[r].message(),
+                HasSubstr(absl::StrCat(
+                    "rank ", r, " of 4 timed out after 300ms waiting for "
+                    "ranks 2, 3 to join the rendezvous")));
+  }
+}
+
+TEST(GlooProcessGroup, CreateRejectsBadArguments) {
+  gloo::rendezvous::HashStore store;
+  EXPECT_EQ(GlooProcessGroup::Create(2, 2, store).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GlooProcessGroup::Create(0, 0, store).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  GlooOptions zero;
+  zero.timeout = absl::ZeroDuration();
+  EXPECT_EQ(GlooProcessGroup::Create(0, 1, store, zero).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(GlooProcessGroup, DestructionCancelsPendingOpsWithoutWaitingForPeers) {
+  auto groups = CreateGroups(2);
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  std::vector<float> x(4), y(4);
+  // Rank 1 never issues; the default timeout is 5 minutes.
+  std::unique_ptr<Work> waiting = (*groups)[0]->AllReduce(
+      MutableBuffer::Of(x), {});
+  std::unique_ptr<Work> queued = (*groups)[0]->AllReduce(
+      MutableBuffer::Of(y), {});
+  absl::SleepFor(absl::Milliseconds(50));  // Let the first one start.
+  EXPECT_FALSE(waiting->IsCompleted());
+  const absl::Time start = absl::Now();
+  (*groups)[0].reset();
+  EXPECT_LT(absl::Now() - start, kSlack);
+  ASSERT_TRUE(waiting->IsCompleted());
+  ASSERT_TRUE(queued->IsCompleted());
+  EXPECT_EQ(waiting->Wait().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(queued->Wait().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(queued->Wait().message(), HasSubstr("before it started"));
+}
+
+TEST(GlooProcessGroup, ArgumentErrorsComeBackAsFailedWorkLikeEveryBackend) {
+  auto groups = CreateGroups(2);
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  GlooProcessGroup& g = *(*groups)[1];
+  EXPECT_EQ(g.backend_name(), "gloo");
+  EXPECT_TRUE(g.SupportsDType(DType::kF32));
+  EXPECT_TRUE(g.SupportsDType(DType::kF16));
+  EXPECT_TRUE(g.SupportsDType(DType::kBF16));
+  std::vector<float> a(8), b(16);
+  BroadcastOptions bad_root;
+  bad_root.root = 2;
+  ReduceOptions at_one;
+  at_one.root = 1;
+  struct ArgCase {
+    std::unique_ptr<Work> work;
+    std::string message;
+  };
+  ArgCase cases[] = {
+      {g.AllReduce({nullptr, 4, DType::kF32}, {}),
+       "rank 1: AllReduce(f32, count=4, op=sum) [gloo]: buffer has null data "
+       "with count=4"},
+      {g.Broadcast(MutableBuffer::Of(a), bad_root),
+       "rank 1: Broadcast(f32, count=8, root=2) [gloo]: root 2 is not in "
+       "[0, 2)"},
+      {g.AllGather(ConstBuffer::Of(a), {b.data(), 15, DType::kF32}, {}),
+       "recv.count is 15, expected size() * send.count = 2 * 8"},
+      {g.ReduceScatter({b.data(), 15, DType::kF32}, MutableBuffer::Of(a), {}),
+       "send.count is 15, expected size() * recv.count = 2 * 8"},
+      {g.AllGather({a.data(), 4, DType::kF16}, MutableBuffer::Of(a), {}),
+       "send dtype f16 differs from recv dtype f32"},
+      {g.AllGather({b.data() + 4, 8, DType::kF32}, MutableBuffer::Of(b), {}),
+       "send and recv overlap"},
+      {g.Reduce(ConstBuffer::Of(a), {b.data(), 9, DType::kF32}, at_one),
+       "recv.count is 9 at the root, expected send.count = 8"},
+  };
+  for (ArgCase& c : cases) {
+    SCOPED_TRACE(c.message);
+    ASSERT_TRUE(c.work->IsCompleted());
+    const absl::Status s = c.work->Wait();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.message(), HasSubstr(c.message));
+  }
+  // Not issued to the peers: the group is still in step.
+  EXPECT_TRUE(AllOk(RunRanks(*groups, [](GlooProcessGroup& g) {
+    return Barrier(g);
+  })));
+}
+
+// ---------------------------------------------------------------------------
+// FileStore rendezvous, as separate processes on one machine would use it.
+
+TEST(GlooProcessGroup, FileStoreRendezvousInADirectory) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/gloo_filestore_",
+                   absl::ToUnixNanos(absl::Now()));
+  constexpr int kRanks = 3;
+  std::vector<absl::Status> statuses(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      GlooOptions options;
+      options.timeout = absl::Seconds(20);
+      auto g = GlooProcessGroup::CreateWithFileStore(r, kRanks, dir, options);
+      if (!g.ok()) {
+        statuses[r] = g.status();
+        return;
+      }
+      std::vector<float> x(5, static_cast<float>(r + 1));
+      statuses[r] = AllReduce(**g, MutableBuffer::Of(x));
+      if (statuses[r].ok() && x[4] != 6.0f) {
+        statuses[r] = absl::InternalError("wrong sum");
+      }
+      // Keep every rank connected until all are done.
+      if (statuses[r].ok()) statuses[r] = Barrier(**g);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_TRUE(AllOk(statuses));
+}
+
+TEST(GlooProcessGroup, FileStoreInAnUncreatableDirectoryFails) {
+  auto g = GlooProcessGroup::CreateWithFileStore(0, 1, "/proc/no/such/dir");
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument)
+      << g.status();
+}
+
+}  // namespace
+}  // namespace comm
+}  // namespace chunkzero
