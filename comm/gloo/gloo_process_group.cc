@@ -211,8 +211,9 @@ class Worker {
     thread_.join();
   }
 
-  // Unregisters, when it goes out of scope, the buffers it created. Declare
-  // it after the Gloo options object that owns them.
+  // Unregisters, when it goes out of scope, the buffers it created, so that
+  // AbortInFlight never touches a freed one. Declare it after whatever owns
+  // the buffers (the Gloo options object), so that it is destroyed first.
   class Tracked {
    public:
     explicit Tracked(Worker* worker) : worker_(worker) {}
@@ -249,6 +250,12 @@ class Worker {
                                 void* recv, absl::Duration timeout)
       ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
+    if (stopping_) {
+      return MakeCompletedWork(absl::CancelledError(
+          absl::StrCat("rank ", rank_, ": ", call.ToString(),
+                       " issued while its GlooProcessGroup is being "
+                       "destroyed")));
+    }
     auto op = std::make_unique<Op>(next_seq_++, std::move(call), send, recv,
                                    timeout, rank_);
     std::unique_ptr<Work> work = op->completion.MakeWork();
@@ -383,9 +390,9 @@ class Worker {
     constexpr size_t kSize = sizeof(CallHeader);
     std::vector<CallHeader> headers(size_);
     headers[rank_] = MakeHeader(op.call);
+    std::unique_ptr<gloo::transport::UnboundBuffer> buf;  // Outlives tracked.
     Tracked tracked(this);
-    std::unique_ptr<gloo::transport::UnboundBuffer> buf =
-        tracked.Buffer(headers.data(), size_ * kSize);
+    buf = tracked.Buffer(headers.data(), size_ * kSize);
     const uint64_t slot = gloo::Slot::build(kHeaderSlotPrefix, Tag(op));
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
@@ -635,10 +642,18 @@ absl::StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
         !s.ok()) {
       return s;
     }
-    gloo::transport::tcp::attr attr;
-    attr.hostname = options.hostname;
-    std::shared_ptr<gloo::transport::Device> device =
-        gloo::transport::tcp::CreateDevice(attr);
+    std::shared_ptr<gloo::transport::Device> device;
+    if (absl::Status s = gloo_internal::CatchGloo(
+            absl::StrCat("cannot listen on ", options.hostname),
+            [&] {
+              gloo::transport::tcp::attr attr;
+              attr.hostname = options.hostname;
+              device = gloo::transport::tcp::CreateDevice(attr);
+              return absl::OkStatus();
+            });
+        !s.ok()) {
+      return absl::UnavailableError(s.message());
+    }
     context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     context->setTimeout(gloo_internal::GlooTimeout(deadline));
     context->connectFullMesh(store, device);

@@ -1,6 +1,12 @@
 #include "comm/gloo/gloo_process_group.h"
 
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -651,36 +657,68 @@ TEST(GlooProcessGroup, ArgumentErrorsComeBackAsFailedWorkLikeEveryBackend) {
 }
 
 // ---------------------------------------------------------------------------
-// FileStore rendezvous, as separate processes on one machine would use it.
+// FileStore rendezvous across processes, as the train job's launcher uses it.
 
-TEST(GlooProcessGroup, FileStoreRendezvousInADirectory) {
+// One rank's part: join through `dir`, all-reduce, check, and stay connected
+// until every rank is done.
+absl::Status RunFileStoreRank(int rank, int size, const std::string& dir) {
+  GlooOptions options;
+  options.timeout = absl::Seconds(20);
+  auto g = GlooProcessGroup::CreateWithFileStore(rank, size, dir, options);
+  if (!g.ok()) return g.status();
+  AllReduceOptions opts;
+  opts.timeout = absl::Seconds(20);
+  Data x(DType::kBF16, 100);
+  x.Fill(0, 100, rank);
+  if (absl::Status s = AllReduce(**g, x.all(), opts); !s.ok()) return s;
+  if (absl::Status s = x.Expect("allreduce", 0, 100,
+                                [&](size_t i) {
+                                  return Reduced(DType::kBF16, ReduceOp::kSum,
+                                                 size, i);
+                                });
+      !s.ok())
+    return s;
+  BarrierOptions barrier;
+  barrier.timeout = absl::Seconds(20);
+  return Barrier(**g, barrier);
+}
+
+TEST(GlooProcessGroup, FileStoreConnectsRanksInSeparateProcesses) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir =
       absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/gloo_filestore_",
                    absl::ToUnixNanos(absl::Now()));
   constexpr int kRanks = 3;
-  std::vector<absl::Status> statuses(kRanks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kRanks; ++r) {
-    threads.emplace_back([&, r] {
-      GlooOptions options;
-      options.timeout = absl::Seconds(20);
-      auto g = GlooProcessGroup::CreateWithFileStore(r, kRanks, dir, options);
-      if (!g.ok()) {
-        statuses[r] = g.status();
-        return;
-      }
-      std::vector<float> x(5, static_cast<float>(r + 1));
-      statuses[r] = AllReduce(**g, MutableBuffer::Of(x));
-      if (statuses[r].ok() && x[4] != 6.0f) {
-        statuses[r] = absl::InternalError("wrong sum");
-      }
-      // Keep every rank connected until all are done.
-      if (statuses[r].ok()) statuses[r] = Barrier(**g);
-    });
+  // Ranks 1 and 2 are child processes (forked before this test starts any
+  // thread; earlier tests have joined theirs); rank 0 is this process.
+  std::vector<pid_t> children;
+  for (int r = 1; r < kRanks; ++r) {
+    const pid_t pid = fork();
+    ASSERT_NE(pid, -1) << std::strerror(errno);
+    if (pid == 0) {
+      const absl::Status s = RunFileStoreRank(r, kRanks, dir);
+      if (!s.ok()) std::fprintf(stderr, "rank %d: %s\n", r, s.ToString().c_str());
+      std::_Exit(s.ok() ? 0 : 1);
+    }
+    children.push_back(pid);
   }
-  for (std::thread& t : threads) t.join();
-  EXPECT_TRUE(AllOk(statuses));
+  const absl::Status s = RunFileStoreRank(0, kRanks, dir);
+  EXPECT_TRUE(s.ok()) << s;
+  for (const pid_t pid : children) {
+    int wstatus = 0;
+    ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+    EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
+        << "child exit status " << wstatus;
+  }
+}
+
+TEST(GlooProcessGroup, UnusableHostnameIsUnavailable) {
+  gloo::rendezvous::HashStore store;
+  GlooOptions options;
+  options.hostname = "no-such-host.invalid";
+  auto g = GlooProcessGroup::Create(0, 1, store, options);
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kUnavailable) << g.status();
+  EXPECT_THAT(g.status().message(), HasSubstr("no-such-host.invalid"));
 }
 
 TEST(GlooProcessGroup, FileStoreInAnUncreatableDirectoryFails) {
