@@ -27,9 +27,10 @@
 //    waiting ranks fail with DeadlineExceeded naming the missing rank(s);
 //  - if the calls disagree (kind, dtype, count, root, op, tag) every rank
 //    fails with InvalidArgument "collective #k mismatch: rank 0 called X,
-//    rank j called Y"; no data moves and the group stays usable. (Without
-//    the exchange a mismatch would surface as a timeout, or as a size
-//    assertion inside Gloo's network thread that ends the process.)
+//    rank j called Y"; no data moves and the group stays usable. (Gloo
+//    matches messages by tag only, so without the exchange a mismatch would
+//    surface as a timeout or as data of the wrong size, and the `tag`
+//    strings of the options could not be checked at all.)
 // Then the data moves (N = size(), B = the per-rank byte count of the call):
 //  - Broadcast: gloo::broadcast (binomial tree from the root).
 //  - AllGather: gloo::allgather (ring); each rank sends and receives
@@ -50,22 +51,27 @@
 // so results are the serial rank-order reduction, bit for bit identical to
 // the in-process backend, with f16/bf16 accumulated in f32 and rounded once.
 // Supported dtypes: f32, f16, bf16; ops: sum, avg, max (all of ReduceOp).
+// Memory: AllReduce, ReduceScatter and (at the root) Reduce allocate a
+// scratch buffer as large as the send data for the duration of the call.
+// Headers are raw structs: all ranks must run on little-endian hosts.
 //
 // Timeouts and abort. options.timeout starts when the worker begins the
-// collective and bounds the whole collective (header exchange and data).
+// collective. The header exchange waits at most that long; each later Gloo
+// call gets the time left, which Gloo applies to each of its internal waits,
+// so the timeout catches missing or dead peers, not a slow but live ring.
 // The first failure of any kind other than a mismatch (a timeout, a peer that
-// closed its connections, a Gloo error) ABORTS the group: it closes every
+// closed its connections, a Gloo error) ABORTS the group: it resets every
 // connection, so the peers' pending collectives fail promptly with
-// Unavailable ("connection closed") instead of waiting out their own
-// timeouts, and every later collective on this group fails at once with
-// FailedPrecondition quoting the first failure. An aborted group cannot be
-// repaired; make a new one (a new store) on every rank. Gloo's exceptions
-// never escape: they become statuses naming the collective, rank and tag.
+// Unavailable instead of waiting out their own timeouts, and every later
+// collective on this group fails at once with FailedPrecondition quoting the
+// first failure (see abort_status()). An aborted group cannot be repaired;
+// make a new one (with a new store) on every rank. Gloo's exceptions never
+// escape: they become statuses naming the collective, rank and tag.
 //
 // Thread-safety: all methods are thread-safe; collectives may be issued from
 // any thread (see process_group.h on ordering).
 // Destruction: fails every queued collective with Cancelled, aborts a
-// collective in flight (Cancelled; its peers see closed connections) and
+// collective in flight (Cancelled; its peers see reset connections) and
 // joins the worker. REQUIRES: no thread is issuing collectives on the group
 // any more.
 #ifndef CHUNKZERO_COMM_GLOO_GLOO_PROCESS_GROUP_H_
