@@ -24,7 +24,8 @@ const chunkzero::TrainOptions kDefaults;
 
 ABSL_FLAG(int, world_size, kDefaults.world_size, "Data-parallel ranks.");
 ABSL_FLAG(std::string, backend, kDefaults.backend,
-          "inproc (ranks as threads); gloo and nccl are not built yet.");
+          "inproc (ranks as threads sharing memory) or gloo (ranks as threads "
+          "talking TCP through Gloo); nccl is not built.");
 ABSL_FLAG(int, layers, kDefaults.model.layers, "Transformer blocks.");
 ABSL_FLAG(int, d_model, kDefaults.model.d_model, "Model width C.");
 ABSL_FLAG(int, heads, kDefaults.model.heads, "Attention heads.");

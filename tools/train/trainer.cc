@@ -11,10 +11,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "gloo/rendezvous/hash_store.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
 #include "chunk/chunk_manager.h"
 #include "chunk/chunk_size_search.h"
+#include "comm/gloo/gloo_process_group.h"
 #include "comm/inprocess/in_process_group.h"
 #include "comm/recording_process_group.h"
 #include "ddp/zero_ddp.h"
@@ -93,13 +95,14 @@ absl::Status CheckOptions(const TrainOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--", flag, "=", value, ": ", want));
   };
-  if (o.backend == "gloo" || o.backend == "nccl") {
-    return absl::UnimplementedError(absl::StrCat(
-        "--backend=", o.backend,
-        " is not built yet; the in-process backend (--backend=inproc) runs "
-        "the ranks as threads of this process"));
+  if (o.backend == "nccl") {
+    return absl::UnimplementedError(
+        "--backend=nccl is not built: the model computes on the CPU, and "
+        "NCCL needs GPUs (use inproc or gloo)");
   }
-  if (o.backend != "inproc") return bad("backend", o.backend, "want inproc");
+  if (o.backend != "inproc" && o.backend != "gloo") {
+    return bad("backend", o.backend, "want inproc or gloo");
+  }
   if (o.world_size < 1) return bad("world_size", o.world_size, "want >= 1");
   if (o.batch < 1) return bad("batch", o.batch, "want >= 1");
   if (o.grad_accum < 1) return bad("grad_accum", o.grad_accum, "want >= 1");
@@ -526,32 +529,61 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
       plan.chunk_size.value_or(largest) * ElementSize(plan.dtype);
 
   result.at_rest_bytes.assign(options.world_size, 0);
-  comm::InProcessWorld world(options.world_size);
+  // The ranks' process groups: one in-process world, or one Gloo group per
+  // rank over TCP, rendezvousing through a shared in-memory store.
+  std::unique_ptr<comm::InProcessWorld> world;
+  std::unique_ptr<gloo::rendezvous::HashStore> store;
+  if (options.backend == "inproc") {
+    world = std::make_unique<comm::InProcessWorld>(options.world_size);
+  } else {
+    store = std::make_unique<gloo::rendezvous::HashStore>();
+  }
   Shared shared;
   {
     MutexLock lock(&shared.mu);
     shared.ranks.resize(options.world_size);
     shared.shard_indexes.resize(options.world_size);
   }
-  std::vector<absl::Status> statuses(options.world_size);
+  // The first failure is the cause; later ones are what it did to the others.
+  Mutex failure_mu;
+  absl::Status first_failure;
   std::vector<std::thread> threads;
   for (int r = 0; r < options.world_size; ++r) {
     threads.emplace_back([&, r] {
-      RankRunner runner(plan, world.group(r), shared, on_step, &result);
-      statuses[r] = runner.Run();
-      // A failed rank must not leave the others waiting in a collective.
-      if (!statuses[r].ok()) {
-        world.Abort(absl::Status(statuses[r].code(),
-                                 absl::StrCat("rank ", r, ": ",
-                                              statuses[r].message())));
+      absl::Status status;
+      std::unique_ptr<comm::GlooProcessGroup> gloo_group;
+      comm::ProcessGroup* group = world ? &world->group(r) : nullptr;
+      if (group == nullptr) {
+        absl::StatusOr<std::unique_ptr<comm::GlooProcessGroup>> created =
+            comm::GlooProcessGroup::Create(r, options.world_size, *store);
+        if (created.ok()) {
+          gloo_group = *std::move(created);
+          group = gloo_group.get();
+        } else {
+          status = created.status();
+        }
       }
+      if (group != nullptr) {
+        RankRunner runner(plan, *group, shared, on_step, &result);
+        status = runner.Run();
+      }
+      if (status.ok()) return;
+      {
+        MutexLock lock(&failure_mu);
+        if (first_failure.ok()) {
+          first_failure = absl::Status(
+              status.code(), absl::StrCat("rank ", r, ": ", status.message()));
+        }
+      }
+      // A failed rank must not leave the others waiting in a collective:
+      // abort the in-process world; a Gloo group resets its connections
+      // when it is destroyed (at the end of this scope).
+      if (world) world->Abort(first_failure);
     });
   }
   for (std::thread& t : threads) t.join();
-  // The first failure is the cause; the others are the abort it caused.
-  const absl::Status cause = world.abort_status();
-  if (!cause.ok()) return cause;
-  for (const absl::Status& s : statuses) CZ_RETURN_IF_ERROR(s);
+  MutexLock lock(&failure_mu);
+  CZ_RETURN_IF_ERROR(first_failure);
   return result;
 }
 

@@ -8,8 +8,11 @@
 //                         std::cout << m.loss << "\n";
 //                       }));
 //
-// Ranks are threads over the in-process backend (the Gloo and NCCL backends
-// are not built yet: --backend=gloo|nccl is Unimplemented). Each rank owns a
+// Ranks are threads of this process, over the in-process backend or over
+// Gloo (one GlooProcessGroup per rank, TCP on loopback, rendezvous through a
+// shared in-memory store; the same bits as in-process). NCCL is not built:
+// the model computes on the CPU (--backend=nccl is Unimplemented). Each rank
+// owns a
 // GptModel, a ChunkManager over a RecordingProcessGroup (per-step comm bytes
 // and time blocked), a MemoryTracker (peak payload bytes by category), a
 // ZeroDdp (parameters registered at once in the model's declaration order,
@@ -44,7 +47,7 @@ struct TrainOptions {
   TrainOptions();
 
   int world_size = 4;
-  std::string backend = "inproc";  // inproc | gloo | nccl
+  std::string backend = "inproc";  // inproc | gloo (nccl: Unimplemented)
   GptConfig model;                 // Defaults: 2 x 128, 4 heads, T 64, V 256.
   int batch = 4;                   // Sequences per rank per micro-batch.
   int grad_accum = 1;
