@@ -1,5 +1,8 @@
 #include "comm/gloo/gloo_process_group.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -40,6 +43,20 @@
 namespace chunkzero {
 namespace comm {
 namespace gloo_internal {
+
+absl::Status CheckResolvable(const std::string& hostname) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  const int error = getaddrinfo(hostname.c_str(), nullptr, &hints, &result);
+  if (result != nullptr) freeaddrinfo(result);
+  if (error != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", hostname,
+                                               ": ", gai_strerror(error)));
+  }
+  return absl::OkStatus();
+}
 namespace {
 
 // The reference reduction (see reduce_kernels.h): shared with the in-process
@@ -639,6 +656,12 @@ absl::StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
     store.set(gloo_internal::JoinKey(rank), {'1'});
     if (absl::Status s = gloo_internal::WaitForAllRanks(
             store, rank, size, deadline, options.timeout);
+        !s.ok()) {
+      return s;
+    }
+    // Gloo's CreateDevice crashes (not throws) on some names it cannot
+    // resolve, so resolve the name here first.
+    if (absl::Status s = gloo_internal::CheckResolvable(options.hostname);
         !s.ok()) {
       return s;
     }
