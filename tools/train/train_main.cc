@@ -66,6 +66,12 @@ ABSL_FLAG(std::string, export, "",
 ABSL_FLAG(std::string, save, "", "Checkpoint directory.");
 ABSL_FLAG(int, save_every, 0, "Also save every this many steps.");
 ABSL_FLAG(std::string, resume, "", "Checkpoint directory to continue from.");
+ABSL_FLAG(int, rank, -1,
+          "Run only this rank in this process (tools/train/launch.sh sets "
+          "it); -1 runs every rank as a thread.");
+ABSL_FLAG(std::string, rendezvous, "",
+          "With --rank: a fresh directory every rank of the job can reach "
+          "(Gloo FileStore).");
 ABSL_FLAG(std::string, metrics_out, "",
           "Write one JSON object per step to this file.");
 
@@ -104,10 +110,14 @@ int main(int argc, char** argv) {
   o.save = absl::GetFlag(FLAGS_save);
   o.save_every = absl::GetFlag(FLAGS_save_every);
   o.resume = absl::GetFlag(FLAGS_resume);
+  o.rank = absl::GetFlag(FLAGS_rank);
+  o.rendezvous = absl::GetFlag(FLAGS_rendezvous);
+  // With one rank per process, rank 0 reports; the others stay quiet.
+  const bool reporter = o.rank <= 0;
 
   std::ofstream metrics;
   const std::string metrics_path = absl::GetFlag(FLAGS_metrics_out);
-  if (!metrics_path.empty()) {
+  if (!metrics_path.empty() && reporter) {
     metrics.open(metrics_path, std::ios::trunc);
     if (!metrics) {
       std::cerr << "error: cannot write --metrics_out=" << metrics_path
@@ -129,6 +139,6 @@ int main(int argc, char** argv) {
     std::cerr << "error: " << result.status() << "\n";
     return 1;
   }
-  std::cout << chunkzero::FormatSummary(o, *result);
+  if (reporter) std::cout << chunkzero::FormatSummary(o, *result);
   return 0;
 }

@@ -24,6 +24,7 @@
 #include "tensor/memory_tracker.h"
 #include "tools/gpt/gpt_checkpoint.h"
 #include "tools/train/checkpoint.h"
+#include "tools/train/gather.h"
 #include "tools/train/token_data.h"
 
 namespace chunkzero {
@@ -102,6 +103,12 @@ absl::Status CheckOptions(const TrainOptions& o) {
   }
   if (o.backend != "inproc" && o.backend != "gloo") {
     return bad("backend", o.backend, "want inproc or gloo");
+  }
+  if (o.rank >= 0 &&
+      (o.rank >= o.world_size || o.backend != "gloo" || o.rendezvous.empty())) {
+    return bad("rank", o.rank,
+               "one rank per process needs 0 <= rank < world_size, "
+               "--backend=gloo and a --rendezvous directory");
   }
   if (o.world_size < 1) return bad("world_size", o.world_size, "want >= 1");
   if (o.batch < 1) return bad("batch", o.batch, "want >= 1");
@@ -225,13 +232,45 @@ absl::StatusOr<Plan> MakePlan(const TrainOptions& options) {
   return plan;
 }
 
-// What the ranks share: per-step figures, filled by each rank and read by
-// rank 0 after a barrier.
-struct Shared {
-  Mutex mu;
-  std::vector<RankStepMetrics> ranks ABSL_GUARDED_BY(mu);
-  std::vector<ShardIndex> shard_indexes ABSL_GUARDED_BY(mu);
-};
+// RankStepMetrics as a fixed list of integers, to gather on rank 0: the peak
+// of every category, the two totals, then (present, bytes) per collective.
+std::vector<int64_t> Encode(const RankStepMetrics& m) {
+  std::vector<int64_t> v;
+  for (int k = 0; k < kNumMemoryCategories; ++k) {
+    auto it = m.peak_bytes.find(
+        std::string(MemoryCategoryName(static_cast<MemoryCategory>(k))));
+    v.push_back(it == m.peak_bytes.end() ? 0 : it->second);
+  }
+  v.push_back(m.peak_total_bytes);
+  v.push_back(m.peak_device_bytes);
+  for (int k = 0; k < comm::kNumCollectiveKinds; ++k) {
+    auto it = m.comm_bytes.find(SnakeCase(
+        comm::CollectiveKindName(static_cast<comm::CollectiveKind>(k))));
+    v.push_back(it != m.comm_bytes.end());
+    v.push_back(it == m.comm_bytes.end() ? 0 : it->second);
+  }
+  return v;
+}
+
+RankStepMetrics Decode(const std::vector<int64_t>& v) {
+  RankStepMetrics m;
+  size_t i = 0;
+  for (int k = 0; k < kNumMemoryCategories; ++k) {
+    m.peak_bytes[std::string(
+        MemoryCategoryName(static_cast<MemoryCategory>(k)))] = v[i++];
+  }
+  m.peak_total_bytes = v[i++];
+  m.peak_device_bytes = v[i++];
+  for (int k = 0; k < comm::kNumCollectiveKinds; ++k) {
+    const bool present = v[i++] != 0;
+    const int64_t bytes = v[i++];
+    if (present) {
+      m.comm_bytes[SnakeCase(comm::CollectiveKindName(
+          static_cast<comm::CollectiveKind>(k)))] = bytes;
+    }
+  }
+  return m;
+}
 
 RankStepMetrics Measure(const MemoryTracker& tracker,
                         const comm::RecordingSnapshot& comm) {
@@ -259,13 +298,13 @@ RankStepMetrics Measure(const MemoryTracker& tracker,
 // One rank's whole run.
 class RankRunner {
  public:
-  RankRunner(const Plan& plan, comm::ProcessGroup& group, Shared& shared,
+  // `result` is filled on rank 0 only.
+  RankRunner(const Plan& plan, comm::ProcessGroup& group,
              const StepCallback& on_step, TrainResult* result)
       : plan_(plan),
         o_(plan.options),
         raw_(group),
         recorded_(group),
-        shared_(shared),
         on_step_(on_step),
         result_(result) {}
 
@@ -281,13 +320,15 @@ class RankRunner {
         CZ_RETURN_IF_ERROR(Save(step + 1), "saving to ", o_.save);
       }
     }
-    {
-      int64_t at_rest = 0;
-      for (Device d : {Device::Cpu(), Device::Simulated(0)}) {
-        at_rest += tracker_.CurrentTotal(d);
-      }
-      MutexLock lock(&shared_.mu);
-      result_->at_rest_bytes[rank()] = at_rest;
+    int64_t at_rest = 0;
+    for (Device d : {Device::Cpu(), Device::Simulated(0)}) {
+      at_rest += tracker_.CurrentTotal(d);
+    }
+    CZ_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> all,
+                        AllGatherInt64(raw_, {at_rest}));
+    if (rank() == 0) {
+      result_->at_rest_bytes.clear();
+      for (const auto& r : all) result_->at_rest_bytes.push_back(r[0]);
     }
     if (!o_.export_path.empty()) {
       CZ_ASSIGN_OR_RETURN(auto dict, ddp_->GatherStateDict(false));
@@ -391,11 +432,8 @@ class RankRunner {
     // group, so this bookkeeping is not counted as training traffic.
     std::vector<float> sum = {static_cast<float>(loss / o_.grad_accum)};
     CZ_RETURN_IF_ERROR(comm::AllReduce(raw_, comm::MutableBuffer::Of(sum)));
-    {
-      MutexLock lock(&shared_.mu);
-      shared_.ranks[rank()] = Measure(tracker_, comm);
-    }
-    CZ_RETURN_IF_ERROR(comm::Barrier(raw_));
+    CZ_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> figures,
+                        AllGatherInt64(raw_, Encode(Measure(tracker_, comm))));
     if (rank() == 0) {
       StepMetrics m;
       m.step = step + 1;
@@ -412,15 +450,11 @@ class RankRunner {
       m.backward_s = Seconds(backward);
       m.optimizer_s = Seconds(optimizer);
       m.comm_wait_s = Seconds(comm.blocked);
-      {
-        MutexLock lock(&shared_.mu);
-        m.ranks = shared_.ranks;
-      }
+      for (const std::vector<int64_t>& f : figures) m.ranks.push_back(Decode(f));
       result_->steps.push_back(m);
       if (on_step_) on_step_(m);
     }
-    // Nobody writes the next step's figures before rank 0 has read these.
-    return comm::Barrier(raw_);
+    return absl::OkStatus();
   }
 
   absl::Status Save(int64_t step) {
@@ -435,11 +469,9 @@ class RankRunner {
     CZ_ASSIGN_OR_RETURN(ShardIndex index,
                         WriteCheckpointShard(o_.save, step, rank(),
                                              o_.world_size, shard, &placement));
-    {
-      MutexLock lock(&shared_.mu);
-      shared_.shard_indexes[rank()] = std::move(index);
-    }
-    CZ_RETURN_IF_ERROR(comm::Barrier(raw_));
+    // Every shard is durable once the gather returns; rank 0 commits.
+    CZ_ASSIGN_OR_RETURN(std::vector<std::string> serialized,
+                        AllGatherBytes(raw_, index.SerializeAsString()));
     absl::Status status;
     if (rank() == 0) {
       CheckpointMeta meta;
@@ -448,24 +480,32 @@ class RankRunner {
       meta.layout = o_.storage;
       CopyOptimizerScalars(shard, &meta);
       meta.config = CheckpointConfig(plan_);
-      std::vector<ShardIndex> indexes;
-      {
-        MutexLock lock(&shared_.mu);
-        indexes = shared_.shard_indexes;
+      std::vector<ShardIndex> indexes(serialized.size());
+      for (size_t r = 0; r < serialized.size(); ++r) {
+        if (!indexes[r].ParseFromString(serialized[r])) {
+          status = absl::InternalError(
+              absl::StrCat("rank ", r, "'s shard index did not arrive intact"));
+        }
       }
-      status = WriteCheckpointManifest(o_.save, meta, indexes);
+      if (status.ok()) status = WriteCheckpointManifest(o_.save, meta, indexes);
     }
-    // Every rank waits for the commit, so none runs ahead of a checkpoint
-    // that might still fail.
-    CZ_RETURN_IF_ERROR(comm::Barrier(raw_));
-    return status;
+    // Every rank learns whether the commit worked, so that all of them
+    // succeed or fail together.
+    CZ_ASSIGN_OR_RETURN(
+        std::vector<std::vector<int64_t>> committed,
+        AllGatherInt64(raw_, {static_cast<int64_t>(status.code())}));
+    if (!status.ok()) return status;
+    if (committed[0][0] != 0) {
+      return absl::Status(static_cast<absl::StatusCode>(committed[0][0]),
+                          "rank 0 could not commit the checkpoint manifest");
+    }
+    return absl::OkStatus();
   }
 
   const Plan& plan_;
   const TrainOptions& o_;
   comm::ProcessGroup& raw_;
   comm::RecordingProcessGroup recorded_;
-  Shared& shared_;
   const StepCallback& on_step_;
   TrainResult* result_;
   MemoryTracker tracker_;
@@ -528,58 +568,59 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   result.chunk_bytes =
       plan.chunk_size.value_or(largest) * ElementSize(plan.dtype);
 
-  result.at_rest_bytes.assign(options.world_size, 0);
   // The ranks' process groups: one in-process world, or one Gloo group per
-  // rank over TCP, rendezvousing through a shared in-memory store.
+  // rank over TCP, rendezvousing through a shared in-memory store (threads)
+  // or a FileStore directory (one rank per process).
   std::unique_ptr<comm::InProcessWorld> world;
   std::unique_ptr<gloo::rendezvous::HashStore> store;
   if (options.backend == "inproc") {
     world = std::make_unique<comm::InProcessWorld>(options.world_size);
-  } else {
+  } else if (options.rank < 0) {
     store = std::make_unique<gloo::rendezvous::HashStore>();
-  }
-  Shared shared;
-  {
-    MutexLock lock(&shared.mu);
-    shared.ranks.resize(options.world_size);
-    shared.shard_indexes.resize(options.world_size);
   }
   // The first failure is the cause; later ones are what it did to the others.
   Mutex failure_mu;
   absl::Status first_failure;
+  auto run_rank = [&](int r) {
+    absl::Status status;
+    std::unique_ptr<comm::GlooProcessGroup> gloo_group;
+    comm::ProcessGroup* group = world ? &world->group(r) : nullptr;
+    if (group == nullptr) {
+      absl::StatusOr<std::unique_ptr<comm::GlooProcessGroup>> created =
+          store ? comm::GlooProcessGroup::Create(r, options.world_size, *store)
+                : comm::GlooProcessGroup::CreateWithFileStore(
+                      r, options.world_size, options.rendezvous);
+      if (created.ok()) {
+        gloo_group = *std::move(created);
+        group = gloo_group.get();
+      } else {
+        status = created.status();
+      }
+    }
+    if (group != nullptr) {
+      RankRunner runner(plan, *group, on_step, &result);
+      status = runner.Run();
+    }
+    if (status.ok()) return;
+    {
+      MutexLock lock(&failure_mu);
+      if (first_failure.ok()) {
+        first_failure = absl::Status(
+            status.code(), absl::StrCat("rank ", r, ": ", status.message()));
+      }
+    }
+    // A failed rank must not leave the others waiting in a collective:
+    // abort the in-process world; a Gloo group resets its connections when
+    // it is destroyed (at the end of this scope).
+    if (world) world->Abort(first_failure);
+  };
   std::vector<std::thread> threads;
-  for (int r = 0; r < options.world_size; ++r) {
-    threads.emplace_back([&, r] {
-      absl::Status status;
-      std::unique_ptr<comm::GlooProcessGroup> gloo_group;
-      comm::ProcessGroup* group = world ? &world->group(r) : nullptr;
-      if (group == nullptr) {
-        absl::StatusOr<std::unique_ptr<comm::GlooProcessGroup>> created =
-            comm::GlooProcessGroup::Create(r, options.world_size, *store);
-        if (created.ok()) {
-          gloo_group = *std::move(created);
-          group = gloo_group.get();
-        } else {
-          status = created.status();
-        }
-      }
-      if (group != nullptr) {
-        RankRunner runner(plan, *group, shared, on_step, &result);
-        status = runner.Run();
-      }
-      if (status.ok()) return;
-      {
-        MutexLock lock(&failure_mu);
-        if (first_failure.ok()) {
-          first_failure = absl::Status(
-              status.code(), absl::StrCat("rank ", r, ": ", status.message()));
-        }
-      }
-      // A failed rank must not leave the others waiting in a collective:
-      // abort the in-process world; a Gloo group resets its connections
-      // when it is destroyed (at the end of this scope).
-      if (world) world->Abort(first_failure);
-    });
+  if (options.rank >= 0) {
+    run_rank(options.rank);  // This process is one rank.
+  } else {
+    for (int r = 0; r < options.world_size; ++r) {
+      threads.emplace_back(run_rank, r);
+    }
   }
   for (std::thread& t : threads) t.join();
   MutexLock lock(&failure_mu);

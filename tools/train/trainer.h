@@ -10,7 +10,9 @@
 //
 // Ranks are threads of this process, over the in-process backend or over
 // Gloo (one GlooProcessGroup per rank, TCP on loopback, rendezvous through a
-// shared in-memory store; the same bits as in-process). NCCL is not built:
+// shared in-memory store; the same bits as in-process), or one rank per
+// process over Gloo (TrainOptions::rank). Per-step figures and checkpoint
+// indexes reach rank 0 through collectives, so every mode works alike. NCCL is not built:
 // the model computes on the CPU (--backend=nccl is Unimplemented). Each rank
 // owns a
 // GptModel, a ChunkManager over a RecordingProcessGroup (per-step comm bytes
@@ -73,6 +75,12 @@ struct TrainOptions {
   int save_every = 0;
   std::string resume;       // Checkpoint directory to continue from.
   int max_prefetch = 1;
+  // One rank per process (tools/train/launch.sh starts them): this process
+  // runs only rank `rank` (-1: every rank, as threads), over Gloo with a
+  // FileStore rendezvous in the directory `rendezvous` (fresh per job). Only
+  // rank 0 reports steps and writes the manifest and the export.
+  int rank = -1;
+  std::string rendezvous;
 };
 
 // One rank's figures for one step.
@@ -130,7 +138,9 @@ struct TrainResult {
 using StepCallback = std::function<void(const StepMetrics&)>;
 
 // Trains as described above; `on_step` runs after every step on rank 0's
-// thread. InvalidArgument naming the flag for bad options.
+// thread (in rank 0's process). InvalidArgument naming the flag for bad
+// options. With one rank per process, the result's steps and at-rest bytes
+// are filled in rank 0's process only.
 absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
                                         const StepCallback& on_step);
 

@@ -794,6 +794,25 @@ TEST(TrainerTest, GlooEqualsInProcessBitForBit) {
   }
 }
 
+TEST(TrainerTest, OneRankPerProcessNeedsGlooARendezvousAndAValidRank) {
+  struct Case {
+    int rank;
+    std::string backend;
+    std::string rendezvous;
+  };
+  for (const Case& c : std::vector<Case>{{4, "gloo", "/tmp/x"},
+                                         {0, "inproc", "/tmp/x"},
+                                         {1, "gloo", ""}}) {
+    TrainOptions o = Tiny();
+    o.rank = c.rank;
+    o.backend = c.backend;
+    o.rendezvous = c.rendezvous;
+    absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("--rank="));
+  }
+}
+
 TEST(TrainerTest, BadNamesAreInvalidArgumentsNamingTheFlag) {
   struct Case {
     std::string flag;
