@@ -24,7 +24,7 @@
 #include "base/detached_status.h"
 #include "base/mutex.h"
 #include "comm/argument_checks.h"
-#include "comm/inprocess/reduce_kernels.h"
+#include "comm/internal/reduce_kernels.h"
 #include "gloo/allgather.h"
 #include "gloo/allgatherv.h"
 #include "gloo/alltoall.h"
@@ -61,7 +61,7 @@ namespace {
 
 // The reference reduction (see reduce_kernels.h): shared with the in-process
 // backend so that both produce the same bits.
-using ::chunkzero::comm::inprocess_internal::ReduceInto;
+using ::chunkzero::comm::internal::ReduceInto;
 
 // Gloo's own algorithms use slot prefixes 0x01..0x08; the header exchange
 // gets one of its own so that it never matches their messages.

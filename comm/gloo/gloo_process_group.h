@@ -47,7 +47,7 @@
 //    all the arithmetic; fine for the small reductions it is used for.
 //  - Barrier: the header exchange is itself a barrier.
 // Reductions never use Gloo's reduce functions: the local step is the
-// reference kernel of the in-process backend (comm/inprocess/reduce_kernels),
+// reference kernel the in-process backend uses too (comm/internal/reduce_kernels),
 // so results are the serial rank-order reduction, bit for bit identical to
 // the in-process backend, with f16/bf16 accumulated in f32 and rounded once.
 // Supported dtypes: f32, f16, bf16; ops: sum, avg, max (all of ReduceOp).

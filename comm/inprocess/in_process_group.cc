@@ -18,11 +18,15 @@
 #include "base/detached_status.h"
 #include "base/mutex.h"
 #include "comm/argument_checks.h"
-#include "comm/inprocess/reduce_kernels.h"
+#include "comm/internal/reduce_kernels.h"
 
 namespace chunkzero {
 namespace comm {
 namespace inprocess_internal {
+
+// The local arithmetic every backend shares (comm/internal).
+using ::chunkzero::comm::internal::ReduceInto;
+using ::chunkzero::comm::internal::ReduceIntoEach;
 namespace {
 
 // One rank's side of a collective: what it asked for and its buffers. The

@@ -1,4 +1,4 @@
-#include "comm/inprocess/reduce_kernels.h"
+#include "comm/internal/reduce_kernels.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -8,7 +8,7 @@
 
 namespace chunkzero {
 namespace comm {
-namespace inprocess_internal {
+namespace internal {
 namespace {
 
 // Elements per tile: the f32 accumulator (8 KiB) stays in L1 while every
@@ -111,6 +111,6 @@ void ReduceInto(void* out, const void* const* in, int n, size_t count,
   ReduceIntoEach(&out, 1, in, n, count, dtype, op);
 }
 
-}  // namespace inprocess_internal
+}  // namespace internal
 }  // namespace comm
 }  // namespace chunkzero

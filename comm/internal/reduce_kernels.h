@@ -1,4 +1,4 @@
-// Element loops of the in-process backend (internal).
+// The element loops of every backend's local reduction (internal to comm/).
 //
 //   const void* in[3] = {a, b, c};
 //   ReduceInto(out, in, 3, n, DType::kF32, ReduceOp::kSum);
@@ -11,8 +11,8 @@
 // the result is a plain copy of in[0].
 //
 // Thread-safe (no shared state).
-#ifndef CHUNKZERO_COMM_INPROCESS_REDUCE_KERNELS_H_
-#define CHUNKZERO_COMM_INPROCESS_REDUCE_KERNELS_H_
+#ifndef CHUNKZERO_COMM_INTERNAL_REDUCE_KERNELS_H_
+#define CHUNKZERO_COMM_INTERNAL_REDUCE_KERNELS_H_
 
 #include <cstddef>
 
@@ -21,7 +21,7 @@
 
 namespace chunkzero {
 namespace comm {
-namespace inprocess_internal {
+namespace internal {
 
 // out[0, count) = reduction of in[0..n)[0, count) as above.
 // REQUIRES: n >= 1; out either equals some in[k] exactly or overlaps none of
@@ -36,8 +36,8 @@ void ReduceInto(void* out, const void* const* in, int n, size_t count,
 void ReduceIntoEach(void* const* out, int num_out, const void* const* in, int n,
                     size_t count, DType dtype, ReduceOp op);
 
-}  // namespace inprocess_internal
+}  // namespace internal
 }  // namespace comm
 }  // namespace chunkzero
 
-#endif  // CHUNKZERO_COMM_INPROCESS_REDUCE_KERNELS_H_
+#endif  // CHUNKZERO_COMM_INTERNAL_REDUCE_KERNELS_H_
