@@ -464,7 +464,7 @@ absl::StatusOr<StepResult> ZeroOptimizer::Step() {
 
 // ---- State ----
 
-absl::StatusOr<OptimizerState> ZeroOptimizer::SaveShard() {
+OptimizerState ZeroOptimizer::Scalars() const {
   OptimizerState state;
   state.updates = updates_;
   state.iterations = iterations_;
@@ -473,11 +473,22 @@ absl::StatusOr<OptimizerState> ZeroOptimizer::SaveShard() {
     state.growth_tracker = scaler_->growth_tracker();
     state.hysteresis_left = scaler_->hysteresis_left();
   }
-  std::vector<std::pair<std::string, std::string>> groups = {
-      {kMasterState, ddp_->master_group()}};
-  if (states_created_) {
+  return state;
+}
+
+std::vector<std::pair<std::string, std::string>> ZeroOptimizer::StateGroups(
+    bool masters, bool states) const {
+  std::vector<std::pair<std::string, std::string>> groups;
+  if (masters) groups.push_back({kMasterState, ddp_->master_group()});
+  if (states && states_created_) {
     for (const std::string& s : state_names_) groups.push_back({s, s});
   }
+  return groups;
+}
+
+absl::StatusOr<OptimizerState> ZeroOptimizer::SaveShard() {
+  OptimizerState state = Scalars();
+  const auto groups = StateGroups(/*masters=*/true, /*states=*/true);
   for (int i = 0; i < num_chunks(); ++i) {
     const std::pair<int64_t, int64_t> mine = AccountedRange(i);
     if (mine.first == mine.second) continue;
@@ -504,16 +515,9 @@ absl::StatusOr<OptimizerState> ZeroOptimizer::SaveShard() {
 }
 
 absl::StatusOr<OptimizerState> ZeroOptimizer::GatherState(bool all_ranks) {
-  OptimizerState state;
-  CZ_ASSIGN_OR_RETURN(OptimizerState scalars, SaveShard());
-  scalars.pieces.clear();
-  state = std::move(scalars);
+  OptimizerState state = Scalars();
   const bool keep = all_ranks || chunks_->process_group().rank() == 0;
-  std::vector<std::pair<std::string, std::string>> groups = {
-      {kMasterState, ddp_->master_group()}};
-  if (states_created_) {
-    for (const std::string& s : state_names_) groups.push_back({s, s});
-  }
+  const auto groups = StateGroups(/*masters=*/true, /*states=*/true);
   // One chunk materialised at a time: rank 0 never holds more than one
   // chunk beyond what it keeps.
   for (int i = 0; i < num_chunks(); ++i) {
@@ -642,11 +646,7 @@ absl::Status ZeroOptimizer::LoadPieces(const OptimizerState& state,
                                        bool masters_too, bool states_too) {
   const PieceIndex index = IndexPieces(state);
   const std::string& masters = ddp_->master_group();
-  std::vector<std::pair<std::string, std::string>> groups;
-  if (masters_too) groups.push_back({kMasterState, masters});
-  if (states_too) {
-    for (const std::string& s : state_names_) groups.push_back({s, s});
-  }
+  const auto groups = StateGroups(masters_too, states_too);
   for (int i = 0; i < chunks_->num_chunks(masters); ++i) {
     const std::pair<int64_t, int64_t> held = HeldRange(i);
     if (held.first == held.second) continue;

@@ -76,6 +76,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -209,6 +210,11 @@ class ZeroOptimizer {
   std::pair<int64_t, int64_t> AccountedRange(int i) const;
   // Pointer to element `element` of chunk `c`'s payload at rest.
   static char* HeldPointer(Chunk* c, int64_t element);
+  // updates/iterations and the loss scaler's state, without pieces.
+  OptimizerState Scalars() const;
+  // (state name, chunk group) of the masters and/or the states that exist.
+  std::vector<std::pair<std::string, std::string>> StateGroups(
+      bool masters, bool states) const;
   absl::StatusOr<double> LocalSumOfSquares(bool from_accumulator);
   absl::Status FoldIntoAccumulator(bool restore_weights);
   absl::Status Update(float grad_scale, double lr, bool from_accumulator);

@@ -76,6 +76,7 @@ struct Plan {
   std::optional<GptCheckpoint> init;
   std::optional<CheckpointMeta> resume_meta;
   std::vector<std::string> order;  // Declaration = first-use order.
+  int64_t largest_tensor = 0;      // Elements of the largest parameter.
 };
 
 // The checkpoint's record of the model and the data order: a resumed run
@@ -186,15 +187,14 @@ absl::StatusOr<Plan> MakePlan(const TrainOptions& options) {
   std::vector<int64_t> sizes;
   for (const auto& [name, shape] : GptParameterShapes(plan.model)) {
     plan.order.push_back(name);
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    sizes.push_back(n);
+    sizes.push_back(NumElements(shape));
+    plan.largest_tensor = std::max(plan.largest_tensor, sizes.back());
   }
   if (options.chunk_size > 0) {
     plan.chunk_size = options.chunk_size;
   } else if (options.chunk_size < 0) {
     // The size with the least padding, from the largest tensor up to 4x it.
-    const int64_t largest = *std::max_element(sizes.begin(), sizes.end());
+    const int64_t largest = plan.largest_tensor;
     ChunkSizeSearchOptions search;
     search.min_chunk_size = largest;
     search.max_chunk_size = 4 * largest;
@@ -559,14 +559,8 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   result.parameters = GptParameterCount(plan.model);
   result.chunk_size = plan.chunk_size.value_or(0);
   result.chunk_utilisation = plan.utilisation;
-  int64_t largest = 0;
-  for (const auto& [name, shape] : GptParameterShapes(plan.model)) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    largest = std::max(largest, n);
-  }
   result.chunk_bytes =
-      plan.chunk_size.value_or(largest) * ElementSize(plan.dtype);
+      plan.chunk_size.value_or(plan.largest_tensor) * ElementSize(plan.dtype);
 
   // The ranks' process groups: one in-process world, or one Gloo group per
   // rank over TCP, rendezvousing through a shared in-memory store (threads)
