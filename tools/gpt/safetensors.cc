@@ -4,13 +4,13 @@
 #include <cctype>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/file.h"
 #include "base/status_macros.h"
 
 namespace chunkzero {
@@ -115,9 +115,9 @@ class JsonParser {
       v.text = std::string(in_.substr(start, pos_ - start));
       return v;
     }
-    for (auto [word, kind] : {std::pair{"true", Json::kBool},
-                              std::pair{"false", Json::kBool},
-                              std::pair{"null", Json::kNull}}) {
+    for (auto [word, kind] :
+         {std::pair{"true", Json::kBool}, std::pair{"false", Json::kBool},
+          std::pair{"null", Json::kNull}}) {
       if (in_.substr(pos_, std::strlen(word)) == word) {
         pos_ += std::strlen(word);
         v.kind = kind;
@@ -146,12 +146,26 @@ class JsonParser {
       if (pos_ >= in_.size()) return Error("unterminated escape");
       const char e = in_[pos_++];
       switch (e) {
-        case '"': case '\\': case '/': out.push_back(e); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'n': out.push_back('\n'); break;
-        case 'r': out.push_back('\r'); break;
-        case 't': out.push_back('\t'); break;
+        case '"':
+        case '\\':
+        case '/':
+          out.push_back(e);
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
         case 'u': {
           CZ_ASSIGN_OR_RETURN(uint32_t cp, ParseHex4());
           if (cp >= 0xD800 && cp < 0xDC00) {  // A surrogate pair.
@@ -176,10 +190,14 @@ class JsonParser {
     for (int i = 0; i < 4; ++i) {
       const char h = in_[pos_++];
       v <<= 4;
-      if (h >= '0' && h <= '9') v |= h - '0';
-      else if (h >= 'a' && h <= 'f') v |= h - 'a' + 10;
-      else if (h >= 'A' && h <= 'F') v |= h - 'A' + 10;
-      else return Error("bad \\u escape");
+      if (h >= '0' && h <= '9')
+        v |= h - '0';
+      else if (h >= 'a' && h <= 'f')
+        v |= h - 'a' + 10;
+      else if (h >= 'A' && h <= 'F')
+        v |= h - 'A' + 10;
+      else
+        return Error("bad \\u escape");
     }
     return v;
   }
@@ -208,10 +226,11 @@ class JsonParser {
 
 // Bytes per element of a safetensors dtype; 0 if unknown.
 size_t DTypeBytes(absl::string_view dtype) {
-  static const auto* const kSizes = new std::map<std::string, size_t, std::less<>>{
-      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1},
-      {"U16", 2},  {"I16", 2}, {"F16", 2}, {"BF16", 2},    {"U32", 4},
-      {"I32", 4},  {"F32", 4}, {"U64", 8}, {"I64", 8},     {"F64", 8}};
+  static const auto* const kSizes =
+      new std::map<std::string, size_t, std::less<>>{
+          {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1},
+          {"U16", 2},  {"I16", 2}, {"F16", 2}, {"BF16", 2},    {"U32", 4},
+          {"I32", 4},  {"F32", 4}, {"U64", 8}, {"I64", 8},     {"F64", 8}};
   auto it = kSizes->find(dtype);
   return it == kSizes->end() ? 0 : it->second;
 }
@@ -279,18 +298,13 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {
   SafetensorsFile file;
   file.path_ = path;
-  {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-      return absl::NotFoundError(
-          absl::StrCat("cannot open safetensors file ", path));
-    }
-    file.bytes_.assign(std::istreambuf_iterator<char>(in),
-                       std::istreambuf_iterator<char>());
-    if (in.bad()) {
-      return absl::DataLossError(absl::StrCat("error reading ", path));
-    }
+  absl::StatusOr<std::string> contents = ReadFileToString(path);
+  if (!contents.ok()) {
+    return absl::Status(
+        contents.status().code(),
+        absl::StrCat("safetensors file: ", contents.status().message()));
   }
+  file.bytes_ = *std::move(contents);
   const std::string& bytes = file.bytes_;
   auto corrupt = [&](absl::string_view what) {
     return absl::DataLossError(
@@ -303,9 +317,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {
   uint64_t header_size;
   std::memcpy(&header_size, bytes.data(), 8);
   if (header_size > kMaxHeaderBytes || header_size > bytes.size() - 8) {
-    return corrupt(absl::StrCat("truncated or corrupt: header of ",
-                                header_size, " bytes in a file of ",
-                                bytes.size()));
+    return corrupt(absl::StrCat("truncated or corrupt: header of ", header_size,
+                                " bytes in a file of ", bytes.size()));
   }
   file.data_start_ = 8 + header_size;
   const uint64_t data_size = bytes.size() - file.data_start_;
@@ -324,8 +337,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {
       }
       for (const auto& [key, v] : value.members) {
         if (v.kind != Json::kString) {
-          return corrupt(absl::StrCat("__metadata__ '", key,
-                                      "' is not a string"));
+          return corrupt(
+              absl::StrCat("__metadata__ '", key, "' is not a string"));
         }
         file.metadata_[key] = v.text;
       }
@@ -359,8 +372,10 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {
       if (*dim == 0) {
         zero = true;
       } else if (!too_big) {
-        if (numel > data_size / *dim) too_big = true;
-        else numel *= *dim;
+        if (numel > data_size / *dim)
+          too_big = true;
+        else
+          numel *= *dim;
       }
     }
     if (zero) numel = 0;
@@ -393,8 +408,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {
     const Entry& e = file.entries_.at(by_offset[i].second);
     if (i > 0 && e.begin < file.entries_.at(by_offset[i - 1].second).end) {
       return corrupt(absl::StrCat("tensors '", by_offset[i - 1].second,
-                                  "' and '", by_offset[i].second,
-                                  "' overlap"));
+                                  "' and '", by_offset[i].second, "' overlap"));
     }
     file.names_.push_back(by_offset[i].second);
   }
@@ -426,9 +440,9 @@ absl::StatusOr<Tensor> SafetensorsFile::Get(const std::string& name) const {
   CZ_ASSIGN_OR_RETURN(const Entry* e, Find(name));
   absl::StatusOr<DType> dtype = ToDType(e->dtype);
   if (!dtype.ok()) {
-    return absl::UnimplementedError(
-        absl::StrCat("safetensors file ", path_, ": tensor '", name,
-                     "' has dtype ", e->dtype, "; only F32, F16 and BF16 load"));
+    return absl::UnimplementedError(absl::StrCat(
+        "safetensors file ", path_, ": tensor '", name, "' has dtype ",
+        e->dtype, "; only F32, F16 and BF16 load"));
   }
   CZ_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(e->shape, *dtype));
   if (t.nbytes() > 0) {
@@ -467,8 +481,8 @@ absl::Status WriteSafetensors(
     }
     if (t.numel() > 0 &&
         (!t.is_materialized() || !t.device().is_host_accessible())) {
-      return bad(absl::StrCat("is not readable on the host: ",
-                              t.DebugString()));
+      return bad(
+          absl::StrCat("is not readable on the host: ", t.DebugString()));
     }
     if (header.size() > 1) header += ",";
     AppendJsonString(name, header);
@@ -482,36 +496,15 @@ absl::Status WriteSafetensors(
   // Spaces are JSON whitespace: the data then starts 8-byte aligned.
   header.append((8 - header.size() % 8) % 8, ' ');
 
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("cannot create safetensors file ", tmp));
-    }
+  return WriteFileAtomically(path, [&](int fd, const std::string& tmp) {
     const uint64_t size = header.size();
-    char size_bytes[8];
-    std::memcpy(size_bytes, &size, 8);
-    out.write(size_bytes, 8);
-    out.write(header.data(), header.size());
+    CZ_RETURN_IF_ERROR(WriteAll(fd, &size, sizeof(size), tmp));
+    CZ_RETURN_IF_ERROR(WriteAll(fd, header.data(), header.size(), tmp));
     for (const auto& [name, t] : tensors) {
-      if (t.nbytes() > 0) {
-        out.write(static_cast<const char*>(t.raw_data()), t.nbytes());
-      }
+      CZ_RETURN_IF_ERROR(WriteAll(fd, t.raw_data(), t.nbytes(), tmp));
     }
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return absl::DataLossError(
-          absl::StrCat("error writing safetensors file ", tmp));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace chunkzero

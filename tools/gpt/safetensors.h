@@ -16,8 +16,9 @@
 // Reading checks the whole header (the JSON is parsed here; a small strict
 // parser, as no JSON library is among the build's dependencies): every
 // entry's byte range lies inside the file and matches its dtype and shape.
-// A short, truncated or corrupt file is DataLoss and a missing file
-// NotFound, with the path and (where one is to blame) the tensor named.
+// A short, truncated or corrupt file is DataLoss, a missing file NotFound
+// and a directory or other non-regular file InvalidArgument, with the path
+// and (where one is to blame) the tensor named.
 // Tensors of other dtypes (I64, BOOL, ...) are listed and may be skipped;
 // Get returns only F32, F16 and BF16 ones. The whole file is read into
 // memory.
@@ -82,8 +83,9 @@ class SafetensorsFile {
 // Writes `tensors` (F32, F16 or BF16, readable on the host; unique names,
 // "__metadata__" excluded) in this order, with `metadata`, to `path`. The
 // header is padded with spaces to a multiple of 8 bytes so the data is
-// aligned. Writes `path`.tmp and renames it, so a failed write leaves no
-// partial file under `path`. Errors name the path (and the tensor).
+// aligned. Writes `path`.tmp, fsyncs and renames it, so a failed write
+// leaves no partial file under `path`. Errors name the path (and the
+// tensor); file system errors carry errno's code and text.
 absl::Status WriteSafetensors(
     const std::string& path,
     const std::vector<std::pair<std::string, Tensor>>& tensors,

@@ -47,20 +47,18 @@ std::string Bytes(const Tensor& t) {
 TEST(SafetensorsTest, RoundTripIsBitExact) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<std::pair<std::string, Tensor>> tensors = {
-      {"a.weight", *Tensor::FromFloats({1.5f, -0.0f, nan, INFINITY, 1e-40f,
-                                        3.14159f},
-                                       {2, 3})},
-      {"half", *Tensor::FromFloats({0.1f, 65504.0f, -2.0f}, {3},
-                                   DType::kF16)},
+      {"a.weight", *Tensor::FromFloats(
+                       {1.5f, -0.0f, nan, INFINITY, 1e-40f, 3.14159f}, {2, 3})},
+      {"half", *Tensor::FromFloats({0.1f, 65504.0f, -2.0f}, {3}, DType::kF16)},
       {"brain", *Tensor::FromFloats({0.1f, 1e30f}, {1, 2}, DType::kBF16)},
       {"scalar", *Tensor::FromFloats({7.0f}, {})},
       {"empty", *Tensor::Zeros({0, 3}, DType::kF32)},
       {"we\"ird\\name\n", *Tensor::FromFloats({2.0f}, {1})},
   };
   const std::string path = TempPath("round_trip.safetensors");
-  ASSERT_TRUE(
-      WriteSafetensors(path, tensors, {{"format", "pt"}, {"note", "a\"b\\c\td"}})
-          .ok());
+  ASSERT_TRUE(WriteSafetensors(path, tensors,
+                               {{"format", "pt"}, {"note", "a\"b\\c\td"}})
+                  .ok());
   const std::string bytes = ReadBytes(path);
   uint64_t header;
   std::memcpy(&header, bytes.data(), 8);
@@ -111,10 +109,10 @@ TEST(SafetensorsTest, ReadsHandWrittenHeaderWithOtherDTypes) {
 
 TEST(SafetensorsTest, TruncatedFilesNameTheFileAndTensor) {
   const std::string path = TempPath("full.safetensors");
-  ASSERT_TRUE(WriteSafetensors(
-                  path, {{"first", *Tensor::Zeros({4}, DType::kF32)},
-                         {"second", *Tensor::Zeros({8}, DType::kF16)}})
-                  .ok());
+  ASSERT_TRUE(
+      WriteSafetensors(path, {{"first", *Tensor::Zeros({4}, DType::kF32)},
+                              {"second", *Tensor::Zeros({8}, DType::kF16)}})
+          .ok());
   const std::string bytes = ReadBytes(path);
   uint64_t header;
   std::memcpy(&header, bytes.data(), 8);
@@ -122,10 +120,10 @@ TEST(SafetensorsTest, TruncatedFilesNameTheFileAndTensor) {
     size_t size;
     const char* names;  // What the message must name besides the file.
   };
-  for (const Case& c : {Case{0, "truncated"}, Case{5, "truncated"},
-                        Case{8 + header / 2, "truncated"},
-                        Case{bytes.size() - 1, "'second'"},
-                        Case{8 + header + 3, "'first'"}}) {
+  for (const Case& c :
+       {Case{0, "truncated"}, Case{5, "truncated"},
+        Case{8 + header / 2, "truncated"}, Case{bytes.size() - 1, "'second'"},
+        Case{8 + header + 3, "'first'"}}) {
     SCOPED_TRACE(c.size);
     const std::string cut = TempPath("cut.safetensors");
     WriteBytes(cut, bytes.substr(0, c.size));
@@ -138,6 +136,25 @@ TEST(SafetensorsTest, TruncatedFilesNameTheFileAndTensor) {
       SafetensorsFile::Read(TempPath("does_not_exist")).status();
   EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.message(), HasSubstr("does_not_exist"));
+}
+
+// A directory was an uncaught std::ios_base::failure (an abort).
+TEST(SafetensorsTest, DirectoryIsAnErrorNamingIt) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  const absl::Status s = SafetensorsFile::Read(dir).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), absl::StrCat("safetensors file: ", dir,
+                                      " is a directory, not a file"));
+}
+
+TEST(SafetensorsTest, WriteErrorsCarryErrnoText) {
+  const absl::Status s =
+      WriteSafetensors("/nonexistent_dir/x.safetensors",
+                       {{"a", *Tensor::Zeros({4}, DType::kF32)}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.message(),
+            "cannot create /nonexistent_dir/x.safetensors.tmp: No such file or "
+            "directory");
 }
 
 TEST(SafetensorsTest, CorruptHeadersAreErrorsNamingTheFile) {

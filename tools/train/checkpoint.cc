@@ -21,6 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/file.h"
 #include "base/status_macros.h"
 #include "tensor/tensor.h"
 
@@ -102,130 +103,10 @@ constexpr char kShardPrefix[] = "shard-";
 constexpr char kF32Name[] = "f32";
 constexpr int64_t kF32Bytes = 4;
 
-std::string JoinPath(const std::string& dir, const std::string& name) {
-  if (dir.empty()) return name;
-  if (dir.back() == '/') return dir + name;
-  return absl::StrCat(dir, "/", name);
-}
-
-// The status for a failed system call, with errno's code and text.
-absl::Status ErrnoError(absl::string_view what, const std::string& path) {
-  return absl::ErrnoToStatus(errno, absl::StrCat(what, " ", path));
-}
-
 std::string PieceName(const std::string& param, const std::string& state,
                       int64_t begin, int64_t numel) {
   return absl::StrCat("tensor ", param, " state ", state, " elements [", begin,
                       ", ", begin + numel, ")");
-}
-
-// Owns a file descriptor; Close reports the error a destructor would drop.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-
-  int get() const { return fd_; }
-
-  absl::Status Close(const std::string& path) {
-    const int fd = std::exchange(fd_, -1);
-    if (::close(fd) != 0) return ErrnoError("cannot close", path);
-    return absl::OkStatus();
-  }
-
- private:
-  int fd_;
-};
-
-absl::Status WriteAll(int fd, const void* data, size_t n,
-                      const std::string& path) {
-  const auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t written = ::write(fd, p, n);
-    if (written < 0 && errno == EINTR) continue;
-    if (written < 0) return ErrnoError("cannot write", path);
-    p += written;
-    n -= static_cast<size_t>(written);
-  }
-  return absl::OkStatus();
-}
-
-// Reads exactly `n` bytes at `offset`; DataLoss if the file ends first.
-absl::Status ReadAt(int fd, int64_t offset, void* data, size_t n,
-                    const std::string& path) {
-  auto* p = static_cast<char*>(data);
-  while (n > 0) {
-    const ssize_t got = ::pread(fd, p, n, offset);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return ErrnoError("cannot read", path);
-    if (got == 0) {
-      return absl::DataLossError(absl::StrCat(path, ": file ends at byte ",
-                                              offset, ", ", n,
-                                              " bytes short (truncated?)"));
-    }
-    p += got;
-    n -= static_cast<size_t>(got);
-    offset += got;
-  }
-  return absl::OkStatus();
-}
-
-// Makes the directory's entries (a rename, a new file) durable.
-absl::Status FsyncDir(const std::string& dir) {
-  const std::string path = dir.empty() ? "." : dir;
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoError("cannot open directory", path);
-  if (::fsync(fd.get()) != 0) return ErrnoError("cannot fsync", path);
-  return fd.Close(path);
-}
-
-// Writes `dir`/`name` so that a crash leaves the old file or the whole new
-// one: `write` fills a temporary, which is fsync'ed and renamed over `name`,
-// and the directory fsync'ed. The temporary is removed on failure.
-absl::Status WriteFileAtomically(
-    const std::string& dir, const std::string& name,
-    const std::function<absl::Status(int fd, const std::string& path)>& write) {
-  const std::string path = JoinPath(dir, name);
-  const std::string tmp = path + ".tmp";
-  FileDescriptor fd(
-      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) return ErrnoError("cannot create", tmp);
-  absl::Status status = write(fd.get(), tmp);
-  if (status.ok() && ::fsync(fd.get()) != 0) {
-    status = ErrnoError("cannot fsync", tmp);
-  }
-  const absl::Status closed = fd.Close(tmp);
-  if (status.ok()) status = closed;
-  if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    status = ErrnoError(absl::StrCat("cannot rename ", tmp, " to"), path);
-  }
-  if (!status.ok()) {
-    ::unlink(tmp.c_str());
-    return status;
-  }
-  return FsyncDir(dir);
-}
-
-// Creates `dir` and its missing parents; a new directory's own entry is
-// fsync'ed too, or a crash could lose the whole checkpoint directory.
-absl::Status CreateDirectories(const std::string& dir) {
-  if (dir.empty()) return absl::OkStatus();
-  std::error_code error;
-  const bool created = std::filesystem::create_directories(dir, error);
-  if (error) {
-    return absl::ErrnoToStatus(error.value(),
-                               absl::StrCat("cannot create directory ", dir));
-  }
-  if (!created) return absl::OkStatus();
-  std::string trimmed = dir;  // "a/b/"'s parent_path() would be "a/b".
-  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
-  const std::string parent =
-      std::filesystem::path(trimmed).parent_path().string();
-  return FsyncDir(parent.empty() ? "." : parent);
 }
 
 bool PathExists(const std::string& path) {
@@ -390,17 +271,16 @@ void DeleteUnreferencedShards(const std::string& dir,
   }
 }
 
+// A manifest is small (a few hundred bytes per piece); anything larger than
+// this is not one, and is refused before it is read into memory.
+constexpr int64_t kMaxManifestBytes = int64_t{1} << 30;
+
 absl::StatusOr<std::string> ReadManifestBytes(const std::string& path) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0 && (errno == ENOENT || errno == ENOTDIR)) {
+  absl::StatusOr<std::string> bytes = ReadFileToString(path, kMaxManifestBytes);
+  if (absl::IsNotFound(bytes.status())) {
     return absl::NotFoundError(
         absl::StrCat("no checkpoint: ", path, " does not exist"));
   }
-  if (fd.get() < 0) return ErrnoError("cannot open", path);
-  struct stat info;
-  if (::fstat(fd.get(), &info) != 0) return ErrnoError("cannot stat", path);
-  std::string bytes(static_cast<size_t>(info.st_size), '\0');
-  CZ_RETURN_IF_ERROR(ReadAt(fd.get(), 0, bytes.data(), bytes.size(), path));
   return bytes;
 }
 
@@ -569,7 +449,8 @@ absl::StatusOr<ShardIndex> WriteCheckpointShard(
   index.set_step(step);
   int64_t offset = 0;
   CZ_RETURN_IF_ERROR(WriteFileAtomically(
-      dir, index.file(), [&](int fd, const std::string& path) -> absl::Status {
+      JoinPath(dir, index.file()),
+      [&](int fd, const std::string& path) -> absl::Status {
         CZ_RETURN_IF_ERROR(
             WriteAll(fd, kShardMagic, sizeof(kShardMagic), path));
         offset = kShardHeaderBytes;
@@ -599,10 +480,11 @@ absl::Status WriteCheckpointManifest(const std::string& dir,
     return absl::InternalError("cannot serialize the checkpoint manifest");
   }
   CZ_RETURN_IF_ERROR(CreateDirectories(dir));
-  CZ_RETURN_IF_ERROR(WriteFileAtomically(
-      dir, kCheckpointManifestName, [&](int fd, const std::string& path) {
-        return WriteAll(fd, bytes.data(), bytes.size(), path);
-      }));
+  CZ_RETURN_IF_ERROR(WriteFileAtomically(JoinPath(dir, kCheckpointManifestName),
+                                         [&](int fd, const std::string& path) {
+                                           return WriteAll(fd, bytes.data(),
+                                                           bytes.size(), path);
+                                         }));
   DeleteUnreferencedShards(dir, manifest);
   return absl::OkStatus();
 }

@@ -1,26 +1,13 @@
 #include "tools/train/token_data.h"
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/file.h"
 #include "tools/train/builtin_corpus.h"
 
 namespace chunkzero {
-namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::string bytes((std::istreambuf_iterator<char>(in)),
-                    std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
-  return bytes;
-}
-
-}  // namespace
 
 TokenData::TokenData(std::vector<int32_t> tokens) {
   for (int32_t t : tokens) vocab_used_ = std::max(vocab_used_, t + 1);
@@ -33,12 +20,12 @@ TokenData TokenData::FromTokens(std::vector<int32_t> tokens) {
 
 absl::StatusOr<TokenData> TokenData::FromTokenFile(const std::string& path,
                                                    int vocab) {
-  absl::StatusOr<std::string> bytes = ReadFile(path);
+  absl::StatusOr<std::string> bytes = ReadFileToString(path);
   if (!bytes.ok()) return bytes.status();
   if (bytes->size() % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, " has ", bytes->size(),
-        " bytes, not a whole number of uint16 token ids"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " has ", bytes->size(),
+                     " bytes, not a whole number of uint16 token ids"));
   }
   std::vector<int32_t> tokens(bytes->size() / 2);
   const auto* b = reinterpret_cast<const unsigned char*>(bytes->data());
@@ -54,7 +41,7 @@ absl::StatusOr<TokenData> TokenData::FromTokenFile(const std::string& path,
 }
 
 absl::StatusOr<TokenData> TokenData::FromByteFile(const std::string& path) {
-  absl::StatusOr<std::string> bytes = ReadFile(path);
+  absl::StatusOr<std::string> bytes = ReadFileToString(path);
   if (!bytes.ok()) return bytes.status();
   std::vector<int32_t> tokens(bytes->begin(), bytes->end());
   for (size_t i = 0; i < bytes->size(); ++i) {
@@ -92,8 +79,17 @@ absl::Status TokenData::FillBatch(const BatchOrder& order, int64_t step,
   const int64_t global = static_cast<int64_t>(order.batch) * order.world_size;
   for (int b = 0; b < order.batch; ++b) {
     const int64_t j = static_cast<int64_t>(rank) * order.batch + b;
-    const int64_t q = (step * order.grad_accum + micro) * global + j;
-    const int64_t start = (q * seq) % (n - seq);
+    // start = (q * seq) mod (n - seq) for q = (step * grad_accum + micro) *
+    // global + j, reduced as it goes so that no product overflows however
+    // long the run.
+    using Wide = unsigned __int128;
+    const Wide span = static_cast<Wide>(n - seq);
+    const Wide slot =
+        static_cast<Wide>(step) * static_cast<Wide>(order.grad_accum) + micro;
+    const Wide q = ((slot % span) * (static_cast<Wide>(global) % span) +
+                    static_cast<Wide>(j)) %
+                   span;
+    const auto start = static_cast<int64_t>(q * static_cast<Wide>(seq) % span);
     const int32_t* t = tokens_->data() + start;
     std::copy_n(t, seq, inputs.begin() + b * seq);
     std::copy_n(t + 1, seq, targets.begin() + b * seq);

@@ -40,7 +40,8 @@ class TokenData {
  public:
   // Little-endian uint16 token ids. InvalidArgument naming the file and the
   // position of an id >= vocab, or for an odd byte count; NotFound for a
-  // missing file.
+  // missing file; InvalidArgument for a directory or another file that is
+  // not a regular one (base/file.h).
   static absl::StatusOr<TokenData> FromTokenFile(const std::string& path,
                                                  int vocab);
   // Every byte is a token (vocab 256).

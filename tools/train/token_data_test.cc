@@ -224,6 +224,30 @@ TEST(TokenDataTest, MissingFilesAreNotFound) {
             absl::StatusCode::kNotFound);
 }
 
+// A directory given as a data file was an uncaught std::ios_base::failure
+// (an abort); it is an error naming the path.
+TEST(TokenDataTest, DirectoriesAreInvalidArgumentNamingThePath) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  for (const absl::Status& status :
+       {TokenData::FromTokenFile(dir, 256).status(),
+        TokenData::FromByteFile(dir).status()}) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(status.message(), dir + " is a directory, not a file");
+  }
+}
+
+// start = (q * seq_len) mod (n - seq_len) holds where q * seq_len does not
+// fit in 64 bits (a long run), instead of overflowing.
+TEST(TokenDataTest, FillBatchStartHasNoOverflowOnLongRuns) {
+  const TokenData data = TokenData::FromTokens(Synthetic(1000));
+  const BatchOrder order{/*batch=*/1, /*world_size=*/1, /*grad_accum=*/1,
+                         /*seq_len=*/3};
+  // q = 2^62 + 5, and q * 3 overflows int64. 2^62 mod 997 = 988, so q mod
+  // 997 = 993 and the start is 993 * 3 mod 997 = 985 (t[985] = 985).
+  const int64_t step = (int64_t{1} << 62) + 5;
+  EXPECT_EQ(Fill(data, order, step, 0, 0).inputs[0], 985);
+}
+
 TEST(TokenDataTest, FromByteFileReadsEveryByteUnsigned) {
   const std::string bytes("A\x00\xFF\x80z", 5);
   const std::string path = WriteTestFile(".txt", bytes);

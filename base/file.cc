@@ -1,0 +1,201 @@
+#include "base/file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace chunkzero {
+
+absl::Status ErrnoError(absl::string_view what, absl::string_view path) {
+  return absl::ErrnoToStatus(errno, absl::StrCat(what, " ", path));
+}
+
+std::string JoinPath(absl::string_view dir, absl::string_view name) {
+  if (dir.empty()) return std::string(name);
+  if (dir.back() == '/') return absl::StrCat(dir, name);
+  return absl::StrCat(dir, "/", name);
+}
+
+std::string DirectoryOf(absl::string_view path) {
+  std::string trimmed(path);  // "a/b/"'s parent is "a", not "a/b".
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  const std::string parent =
+      std::filesystem::path(trimmed).parent_path().string();
+  return parent.empty() ? "." : parent;
+}
+
+FileDescriptor::~FileDescriptor() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+absl::Status FileDescriptor::Close(const std::string& path) {
+  const int fd = std::exchange(fd_, -1);
+  if (::close(fd) != 0) return ErrnoError("cannot close", path);
+  return absl::OkStatus();
+}
+
+absl::Status WriteAll(int fd, const void* data, size_t n,
+                      const std::string& path) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t written = ::write(fd, p, n);
+    if (written < 0 && errno == EINTR) continue;
+    if (written < 0) return ErrnoError("cannot write", path);
+    p += written;
+    n -= static_cast<size_t>(written);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadAt(int fd, int64_t offset, void* data, size_t n,
+                    const std::string& path) {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, p, n, offset);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return ErrnoError("cannot read", path);
+    if (got == 0) {
+      return absl::DataLossError(absl::StrCat(path, ": file ends at byte ",
+                                              offset, ", ", n,
+                                              " bytes short (truncated?)"));
+    }
+    p += got;
+    n -= static_cast<size_t>(got);
+    offset += got;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadFileToString(const std::string& path,
+                                             int64_t max_bytes) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd.valid()) return ErrnoError("cannot open", path);
+  struct stat info;
+  if (::fstat(fd.get(), &info) != 0) return ErrnoError("cannot stat", path);
+  if (S_ISDIR(info.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is a directory, not a file"));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not a regular file"));
+  }
+  if (info.st_size > max_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(path, " has ", info.st_size, " bytes, more than the ",
+                     max_bytes, " this reader accepts"));
+  }
+  // Read to the end rather than trusting st_size: the file may change, and
+  // some files (in /proc) report a size of 0.
+  std::string bytes;
+  bytes.reserve(static_cast<size_t>(info.st_size));
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t got = ::read(fd.get(), buffer, sizeof(buffer));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return ErrnoError("cannot read", path);
+    if (got == 0) break;
+    if (static_cast<int64_t>(bytes.size()) > max_bytes - got) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(path, " holds more than the ", max_bytes,
+                       " bytes this reader accepts"));
+    }
+    bytes.append(buffer, static_cast<size_t>(got));
+  }
+  return bytes;
+}
+
+absl::Status FsyncDir(const std::string& dir) {
+  const std::string path = dir.empty() ? "." : dir;
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoError("cannot open directory", path);
+  if (::fsync(fd.get()) != 0) return ErrnoError("cannot fsync", path);
+  return fd.Close(path);
+}
+
+absl::Status CreateDirectories(const std::string& dir) {
+  if (dir.empty()) return absl::OkStatus();
+  std::error_code error;
+  const bool created = std::filesystem::create_directories(dir, error);
+  if (error == std::errc::file_exists || error == std::errc::not_a_directory) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create directory ", dir,
+        ": it or one of its parents exists and is not a directory"));
+  }
+  if (error) {
+    return absl::ErrnoToStatus(error.value(),
+                               absl::StrCat("cannot create directory ", dir));
+  }
+  if (!created) {
+    struct stat info;
+    if (::stat(dir.c_str(), &info) != 0) {
+      return ErrnoError("cannot stat", dir);
+    }
+    if (!S_ISDIR(info.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(dir, " exists and is not a directory"));
+    }
+    return absl::OkStatus();
+  }
+  return FsyncDir(DirectoryOf(dir));
+}
+
+absl::Status CheckCanCreateFile(const std::string& path) {
+  if (path.empty() || path.back() == '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", path, "\" names a directory, not a file"));
+  }
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is a directory, not a file"));
+  }
+  const std::string dir = DirectoryOf(path);
+  if (::stat(dir.c_str(), &info) != 0) {
+    return ErrnoError("cannot write into the directory", dir);
+  }
+  if (!S_ISDIR(info.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir, " is not a directory, so ", path, " cannot be created"));
+  }
+  // access() would answer for the real uid and miss read-only mounts; a
+  // probe file answers exactly.
+  std::string probe = JoinPath(dir, ".chunkzero-probe-XXXXXX");
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) return ErrnoError("cannot create files in", dir);
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return absl::OkStatus();
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 const FileWriter& write) {
+  const std::string tmp = path + ".tmp";
+  FileDescriptor fd(
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) return ErrnoError("cannot create", tmp);
+  absl::Status status = write(fd.get(), tmp);
+  if (status.ok() && ::fsync(fd.get()) != 0) {
+    status = ErrnoError("cannot fsync", tmp);
+  }
+  const absl::Status closed = fd.Close(tmp);
+  if (status.ok()) status = closed;
+  if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    status = ErrnoError(absl::StrCat("cannot rename ", tmp, " to"), path);
+  }
+  if (!status.ok()) {
+    ::unlink(tmp.c_str());
+    return status;
+  }
+  return FsyncDir(DirectoryOf(path));
+}
+
+}  // namespace chunkzero

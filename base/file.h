@@ -1,0 +1,99 @@
+// POSIX file helpers whose errors are absl::Status values naming the path and
+// carrying errno's text, so that no file problem escapes as an exception or
+// an abort.
+//
+//   CZ_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
+//   CZ_RETURN_IF_ERROR(CheckCanCreateFile("/runs/a/weights.safetensors"));
+//   CZ_RETURN_IF_ERROR(WriteFileAtomically(path, [&](int fd, const auto& p) {
+//     return WriteAll(fd, bytes.data(), bytes.size(), p);
+//   }));
+//
+// Thread-safety: the functions share no state; errno is per thread.
+#ifndef CHUNKZERO_BASE_FILE_H_
+#define CHUNKZERO_BASE_FILE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace chunkzero {
+
+// The status for a failed system call: errno's code (ENOENT is NotFound,
+// EACCES PermissionDenied, ENOSPC ResourceExhausted, ...) and the message
+// "<what> <path>: <strerror(errno)>". Reads errno, so call it right after
+// the failing call.
+absl::Status ErrnoError(absl::string_view what, absl::string_view path);
+
+// `dir`/`name`, with one slash between them ("" + name is name).
+std::string JoinPath(absl::string_view dir, absl::string_view name);
+
+// The directory part of `path` ("." for a bare file name).
+std::string DirectoryOf(absl::string_view path);
+
+// Owns a file descriptor (closed on destruction). Close() reports the error
+// a destructor would have to drop.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor();
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+
+  // Closes the descriptor; `path` names it in the error.
+  absl::Status Close(const std::string& path);
+
+ private:
+  int fd_;
+};
+
+// Writes all `n` bytes (retrying short writes and EINTR).
+absl::Status WriteAll(int fd, const void* data, size_t n,
+                      const std::string& path);
+
+// Reads exactly `n` bytes at `offset`; DataLoss if the file ends first.
+absl::Status ReadAt(int fd, int64_t offset, void* data, size_t n,
+                    const std::string& path);
+
+// The whole of the regular file `path`. NotFound if it does not exist,
+// InvalidArgument if it is a directory or not a regular file (a device, a
+// pipe: reading those could block or never end), ResourceExhausted if it
+// holds more than `max_bytes`, errno's code for other failures.
+absl::StatusOr<std::string> ReadFileToString(
+    const std::string& path,
+    int64_t max_bytes = std::numeric_limits<int64_t>::max());
+
+// Makes the directory's entries (a rename, a new file) durable.
+absl::Status FsyncDir(const std::string& dir);
+
+// Creates `dir` and its missing parents; a new directory's own entry is
+// fsync'ed too, or a crash could lose it. FailedPrecondition if `dir` or a
+// parent exists but is not a directory.
+absl::Status CreateDirectories(const std::string& dir);
+
+// Checks, before any work is done, that a file can later be created at
+// `path`: its directory exists and this process may create files in it (a
+// probe file is created there and removed), and `path` is not a directory.
+// NotFound for a missing directory, FailedPrecondition for a path that is a
+// directory or whose parent is not one, errno's code otherwise.
+absl::Status CheckCanCreateFile(const std::string& path);
+
+// Writes `path` so that a crash leaves the old file or the whole new one:
+// `write` fills "<path>.tmp", which is fsync'ed and renamed over `path`, and
+// the directory is fsync'ed. The temporary is removed on failure.
+using FileWriter =
+    std::function<absl::Status(int fd, const std::string& tmp_path)>;
+absl::Status WriteFileAtomically(const std::string& path,
+                                 const FileWriter& write);
+
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_BASE_FILE_H_
