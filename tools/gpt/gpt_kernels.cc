@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <thread>
 
+#include "base/mutex.h"
 #include "base/parallel_for.h"
 
 // The row loops are compiled three times (AVX-512, AVX2+FMA, baseline
@@ -33,6 +35,54 @@ constexpr size_t kGrainElements = 16384;
 
 size_t RowGrain(int width) {
   return std::max<size_t>(1, kGrainElements / std::max(width, 1));
+}
+
+// OpenBLAS (the pthread build) hands each call work buffers from a fixed
+// table sized by its compile-time thread limit; callers beyond that crash
+// inside it (seen with 160 ranks as threads). Every sgemm therefore passes
+// this gate, which admits at most kMaxConcurrentSgemm callers at once, or
+// fewer on a smaller machine: more concurrent callers than cores would only
+// time-slice them.
+constexpr unsigned kMaxConcurrentSgemm = 16;
+
+class SgemmGate {
+ public:
+  SgemmGate()
+      : free_(std::clamp(std::thread::hardware_concurrency(), 1u,
+                         kMaxConcurrentSgemm)) {}
+
+  void Enter() {
+    MutexLock lock(&mu_);
+    while (free_ == 0) released_.Wait(&mu_);
+    --free_;
+  }
+  void Leave() {
+    {
+      MutexLock lock(&mu_);
+      ++free_;
+    }
+    released_.Signal();
+  }
+
+ private:
+  Mutex mu_;
+  CondVar released_;
+  unsigned free_ ABSL_GUARDED_BY(mu_);
+};
+
+SgemmGate& Gate() {
+  static SgemmGate* gate = new SgemmGate();  // Never destroyed: used at exit.
+  return *gate;
+}
+
+// cblas_sgemm (row-major) through the gate.
+void Sgemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n,
+           int k, float alpha, const float* a, int lda, const float* b, int ldb,
+           float beta, float* c, int ldc) {
+  Gate().Enter();
+  cblas_sgemm(CblasRowMajor, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
+              beta, c, ldc);
+  Gate().Leave();
 }
 
 // Reductions keep kLanes partial results so the compiler can vectorise
@@ -142,9 +192,9 @@ GPT_KERNEL void EmbeddingBackwardColumns(size_t c0, size_t c1, float* dwte,
   }
 }
 
-GPT_KERNEL void LayerNormRows(size_t begin, size_t end, float* out,
-                              float* mean, float* rstd, const float* x,
-                              const float* w, const float* b, int C) {
+GPT_KERNEL void LayerNormRows(size_t begin, size_t end, float* out, float* mean,
+                              float* rstd, const float* x, const float* w,
+                              const float* b, int C) {
   for (size_t n = begin; n < end; ++n) {
     const float* xr = x + n * C;
     float* o = out + n * C;
@@ -242,8 +292,7 @@ GPT_KERNEL void AddRange(size_t begin, size_t end, float* out, const float* a,
 }
 
 // Rows of att[B * NH * T, T] (scores) become causal softmax probabilities.
-GPT_KERNEL void CausalSoftmaxRows(size_t begin, size_t end, float* att,
-                                  int T) {
+GPT_KERNEL void CausalSoftmaxRows(size_t begin, size_t end, float* att, int T) {
   for (size_t r = begin; r < end; ++r) {
     const int t = static_cast<int>(r % T);
     float* p = att + r * T;
@@ -256,9 +305,9 @@ GPT_KERNEL void CausalSoftmaxRows(size_t begin, size_t end, float* att,
 }
 
 // datt rows (dP on entry) become dS = P * (dP - <P, dP>) * scale.
-GPT_KERNEL void CausalSoftmaxBackwardRows(size_t begin, size_t end,
-                                          float* datt, const float* att,
-                                          int T, float scale) {
+GPT_KERNEL void CausalSoftmaxBackwardRows(size_t begin, size_t end, float* datt,
+                                          const float* att, int T,
+                                          float scale) {
   for (size_t r = begin; r < end; ++r) {
     const int t = static_cast<int>(r % T);
     const float* p = att + r * T;
@@ -286,9 +335,9 @@ GPT_KERNEL void CrossEntropyRows(size_t begin, size_t end, float* logits,
   }
 }
 
-GPT_KERNEL void CrossEntropyBackwardRows(size_t begin, size_t end,
-                                         float* probs, const int32_t* targets,
-                                         float dloss, int V) {
+GPT_KERNEL void CrossEntropyBackwardRows(size_t begin, size_t end, float* probs,
+                                         const int32_t* targets, float dloss,
+                                         int V) {
   for (size_t n = begin; n < end; ++n) {
     float* p = probs + n * V;
     for (int v = 0; v < V; ++v) p[v] *= dloss;
@@ -357,16 +406,16 @@ void MatmulForward(float* out, const float* x, const float* w,
     });
     beta = 1.0f;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, IC, 1.0f, x,
-              IC, w, OC, beta, out, OC);
+  Sgemm(CblasNoTrans, CblasNoTrans, N, OC, IC, 1.0f, x, IC, w, OC, beta, out,
+        OC);
 }
 
 void MatmulBackward(float* dx, float* dw, float* dbias, const float* dout,
                     const float* x, const float* w, int N, int IC, int OC) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, IC, OC, 1.0f, dout,
-              OC, w, OC, 0.0f, dx, IC);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IC, OC, N, 1.0f, x, IC,
-              dout, OC, 0.0f, dw, OC);
+  Sgemm(CblasNoTrans, CblasTrans, N, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dx,
+        IC);
+  Sgemm(CblasTrans, CblasNoTrans, IC, OC, N, 1.0f, x, IC, dout, OC, 0.0f, dw,
+        OC);
   if (dbias != nullptr) {
     ForColumns(OC, [&](size_t c0, size_t c1) {
       ColumnSums(c0, c1, dbias, dout, N, OC);
@@ -374,25 +423,23 @@ void MatmulBackward(float* dx, float* dw, float* dbias, const float* dout,
   }
 }
 
-void MatmulTransposedForward(float* out, const float* x, const float* w,
-                             int N, int IC, int OC) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, x, IC,
-              w, IC, 0.0f, out, OC);
+void MatmulTransposedForward(float* out, const float* x, const float* w, int N,
+                             int IC, int OC) {
+  Sgemm(CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, x, IC, w, IC, 0.0f, out, OC);
 }
 
 void MatmulTransposedBackward(float* dx, float* dw, const float* dout,
                               const float* x, const float* w, int N, int IC,
                               int OC) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f,
-              dout, OC, w, IC, 0.0f, dx, IC);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout,
-              OC, x, IC, 0.0f, dw, IC);
+  Sgemm(CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dx,
+        IC);
+  Sgemm(CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, x, IC, 0.0f, dw,
+        IC);
 }
 
 void GeluForward(float* out, const float* x, size_t n) {
-  ParallelFor(n, kGrainElements, [&](size_t begin, size_t end) {
-    GeluRange(begin, end, out, x);
-  });
+  ParallelFor(n, kGrainElements,
+              [&](size_t begin, size_t end) { GeluRange(begin, end, out, x); });
 }
 
 void GeluBackward(float* dx, const float* x, const float* dout, size_t n) {
@@ -419,21 +466,20 @@ void AttentionForward(float* out, float* att, const float* qkv, int B, int T,
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
       const float* q = qkv + static_cast<size_t>(b) * T * 3 * C + h * hd;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, scale, q,
-                  3 * C, q + C, 3 * C, 0.0f, att + (b * NH + h) * tt, T);
+      Sgemm(CblasNoTrans, CblasTrans, T, T, hd, scale, q, 3 * C, q + C, 3 * C,
+            0.0f, att + (b * NH + h) * tt, T);
     }
   }
-  ParallelFor(static_cast<size_t>(B) * NH * T, RowGrain(T),
-              [&](size_t begin, size_t end) {
-                CausalSoftmaxRows(begin, end, att, T);
-              });
+  ParallelFor(
+      static_cast<size_t>(B) * NH * T, RowGrain(T),
+      [&](size_t begin, size_t end) { CausalSoftmaxRows(begin, end, att, T); });
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
-      const float* v = qkv + static_cast<size_t>(b) * T * 3 * C + 2 * C +
-                       h * hd;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f,
-                  att + (b * NH + h) * tt, T, v, 3 * C, 0.0f,
-                  out + static_cast<size_t>(b) * T * C + h * hd, C);
+      const float* v =
+          qkv + static_cast<size_t>(b) * T * 3 * C + 2 * C + h * hd;
+      Sgemm(CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, att + (b * NH + h) * tt,
+            T, v, 3 * C, 0.0f, out + static_cast<size_t>(b) * T * C + h * hd,
+            C);
     }
   }
 }
@@ -442,8 +488,8 @@ void AttentionForward(float* out, float* att, const float* qkv, int B, int T,
 //   dP = dY V^T, dV = P^T dY, dS = P * (dP - rowsum(P * dP)) (times scale
 //   here, folding in the score scale), dQ = dS K, dK = dS^T Q.
 void AttentionBackward(float* dqkv, float* datt, const float* dout,
-                       const float* qkv, const float* att, int B, int T,
-                       int C, int NH) {
+                       const float* qkv, const float* att, int B, int T, int C,
+                       int NH) {
   const int hd = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const size_t tt = static_cast<size_t>(T) * T;
@@ -454,10 +500,10 @@ void AttentionBackward(float* dqkv, float* datt, const float* dout,
       const float* v = qkv + row0 * 3 * C + 2 * C + h * hd;
       float* dv = dqkv + row0 * 3 * C + 2 * C + h * hd;
       const float* p = att + (b * NH + h) * tt;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, dy,
-                  C, v, 3 * C, 0.0f, datt + (b * NH + h) * tt, T);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, p,
-                  T, dy, C, 0.0f, dv, 3 * C);
+      Sgemm(CblasNoTrans, CblasTrans, T, T, hd, 1.0f, dy, C, v, 3 * C, 0.0f,
+            datt + (b * NH + h) * tt, T);
+      Sgemm(CblasTrans, CblasNoTrans, T, hd, T, 1.0f, p, T, dy, C, 0.0f, dv,
+            3 * C);
     }
   }
   ParallelFor(static_cast<size_t>(B) * NH * T, RowGrain(T),
@@ -470,16 +516,16 @@ void AttentionBackward(float* dqkv, float* datt, const float* dout,
       const float* q = qkv + row0 * 3 * C + h * hd;
       float* dq = dqkv + row0 * 3 * C + h * hd;
       const float* ds = datt + (b * NH + h) * tt;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f,
-                  ds, T, q + C, 3 * C, 0.0f, dq, 3 * C);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, ds,
-                  T, q, 3 * C, 0.0f, dq + C, 3 * C);
+      Sgemm(CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, ds, T, q + C, 3 * C,
+            0.0f, dq, 3 * C);
+      Sgemm(CblasTrans, CblasNoTrans, T, hd, T, 1.0f, ds, T, q, 3 * C, 0.0f,
+            dq + C, 3 * C);
     }
   }
 }
 
-double CrossEntropyForward(float* logits, const int32_t* targets, int N,
-                           int V, double* row_losses) {
+double CrossEntropyForward(float* logits, const int32_t* targets, int N, int V,
+                           double* row_losses) {
   ParallelFor(N, RowGrain(V), [&](size_t begin, size_t end) {
     CrossEntropyRows(begin, end, logits, targets, V, row_losses);
   });

@@ -2,7 +2,9 @@
 // checked end to end against finite differences in gpt_model_test.
 #include "tools/gpt/gpt_kernels.h"
 
+#include <atomic>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -42,6 +44,37 @@ TEST(GptKernelsTest, GeluMatchesTanhFormula) {
     EXPECT_NEAR(dx[i], 0.5 * (1 + t) + 0.5 * v * dt, 1e-6 * (1 + std::abs(v)))
         << v;
   }
+}
+
+// Ranks as threads call the matmuls all at once. OpenBLAS crashed when more
+// threads than its buffer table called sgemm concurrently (160 in-process
+// ranks did); every call goes through a gate, so any number of threads get
+// the single-threaded result.
+TEST(GptKernelsTest, MatmulFromManyThreadsAtOnce) {
+  // Without the gate, 300 threads starting 256-wide sgemms together
+  // segfault in OpenBLAS 0.3.21.
+  constexpr int kThreads = 300, N = 256, IC = 256, OC = 256;
+  std::vector<float> x(N * IC), w(IC * OC), bias(OC);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * i);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = std::cos(0.11f * i);
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.01f * i;
+  std::vector<float> want(N * OC);
+  MatmulForward(want.data(), x.data(), w.data(), bias.data(), N, IC, OC);
+  std::vector<std::vector<float>> got(kThreads, std::vector<float>(N * OC));
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (ready.load() < kThreads) std::this_thread::yield();
+      for (int repeat = 0; repeat < 8; ++repeat) {
+        MatmulForward(got[t].data(), x.data(), w.data(), bias.data(), N, IC,
+                      OC);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < kThreads; ++t) ASSERT_EQ(got[t], want) << "thread " << t;
 }
 
 }  // namespace

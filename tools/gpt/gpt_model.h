@@ -54,10 +54,11 @@
 //
 // Threads: matmuls go through OpenBLAS (its own pthread pool, sized by
 // OPENBLAS_NUM_THREADS or openblas_set_num_threads, default all cores) and
-// are only ever called from the thread running Forward/Backward; the other
-// layers run on base/parallel_for.h's pool (CHUNKZERO_NUM_THREADS). The two
-// pools take turns, never run at once, so each may use every core. Results
-// are the same for any ParallelFor thread count (see gpt_kernels.h).
+// are called from the thread running Forward/Backward; the other layers run
+// on base/parallel_for.h's pool (CHUNKZERO_NUM_THREADS). Within one model
+// the two pools take turns, so each may use every core; models on several
+// threads (ranks as threads) share a gate on concurrent sgemm calls (see
+// gpt_kernels.h). Results are the same for any thread count.
 //
 // Memory: activations for Backward are kept per layer (16 N C + NH T^2 B
 // floats per block, N = B T) plus N V floats of probabilities; they and
