@@ -81,9 +81,26 @@ absl::Status CheckOptions(const ZeroOptimizerOptions& o, double weight_decay) {
     return absl::InvalidArgumentError(absl::StrCat(
         "optimizer option ", what, " = ", value, " is out of range"));
   };
+  // Every option is finite: an Inf or NaN would make every weight NaN at the
+  // first update.
+  for (double value :
+       {o.lr.lr(), o.lr.min_lr(), o.beta1, o.beta2, o.eps, weight_decay,
+        o.momentum, o.dampening, o.max_grad_norm}) {
+    if (!std::isfinite(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer options must be finite, got ", value, " (lr ",
+                       o.lr.lr(), ", min_lr ", o.lr.min_lr(), ", weight_decay ",
+                       weight_decay, ", max_grad_norm ", o.max_grad_norm, ")"));
+    }
+  }
+  if (o.max_overflows_at_min_scale < 0) {
+    return bad("max_overflows_at_min_scale", o.max_overflows_at_min_scale);
+  }
   if (!(o.lr.lr() >= 0) || !(o.lr.min_lr() >= 0)) return bad("lr", o.lr.lr());
-  if (!(o.beta1 >= 0 && o.beta1 < 1)) return bad("beta1 (want [0, 1))", o.beta1);
-  if (!(o.beta2 >= 0 && o.beta2 < 1)) return bad("beta2 (want [0, 1))", o.beta2);
+  if (!(o.beta1 >= 0 && o.beta1 < 1))
+    return bad("beta1 (want [0, 1))", o.beta1);
+  if (!(o.beta2 >= 0 && o.beta2 < 1))
+    return bad("beta2 (want [0, 1))", o.beta2);
   if (!(o.eps >= 0)) return bad("eps", o.eps);
   if (!(weight_decay >= 0)) return bad("weight_decay", weight_decay);
   if (!(o.momentum >= 0)) return bad("momentum", o.momentum);
@@ -115,15 +132,16 @@ absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name) {
        {OptimizerKind::kSgd, OptimizerKind::kAdam, OptimizerKind::kAdamW}) {
     if (name == OptimizerKindName(kind)) return kind;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown optimizer '", name, "' (want sgd, adam or adamw)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown optimizer '", name, "' (want sgd, adam or adamw)"));
 }
 
 absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(
     ZeroDdp* ddp, ChunkManager* chunks, const ZeroOptimizerOptions& options) {
   if (ddp == nullptr || chunks == nullptr) {
-    return absl::InvalidArgumentError("ZeroOptimizer needs a ZeroDdp and its "
-                                      "ChunkManager");
+    return absl::InvalidArgumentError(
+        "ZeroOptimizer needs a ZeroDdp and its "
+        "ChunkManager");
   }
   const double wd =
       options.weight_decay.value_or(DefaultWeightDecay(options.kind));
@@ -176,8 +194,7 @@ Chunk* ZeroOptimizer::GroupChunk(const std::string& group, int i) const {
 
 std::pair<int64_t, int64_t> ZeroOptimizer::HeldRangeOf(const Chunk* c) {
   if (c->layout() == ChunkLayout::kOwner && !c->is_holder()) return {0, 0};
-  return Intersect({c->shard_begin(), c->shard_end()},
-                   {0, c->used_elements()});
+  return Intersect({c->shard_begin(), c->shard_end()}, {0, c->used_elements()});
 }
 
 std::pair<int64_t, int64_t> ZeroOptimizer::HeldRange(int i) const {
@@ -260,14 +277,14 @@ absl::Status ZeroOptimizer::EnsureStates() {
 absl::Status ZeroOptimizer::EnsureAccumulator() {
   if (accumulator_created_) return absl::OkStatus();
   const std::string& masters = ddp_->master_group();
-  CZ_RETURN_IF_ERROR(chunks_->CreatePairedGroup(
-      kAccumulatorGroup, masters, DType::kF32, MemoryCategory::kGradAccum,
-      states_device_));
+  CZ_RETURN_IF_ERROR(
+      chunks_->CreatePairedGroup(kAccumulatorGroup, masters, DType::kF32,
+                                 MemoryCategory::kGradAccum, states_device_));
   for (const std::string& name : ddp_->registration_order()) {
     CZ_ASSIGN_OR_RETURN(TensorLocation where, chunks_->Locate(masters, name));
-    CZ_ASSIGN_OR_RETURN(Tensor zeros, Tensor::Zeros({where.chunk->tensor(
-                                                        where.index).numel},
-                                                    DType::kF32));
+    CZ_ASSIGN_OR_RETURN(
+        Tensor zeros,
+        Tensor::Zeros({where.chunk->tensor(where.index).numel}, DType::kF32));
     CZ_RETURN_IF_ERROR(
         chunks_->AppendTensor(kAccumulatorGroup, name, zeros).status());
   }
@@ -310,8 +327,8 @@ absl::Status ZeroOptimizer::FoldIntoAccumulator(bool restore_weights) {
     CZ_RETURN_IF_ERROR(
         AccumulateGradAndRestore(acc.as<float>(), grad.get(), dtype, first,
                                  master.as<float>(),
-                                 restore_weights ? grad.get() : nullptr,
-                                 dtype, static_cast<size_t>(end - begin)),
+                                 restore_weights ? grad.get() : nullptr, dtype,
+                                 static_cast<size_t>(end - begin)),
         "accumulating the grads of chunk ", param->name());
     CZ_RETURN_IF_ERROR(acc.Finish());
     if (restore_weights) CZ_RETURN_IF_ERROR(grad.Finish());
@@ -329,14 +346,13 @@ absl::Status ZeroOptimizer::AccumulateGrads() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> ZeroOptimizer::LocalSumOfSquares(
-    bool from_accumulator) {
+absl::StatusOr<double> ZeroOptimizer::LocalSumOfSquares(bool from_accumulator) {
   double sum = 0;
   for (int i = 0; i < num_chunks(); ++i) {
     const auto [begin, end] = AccountedRange(i);
     if (begin == end) continue;
-    Chunk* chunk = from_accumulator ? GroupChunk(kAccumulatorGroup, i)
-                                    : ParamChunk(i);
+    Chunk* chunk =
+        from_accumulator ? GroupChunk(kAccumulatorGroup, i) : ParamChunk(i);
     CZ_ASSIGN_OR_RETURN(HostRange grad, HostRange::Open(chunk, begin, end));
     CZ_ASSIGN_OR_RETURN(double part,
                         SumOfSquares(grad.get(), chunk->dtype(),
@@ -446,18 +462,41 @@ absl::StatusOr<StepResult> ZeroOptimizer::Step() {
   ddp_->ClearGrads();
   if (!std::isfinite(total)) {
     result.skipped = true;
+    const bool at_min_scale =
+        scaler_.has_value() && scaler_->scale() <= scaler_->options().min_scale;
     if (scaler_.has_value()) scaler_->Update(/*found_inf=*/true);
+    overflows_at_min_scale_ = at_min_scale ? overflows_at_min_scale_ + 1 : 0;
     CZ_RETURN_IF_ERROR(ddp_->RestoreParamsFromMasters(),
                        "restoring the weights of a skipped step");
+    if (!scaler_.has_value() && !options_.skip_nonfinite_without_scaler) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "step ", iterations_, ": the grads are not finite (norm ",
+          result.grad_norm, ") and ", DTypeName(ddp_->compute_dtype()),
+          " compute has no loss scale to lower: the run has diverged or "
+          "its weights or data are not finite (a lower learning rate may "
+          "help); nothing was updated"));
+    }
+    if (options_.max_overflows_at_min_scale > 0 &&
+        overflows_at_min_scale_ >= options_.max_overflows_at_min_scale) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "step ", iterations_, ": the grads overflowed in ",
+          overflows_at_min_scale_,
+          " steps in a row with the loss scale at "
+          "its minimum of ",
+          scaler_->options().min_scale,
+          ": the run has diverged or its weights or data are not finite (a "
+          "lower learning rate may help); nothing was updated"));
+    }
     return result;
   }
+  overflows_at_min_scale_ = 0;
   double clip = 1.0;
   if (options_.max_grad_norm > 0 && result.grad_norm > options_.max_grad_norm) {
     clip = options_.max_grad_norm / (result.grad_norm + 1e-6);
   }
   ++updates_;
-  CZ_RETURN_IF_ERROR(Update(static_cast<float>(clip / divisor), result.lr,
-                            accumulated));
+  CZ_RETURN_IF_ERROR(
+      Update(static_cast<float>(clip / divisor), result.lr, accumulated));
   if (scaler_.has_value()) scaler_->Update(/*found_inf=*/false);
   return result;
 }
@@ -496,8 +535,7 @@ absl::StatusOr<OptimizerState> ZeroOptimizer::SaveShard() {
       Chunk* chunk = GroupChunk(group, i);
       for (int k = 0; k < chunk->num_tensors(); ++k) {
         const ChunkTensor& t = chunk->tensor(k);
-        const auto [lo, hi] =
-            Intersect(mine, {t.offset, t.offset + t.numel});
+        const auto [lo, hi] = Intersect(mine, {t.offset, t.offset + t.numel});
         if (lo == hi) continue;
         CZ_ASSIGN_OR_RETURN(HostRange held, HostRange::Open(chunk, lo, hi));
         StatePiece piece;
@@ -505,7 +543,8 @@ absl::StatusOr<OptimizerState> ZeroOptimizer::SaveShard() {
         piece.state = state_name;
         piece.shape = t.shape;
         piece.begin = lo - t.offset;
-        CZ_ASSIGN_OR_RETURN(piece.values, Tensor::Empty({hi - lo}, DType::kF32));
+        CZ_ASSIGN_OR_RETURN(piece.values,
+                            Tensor::Empty({hi - lo}, DType::kF32));
         std::copy_n(held.as<float>(), hi - lo, piece.values.data<float>());
         state.pieces.push_back(std::move(piece));
       }
@@ -531,7 +570,8 @@ absl::StatusOr<OptimizerState> ZeroOptimizer::GatherState(bool all_ranks) {
         piece.param = t.name;
         piece.state = state_name;
         piece.shape = t.shape;
-        CZ_ASSIGN_OR_RETURN(piece.values, Tensor::Empty({t.numel}, DType::kF32));
+        CZ_ASSIGN_OR_RETURN(piece.values,
+                            Tensor::Empty({t.numel}, DType::kF32));
         const Tensor view = chunk->TensorView(k);
         CZ_RETURN_IF_ERROR(CopyBytes(piece.values.raw_data(), Device::Cpu(),
                                      view.raw_data(), device,
@@ -584,10 +624,9 @@ absl::Status ZeroOptimizer::CheckPieces(const OptimizerState& state,
                                         bool states_too) {
   const std::string& masters = ddp_->master_group();
   for (const StatePiece& p : state.pieces) {
-    const bool known_state =
-        p.state == kMasterState ||
-        std::find(state_names_.begin(), state_names_.end(), p.state) !=
-            state_names_.end();
+    const bool known_state = p.state == kMasterState ||
+                             std::find(state_names_.begin(), state_names_.end(),
+                                       p.state) != state_names_.end();
     if (!known_state) {
       return absl::InvalidArgumentError(absl::StrCat(
           "optimizer state piece of '", p.param, "' has unknown state '",
@@ -595,24 +634,23 @@ absl::Status ZeroOptimizer::CheckPieces(const OptimizerState& state,
     }
     absl::StatusOr<TensorLocation> where = chunks_->Locate(masters, p.param);
     if (!where.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "optimizer state names parameter '", p.param,
-          "', which is not in the model's chunks"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer state names parameter '", p.param,
+                       "', which is not in the model's chunks"));
     }
     const ChunkTensor& t = where->chunk->tensor(where->index);
     if (p.shape != t.shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "optimizer state '", p.state, "' of '", p.param, "' has shape ",
-          ShapeToString(p.shape), ", the parameter is ",
-          ShapeToString(t.shape)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer state '", p.state, "' of '", p.param,
+                       "' has shape ", ShapeToString(p.shape),
+                       ", the parameter is ", ShapeToString(t.shape)));
     }
     if (p.values.dtype() != DType::kF32 || p.begin < 0 ||
-        p.begin + p.values.numel() > t.numel ||
-        !p.values.is_materialized()) {
+        p.begin + p.values.numel() > t.numel || !p.values.is_materialized()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "optimizer state '", p.state, "' of '", p.param, "': a piece of ",
-          p.values.DebugString(), " at element ", p.begin,
-          " does not fit its ", t.numel, " f32 elements"));
+          p.values.DebugString(), " at element ", p.begin, " does not fit its ",
+          t.numel, " f32 elements"));
     }
   }
   const PieceIndex index = IndexPieces(state);
@@ -660,8 +698,8 @@ absl::Status ZeroOptimizer::LoadPieces(const OptimizerState& state,
         if (lo == hi) continue;
         for (const StatePiece* p : index.by_key.at({t.name, state_name})) {
           const auto [a, b] = Intersect(
-              {lo, hi}, {t.offset + p->begin,
-                         t.offset + p->begin + p->values.numel()});
+              {lo, hi},
+              {t.offset + p->begin, t.offset + p->begin + p->values.numel()});
           if (a == b) continue;
           std::copy_n(p->values.data<float>() + (a - t.offset - p->begin),
                       b - a, dst.as<float>() + (a - held.first));

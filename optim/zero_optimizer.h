@@ -12,7 +12,8 @@
 //       CZ_RETURN_IF_ERROR(ddp->FinishBackward());
 //       if (m + 1 < micro_batches) CZ_RETURN_IF_ERROR(opt->AccumulateGrads());
 //     }
-//     CZ_ASSIGN_OR_RETURN(StepResult r, opt->Step());   // r.skipped, r.grad_norm
+//     CZ_ASSIGN_OR_RETURN(StepResult r, opt->Step());   // r.skipped,
+//     r.grad_norm
 //   }
 //
 // Where things live. The fp32 masters are ZeroDdp's master group, paired with
@@ -37,8 +38,13 @@
 //     exceeds it, as torch.nn.utils.clip_grad_norm_), updates masters and
 //     states, and writes the new weights, rounded to the compute dtype, over
 //     the grads in the compute-dtype chunks (optim/fused_kernels.h).
-// After Step every parameter's grad() is empty. Non-finite grads skip the
-// step in f32 and bf16 too (there is no scale to lower then).
+// After Step every parameter's grad() is empty. Non-finite grads with no
+// scale left to lower mean the run has diverged (or its data or weights
+// are not finite): in f32 and bf16 Step then fails at once, and in f16 after
+// max_overflows_at_min_scale overflows in a row at the minimum scale; the
+// weights are restored from the masters first, and nothing is updated
+// (ZeroOptimizerOptions::skip_nonfinite_without_scaler keeps the old
+// behaviour of skipping).
 //
 // Algorithms follow PyTorch (torch.optim.SGD / Adam / AdamW) with its
 // defaults: betas (0.9, 0.999), eps 1e-8 outside the square root, bias
@@ -60,9 +66,10 @@
 // buffer are created in host memory and the masters move there at the first
 // step (ZeRO-Offload; ZeroDdpOptions::master_device = Device::Cpu() creates
 // them there from the start), while the compute-dtype chunks stay where the
-// ChunkManager put them; MoveStates moves them at any step boundary. A parameter's data() and grad() are views
-// of its chunk and follow every move. Kernels run on host-accessible memory;
-// a compute-dtype chunk on a CUDA device is staged through host memory.
+// ChunkManager put them; MoveStates moves them at any step boundary. A
+// parameter's data() and grad() are views of its chunk and follow every move.
+// Kernels run on host-accessible memory; a compute-dtype chunk on a CUDA device
+// is staged through host memory.
 //
 // Thread-safety: one optimizer per rank, used by that rank's thread, after
 // FinishBackward. Step and GatherState are collective: every rank calls them
@@ -116,16 +123,24 @@ struct ZeroOptimizerOptions {
   double max_grad_norm = 0;
   // The dynamic loss scale, used when the compute dtype is f16.
   LossScalerOptions loss_scaler;
+  // Grads that are Inf or NaN on some rank, where no loss scale explains
+  // them, end the run instead of being skipped for ever (see Step):
+  //  - without a loss scaler (f32, bf16 compute), Step fails at once unless
+  //    skip_nonfinite_without_scaler is set (then the step is skipped);
+  //  - with one (f16), Step fails when this many overflows in a row came
+  //    with the scale already at loss_scaler.min_scale. 0: never give up.
+  bool skip_nonfinite_without_scaler = false;
+  int max_overflows_at_min_scale = 8;
   OffloadPolicy offload = OffloadPolicy::kNone;
 };
 
 struct StepResult {
-  bool skipped = false;    // Inf/NaN in the grads: nothing was updated.
-  double grad_norm = 0;    // Global L2 norm of the mean grads, unscaled and
-                           // before clipping (Inf or NaN when skipped).
-  double loss_scale = 1;   // The scale the grads of this step carried.
-  double lr = 0;           // The rate applied (or that would have been).
-  int micro_batches = 1;   // Micro-batches folded into this step.
+  bool skipped = false;   // Inf/NaN in the grads: nothing was updated.
+  double grad_norm = 0;   // Global L2 norm of the mean grads, unscaled and
+                          // before clipping (Inf or NaN when skipped).
+  double loss_scale = 1;  // The scale the grads of this step carried.
+  double lr = 0;          // The rate applied (or that would have been).
+  int micro_batches = 1;  // Micro-batches folded into this step.
 };
 
 class ZeroOptimizer {
@@ -149,7 +164,9 @@ class ZeroOptimizer {
   // One optimizer step over the grads of the last FinishBackward (plus the
   // accumulated micro-batches). Collective: one all-reduce. Errors:
   // FailedPrecondition without a FinishBackward since the last
-  // AccumulateGrads or Step.
+  // AccumulateGrads or Step, and (on every rank alike) for grads that are
+  // not finite where no loss scale is left to lower (see
+  // ZeroOptimizerOptions::max_overflows_at_min_scale).
   absl::StatusOr<StepResult> Step();
 
   // Moves the masters, the optimizer states and the accumulation buffer to
@@ -237,6 +254,8 @@ class ZeroOptimizer {
   int micro_batches_ = 0;                // Accumulated since the last Step.
   int64_t updates_ = 0;
   int64_t iterations_ = 0;
+  // Overflowed steps in a row taken with the scale at its minimum.
+  int overflows_at_min_scale_ = 0;
   std::optional<OptimizerState> pending_;  // Loaded before the first step.
 };
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -84,13 +85,12 @@ struct RunConfig {
   int micro_batches = 1;
   int rows_per_micro = 3;  // Rows per rank per micro-batch.
   Device device = Device::Cpu();
-  // Poisons one grad on `rank` in step `step` with Inf.
+  // Poisons one grad on `poison_rank` with Inf in each of `poison_steps`.
   int poison_rank = -1;
-  int poison_step = -1;
+  std::set<int> poison_steps;
   // Called on every rank after FinishBackward of the step's last
   // micro-batch (before Step) and after Step.
-  std::function<absl::Status(int step, ZeroDdp&, ZeroOptimizer&,
-                             ChunkManager&)>
+  std::function<absl::Status(int step, ZeroDdp&, ZeroOptimizer&, ChunkManager&)>
       before_step, after_step;
   // Called once, before the first step (e.g. LoadState).
   std::function<absl::Status(ZeroDdp&, ZeroOptimizer&)> at_start;
@@ -114,10 +114,10 @@ int TotalRows(const RunConfig& c) {
 }
 
 struct RunResult {
-  std::vector<float> losses;          // Mean over ranks, per step.
-  std::vector<StepResult> results;    // Rank 0's, per step.
-  Values masters;                     // Final, gathered.
-  OptimizerState state;               // Final, gathered on rank 0.
+  std::vector<float> losses;           // Mean over ranks, per step.
+  std::vector<StepResult> results;     // Rank 0's, per step.
+  Values masters;                      // Final, gathered.
+  OptimizerState state;                // Final, gathered on rank 0.
   std::vector<OptimizerState> shards;  // Final SaveShard of every rank.
   // Rank 0's payload bytes at the end, by device and category.
   std::map<std::pair<Device, MemoryCategory>, int64_t> memory, peak;
@@ -173,7 +173,7 @@ std::vector<absl::Status> RunZero(const RunConfig& c, RunResult* out) {
                 SliceBatch(global, first, first + c.rows_per_micro);
             ScaledHooks hooks(ddp.get(), static_cast<float>(opt->loss_scale()),
                               g.rank() == c.poison_rank &&
-                                  step == c.poison_step &&
+                                  c.poison_steps.count(step) > 0 &&
                                   m + 1 == c.micro_batches);
             CZ_ASSIGN_OR_RETURN(float l, model->Forward(hooks, mine, 0));
             loss += l / c.micro_batches;
@@ -249,8 +249,8 @@ Reference RunReference(const RunConfig& c, std::vector<int> skip = {}) {
     ref.masters[p->name()] = *p->data().ToFloats();
   }
   const ZeroOptimizerOptions& o = c.opt;
-  const float wd = static_cast<float>(o.weight_decay.value_or(
-      o.kind == OptimizerKind::kAdamW ? 0.01 : 0.0));
+  const float wd = static_cast<float>(
+      o.weight_decay.value_or(o.kind == OptimizerKind::kAdamW ? 0.01 : 0.0));
   int updates = 0;
   for (int step = 0; step < c.steps; ++step) {
     for (Parameter* p : model->Parameters()) {
@@ -292,10 +292,10 @@ Reference RunReference(const RunConfig& c, std::vector<int> skip = {}) {
         if (o.kind == OptimizerKind::kSgd) {
           grad += wd * p[i];
           if (o.momentum != 0) {
-            buf[i] = updates == 1 ? grad
-                                  : static_cast<float>(o.momentum) * buf[i] +
-                                        static_cast<float>(1 - o.dampening) *
-                                            grad;
+            buf[i] = updates == 1
+                         ? grad
+                         : static_cast<float>(o.momentum) * buf[i] +
+                               static_cast<float>(1 - o.dampening) * grad;
             grad = o.nesterov ? grad + static_cast<float>(o.momentum) * buf[i]
                               : buf[i];
           }
@@ -315,8 +315,9 @@ Reference RunReference(const RunConfig& c, std::vector<int> skip = {}) {
         // in f32, 1 - 0.999f is 4.7e-5 away from 0.001.
         const double bc1 = 1 - std::pow(o.beta1, updates);
         const double bc2 = 1 - std::pow(o.beta2, updates);
-        const float denom = std::sqrt(v[i]) / static_cast<float>(std::sqrt(bc2)) +
-                            static_cast<float>(o.eps);
+        const float denom =
+            std::sqrt(v[i]) / static_cast<float>(std::sqrt(bc2)) +
+            static_cast<float>(o.eps);
         p[i] -= static_cast<float>(o.lr.At(step) / bc1) * (m[i] / denom);
       }
     }
@@ -409,8 +410,8 @@ TEST_P(ZeroOptimizerMatrix, AdamWMatchesTheReference) {
 // Registered at Create (a known order) and prefetching up to 3 chunks,
 // with many small chunks: the same results.
 TEST(ZeroOptimizer, KnownOrderAndDeepPrefetchMatchTheReference) {
-  for (TestModelKind kind : {TestModelKind::kNested, TestModelKind::kTied,
-                             TestModelKind::kTwice}) {
+  for (TestModelKind kind :
+       {TestModelKind::kNested, TestModelKind::kTied, TestModelKind::kTwice}) {
     for (int prefetch : {0, 1, 3}) {
       for (ChunkLayout layout : {ChunkLayout::kOwner, ChunkLayout::kSharded}) {
         RunConfig c = Base(kind, 4, 24, layout, DType::kF32);
@@ -457,7 +458,8 @@ TEST(ZeroOptimizer, AlgorithmsAndClippingMatchTheReference) {
         for (ChunkLayout layout :
              {ChunkLayout::kReplicated, ChunkLayout::kOwner,
               ChunkLayout::kSharded}) {
-          for (TestModelKind kind : {TestModelKind::kMlp, TestModelKind::kTied}) {
+          for (TestModelKind kind :
+               {TestModelKind::kMlp, TestModelKind::kTied}) {
             RunConfig c = Base(kind, world, 32, layout, dtype);
             const LrSchedule lr = c.opt.lr;
             const LossScalerOptions scaler = c.opt.loss_scaler;
@@ -491,11 +493,11 @@ TEST(ZeroOptimizer, BF16MatchesTheReferenceWithoutAScaler) {
 // stay exactly as they were, and the run goes on like the reference with
 // that step left out.
 TEST(ZeroOptimizer, OverflowOnOneRankSkipsTheStepEverywhere) {
-  for (ChunkLayout layout : {ChunkLayout::kReplicated, ChunkLayout::kOwner,
-                             ChunkLayout::kSharded}) {
+  for (ChunkLayout layout :
+       {ChunkLayout::kReplicated, ChunkLayout::kOwner, ChunkLayout::kSharded}) {
     RunConfig c = Base(TestModelKind::kTied, 2, 32, layout, DType::kF16);
     c.poison_rank = 1;
-    c.poison_step = 3;
+    c.poison_steps = {3};
     SCOPED_TRACE(Describe(c));
     Mutex mu;
     std::map<int, Values> before, after;
@@ -547,6 +549,118 @@ TEST(ZeroOptimizer, OverflowOnOneRankSkipsTheStepEverywhere) {
   }
 }
 
+// Without a loss scaler (f32, bf16) non-finite grads cannot be a scale
+// that is too high: Step fails on every rank, naming the step, instead of
+// skipping for ever.
+TEST(ZeroOptimizer, NonFiniteGradsWithoutAScalerFailTheStep) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    RunConfig c =
+        Base(TestModelKind::kTied, 2, 32, ChunkLayout::kSharded, dtype);
+    c.poison_rank = 1;
+    c.poison_steps = {3};
+    SCOPED_TRACE(Describe(c));
+    RunResult got;
+    const std::vector<absl::Status> statuses = RunZero(c, &got);
+    ASSERT_EQ(statuses.size(), 2u);
+    for (const absl::Status& status : statuses) {
+      EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+      EXPECT_THAT(
+          std::string(status.message()),
+          HasSubstr(absl::StrCat("step 4: the grads are not finite "
+                                 "(norm nan) and ",
+                                 DTypeName(dtype),
+                                 " compute has no loss scale to lower")));
+    }
+    EXPECT_EQ(got.results.size(), 3u);  // Steps 0, 1 and 2 went through.
+  }
+}
+
+// The old behaviour on request: the step is skipped and the run goes on
+// like the reference without it.
+TEST(ZeroOptimizer, NonFiniteGradsWithoutAScalerMaySkip) {
+  RunConfig c =
+      Base(TestModelKind::kTied, 2, 32, ChunkLayout::kSharded, DType::kF32);
+  c.opt.skip_nonfinite_without_scaler = true;
+  c.poison_rank = 0;
+  c.poison_steps = {3};
+  RunResult got;
+  ASSERT_TRUE(AllRanksOk(RunZero(c, &got)));
+  EXPECT_TRUE(got.results[3].skipped);
+  EXPECT_EQ(got.state.updates, 9);
+  const Reference want = RunReference(c, /*skip=*/{3});
+  for (const auto& [name, p] : want.masters) {
+    ExpectClose(got.masters[name], p, 1e-6, "master " + name);
+  }
+}
+
+// With the f16 scaler, overflows back the scale off to its minimum; past
+// that, max_overflows_at_min_scale overflows in a row end the run. Scale 4
+// backs off to 2 (step 0) and 1 (step 1); steps 2 and 3 overflow at the
+// minimum and are skipped; step 4, the third in a row, fails.
+TEST(ZeroOptimizer, OverflowsAtTheMinimumScaleGiveUp) {
+  RunConfig c =
+      Base(TestModelKind::kMlp, 2, 32, ChunkLayout::kSharded, DType::kF16);
+  c.opt.loss_scaler.initial_scale = 4;
+  c.opt.loss_scaler.min_scale = 1;
+  c.opt.max_overflows_at_min_scale = 3;
+  c.poison_rank = 1;
+  c.poison_steps = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  RunResult got;
+  const std::vector<absl::Status> statuses = RunZero(c, &got);
+  for (const absl::Status& status : statuses) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr("step 5: the grads overflowed in 3 steps in a row "
+                          "with the loss scale at its minimum of 1"));
+  }
+  ASSERT_EQ(got.results.size(), 4u);
+  EXPECT_EQ(got.results[0].loss_scale, 4);
+  EXPECT_EQ(got.results[1].loss_scale, 2);
+  EXPECT_EQ(got.results[2].loss_scale, 1);
+  EXPECT_EQ(got.results[3].loss_scale, 1);
+  for (const StepResult& r : got.results) EXPECT_TRUE(r.skipped);
+}
+
+// A step that goes through resets the count: overflows at the minimum that
+// are not consecutive never give up.
+TEST(ZeroOptimizer, OverflowsAtTheMinimumScaleMustBeConsecutive) {
+  RunConfig c =
+      Base(TestModelKind::kMlp, 2, 32, ChunkLayout::kSharded, DType::kF16);
+  c.opt.loss_scaler.initial_scale = 1;
+  c.opt.loss_scaler.min_scale = 1;
+  c.opt.max_overflows_at_min_scale = 2;
+  c.poison_rank = 0;
+  c.poison_steps = {0, 2, 4, 6, 8};
+  RunResult got;
+  ASSERT_TRUE(AllRanksOk(RunZero(c, &got)));
+  EXPECT_EQ(got.state.updates, 5);
+}
+
+TEST(ZeroOptimizer, NonFiniteOptionsAreRefused) {
+  for (auto set : std::vector<std::function<void(ZeroOptimizerOptions&)>>{
+           [](ZeroOptimizerOptions& o) {
+             o.lr =
+                 LrSchedule::Constant(std::numeric_limits<double>::infinity());
+           },
+           [](ZeroOptimizerOptions& o) {
+             o.weight_decay = std::numeric_limits<double>::quiet_NaN();
+           },
+           [](ZeroOptimizerOptions& o) {
+             o.max_grad_norm = std::numeric_limits<double>::infinity();
+           },
+           [](ZeroOptimizerOptions& o) { o.max_overflows_at_min_scale = -1; },
+       }) {
+    RunConfig c =
+        Base(TestModelKind::kMlp, 1, 32, ChunkLayout::kSharded, DType::kF32);
+    set(c.opt);
+    RunResult got;
+    const std::vector<absl::Status> statuses = RunZero(c, &got);
+    ASSERT_EQ(statuses.size(), 1u);
+    EXPECT_EQ(statuses[0].code(), absl::StatusCode::kInvalidArgument)
+        << statuses[0];
+  }
+}
+
 // 4 micro-batches of 3 rows equal one batch of 12 rows per rank.
 TEST(ZeroOptimizer, AccumulatedMicroBatchesEqualOneLargeBatch) {
   for (DType dtype : {DType::kF32, DType::kF16}) {
@@ -583,12 +697,10 @@ TEST(ZeroOptimizer, AccumulatedMicroBatchesEqualOneLargeBatch) {
                       "reference " + name);
         }
         // The accumulation buffer is exactly this rank's f32 share.
-        EXPECT_GT(a.Memory(Device::Cpu(), MemoryCategory::kGradAccum),
-                  0);
+        EXPECT_GT(a.Memory(Device::Cpu(), MemoryCategory::kGradAccum), 0);
         EXPECT_EQ(a.Memory(Device::Cpu(), MemoryCategory::kGradAccum),
                   a.Memory(Device::Cpu(), MemoryCategory::kMaster));
-        EXPECT_EQ(b.Memory(Device::Cpu(), MemoryCategory::kGradAccum),
-                  0);
+        EXPECT_EQ(b.Memory(Device::Cpu(), MemoryCategory::kGradAccum), 0);
       }
     }
   }
@@ -604,16 +716,17 @@ absl::Status CheckViewsFollowChunks(ZeroDdp& ddp, ChunkManager& chunks,
     if (!where.ok()) continue;  // Unused: not in a chunk.
     Chunk* c = where->chunk;
     if (p->data().device() != c->device()) {
-      return absl::InternalError(absl::StrCat(p->name(), " data on ",
-                                              p->data().device().ToString(),
-                                              ", chunk on ",
-                                              c->device().ToString()));
+      return absl::InternalError(
+          absl::StrCat(p->name(), " data on ", p->data().device().ToString(),
+                       ", chunk on ", c->device().ToString()));
     }
     if (!grads) continue;
     const auto [first, last] = c->ShardRange(where->index);
     if (first == last) continue;
-    const char* base = static_cast<const char*>(c->ShardStorageView().raw_data());
-    const char* want = base + (first - c->shard_begin()) * ElementSize(c->dtype());
+    const char* base =
+        static_cast<const char*>(c->ShardStorageView().raw_data());
+    const char* want =
+        base + (first - c->shard_begin()) * ElementSize(c->dtype());
     if (p->grad().raw_data() != want || p->grad().device() != c->device()) {
       return absl::InternalError(
           absl::StrCat(p->name(), "'s grad does not point into ", c->name()));
@@ -626,8 +739,8 @@ absl::Status CheckViewsFollowChunks(ZeroDdp& ddp, ChunkManager& chunks,
 // device, and chunks moved back and forth between steps: the same bits as
 // everything on the CPU.
 TEST(ZeroOptimizer, OffloadAndMovesEqualNoOffloadBitForBit) {
-  for (ChunkLayout layout : {ChunkLayout::kReplicated, ChunkLayout::kOwner,
-                             ChunkLayout::kSharded}) {
+  for (ChunkLayout layout :
+       {ChunkLayout::kReplicated, ChunkLayout::kOwner, ChunkLayout::kSharded}) {
     RunConfig plain = Base(TestModelKind::kTied, 2, 32, layout, DType::kF16);
     plain.micro_batches = 2;  // The accumulation buffer moves too.
     SCOPED_TRACE(Describe(plain));
@@ -642,7 +755,8 @@ TEST(ZeroOptimizer, OffloadAndMovesEqualNoOffloadBitForBit) {
       for (int i = 0; i < chunks.num_chunks(ddp.master_group()); ++i) {
         if (chunks.chunk(ddp.master_group(), i)->device() != Device::Cpu())
           return absl::InternalError("a master chunk is not on the CPU");
-        if (chunks.chunk(ddp.param_group(), i)->device() != Device::Simulated(0))
+        if (chunks.chunk(ddp.param_group(), i)->device() !=
+            Device::Simulated(0))
           return absl::InternalError("a param chunk left the device");
       }
       return absl::OkStatus();
@@ -651,10 +765,8 @@ TEST(ZeroOptimizer, OffloadAndMovesEqualNoOffloadBitForBit) {
     ASSERT_TRUE(AllRanksOk(RunZero(offload, &got)));
     EXPECT_EQ(got.losses, want.losses);
     EXPECT_EQ(got.masters, want.masters);
-    EXPECT_GT(got.Memory(Device::Simulated(0), MemoryCategory::kParam),
-              0);
-    EXPECT_EQ(got.Memory(Device::Simulated(0), MemoryCategory::kMaster),
-              0);
+    EXPECT_GT(got.Memory(Device::Simulated(0), MemoryCategory::kParam), 0);
+    EXPECT_EQ(got.Memory(Device::Simulated(0), MemoryCategory::kMaster), 0);
     // Created in host memory: the device never held a master or a state.
     EXPECT_EQ(got.Peak(Device::Simulated(0), MemoryCategory::kMaster), 0);
     EXPECT_EQ(got.Peak(Device::Simulated(0), MemoryCategory::kOptimState), 0);
@@ -668,7 +780,8 @@ TEST(ZeroOptimizer, OffloadAndMovesEqualNoOffloadBitForBit) {
                             ChunkManager& chunks) -> absl::Status {
       const Device to = step % 2 == 0 ? Device::Simulated(0) : Device::Cpu();
       for (int i = 0; i < chunks.num_chunks(ddp.param_group()); ++i) {
-        CZ_RETURN_IF_ERROR(chunks.MoveChunk(chunks.chunk(ddp.param_group(), i), to));
+        CZ_RETURN_IF_ERROR(
+            chunks.MoveChunk(chunks.chunk(ddp.param_group(), i), to));
       }
       return absl::OkStatus();
     };
@@ -714,41 +827,43 @@ absl::StatusOr<Rank> SetUpRank(comm::ProcessGroup& g, TestModelKind kind) {
 }
 
 TEST(ZeroOptimizer, ViewsFollowChunkMoves) {
-  ASSERT_TRUE(AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {
-    CZ_ASSIGN_OR_RETURN(Rank rank, SetUpRank(g, TestModelKind::kNested));
-    ZeroDdp* ddp = rank.ddp.get();
-    ZeroOptimizer* opt = rank.opt.get();
-    ChunkManager& chunks = *rank.chunks;
-    TestModel* model = rank.model.get();
-    const Batch batch = MakeBatch(*model, 2, 3);
-    for (int step = 0; step < 3; ++step) {
-      CZ_RETURN_IF_ERROR(rank.Backward(batch));
-      const Device to = step % 2 == 0 ? Device::Simulated(0) : Device::Cpu();
-      for (int i = 0; i < chunks.num_chunks(ddp->param_group()); ++i) {
-        CZ_RETURN_IF_ERROR(
-            chunks.MoveChunk(chunks.chunk(ddp->param_group(), i), to));
-      }
-      CZ_RETURN_IF_ERROR(
-          CheckViewsFollowChunks(*ddp, chunks, model->Parameters(), true));
-      CZ_RETURN_IF_ERROR(opt->Step().status());
-      CZ_RETURN_IF_ERROR(opt->MoveStates(to));
-      CZ_RETURN_IF_ERROR(
-          CheckViewsFollowChunks(*ddp, chunks, model->Parameters(), false));
-      for (Parameter* p : model->Parameters()) {
-        if (p->grad().defined()) {
-          return absl::InternalError(p->name() + " kept a grad after Step");
+  ASSERT_TRUE(
+      AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {
+        CZ_ASSIGN_OR_RETURN(Rank rank, SetUpRank(g, TestModelKind::kNested));
+        ZeroDdp* ddp = rank.ddp.get();
+        ZeroOptimizer* opt = rank.opt.get();
+        ChunkManager& chunks = *rank.chunks;
+        TestModel* model = rank.model.get();
+        const Batch batch = MakeBatch(*model, 2, 3);
+        for (int step = 0; step < 3; ++step) {
+          CZ_RETURN_IF_ERROR(rank.Backward(batch));
+          const Device to =
+              step % 2 == 0 ? Device::Simulated(0) : Device::Cpu();
+          for (int i = 0; i < chunks.num_chunks(ddp->param_group()); ++i) {
+            CZ_RETURN_IF_ERROR(
+                chunks.MoveChunk(chunks.chunk(ddp->param_group(), i), to));
+          }
+          CZ_RETURN_IF_ERROR(
+              CheckViewsFollowChunks(*ddp, chunks, model->Parameters(), true));
+          CZ_RETURN_IF_ERROR(opt->Step().status());
+          CZ_RETURN_IF_ERROR(opt->MoveStates(to));
+          CZ_RETURN_IF_ERROR(
+              CheckViewsFollowChunks(*ddp, chunks, model->Parameters(), false));
+          for (Parameter* p : model->Parameters()) {
+            if (p->grad().defined()) {
+              return absl::InternalError(p->name() + " kept a grad after Step");
+            }
+          }
         }
-      }
-    }
-    return absl::OkStatus();
-  })));
+        return absl::OkStatus();
+      })));
 }
 
 // Save after 5 steps, resume in a fresh run: the same layout continues bit
 // for bit; another world size or layout continues within f32 rounding.
 TEST(ZeroOptimizer, SavedShardsResumeInAnyLayout) {
-  RunConfig full = Base(TestModelKind::kTied, 2, 32, ChunkLayout::kSharded,
-                        DType::kF16);
+  RunConfig full =
+      Base(TestModelKind::kTied, 2, 32, ChunkLayout::kSharded, DType::kF16);
   full.opt.kind = OptimizerKind::kAdam;
   full.opt.weight_decay = 0.01;
   RunResult uninterrupted;
@@ -774,7 +889,6 @@ TEST(ZeroOptimizer, SavedShardsResumeInAnyLayout) {
   EXPECT_EQ(resumed.losses, std::vector<float>(uninterrupted.losses.begin() + 5,
                                                uninterrupted.losses.end()));
   EXPECT_EQ(resumed.state.updates, 10);
-
 }
 
 // Another world size and layout continue a saved run to the same result
@@ -782,8 +896,8 @@ TEST(ZeroOptimizer, SavedShardsResumeInAnyLayout) {
 // World 2 x 2 rows and world 4 x 1 row (or 1 x 4) train on the same global
 // batches.
 TEST(ZeroOptimizer, SavedStateResumesAtAnotherWorldSizeAndLayout) {
-  RunConfig full = Base(TestModelKind::kNested, 2, 32, ChunkLayout::kSharded,
-                        DType::kF32);
+  RunConfig full =
+      Base(TestModelKind::kNested, 2, 32, ChunkLayout::kSharded, DType::kF32);
   full.rows_per_micro = 2;
   RunResult uninterrupted;
   ASSERT_TRUE(AllRanksOk(RunZero(full, &uninterrupted)));
@@ -800,9 +914,10 @@ TEST(ZeroOptimizer, SavedStateResumesAtAnotherWorldSizeAndLayout) {
     std::optional<int64_t> chunk_size;
     const OptimizerState* from;
   };
-  for (const Target& t : {Target{4, ChunkLayout::kOwner, std::nullopt, &shards},
-                          Target{1, ChunkLayout::kReplicated, 32, &half.state},
-                          Target{4, ChunkLayout::kSharded, 4096, &half.state}}) {
+  for (const Target& t :
+       {Target{4, ChunkLayout::kOwner, std::nullopt, &shards},
+        Target{1, ChunkLayout::kReplicated, 32, &half.state},
+        Target{4, ChunkLayout::kSharded, 4096, &half.state}}) {
     RunConfig resume = full;
     resume.world = t.world;
     resume.layout = t.layout;
@@ -827,8 +942,8 @@ TEST(ZeroOptimizer, SavedStateResumesAtAnotherWorldSizeAndLayout) {
 }
 
 TEST(ZeroOptimizer, GatheredAndShardedStatesAgree) {
-  for (ChunkLayout layout : {ChunkLayout::kReplicated, ChunkLayout::kOwner,
-                             ChunkLayout::kSharded}) {
+  for (ChunkLayout layout :
+       {ChunkLayout::kReplicated, ChunkLayout::kOwner, ChunkLayout::kSharded}) {
     RunConfig c = Base(TestModelKind::kMlp, 4, 32, layout, DType::kF32);
     c.steps = 2;
     SCOPED_TRACE(Describe(c));
@@ -858,92 +973,96 @@ TEST(ZeroOptimizer, GatheredAndShardedStatesAgree) {
 }
 
 TEST(ZeroOptimizer, ErrorsNameWhatIsWrong) {
-  ASSERT_TRUE(AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {
-    CZ_ASSIGN_OR_RETURN(Rank rank, SetUpRank(g, TestModelKind::kMlp));
-    ZeroOptimizer* opt = rank.opt.get();
-    absl::StatusOr<StepResult> early = opt->Step();
-    EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_THAT(std::string(early.status().message()),
-                HasSubstr("Step without a backward"));
-    EXPECT_EQ(opt->AccumulateGrads().code(),
-              absl::StatusCode::kFailedPrecondition);
-    CZ_RETURN_IF_ERROR(rank.Backward(MakeBatch(*rank.model, 2, 3)));
-    CZ_RETURN_IF_ERROR(opt->Step().status());
-    EXPECT_EQ(opt->Step().status().code(),
-              absl::StatusCode::kFailedPrecondition);  // Consumed.
+  ASSERT_TRUE(
+      AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {
+        CZ_ASSIGN_OR_RETURN(Rank rank, SetUpRank(g, TestModelKind::kMlp));
+        ZeroOptimizer* opt = rank.opt.get();
+        absl::StatusOr<StepResult> early = opt->Step();
+        EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
+        EXPECT_THAT(std::string(early.status().message()),
+                    HasSubstr("Step without a backward"));
+        EXPECT_EQ(opt->AccumulateGrads().code(),
+                  absl::StatusCode::kFailedPrecondition);
+        CZ_RETURN_IF_ERROR(rank.Backward(MakeBatch(*rank.model, 2, 3)));
+        CZ_RETURN_IF_ERROR(opt->Step().status());
+        EXPECT_EQ(opt->Step().status().code(),
+                  absl::StatusCode::kFailedPrecondition);  // Consumed.
 
-    CZ_ASSIGN_OR_RETURN(OptimizerState state, opt->GatherState(true));
-    OptimizerState missing = state;
-    missing.pieces.erase(
-        std::remove_if(missing.pieces.begin(), missing.pieces.end(),
-                       [](const StatePiece& p) {
-                         return p.param == "fc2.weight" &&
-                                p.state == kExpAvgSqState;
-                       }),
-        missing.pieces.end());
-    absl::Status s = opt->LoadState(missing);
-    EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
-    EXPECT_THAT(std::string(s.message()),
-                HasSubstr("no 'exp_avg_sq' for elements"));
-    EXPECT_THAT(std::string(s.message()), HasSubstr("'fc2.weight'"));
+        CZ_ASSIGN_OR_RETURN(OptimizerState state, opt->GatherState(true));
+        OptimizerState missing = state;
+        missing.pieces.erase(
+            std::remove_if(missing.pieces.begin(), missing.pieces.end(),
+                           [](const StatePiece& p) {
+                             return p.param == "fc2.weight" &&
+                                    p.state == kExpAvgSqState;
+                           }),
+            missing.pieces.end());
+        absl::Status s = opt->LoadState(missing);
+        EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+        EXPECT_THAT(std::string(s.message()),
+                    HasSubstr("no 'exp_avg_sq' for elements"));
+        EXPECT_THAT(std::string(s.message()), HasSubstr("'fc2.weight'"));
 
-    OptimizerState wrong = state;
-    wrong.pieces[0].shape = {1, 2, 3};
-    s = opt->LoadState(wrong);
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(std::string(s.message()), HasSubstr("has shape [1, 2, 3]"));
+        OptimizerState wrong = state;
+        wrong.pieces[0].shape = {1, 2, 3};
+        s = opt->LoadState(wrong);
+        EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_THAT(std::string(s.message()), HasSubstr("has shape [1, 2, 3]"));
 
-    OptimizerState unknown = state;
-    unknown.pieces[0].param = "nope.weight";
-    s = opt->LoadState(unknown);
-    EXPECT_THAT(std::string(s.message()), HasSubstr("'nope.weight'"));
-    unknown = state;
-    unknown.pieces[0].state = "momentum_buffer";
-    EXPECT_EQ(opt->LoadState(unknown).code(),
-              absl::StatusCode::kInvalidArgument);
-    OptimizerState outside = state;
-    outside.pieces[0].begin = 1;
-    EXPECT_EQ(opt->LoadState(outside).code(),
-              absl::StatusCode::kInvalidArgument);
-    // HoldsAny: with 2 ranks and chunks of 32, rank 0 holds the first 16
-    // elements of fc1.weight's chunk (fc1.weight has 32).
-    EXPECT_EQ(opt->HoldsAny("fc1.weight", 0, 1), g.rank() == 0);
-    EXPECT_EQ(opt->HoldsAny("fc1.weight", 16, 16), g.rank() == 1);
-    EXPECT_TRUE(opt->HoldsAny("fc1.weight", 15, 2));
-    EXPECT_FALSE(opt->HoldsAny("nope", 0, 1));
-    // Nothing above changed anything: the full state still loads.
-    CZ_RETURN_IF_ERROR(opt->LoadState(state));
-    return absl::OkStatus();
-  })));
+        OptimizerState unknown = state;
+        unknown.pieces[0].param = "nope.weight";
+        s = opt->LoadState(unknown);
+        EXPECT_THAT(std::string(s.message()), HasSubstr("'nope.weight'"));
+        unknown = state;
+        unknown.pieces[0].state = "momentum_buffer";
+        EXPECT_EQ(opt->LoadState(unknown).code(),
+                  absl::StatusCode::kInvalidArgument);
+        OptimizerState outside = state;
+        outside.pieces[0].begin = 1;
+        EXPECT_EQ(opt->LoadState(outside).code(),
+                  absl::StatusCode::kInvalidArgument);
+        // HoldsAny: with 2 ranks and chunks of 32, rank 0 holds the first 16
+        // elements of fc1.weight's chunk (fc1.weight has 32).
+        EXPECT_EQ(opt->HoldsAny("fc1.weight", 0, 1), g.rank() == 0);
+        EXPECT_EQ(opt->HoldsAny("fc1.weight", 16, 16), g.rank() == 1);
+        EXPECT_TRUE(opt->HoldsAny("fc1.weight", 15, 2));
+        EXPECT_FALSE(opt->HoldsAny("nope", 0, 1));
+        // Nothing above changed anything: the full state still loads.
+        CZ_RETURN_IF_ERROR(opt->LoadState(state));
+        return absl::OkStatus();
+      })));
 }
 
 TEST(ZeroOptimizer, CreateRefusesBadOptions) {
-  ASSERT_TRUE(AllRanksOk(SpawnRanks(1, [](comm::ProcessGroup& g) -> absl::Status {
-    std::unique_ptr<TestModel> model = MakeTestModel(TestModelKind::kMlp, 1);
-    ChunkManager chunks(&g, ChunkManagerOptions());
-    CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
-                        ZeroDdp::Create(model.get(), &chunks, {}));
-    auto code = [&](std::function<void(ZeroOptimizerOptions&)> edit) {
-      ZeroOptimizerOptions o;
-      edit(o);
-      return ZeroOptimizer::Create(ddp.get(), &chunks, o).status().code();
-    };
-    constexpr auto kBad = absl::StatusCode::kInvalidArgument;
-    EXPECT_EQ(code([](auto& o) { o.beta1 = 1.0; }), kBad);
-    EXPECT_EQ(code([](auto& o) { o.beta2 = -0.1; }), kBad);
-    EXPECT_EQ(code([](auto& o) { o.eps = -1; }), kBad);
-    EXPECT_EQ(code([](auto& o) { o.weight_decay = -1; }), kBad);
-    EXPECT_EQ(code([](auto& o) { o.max_grad_norm = -1; }), kBad);
-    EXPECT_EQ(code([](auto& o) { o.lr = LrSchedule::Constant(-1); }), kBad);
-    EXPECT_EQ(code([](auto& o) {
-                o.kind = OptimizerKind::kSgd;
-                o.nesterov = true;
-              }),
-              kBad);
-    EXPECT_EQ(code([](auto& o) { o.loss_scaler.backoff_factor = 2; }), kBad);
-    EXPECT_EQ(code([](auto&) {}), absl::StatusCode::kOk);
-    return absl::OkStatus();
-  })));
+  ASSERT_TRUE(
+      AllRanksOk(SpawnRanks(1, [](comm::ProcessGroup& g) -> absl::Status {
+        std::unique_ptr<TestModel> model =
+            MakeTestModel(TestModelKind::kMlp, 1);
+        ChunkManager chunks(&g, ChunkManagerOptions());
+        CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
+                            ZeroDdp::Create(model.get(), &chunks, {}));
+        auto code = [&](std::function<void(ZeroOptimizerOptions&)> edit) {
+          ZeroOptimizerOptions o;
+          edit(o);
+          return ZeroOptimizer::Create(ddp.get(), &chunks, o).status().code();
+        };
+        constexpr auto kBad = absl::StatusCode::kInvalidArgument;
+        EXPECT_EQ(code([](auto& o) { o.beta1 = 1.0; }), kBad);
+        EXPECT_EQ(code([](auto& o) { o.beta2 = -0.1; }), kBad);
+        EXPECT_EQ(code([](auto& o) { o.eps = -1; }), kBad);
+        EXPECT_EQ(code([](auto& o) { o.weight_decay = -1; }), kBad);
+        EXPECT_EQ(code([](auto& o) { o.max_grad_norm = -1; }), kBad);
+        EXPECT_EQ(code([](auto& o) { o.lr = LrSchedule::Constant(-1); }), kBad);
+        EXPECT_EQ(code([](auto& o) {
+                    o.kind = OptimizerKind::kSgd;
+                    o.nesterov = true;
+                  }),
+                  kBad);
+        EXPECT_EQ(code([](auto& o) { o.loss_scaler.backoff_factor = 2; }),
+                  kBad);
+        EXPECT_EQ(code([](auto&) {}), absl::StatusCode::kOk);
+        return absl::OkStatus();
+      })));
   EXPECT_EQ(*ParseOptimizerKind("adamw"), OptimizerKind::kAdamW);
   EXPECT_EQ(*ParseOptimizerKind("sgd"), OptimizerKind::kSgd);
   EXPECT_EQ(ParseOptimizerKind("lamb").status().message(),
