@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -10,7 +12,16 @@
 namespace chunkzero {
 namespace {
 
-int64_t RoundUp(int64_t value, int64_t multiple) {
+// Candidates are kept in memory and each is a packing pass over every
+// tensor, so a grid that would try more is refused.
+constexpr int64_t kMaxCandidates = int64_t{1} << 20;
+
+// `value` rounded up to a multiple of `multiple`, or nullopt if that does
+// not fit in int64.
+std::optional<int64_t> RoundUp(int64_t value, int64_t multiple) {
+  if (value > std::numeric_limits<int64_t>::max() - (multiple - 1)) {
+    return std::nullopt;
+  }
   return (value + multiple - 1) / multiple * multiple;
 }
 
@@ -64,9 +75,14 @@ absl::StatusOr<ChunkPacking> PackInOrder(absl::Span<const int64_t> sizes,
       free_in_current = chunk_size;
     }
     free_in_current -= size;
-    packing.used_elements += size;
+    packing.used_elements += size;  // <= allocated, checked below.
   }
-  const int64_t allocated = packing.num_chunks * chunk_size;
+  int64_t allocated = 0;
+  if (__builtin_mul_overflow(packing.num_chunks, chunk_size, &allocated)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(packing.num_chunks, " chunks of ", chunk_size,
+                     " elements hold more elements than an int64 counts"));
+  }
   packing.wasted_elements = allocated - packing.used_elements;
   packing.utilisation =
       allocated == 0 ? 1.0
@@ -89,20 +105,32 @@ absl::StatusOr<ChunkSizeReport> SearchChunkSize(
     }
     largest = std::max(largest, sizes[i]);
   }
-  const int64_t low =
+  const std::optional<int64_t> low =
       RoundUp(std::max<int64_t>({options.min_chunk_size, largest, 1}),
               options.alignment);
-  if (low > options.max_chunk_size) {
+  if (!low.has_value() || *low > options.max_chunk_size) {
     return absl::InvalidArgumentError(
-        absl::StrCat("no chunk size to try: the smallest candidate is ", low,
+        absl::StrCat("no chunk size to try: the smallest candidate is ",
+                     low.has_value() ? absl::StrCat(*low) : "beyond int64",
                      " elements (largest tensor ", largest, ", minimum ",
                      options.min_chunk_size, ", alignment ", options.alignment,
                      ") but the maximum is ", options.max_chunk_size));
   }
+  // Steps of `grid` from `low`, each rounded up to the alignment, stopping
+  // before anything passes the maximum (or would overflow).
   std::vector<int64_t> candidates;
-  for (int64_t size = low; size <= options.max_chunk_size;
-       size = RoundUp(size + options.grid, options.alignment)) {
-    candidates.push_back(size);
+  for (std::optional<int64_t> size = low;
+       size.has_value() && *size <= options.max_chunk_size;
+       size = *size > options.max_chunk_size - options.grid
+                  ? std::nullopt
+                  : RoundUp(*size + options.grid, options.alignment)) {
+    if (static_cast<int64_t>(candidates.size()) == kMaxCandidates) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the chunk size search from ", *low, " to ", options.max_chunk_size,
+          " in steps of ", options.grid, " would try more than ",
+          kMaxCandidates, " candidates; use a coarser grid"));
+    }
+    candidates.push_back(*size);
   }
 
   ChunkSizeReport report;

@@ -1,5 +1,9 @@
 #include "chunk/chunk_size_search.h"
 
+#include <limits>
+#include <string>
+
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace chunkzero {
@@ -130,4 +134,47 @@ TEST(SearchChunkSize, BadOptionsAreInvalidArgument) {
 }
 
 }  // namespace
+// A maximum near the int64 limit used to overflow RoundUp(size + grid) and
+// loop until memory ran out.
+TEST(SearchChunkSize, HugeSizesNeitherOverflowNorLoop) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  ChunkSizeSearchOptions options;
+  options.min_chunk_size = kMax - 10;
+  options.max_chunk_size = kMax;
+  options.grid = 4;
+  options.alignment = 1;
+  absl::StatusOr<ChunkSizeReport> report = SearchChunkSize({3, 5}, options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->candidates_tried, 3);  // kMax - 10, - 6, - 2.
+  EXPECT_EQ(report->best.chunk_size, kMax - 10);
+  EXPECT_EQ(report->best.num_chunks, 1);
+
+  options.alignment = 8;  // kMax - 10 rounds up past kMax.
+  options.min_chunk_size = kMax - 2;
+  EXPECT_EQ(SearchChunkSize({3, 5}, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SearchChunkSize, TooManyCandidatesIsInvalidArgument) {
+  ChunkSizeSearchOptions options;
+  options.min_chunk_size = 1;
+  options.max_chunk_size = std::numeric_limits<int64_t>::max();
+  options.grid = 1;
+  const absl::Status status = SearchChunkSize({3, 5}, options).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              ::testing::HasSubstr("would try more than 1048576 candidates"));
+}
+
+TEST(PackInOrder, AllocatedElementsOverflowIsInvalidArgument) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  absl::StatusOr<ChunkPacking> one = PackInOrder({3, 5}, kMax);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->num_chunks, 1);
+  EXPECT_EQ(one->wasted_elements, kMax - 8);
+  EXPECT_EQ(
+      PackInOrder({kMax / 2 + 1, kMax / 2 + 1}, kMax / 2 + 1).status().code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace chunkzero
