@@ -9,6 +9,7 @@
 #include "absl/strings/strip.h"
 #include "base/status_macros.h"
 #include "tensor/cast_kernels.h"
+#include "tensor/reduction_kernels.h"
 #include "tools/gpt/safetensors.h"
 
 namespace chunkzero {
@@ -25,8 +26,9 @@ bool Ignored(absl::string_view name) {
 
 // The config that `shapes` (parameter name -> shape) describe, checked to
 // hold exactly the parameters of that config. `where` starts each error.
-absl::StatusOr<GptConfig> InferConfig(const std::map<std::string, Shape>& shapes,
-                                      int heads, absl::string_view where) {
+absl::StatusOr<GptConfig> InferConfig(
+    const std::map<std::string, Shape>& shapes, int heads,
+    absl::string_view where) {
   auto error = [&](auto&&... what) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", what...));
   };
@@ -49,8 +51,7 @@ absl::StatusOr<GptConfig> InferConfig(const std::map<std::string, Shape>& shapes
     const size_t dot = name.find('.', 2);
     int layer;
     if (dot == std::string::npos ||
-        !absl::SimpleAtoi(absl::string_view(name).substr(2, dot - 2),
-                          &layer) ||
+        !absl::SimpleAtoi(absl::string_view(name).substr(2, dot - 2), &layer) ||
         layer < 0 || layer > 100000) {
       return error("unexpected tensor '", name, "'");
     }
@@ -92,9 +93,9 @@ absl::StatusOr<GptCheckpoint> ReadGptCheckpoint(const std::string& path,
     absl::ConsumePrefix(&name, kPrefix);
     if (Ignored(name)) continue;
     if (!file_names.emplace(std::string(name), file_name).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": tensor '", name, "' appears with and without '", kPrefix,
-          "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": tensor '", name,
+                       "' appears with and without '", kPrefix, "'"));
     }
     CZ_ASSIGN_OR_RETURN(shapes[std::string(name)], file.shape(file_name));
   }
@@ -123,9 +124,20 @@ absl::Status WriteGptCheckpoint(const std::string& path,
             where, ": tensor '", name, "' is not readable on the host"));
       }
       CZ_ASSIGN_OR_RETURN(f32, Tensor::Empty(shape, DType::kF32));
-      CZ_RETURN_IF_ERROR(Cast(f32.raw_data(), DType::kF32, t.raw_data(),
-                              t.dtype(), t.numel()),
-                         where, ": tensor '", name, "'");
+      CZ_RETURN_IF_ERROR(
+          Cast(f32.raw_data(), DType::kF32, t.raw_data(), t.dtype(), t.numel()),
+          where, ": tensor '", name, "'");
+    }
+    if (f32.is_materialized() && f32.device().is_host_accessible()) {
+      CZ_ASSIGN_OR_RETURN(const bool non_finite,
+                          HasInfOrNan(f32.raw_data(), DType::kF32,
+                                      static_cast<size_t>(f32.numel())));
+      if (non_finite) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": tensor '", name,
+            "' holds Inf or NaN; such a model is unusable, so nothing was "
+            "written"));
+      }
     }
     tensors.emplace_back(absl::StrCat(kPrefix, name), std::move(f32));
   }

@@ -48,6 +48,7 @@ absl::StatusOr<GptCheckpoint> ReadGptCheckpoint(const std::string& path,
 
 // Writes `state` (every GPT-2 parameter by name, any float dtype, readable
 // on the host; e.g. ZeroDdp::GatherStateDict's result) as f32 to `path`.
+// InvalidArgument, writing nothing, if a tensor holds Inf or NaN.
 absl::Status WriteGptCheckpoint(const std::string& path,
                                 const std::map<std::string, Tensor>& state);
 

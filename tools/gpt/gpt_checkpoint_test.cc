@@ -3,6 +3,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,22 @@ TEST(GptCheckpointTest, SaveAndReadRoundTrip) {
   EXPECT_EQ(Loss(*loaded), Loss(*model));
 }
 
+TEST(GptCheckpointTest, NonFiniteWeightsAreNotWritten) {
+  auto model = *GptModel::Create(SmallConfig(), 42);
+  std::map<std::string, Tensor> state;
+  for (Parameter* p : model->Parameters()) state[p->name()] = p->data();
+  state.at("h.1.ln_2.bias").data<float>()[3] =
+      std::numeric_limits<float>::quiet_NaN();
+  const std::string path = TempPath("nan.safetensors");
+  const absl::Status status = WriteGptCheckpoint(path, state);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            absl::StrCat("writing GPT-2 checkpoint ", path,
+                         ": tensor 'h.1.ln_2.bias' holds Inf or NaN; such a "
+                         "model is unusable, so nothing was written"));
+  EXPECT_FALSE(SafetensorsFile::Read(path).ok());
+}
+
 TEST(GptCheckpointTest, HalfModelIsSavedAsF32) {
   auto model = *GptModel::Create(SmallConfig(), 3, DType::kBF16);
   const std::string path = TempPath("gpt_bf16.safetensors");
@@ -88,8 +105,8 @@ TEST(GptCheckpointTest, HalfModelIsSavedAsF32) {
 // What Hugging Face writes: GPT2LMHeadModel's "transformer."-prefixed
 // names or GPT2Model's bare ones, the causal-mask buffers and the tied
 // lm_head copy; here also a mix of dtypes.
-std::vector<std::pair<std::string, Tensor>> HuggingFaceTensors(
-    GptModel& model, bool prefix) {
+std::vector<std::pair<std::string, Tensor>> HuggingFaceTensors(GptModel& model,
+                                                               bool prefix) {
   const GptConfig& c = model.config();
   const std::string pre = prefix ? "transformer." : "";
   std::vector<std::pair<std::string, Tensor>> out;
@@ -161,7 +178,8 @@ TEST(GptCheckpointTest, BadCheckpointsNameFileAndTensor) {
        "tensor 'h.0.ln_1.weight' is [9], expected [8]"},
       {"extra",
        [](auto& t) {
-         t.push_back({"transformer.h.0.extra", *Tensor::Zeros({1}, DType::kF32)});
+         t.push_back(
+             {"transformer.h.0.extra", *Tensor::Zeros({1}, DType::kF32)});
        },
        "unexpected tensor 'h.0.extra'"},
       {"twice",

@@ -23,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "base/file.h"
 #include "base/status_macros.h"
+#include "tensor/reduction_kernels.h"
 #include "tensor/tensor.h"
 
 // Shard files hold the host's f32 bytes as they are in memory; the format
@@ -432,6 +433,22 @@ void CopyOptimizerScalars(const OptimizerState& state, CheckpointMeta* meta) {
   meta->loss_scale = state.loss_scale;
   meta->growth_tracker = state.growth_tracker;
   meta->hysteresis_left = state.hysteresis_left;
+}
+
+absl::Status CheckPiecesFinite(const OptimizerState& state) {
+  for (const StatePiece& piece : state.pieces) {
+    CZ_RETURN_IF_ERROR(CheckPieceToSave(piece));
+    CZ_ASSIGN_OR_RETURN(const Tensor values, HostValues(piece));
+    CZ_ASSIGN_OR_RETURN(const bool non_finite,
+                        HasInfOrNan(values.raw_data(), DType::kF32,
+                                    static_cast<size_t>(values.numel())));
+    if (non_finite) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          PieceName(piece.param, piece.state, piece.begin, values.numel()),
+          " holds Inf or NaN"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ShardIndex> WriteCheckpointShard(

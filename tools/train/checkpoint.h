@@ -94,10 +94,18 @@ struct Checkpoint {
 // InvalidArgument if a piece is not an f32 tensor of elements
 // [begin, begin + numel) inside its shape, or rank is not in
 // [0, world_size); FailedPrecondition if a piece's memory is freed; the
-// errno's code, with the path, if the file system fails.
+// errno's code, with the path, if the file system fails (the partial file
+// is removed). Values are stored bit for bit, Inf and NaN included: a
+// trainer that must not save a diverged state checks CheckPiecesFinite
+// first.
 absl::StatusOr<ShardIndex> WriteCheckpointShard(
     const std::string& dir, int64_t step, int rank, int world_size,
     const OptimizerState& shard, const ChunkPlacementMap* placement = nullptr);
+
+// OK if every value of every piece of `state` is finite; else
+// FailedPrecondition naming the first piece holding Inf or NaN (or
+// WriteCheckpointShard's error for a malformed piece).
+absl::Status CheckPiecesFinite(const OptimizerState& state);
 
 // Commits the checkpoint: writes `dir`/manifest.pb atomically over the
 // previous one, then deletes the shard files (and leftover temporaries) the

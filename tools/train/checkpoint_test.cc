@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -460,6 +461,28 @@ TEST(Checkpoint, BadPieceOrRankIsInvalidArgumentAndLeavesNoFile) {
   EXPECT_EQ(WriteCheckpointShard(dir, 1, 3, 3, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(FileNames(dir), ::testing::IsEmpty());
+}
+
+// A diverged run's state must never become a checkpoint: a trainer asks
+// CheckPiecesFinite first (the writer itself keeps any bits).
+TEST(Checkpoint, CheckPiecesFiniteNamesThePieceHoldingInfOrNaN) {
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::infinity()}) {
+    OptimizerState state;
+    state.pieces.push_back(Piece("a", kMasterState, {4}, 0, 4, 1));
+    state.pieces.push_back(Piece("w", kMasterState, {2, 3}, 0, 6, 2));
+    for (StatePiece& piece : state.pieces) {
+      for (int i = 0; i < piece.values.numel(); ++i) {
+        piece.values.data<float>()[i] = 0.5f * i;
+      }
+    }
+    EXPECT_TRUE(CheckPiecesFinite(state).ok());
+    state.pieces[1].values.data<float>()[4] = bad;
+    const absl::Status status = CheckPiecesFinite(state);
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(status.message(),
+              "tensor w state param elements [0, 6) holds Inf or NaN");
+  }
 }
 
 }  // namespace
