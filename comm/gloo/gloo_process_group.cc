@@ -20,6 +20,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "base/detached_status.h"
 #include "base/mutex.h"
@@ -52,8 +54,8 @@ absl::Status CheckResolvable(const std::string& hostname) {
   const int error = getaddrinfo(hostname.c_str(), nullptr, &hints, &result);
   if (result != nullptr) freeaddrinfo(result);
   if (error != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", hostname,
-                                               ": ", gai_strerror(error)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", hostname, ": ", gai_strerror(error)));
   }
   return absl::OkStatus();
 }
@@ -237,8 +239,8 @@ class Worker {
     ~Tracked() {
       MutexLock lock(&worker_->mu_);
       for (gloo::transport::UnboundBuffer* b : mine_) {
-        worker_->active_.erase(std::find(worker_->active_.begin(),
-                                         worker_->active_.end(), b));
+        worker_->active_.erase(
+            std::find(worker_->active_.begin(), worker_->active_.end(), b));
       }
     }
     Tracked(const Tracked&) = delete;
@@ -603,30 +605,93 @@ class Worker {
 
 namespace {
 
-// Waits until every rank has set its JoinKey; DeadlineExceeded names the
-// ranks that have not.
-absl::Status WaitForAllRanks(gloo::rendezvous::Store& store, int rank,
-                             int size, absl::Time deadline,
+// A rank's join value: the world size and the job config, one "key=value"
+// line each (newlines in values escaped), so that ranks can compare them.
+std::string JoinValue(int size, const std::map<std::string, std::string>& c) {
+  std::map<std::string, std::string> all = c;
+  all["world_size"] = absl::StrCat(size);
+  std::string out;
+  for (const auto& [key, value] : all) {
+    absl::StrAppend(&out, absl::StrReplaceAll(key, {{"\n", "\\n"}}), "=",
+                    absl::StrReplaceAll(value, {{"\n", "\\n"}}), "\n");
+  }
+  return out;
+}
+
+std::map<std::string, std::string> ParseJoinValue(absl::string_view text) {
+  std::map<std::string, std::string> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    const size_t eq = line.find('=');
+    if (eq == absl::string_view::npos) continue;
+    out[std::string(line.substr(0, eq))] = std::string(line.substr(eq + 1));
+  }
+  return out;
+}
+
+// OK if `theirs` (rank `peer`'s join value) equals `mine`; else
+// FailedPrecondition naming the first key that differs.
+absl::Status CompareJoinValues(int rank, const std::string& mine, int peer,
+                               const std::string& theirs) {
+  if (mine == theirs) return absl::OkStatus();
+  const auto a = ParseJoinValue(mine), b = ParseJoinValue(theirs);
+  std::string key, here = "(unset)", there = "(unset)";
+  for (const auto& [k, v] : a) {
+    auto it = b.find(k);
+    if (it == b.end() || it->second != v) {
+      key = k;
+      here = v;
+      if (it != b.end()) there = it->second;
+      break;
+    }
+  }
+  if (key.empty()) {
+    for (const auto& [k, v] : b) {
+      if (a.count(k) == 0) {
+        key = k;
+        there = v;
+        break;
+      }
+    }
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "GlooProcessGroup::Create: rank ", peer,
+      " was started with another configuration than rank ", rank, ": ", key,
+      " is ", there, " on rank ", peer, " but ", here, " on rank ", rank,
+      " (every rank of a job must be started with the same flags)"));
+}
+
+// Waits until every rank has set its JoinKey, comparing each rank's value
+// with this rank's as it arrives (rank 0's first); DeadlineExceeded names
+// the ranks that have not come.
+absl::Status WaitForAllRanks(gloo::rendezvous::Store& store, int rank, int size,
+                             const std::string& mine, absl::Time deadline,
                              absl::Duration timeout) {
   std::vector<int> missing;
   for (int r = 0; r < size; ++r) {
     if (r == rank) continue;
     // After the first miss, only probe: the deadline has passed.
-    const std::chrono::milliseconds wait = missing.empty()
-                                               ? GlooTimeout(deadline)
-                                               : std::chrono::milliseconds(1);
+    const std::chrono::milliseconds wait =
+        missing.empty() ? GlooTimeout(deadline) : std::chrono::milliseconds(1);
+    std::vector<char> value;
     try {
       store.wait({JoinKey(r)}, wait);
+      value = store.get(JoinKey(r));
     } catch (const std::exception& e) {
       missing.push_back(r);
+      continue;
+    }
+    if (absl::Status s = CompareJoinValues(
+            rank, mine, r, std::string(value.begin(), value.end()));
+        !s.ok()) {
+      return s;
     }
   }
   if (missing.empty()) return absl::OkStatus();
-  return absl::DeadlineExceededError(absl::StrCat(
-      "GlooProcessGroup::Create: rank ", rank, " of ", size, " timed out after ",
-      absl::FormatDuration(timeout), " waiting for rank",
-      missing.size() == 1 ? " " : "s ", absl::StrJoin(missing, ", "),
-      " to join the rendezvous"));
+  return absl::DeadlineExceededError(
+      absl::StrCat("GlooProcessGroup::Create: rank ", rank, " of ", size,
+                   " timed out after ", absl::FormatDuration(timeout),
+                   " waiting for rank", missing.size() == 1 ? " " : "s ",
+                   absl::StrJoin(missing, ", "), " to join the rendezvous"));
 }
 
 }  // namespace
@@ -641,21 +706,34 @@ absl::StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
                      " is not in [0, size) for size ", size));
   }
   if (options.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GlooProcessGroup::Create: timeout ",
-                     absl::FormatDuration(options.timeout), " is not positive"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GlooProcessGroup::Create: timeout ",
+        absl::FormatDuration(options.timeout), " is not positive"));
   }
   const absl::Time deadline = absl::Now() + options.timeout;
-  const std::string where = absl::StrCat("GlooProcessGroup::Create: rank ",
-                                         rank, " of ", size, " (hostname ",
-                                         options.hostname, ")");
+  const std::string where =
+      absl::StrCat("GlooProcessGroup::Create: rank ", rank, " of ", size,
+                   " (hostname ", options.hostname, ")");
   std::shared_ptr<gloo::rendezvous::Context> context;
   absl::Status status = gloo_internal::CatchGloo(where, [&]() -> absl::Status {
     // Our own join keys first, so that a missing rank gets named; Gloo's
-    // connectFullMesh would only report a timeout on some key.
-    store.set(gloo_internal::JoinKey(rank), {'1'});
+    // connectFullMesh would only report a timeout on some key. The value
+    // carries what the ranks must agree on.
+    const std::string joined =
+        gloo_internal::JoinValue(size, options.job_config);
+    try {
+      store.set(gloo_internal::JoinKey(rank),
+                std::vector<char>(joined.begin(), joined.end()));
+    } catch (const std::exception& e) {
+      if (!absl::StrContains(e.what(), "already exists")) throw;
+      return absl::FailedPreconditionError(absl::StrCat(
+          where,
+          ": the rendezvous store already holds this rank's key, so "
+          "it holds an earlier job's rendezvous (",
+          e.what(), "); give each job a fresh store (a fresh directory)"));
+    }
     if (absl::Status s = gloo_internal::WaitForAllRanks(
-            store, rank, size, deadline, options.timeout);
+            store, rank, size, joined, deadline, options.timeout);
         !s.ok()) {
       return s;
     }
@@ -701,13 +779,20 @@ GlooProcessGroup::CreateWithFileStore(int rank, int size,
   }
   std::unique_ptr<gloo::rendezvous::FileStore> store;
   absl::Status status = gloo_internal::CatchGloo(
-      absl::StrCat("GlooProcessGroup::CreateWithFileStore: ", directory),
-      [&] {
+      absl::StrCat("GlooProcessGroup::CreateWithFileStore: ", directory), [&] {
         store = std::make_unique<gloo::rendezvous::FileStore>(directory);
         return absl::OkStatus();
       });
   if (!status.ok()) return status;
-  return Create(rank, size, *store, options);
+  absl::StatusOr<std::unique_ptr<GlooProcessGroup>> group =
+      Create(rank, size, *store, options);
+  if (!group.ok()) {
+    return absl::Status(
+        group.status().code(),
+        absl::StrCat(group.status().message(), " [rendezvous directory ",
+                     directory, "]"));
+  }
+  return group;
 }
 
 GlooProcessGroup::GlooProcessGroup(
@@ -761,8 +846,7 @@ std::unique_ptr<Work> GlooProcessGroup::AllGather(
 }
 
 std::unique_ptr<Work> GlooProcessGroup::ReduceScatter(
-    ConstBuffer send, MutableBuffer recv,
-    const ReduceScatterOptions& options) {
+    ConstBuffer send, MutableBuffer recv, const ReduceScatterOptions& options) {
   if (absl::Status s = CheckReduceScatterArgs(*this, send, recv, options);
       !s.ok()) {
     return MakeCompletedWork(std::move(s));
@@ -771,8 +855,7 @@ std::unique_ptr<Work> GlooProcessGroup::ReduceScatter(
                           recv.data, options.timeout);
 }
 
-std::unique_ptr<Work> GlooProcessGroup::Barrier(
-    const BarrierOptions& options) {
+std::unique_ptr<Work> GlooProcessGroup::Barrier(const BarrierOptions& options) {
   return worker_->Enqueue(DescribeBarrier(options), nullptr, nullptr,
                           options.timeout);
 }

@@ -47,13 +47,14 @@
 //    all the arithmetic; fine for the small reductions it is used for.
 //  - Barrier: the header exchange is itself a barrier.
 // Reductions never use Gloo's reduce functions: the local step is the
-// reference kernel the in-process backend uses too (comm/internal/reduce_kernels),
-// so results are the serial rank-order reduction, bit for bit identical to
-// the in-process backend, with f16/bf16 accumulated in f32 and rounded once.
-// Supported dtypes: f32, f16, bf16; ops: sum, avg, max (all of ReduceOp).
-// Memory: AllReduce, ReduceScatter and (at the root) Reduce allocate a
-// scratch buffer as large as the send data for the duration of the call.
-// Headers are raw structs: all ranks must run on little-endian hosts.
+// reference kernel the in-process backend uses too
+// (comm/internal/reduce_kernels), so results are the serial rank-order
+// reduction, bit for bit identical to the in-process backend, with f16/bf16
+// accumulated in f32 and rounded once. Supported dtypes: f32, f16, bf16; ops:
+// sum, avg, max (all of ReduceOp). Memory: AllReduce, ReduceScatter and (at the
+// root) Reduce allocate a scratch buffer as large as the send data for the
+// duration of the call. Headers are raw structs: all ranks must run on
+// little-endian hosts.
 //
 // Timeouts and abort. options.timeout starts when the worker begins the
 // collective. The header exchange waits at most that long; each later Gloo
@@ -77,6 +78,7 @@
 #ifndef CHUNKZERO_COMM_GLOO_GLOO_PROCESS_GROUP_H_
 #define CHUNKZERO_COMM_GLOO_GLOO_PROCESS_GROUP_H_
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -105,23 +107,31 @@ struct GlooOptions {
   std::string hostname = "127.0.0.1";
   // How long Create() waits for every rank to join and connect.
   absl::Duration timeout = kDefaultCollectiveTimeout;
+  // What every rank of the job must agree on (flags, shapes), compared at
+  // the rendezvous together with the world size: a rank started with other
+  // values fails at once, naming the first key that differs, instead of
+  // waiting for ranks that will never come. Keys and values are free text.
+  std::map<std::string, std::string> job_config;
 };
 
 class GlooProcessGroup final : public ProcessGroup {
  public:
   // Connects rank `rank` of `size` through `store` (see "Rendezvous" above).
   // Blocks until every rank has joined and all connections are up. Errors:
-  // InvalidArgument for a bad rank/size/timeout; DeadlineExceeded naming the
-  // ranks that did not join within options.timeout; Unavailable if the
-  // connections cannot be made (e.g. an unreachable hostname).
+  // InvalidArgument for a bad rank/size/timeout; FailedPrecondition when a
+  // rank's size or options.job_config differs from this rank's (naming both
+  // ranks, the key and the two values), or when the store already holds
+  // this rank's key (a store left over from an earlier job); DeadlineExceeded
+  // naming the ranks that did not join within options.timeout; Unavailable
+  // if the connections cannot be made (e.g. an unreachable hostname).
   static absl::StatusOr<std::unique_ptr<GlooProcessGroup>> Create(
       int rank, int size, gloo::rendezvous::Store& store,
       const GlooOptions& options = {});
 
   // As Create() over a gloo FileStore in `directory` (created if missing),
   // for ranks in separate processes on one machine or a shared filesystem.
-  // Use a fresh directory per job: stale keys would send ranks to dead
-  // addresses.
+  // Use a fresh directory per job: one holding an earlier job's keys is
+  // refused (FailedPrecondition). Errors name the directory.
   static absl::StatusOr<std::unique_ptr<GlooProcessGroup>> CreateWithFileStore(
       int rank, int size, const std::string& directory,
       const GlooOptions& options = {});

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -189,18 +190,17 @@ void AddReductions(int n, DType dt, size_t count, std::vector<Case>& cases) {
   const std::string d(DTypeName(dt));
   for (ReduceOp op : kOps) {
     const std::string o(ReduceOpName(op));
-    cases.push_back({absl::StrCat("AllReduce ", d, " ", count, " ", o),
-                     [=](ProcessGroup& g) -> absl::Status {
-                       Data x(dt, count);
-                       x.Fill(0, count, g.rank());
-                       AllReduceOptions opts;
-                       opts.op = op;
-                       if (absl::Status s = AllReduce(g, x.all(), opts); !s.ok())
-                         return s;
-                       return x.Expect("allreduce", 0, count, [&](size_t i) {
-                         return Reduced(dt, op, n, i);
-                       });
-                     }});
+    cases.push_back(
+        {absl::StrCat("AllReduce ", d, " ", count, " ", o),
+         [=](ProcessGroup& g) -> absl::Status {
+           Data x(dt, count);
+           x.Fill(0, count, g.rank());
+           AllReduceOptions opts;
+           opts.op = op;
+           if (absl::Status s = AllReduce(g, x.all(), opts); !s.ok()) return s;
+           return x.Expect("allreduce", 0, count,
+                           [&](size_t i) { return Reduced(dt, op, n, i); });
+         }});
     for (int root : {0, n - 1}) {
       for (bool in_place : {false, true}) {
         cases.push_back(
@@ -214,9 +214,9 @@ void AddReductions(int n, DType dt, size_t count, std::vector<Case>& cases) {
                ReduceOptions opts;
                opts.root = root;
                opts.op = op;
-               if (absl::Status s = Reduce(g, send.all(),
-                                           is_root ? out.all() : MutableBuffer{},
-                                           opts);
+               if (absl::Status s =
+                       Reduce(g, send.all(),
+                              is_root ? out.all() : MutableBuffer{}, opts);
                    !s.ok())
                  return s;
                if (!is_root) {
@@ -236,18 +236,17 @@ void AddReductions(int n, DType dt, size_t count, std::vector<Case>& cases) {
 void AddMovements(int n, DType dt, size_t count, std::vector<Case>& cases) {
   const std::string d(DTypeName(dt));
   for (int root : {0, n - 1}) {
-    cases.push_back({absl::StrCat("Broadcast ", d, " ", count, " root ", root),
-                     [=](ProcessGroup& g) -> absl::Status {
-                       Data x(dt, count);
-                       if (g.rank() == root) x.Fill(0, count, root);
-                       BroadcastOptions opts;
-                       opts.root = root;
-                       if (absl::Status s = Broadcast(g, x.all(), opts); !s.ok())
-                         return s;
-                       return x.Expect("broadcast", 0, count, [&](size_t i) {
-                         return InputBits(dt, root, i);
-                       });
-                     }});
+    cases.push_back(
+        {absl::StrCat("Broadcast ", d, " ", count, " root ", root),
+         [=](ProcessGroup& g) -> absl::Status {
+           Data x(dt, count);
+           if (g.rank() == root) x.Fill(0, count, root);
+           BroadcastOptions opts;
+           opts.root = root;
+           if (absl::Status s = Broadcast(g, x.all(), opts); !s.ok()) return s;
+           return x.Expect("broadcast", 0, count,
+                           [&](size_t i) { return InputBits(dt, root, i); });
+         }});
   }
   for (bool in_place : {false, true}) {
     const std::string form = in_place ? " in place" : "";
@@ -259,8 +258,7 @@ void AddMovements(int n, DType dt, size_t count, std::vector<Case>& cases) {
            Data& src = in_place ? recv : own;
            const size_t at = in_place ? r * count : 0;
            src.Fill(at, count, r);
-           if (absl::Status s =
-                   AllGather(g, src.buffer(at, count), recv.all());
+           if (absl::Status s = AllGather(g, src.buffer(at, count), recv.all());
                !s.ok())
              return s;
            return recv.Expect("allgather", 0, n * count, [&](size_t i) {
@@ -269,8 +267,8 @@ void AddMovements(int n, DType dt, size_t count, std::vector<Case>& cases) {
          }});
     for (ReduceOp op : kOps) {
       cases.push_back(
-          {absl::StrCat("ReduceScatter ", d, " ", count, " ",
-                        ReduceOpName(op), form),
+          {absl::StrCat("ReduceScatter ", d, " ", count, " ", ReduceOpName(op),
+                        form),
            [=](ProcessGroup& g) -> absl::Status {
              // Rank r's send holds Value(r, 0 .. n*count), so slot k is
              // the reference at k*count + i.
@@ -281,8 +279,8 @@ void AddMovements(int n, DType dt, size_t count, std::vector<Case>& cases) {
              const size_t at = in_place ? r * count : 0;
              ReduceScatterOptions opts;
              opts.op = op;
-             if (absl::Status s = ReduceScatter(g, send.all(),
-                                                dst.buffer(at, count), opts);
+             if (absl::Status s =
+                     ReduceScatter(g, send.all(), dst.buffer(at, count), opts);
                  !s.ok())
                return s;
              return dst.Expect("reducescatter", at, count, [&](size_t i) {
@@ -348,13 +346,12 @@ TEST_P(GlooWorldSizeTest, AsyncOpsOverlapAndCompleteInIssueOrder) {
       if (absl::Status s = w->Wait(); !s.ok()) return s;
       if (!w->IsCompleted()) return absl::InternalError("not completed");
     }
-    if (absl::Status s = gathered.Expect("allgather", 0, n * kCount,
-                                         [&](size_t i) {
-                                           return InputBits(
-                                               DType::kF16,
-                                               static_cast<int>(i / kCount),
-                                               i % kCount);
-                                         });
+    if (absl::Status s = gathered.Expect(
+            "allgather", 0, n * kCount,
+            [&](size_t i) {
+              return InputBits(DType::kF16, static_cast<int>(i / kCount),
+                               i % kCount);
+            });
         !s.ok())
       return s;
     if (absl::Status s = grads.Expect("allreduce", 0, kCount,
@@ -364,11 +361,9 @@ TEST_P(GlooWorldSizeTest, AsyncOpsOverlapAndCompleteInIssueOrder) {
                                       });
         !s.ok())
       return s;
-    if (absl::Status s = params.Expect("broadcast", 0, kCount,
-                                       [&](size_t i) {
-                                         return InputBits(DType::kBF16, n - 1,
-                                                          i);
-                                       });
+    if (absl::Status s = params.Expect(
+            "broadcast", 0, kCount,
+            [&](size_t i) { return InputBits(DType::kBF16, n - 1, i); });
         !s.ok())
       return s;
     return scatter_out.Expect("reducescatter", 0, kCount, [&](size_t i) {
@@ -431,7 +426,8 @@ TEST(GlooProcessGroup, LargeBuffers) {
 // ---------------------------------------------------------------------------
 // Mismatches, timeouts, abort, destruction.
 
-TEST(GlooProcessGroup, MismatchFailsOnEveryRankNamingBothSidesGroupStaysUsable) {
+TEST(GlooProcessGroup,
+     MismatchFailsOnEveryRankNamingBothSidesGroupStaysUsable) {
   struct MismatchCase {
     std::string name;
     std::function<absl::Status(ProcessGroup&, std::vector<float>&)> issue;
@@ -568,11 +564,79 @@ TEST(GlooProcessGroup, CreateTimesOutNamingTheRanksThatDidNotJoin) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(statuses[r].code(), absl::StatusCode::kDeadlineExceeded)
         << statuses[r];
-    EXPECT_THAT(statuses[r].message(),
-                HasSubstr(absl::StrCat(
-                    "rank ", r, " of 4 timed out after 300ms waiting for "
-                    "ranks 2, 3 to join the rendezvous")));
+    EXPECT_THAT(
+        statuses[r].message(),
+        HasSubstr(absl::StrCat("rank ", r,
+                               " of 4 timed out after 300ms waiting for "
+                               "ranks 2, 3 to join the rendezvous")));
   }
+}
+
+// Ranks started with different settings fail at the rendezvous, naming the
+// setting, instead of waiting for ranks that will never come.
+TEST(GlooProcessGroup, CreateFailsFastWhenRanksDisagreeOnTheJob) {
+  struct Case {
+    int size[2];
+    std::map<std::string, std::string> config[2];
+    std::string says[2];
+  };
+  const Case cases[] = {
+      {{2, 2},
+       {{{"lr", "0.1"}}, {{"lr", "0.2"}}},
+       {"rank 1 was started with another configuration than rank 0: lr is "
+        "0.2 on rank 1 but 0.1 on rank 0",
+        "rank 0 was started with another configuration than rank 1: lr is "
+        "0.1 on rank 0 but 0.2 on rank 1"}},
+      {{2, 3},
+       {{}, {}},
+       {"rank 1 was started with another configuration than rank 0: "
+        "world_size is 3 on rank 1 but 2 on rank 0",
+        "rank 0 was started with another configuration than rank 1: "
+        "world_size is 2 on rank 0 but 3 on rank 1"}},
+  };
+  for (const Case& c : cases) {
+    gloo::rendezvous::HashStore store;
+    std::vector<absl::Status> statuses(2);
+    std::vector<std::thread> threads;
+    const absl::Time start = absl::Now();
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        GlooOptions options;
+        options.timeout = absl::Seconds(60);
+        options.job_config = c.config[r];
+        statuses[r] =
+            GlooProcessGroup::Create(r, c.size[r], store, options).status();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(30)) << "not fast";
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(statuses[r].code(), absl::StatusCode::kFailedPrecondition)
+          << statuses[r];
+      EXPECT_THAT(statuses[r].message(), HasSubstr(c.says[r]));
+      EXPECT_THAT(statuses[r].message(),
+                  HasSubstr("(every rank of a job must be started with the "
+                            "same flags)"));
+    }
+  }
+}
+
+// A directory that already holds a rank's key belongs to an earlier job:
+// refused at once, naming the directory, instead of Gloo's "File already
+// exists" or a hang on the earlier job's dead addresses.
+TEST(GlooProcessGroup, FileStoreOfAnEarlierJobIsRefusedNamingIt) {
+  const std::string dir =
+      absl::StrCat(std::getenv("TEST_TMPDIR"), "/gloo_stale_",
+                   absl::ToUnixNanos(absl::Now()));
+  { ASSERT_TRUE(GlooProcessGroup::CreateWithFileStore(0, 1, dir).ok()); }
+  auto again = GlooProcessGroup::CreateWithFileStore(0, 1, dir);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition)
+      << again.status();
+  EXPECT_THAT(again.status().message(),
+              HasSubstr("the rendezvous store already holds this rank's key, "
+                        "so it holds an earlier job's rendezvous"));
+  EXPECT_THAT(again.status().message(),
+              HasSubstr(absl::StrCat("[rendezvous directory ", dir, "]")));
 }
 
 TEST(GlooProcessGroup, CreateRejectsBadArguments) {
@@ -592,10 +656,10 @@ TEST(GlooProcessGroup, DestructionCancelsPendingOpsWithoutWaitingForPeers) {
   ASSERT_TRUE(groups.ok()) << groups.status();
   std::vector<float> x(4), y(4);
   // Rank 1 never issues; the default timeout is 5 minutes.
-  std::unique_ptr<Work> waiting = (*groups)[0]->AllReduce(
-      MutableBuffer::Of(x), {});
-  std::unique_ptr<Work> queued = (*groups)[0]->AllReduce(
-      MutableBuffer::Of(y), {});
+  std::unique_ptr<Work> waiting =
+      (*groups)[0]->AllReduce(MutableBuffer::Of(x), {});
+  std::unique_ptr<Work> queued =
+      (*groups)[0]->AllReduce(MutableBuffer::Of(y), {});
   absl::SleepFor(absl::Milliseconds(50));  // Let the first one start.
   EXPECT_FALSE(waiting->IsCompleted());
   const absl::Time start = absl::Now();
@@ -651,9 +715,8 @@ TEST(GlooProcessGroup, ArgumentErrorsComeBackAsFailedWorkLikeEveryBackend) {
     EXPECT_THAT(s.message(), HasSubstr(c.message));
   }
   // Not issued to the peers: the group is still in step.
-  EXPECT_TRUE(AllOk(RunRanks(*groups, [](GlooProcessGroup& g) {
-    return Barrier(g);
-  })));
+  EXPECT_TRUE(
+      AllOk(RunRanks(*groups, [](GlooProcessGroup& g) { return Barrier(g); })));
 }
 
 // ---------------------------------------------------------------------------
@@ -697,7 +760,8 @@ TEST(GlooProcessGroup, FileStoreConnectsRanksInSeparateProcesses) {
     ASSERT_NE(pid, -1) << std::strerror(errno);
     if (pid == 0) {
       const absl::Status s = RunFileStoreRank(r, kRanks, dir);
-      if (!s.ok()) std::fprintf(stderr, "rank %d: %s\n", r, s.ToString().c_str());
+      if (!s.ok())
+        std::fprintf(stderr, "rank %d: %s\n", r, s.ToString().c_str());
       std::_Exit(s.ok() ? 0 : 1);
     }
     children.push_back(pid);
