@@ -24,8 +24,8 @@ inline absl::Status Annotate(const absl::Status& status) { return status; }
 
 template <typename... Args>
 absl::Status Annotate(const absl::Status& status, const Args&... context) {
-  absl::Status annotated(
-      status.code(), absl::StrCat(status.message(), "; ", context...));
+  absl::Status annotated(status.code(),
+                         absl::StrCat(status.message(), "; ", context...));
   status.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) {
     annotated.SetPayload(url, payload);
   });
@@ -49,24 +49,24 @@ const absl::Status& GetStatus(const absl::StatusOr<T>& status_or) {
 // Evaluates `expr` (an absl::Status or absl::StatusOr); if it is not OK,
 // returns it from the enclosing function with any extra arguments appended to
 // its message.
-#define CZ_RETURN_IF_ERROR(expr, ...)                                      \
-  do {                                                                     \
-    const auto& cz_status_ = (expr);                                       \
-    if (!::chunkzero::status_internal::GetStatus(cz_status_).ok()) {       \
-      return ::chunkzero::status_internal::Annotate(                       \
-          ::chunkzero::status_internal::GetStatus(cz_status_)              \
-              __VA_OPT__(, ) __VA_ARGS__);                                 \
-    }                                                                      \
+#define CZ_RETURN_IF_ERROR(expr, ...)                                        \
+  do {                                                                       \
+    const auto& cz_status_ = (expr);                                         \
+    if (!::chunkzero::status_internal::GetStatus(cz_status_).ok()) {         \
+      return ::chunkzero::status_internal::Annotate(                         \
+          ::chunkzero::status_internal::GetStatus(cz_status_) __VA_OPT__(, ) \
+              __VA_ARGS__);                                                  \
+    }                                                                        \
   } while (false)
 
 // Evaluates `rexpr` (an absl::StatusOr<T>); on error returns its status,
 // otherwise moves the value into `lhs` (which may be a declaration).
-#define CZ_ASSIGN_OR_RETURN(lhs, rexpr)                                    \
+#define CZ_ASSIGN_OR_RETURN(lhs, rexpr)                                     \
   CZ_ASSIGN_OR_RETURN_IMPL_(CZ_STATUS_CONCAT_(cz_statusor_, __LINE__), lhs, \
                             rexpr)
 
-#define CZ_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, rexpr) \
-  auto statusor = (rexpr);                              \
+#define CZ_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, rexpr)    \
+  auto statusor = (rexpr);                                 \
   if (!statusor.ok()) return std::move(statusor).status(); \
   lhs = std::move(statusor).value()
 

@@ -154,10 +154,9 @@ absl::Status ZeroDdp::BuildGroups(
   // Masters exist in f32 mode too: grad reuse overwrites the compute copy,
   // so the weights must live somewhere else until the optimizer writes them
   // back.
-  CZ_RETURN_IF_ERROR(chunks_->CreatePairedGroup(master_group, param_group,
-                                                DType::kF32,
-                                                MemoryCategory::kMaster,
-                                                options_.master_device));
+  CZ_RETURN_IF_ERROR(chunks_->CreatePairedGroup(
+      master_group, param_group, DType::kF32, MemoryCategory::kMaster,
+      options_.master_device));
   order_.clear();
   for (ParamInfo& info : params_) info.registered = false;
   for (int i : order) {
@@ -550,6 +549,7 @@ absl::Status ZeroDdp::CheckUnusedAgreement() {
   min_had = had;
   max_had = had;
   comm::AllReduceOptions min_opts, max_opts;
+  min_opts.timeout = max_opts.timeout = chunks_->options().comm_timeout;
   max_opts.op = comm::ReduceOp::kMax;
   // min(x) = -max(-x).
   for (float& x : min_had) x = -x;

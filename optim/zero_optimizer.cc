@@ -452,6 +452,7 @@ absl::StatusOr<StepResult> ZeroOptimizer::Step() {
   const float high = static_cast<float>(local);
   std::vector<float> sums = {high, static_cast<float>(local - high)};
   comm::AllReduceOptions sum_options;
+  sum_options.timeout = chunks_->options().comm_timeout;
   CZ_RETURN_IF_ERROR(
       comm::AllReduce(chunks_->process_group(), comm::MutableBuffer::Of(sums),
                       sum_options),

@@ -119,9 +119,14 @@ int64_t GptParameterCount(const GptConfig& config) {
 }
 
 double GptModelFlopsPerStep(const GptConfig& config, int64_t tokens) {
+  return GptModelFlopsPerStep(config, config.seq_len, tokens);
+}
+
+double GptModelFlopsPerStep(const GptConfig& config, int seq_len,
+                            int64_t tokens) {
   const double psi = static_cast<double>(GptParameterCount(config));
-  const double attention = 12.0 * config.layers * config.seq_len *
-                           static_cast<double>(config.d_model);
+  const double attention =
+      12.0 * config.layers * seq_len * static_cast<double>(config.d_model);
   return (6.0 * psi + attention) * static_cast<double>(tokens);
 }
 
@@ -129,18 +134,18 @@ double GptModelFlopsPerStep(const GptConfig& config, int64_t tokens) {
 struct GptModel::Activations {
   int batch = 0, seq = 0;
   std::vector<int32_t> tokens, targets;
-  std::vector<float> encoded;                   // [N, C]
-  std::vector<float> ln1, ln1_mean, ln1_rstd;   // [L, N, C], [L, N]
-  std::vector<float> qkv;                       // [L, N, 3C]
-  std::vector<float> att;                       // [L, B, NH, T, T]
-  std::vector<float> atty;                      // [L, N, C]
-  std::vector<float> res2;                      // [L, N, C]
-  std::vector<float> ln2, ln2_mean, ln2_rstd;   // [L, N, C], [L, N]
-  std::vector<float> fch, fch_gelu;             // [L, N, 4C]
-  std::vector<float> res3;                      // [L, N, C] block outputs
-  std::vector<float> lnf, lnf_mean, lnf_rstd;   // [N, C], [N]
-  std::vector<float> probs;                     // [N, V]
-  std::vector<double> row_losses;               // [N]
+  std::vector<float> encoded;                  // [N, C]
+  std::vector<float> ln1, ln1_mean, ln1_rstd;  // [L, N, C], [L, N]
+  std::vector<float> qkv;                      // [L, N, 3C]
+  std::vector<float> att;                      // [L, B, NH, T, T]
+  std::vector<float> atty;                     // [L, N, C]
+  std::vector<float> res2;                     // [L, N, C]
+  std::vector<float> ln2, ln2_mean, ln2_rstd;  // [L, N, C], [L, N]
+  std::vector<float> fch, fch_gelu;            // [L, N, 4C]
+  std::vector<float> res3;                     // [L, N, C] block outputs
+  std::vector<float> lnf, lnf_mean, lnf_rstd;  // [N, C], [N]
+  std::vector<float> probs;                    // [N, V]
+  std::vector<double> row_losses;              // [N]
 };
 
 // Backward's working buffers, shared by all layers.
@@ -183,7 +188,8 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
       for (float& v : values) v = static_cast<float>(stddev * normal.Next());
     }
     CZ_ASSIGN_OR_RETURN(Tensor data, Tensor::FromFloats(values, shape, dtype));
-    model->params_.push_back(std::make_unique<Parameter>(name, std::move(data)));
+    model->params_.push_back(
+        std::make_unique<Parameter>(name, std::move(data)));
     model->shapes_.push_back(std::move(shape));
   }
 
@@ -209,8 +215,7 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   const int64_t block_max = C * 4 * C + 4 * C + 4 * C * C + C;  // mlp
   const int64_t grads = std::max<int64_t>(
       block_max, (static_cast<int64_t>(config.vocab) + config.seq_len) * C);
-  CZ_ASSIGN_OR_RETURN(model->grad_buffer_,
-                      Tensor::Empty({grads}, DType::kF32));
+  CZ_ASSIGN_OR_RETURN(model->grad_buffer_, Tensor::Empty({grads}, DType::kF32));
   return model;
 }
 
@@ -248,7 +253,8 @@ absl::Status GptModel::LoadStateDict(
       return absl::InvalidArgumentError(absl::StrCat(
           "state dict tensor '", p.name(), "' is not readable on the host"));
     }
-    if (!p.data().is_materialized() || !p.data().device().is_host_accessible()) {
+    if (!p.data().is_materialized() ||
+        !p.data().device().is_host_accessible()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "parameter '", p.name(), "' is not materialised on the host"));
     }
@@ -277,8 +283,8 @@ absl::Status GptModel::Weights(const ScopeParams& scope, const float** out) {
     const Tensor& data = p.data();
     if (!data.is_materialized() || !data.device().is_host_accessible()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "parameter '", p.name(), "' is not materialised on the host: ",
-          data.DebugString()));
+          "parameter '", p.name(),
+          "' is not materialised on the host: ", data.DebugString()));
     }
     if (data.shape() != shapes_[scope.index[i]]) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -346,13 +352,12 @@ absl::Status GptModel::RunBackward(
 absl::Status GptModel::LayerNormBackward(ParamHooks& hooks,
                                          const ScopeParams& scope, float* dx,
                                          const float* dout, const float* x,
-                                         const float* mean,
-                                         const float* rstd) {
+                                         const float* mean, const float* rstd) {
   const int N = acts_->batch * acts_->seq;
   return RunBackward(hooks, scope, /*read_weights=*/true,
                      [&](const float* const* w, float* const* g) {
-                       k::LayerNormBackward(dx, g[0], g[1], dout, x, w[0],
-                                            mean, rstd, N, config_.d_model);
+                       k::LayerNormBackward(dx, g[0], g[1], dout, x, w[0], mean,
+                                            rstd, N, config_.d_model);
                      });
 }
 
@@ -401,9 +406,9 @@ absl::StatusOr<float> GptModel::Forward(ParamHooks& hooks, int batch, int seq,
   have_forward_ = false;
   const GptConfig& cfg = config_;
   if (batch <= 0 || seq <= 0 || seq > cfg.seq_len) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GptModel::Forward: batch ", batch, " x seq ", seq,
-        " (seq must be in [1, ", cfg.seq_len, "])"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GptModel::Forward: batch ", batch, " x seq ", seq,
+                     " (seq must be in [1, ", cfg.seq_len, "])"));
   }
   const size_t n_tokens = static_cast<size_t>(batch) * seq;
   if (tokens.size() != n_tokens || targets.size() != n_tokens) {
@@ -412,13 +417,12 @@ absl::StatusOr<float> GptModel::Forward(ParamHooks& hooks, int batch, int seq,
         " targets for batch ", batch, " x seq ", seq));
   }
   for (size_t i = 0; i < n_tokens; ++i) {
-    for (auto [what, values] : {std::pair{"token", tokens},
-                                std::pair{"target", targets}}) {
+    for (auto [what, values] :
+         {std::pair{"token", tokens}, std::pair{"target", targets}}) {
       if (values[i] < 0 || values[i] >= cfg.vocab) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "GptModel::Forward: ", what, " ", values[i], " at [", i / seq,
-            ", ", i % seq, "] is outside the vocabulary [0, ", cfg.vocab,
-            ")"));
+            "GptModel::Forward: ", what, " ", values[i], " at [", i / seq, ", ",
+            i % seq, "] is outside the vocabulary [0, ", cfg.vocab, ")"));
       }
     }
   }
@@ -426,14 +430,13 @@ absl::StatusOr<float> GptModel::Forward(ParamHooks& hooks, int batch, int seq,
   Activations& a = *acts_;
   std::copy(tokens.begin(), tokens.end(), a.tokens.begin());
   std::copy(targets.begin(), targets.end(), a.targets.begin());
-  const int B = batch, T = seq, C = cfg.d_model, NH = cfg.heads,
-            V = cfg.vocab, N = B * T;
+  const int B = batch, T = seq, C = cfg.d_model, NH = cfg.heads, V = cfg.vocab,
+            N = B * T;
   const size_t NC = static_cast<size_t>(N) * C;
   const size_t att_size = static_cast<size_t>(B) * NH * T * T;
 
   CZ_RETURN_IF_ERROR(RunForward(hooks, embedding_, [&](const float* const* w) {
-    k::EmbeddingForward(a.encoded.data(), a.tokens.data(), w[0], w[1], B, T,
-                        C);
+    k::EmbeddingForward(a.encoded.data(), a.tokens.data(), w[0], w[1], B, T, C);
   }));
   for (int l = 0; l < cfg.layers; ++l) {
     const BlockScopes& block = blocks_[l];
@@ -447,20 +450,24 @@ absl::StatusOr<float> GptModel::Forward(ParamHooks& hooks, int batch, int seq,
     float* fch = a.fch.data() + l * 4 * NC;
     float* fch_gelu = a.fch_gelu.data() + l * 4 * NC;
     float* res3 = a.res3.data() + l * NC;
-    CZ_RETURN_IF_ERROR(RunForward(hooks, block.ln_1, [&](const float* const* w) {
-      k::LayerNormForward(ln1, a.ln1_mean.data() + l * N,
-                          a.ln1_rstd.data() + l * N, x, w[0], w[1], N, C);
-    }));
-    CZ_RETURN_IF_ERROR(RunForward(hooks, block.attn, [&](const float* const* w) {
-      k::MatmulForward(qkv, ln1, w[0], w[1], N, C, 3 * C);
-      k::AttentionForward(atty, att, qkv, B, T, C, NH);
-      k::MatmulForward(res2, atty, w[2], w[3], N, C, C);
-      k::Add(res2, res2, x, NC);
-    }));
-    CZ_RETURN_IF_ERROR(RunForward(hooks, block.ln_2, [&](const float* const* w) {
-      k::LayerNormForward(ln2, a.ln2_mean.data() + l * N,
-                          a.ln2_rstd.data() + l * N, res2, w[0], w[1], N, C);
-    }));
+    CZ_RETURN_IF_ERROR(
+        RunForward(hooks, block.ln_1, [&](const float* const* w) {
+          k::LayerNormForward(ln1, a.ln1_mean.data() + l * N,
+                              a.ln1_rstd.data() + l * N, x, w[0], w[1], N, C);
+        }));
+    CZ_RETURN_IF_ERROR(
+        RunForward(hooks, block.attn, [&](const float* const* w) {
+          k::MatmulForward(qkv, ln1, w[0], w[1], N, C, 3 * C);
+          k::AttentionForward(atty, att, qkv, B, T, C, NH);
+          k::MatmulForward(res2, atty, w[2], w[3], N, C, C);
+          k::Add(res2, res2, x, NC);
+        }));
+    CZ_RETURN_IF_ERROR(
+        RunForward(hooks, block.ln_2, [&](const float* const* w) {
+          k::LayerNormForward(ln2, a.ln2_mean.data() + l * N,
+                              a.ln2_rstd.data() + l * N, res2, w[0], w[1], N,
+                              C);
+        }));
     CZ_RETURN_IF_ERROR(RunForward(hooks, block.mlp, [&](const float* const* w) {
       k::MatmulForward(fch, ln2, w[0], w[1], N, C, 4 * C);
       k::GeluForward(fch_gelu, fch, 4 * NC);
@@ -500,14 +507,14 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
   float* dln = s.dln.data();
 
   // logits = lnf wte^T, loss = mean over rows of the row losses.
-  CZ_RETURN_IF_ERROR(RunBackward(
-      hooks, lm_head_, /*read_weights=*/true,
-      [&](const float* const* w, float* const* g) {
-        k::CrossEntropyBackward(a.probs.data(), a.targets.data(),
-                                loss_grad_scale / N, N, V);
-        k::MatmulTransposedBackward(dln, g[0], a.probs.data(), a.lnf.data(),
-                                    w[0], N, C, V);
-      }));
+  CZ_RETURN_IF_ERROR(
+      RunBackward(hooks, lm_head_, /*read_weights=*/true,
+                  [&](const float* const* w, float* const* g) {
+                    k::CrossEntropyBackward(a.probs.data(), a.targets.data(),
+                                            loss_grad_scale / N, N, V);
+                    k::MatmulTransposedBackward(dln, g[0], a.probs.data(),
+                                                a.lnf.data(), w[0], N, C, V);
+                  }));
   const float* last = a.res3.data() + (cfg.layers - 1) * NC;
   std::memset(dres, 0, sizeof(float) * NC);
   CZ_RETURN_IF_ERROR(LayerNormBackward(hooks, ln_f_, dres, dln, last,
@@ -541,8 +548,8 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
     CZ_RETURN_IF_ERROR(RunBackward(
         hooks, block.attn, /*read_weights=*/true,
         [&](const float* const* w, float* const* g) {
-          k::MatmulBackward(s.datty.data(), g[2], g[3], dres, atty, w[2], N,
-                            C, C);
+          k::MatmulBackward(s.datty.data(), g[2], g[3], dres, atty, w[2], N, C,
+                            C);
           k::AttentionBackward(s.dqkv.data(), s.datt.data(), s.datty.data(),
                                qkv, att, B, T, C, NH);
           k::MatmulBackward(dln, g[0], g[1], s.dqkv.data(), ln1, w[0], N, C,
@@ -553,12 +560,12 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
                                          a.ln1_rstd.data() + l * N));
   }
   // encoded = wte[tokens] + wpe[positions]: no weights read.
-  CZ_RETURN_IF_ERROR(RunBackward(
-      hooks, embedding_, /*read_weights=*/false,
-      [&](const float* const*, float* const* g) {
-        k::EmbeddingBackward(g[0], g[1], dres, a.tokens.data(), B, T, C, V,
-                             cfg.seq_len);
-      }));
+  CZ_RETURN_IF_ERROR(RunBackward(hooks, embedding_, /*read_weights=*/false,
+                                 [&](const float* const*, float* const* g) {
+                                   k::EmbeddingBackward(g[0], g[1], dres,
+                                                        a.tokens.data(), B, T,
+                                                        C, V, cfg.seq_len);
+                                 }));
   return absl::OkStatus();
 }
 

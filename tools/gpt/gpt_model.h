@@ -87,11 +87,11 @@
 namespace chunkzero {
 
 struct GptConfig {
-  int layers = 12;      // L
-  int d_model = 768;    // C
-  int heads = 12;       // NH; d_model % heads == 0
-  int seq_len = 1024;   // P, the number of learned positions (max T)
-  int vocab = 50257;    // V
+  int layers = 12;     // L
+  int d_model = 768;   // C
+  int heads = 12;      // NH; d_model % heads == 0
+  int seq_len = 1024;  // P, the number of learned positions (max T)
+  int vocab = 50257;   // V
 
   // InvalidArgument naming the field when a size is not positive or
   // d_model is not a multiple of heads.
@@ -119,6 +119,10 @@ std::vector<std::pair<std::string, Shape>> GptParameterShapes(
 // backward), counted over the full T x T as in PaLM's MFU, not the causal
 // half. Recomputation, LayerNorm, softmax and GELU are not counted.
 double GptModelFlopsPerStep(const GptConfig& config, int64_t tokens);
+// The same for sequences of `seq_len` <= config.seq_len (a context shorter
+// than the learned positions).
+double GptModelFlopsPerStep(const GptConfig& config, int seq_len,
+                            int64_t tokens);
 
 class GptModel final : public Module {
  public:

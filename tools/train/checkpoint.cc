@@ -511,6 +511,16 @@ absl::StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& dir) {
   return MetaFromManifest(manifest);
 }
 
+absl::StatusOr<std::vector<std::string>> CheckpointShardFiles(
+    const std::string& dir) {
+  CZ_ASSIGN_OR_RETURN(const CheckpointManifest manifest, ReadManifest(dir));
+  std::vector<std::string> files;
+  for (const ShardIndex& shard : manifest.shards()) {
+    files.push_back(shard.file());
+  }
+  return files;
+}
+
 absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& dir) {
   return ReadCheckpoint(dir, CheckpointPieceFilter());
 }

@@ -125,6 +125,11 @@ absl::Status WriteCheckpointManifest(const std::string& dir,
 // check the config before loading.
 absl::StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& dir);
 
+// The shard file names the committed manifest of `dir` lists, by rank
+// (the manifest verified as ReadCheckpointMeta does).
+absl::StatusOr<std::vector<std::string>> CheckpointShardFiles(
+    const std::string& dir);
+
 // The whole checkpoint in memory, every piece verified. Loading everything
 // is fine at the sizes the train job runs; to scale, each rank would read
 // only the pieces overlapping what it holds (the filter below) or stream

@@ -7,7 +7,10 @@
 namespace chunkzero {
 
 absl::StatusOr<std::vector<std::vector<int64_t>>> AllGatherInt64(
-    comm::ProcessGroup& group, absl::Span<const int64_t> mine) {
+    comm::ProcessGroup& group, absl::Span<const int64_t> mine,
+    absl::Duration timeout) {
+  comm::AllGatherOptions options;
+  options.timeout = timeout;
   constexpr int kLimbs = 4;
   std::vector<float> send(mine.size() * kLimbs);
   for (size_t i = 0; i < mine.size(); ++i) {
@@ -18,7 +21,7 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> AllGatherInt64(
   }
   std::vector<float> recv(send.size() * group.size());
   CZ_RETURN_IF_ERROR(comm::AllGather(group, comm::ConstBuffer::Of(send),
-                                     comm::MutableBuffer::Of(recv)),
+                                     comm::MutableBuffer::Of(recv), options),
                      "gathering ", mine.size(), " integers");
   std::vector<std::vector<int64_t>> all(group.size(),
                                         std::vector<int64_t>(mine.size()));
@@ -36,10 +39,12 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> AllGatherInt64(
 }
 
 absl::StatusOr<std::vector<std::string>> AllGatherBytes(
-    comm::ProcessGroup& group, absl::string_view mine) {
+    comm::ProcessGroup& group, absl::string_view mine, absl::Duration timeout) {
+  comm::AllGatherOptions options;
+  options.timeout = timeout;
   const int64_t size = static_cast<int64_t>(mine.size());
   CZ_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> sizes,
-                      AllGatherInt64(group, {size}));
+                      AllGatherInt64(group, {size}, timeout));
   int64_t longest = 0;
   for (const auto& s : sizes) longest = std::max(longest, s[0]);
   std::vector<float> send(longest, 0.0f);
@@ -48,7 +53,7 @@ absl::StatusOr<std::vector<std::string>> AllGatherBytes(
   }
   std::vector<float> recv(send.size() * group.size());
   CZ_RETURN_IF_ERROR(comm::AllGather(group, comm::ConstBuffer::Of(send),
-                                     comm::MutableBuffer::Of(recv)),
+                                     comm::MutableBuffer::Of(recv), options),
                      "gathering ", longest, " bytes per rank");
   std::vector<std::string> all(group.size());
   for (int r = 0; r < group.size(); ++r) {

@@ -21,18 +21,23 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "comm/options.h"
 #include "comm/process_group.h"
 
 namespace chunkzero {
 
 // Every rank's `mine`, by rank. REQUIRES: the same size on every rank.
+// `timeout` bounds the wait for the other ranks (comm/options.h).
 absl::StatusOr<std::vector<std::vector<int64_t>>> AllGatherInt64(
-    comm::ProcessGroup& group, absl::Span<const int64_t> mine);
+    comm::ProcessGroup& group, absl::Span<const int64_t> mine,
+    absl::Duration timeout = comm::kDefaultCollectiveTimeout);
 
 // Every rank's `mine`, by rank.
 absl::StatusOr<std::vector<std::string>> AllGatherBytes(
-    comm::ProcessGroup& group, absl::string_view mine);
+    comm::ProcessGroup& group, absl::string_view mine,
+    absl::Duration timeout = comm::kDefaultCollectiveTimeout);
 
 }  // namespace chunkzero
 

@@ -18,10 +18,9 @@ TEST(AllGatherInt64, EveryValueArrivesExactly) {
   std::vector<std::vector<std::vector<int64_t>>> got(3);
   EXPECT_TRUE(AllRanksOk(SpawnRanks(3, [&](comm::ProcessGroup& g) {
     const int64_t r = g.rank();
-    const std::vector<int64_t> mine = {
-        r, -r - 1, (int64_t{1} << 53) + 1 + r,
-        std::numeric_limits<int64_t>::max() - r,
-        std::numeric_limits<int64_t>::min() + r};
+    const std::vector<int64_t> mine = {r, -r - 1, (int64_t{1} << 53) + 1 + r,
+                                       std::numeric_limits<int64_t>::max() - r,
+                                       std::numeric_limits<int64_t>::min() + r};
     absl::StatusOr<std::vector<std::vector<int64_t>>> all =
         AllGatherInt64(g, mine);
     if (!all.ok()) return all.status();
@@ -31,11 +30,10 @@ TEST(AllGatherInt64, EveryValueArrivesExactly) {
   for (int me = 0; me < 3; ++me) {
     ASSERT_EQ(got[me].size(), 3u);
     for (int64_t r = 0; r < 3; ++r) {
-      EXPECT_EQ(got[me][r],
-                (std::vector<int64_t>{
-                    r, -r - 1, (int64_t{1} << 53) + 1 + r,
-                    std::numeric_limits<int64_t>::max() - r,
-                    std::numeric_limits<int64_t>::min() + r}));
+      EXPECT_EQ(got[me][r], (std::vector<int64_t>{
+                                r, -r - 1, (int64_t{1} << 53) + 1 + r,
+                                std::numeric_limits<int64_t>::max() - r,
+                                std::numeric_limits<int64_t>::min() + r}));
     }
   }
 }

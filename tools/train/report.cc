@@ -11,7 +11,9 @@
 namespace chunkzero {
 namespace {
 
-int ComputeBytes(const TrainOptions& o) { return o.precision == "fp32" ? 4 : 2; }
+int ComputeBytes(const TrainOptions& o) {
+  return o.precision == "fp32" ? 4 : 2;
+}
 
 int StateCount(const TrainOptions& o) {
   // The train job's SGD is PyTorch's default (momentum 0): no state.
@@ -81,13 +83,19 @@ MemoryCheck CheckMemory(const TrainOptions& o, const TrainResult& r) {
 std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
   std::string s;
   const GptConfig& m = r.model;
+  const int context = r.seq_len > 0 ? r.seq_len : m.seq_len;
   absl::StrAppendFormat(
-      &s, "\nGPT-2: %d layers x %d, %d heads, context %d, vocab %d: "
-          "Psi = %d parameters\n",
-      m.layers, m.d_model, m.heads, m.seq_len, m.vocab, r.parameters);
+      &s,
+      "\nGPT-2: %d layers x %d, %d heads, context %d%s, vocab %d: "
+      "Psi = %d parameters\n",
+      m.layers, m.d_model, m.heads, context,
+      context == m.seq_len ? ""
+                           : absl::StrCat(" (of ", m.seq_len, " positions)"),
+      m.vocab, r.parameters);
   absl::StrAppendFormat(
-      &s, "%d ranks, %s storage, %s, %s, chunks of %s elements "
-          "(%.1f%% used)\n",
+      &s,
+      "%d ranks, %s storage, %s, %s, chunks of %s elements "
+      "(%.1f%% used)\n",
       o.world_size, o.storage, o.precision, o.optimizer,
       r.chunk_size > 0 ? absl::StrCat(r.chunk_size) : "one tensor",
       100 * r.chunk_utilisation);
@@ -124,24 +132,27 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
   }
   if (o.offload == "optimizer") {
     absl::StrAppendFormat(
-        &s, "  offload: the device (sim:0) peaks at %s on rank 0 (compute "
-            "chunks only; %dPsi/N of it would be %s); masters and optimizer "
-            "states live in host memory\n",
+        &s,
+        "  offload: the device (sim:0) peaks at %s on rank 0 (compute "
+        "chunks only; %dPsi/N of it would be %s); masters and optimizer "
+        "states live in host memory\n",
         Bytes(static_cast<double>(ranks[0].peak_device_bytes)),
         o.precision == "fp32" ? 4 : 2,
         Bytes((o.precision == "fp32" ? 4.0 : 2.0) * r.parameters /
               o.world_size));
   }
   absl::StrAppendFormat(
-      &s, "  rank %d: %s at rest between steps (%.3f x %dPsi/N: chunk "
-          "padding), %s in flight at the peak (%.1f chunks of %s)\n",
-      check.rank, Bytes(check.at_rest), check.at_rest / check.sharded_bytes,
-      k, Bytes(check.in_flight_bytes),
+      &s,
+      "  rank %d: %s at rest between steps (%.3f x %dPsi/N: chunk "
+      "padding), %s in flight at the peak (%.1f chunks of %s)\n",
+      check.rank, Bytes(check.at_rest), check.at_rest / check.sharded_bytes, k,
+      Bytes(check.in_flight_bytes),
       r.chunk_bytes > 0 ? check.in_flight_bytes / r.chunk_bytes : 0.0,
       Bytes(r.chunk_bytes));
   absl::StrAppendFormat(
-      &s, "  the largest peak is %.1f%% of replicated DDP's model data; "
-          "target peak <= 1.05 x (%dPsi/N + in flight): %.3f, %s\n",
+      &s,
+      "  the largest peak is %.1f%% of replicated DDP's model data; "
+      "target peak <= 1.05 x (%dPsi/N + in flight): %.3f, %s\n",
       100.0 * check.peak /
           (static_cast<double>(ReplicatedBytesPerParameter(o)) * r.parameters),
       k, check.ratio, check.ratio <= 1.05 ? "met" : "NOT MET");
@@ -157,10 +168,11 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
   comm /= static_cast<double>(r.steps.size() - from);
   const double expected = ExpectedCommBytesPerStep(o, r.parameters);
   absl::StrAppendFormat(
-      &s, "\nComm per step, rank 0 (bus bytes): %s; DESIGN.md section 7 "
-          "gives %s for Psi (ratio %.3f: chunk padding, the tied wte's chunk "
-          "gathered again for the output layer, and the small agreement "
-          "all-reduces make up the difference)\n",
+      &s,
+      "\nComm per step, rank 0 (bus bytes): %s; DESIGN.md section 7 "
+      "gives %s for Psi (ratio %.3f: chunk padding, the tied wte's chunk "
+      "gathered again for the output layer, and the small agreement "
+      "all-reduces make up the difference)\n",
       Bytes(comm), Bytes(expected), expected > 0 ? comm / expected : 0.0);
 
   // Speed, over the steps after the first (which builds the states).
@@ -170,14 +182,15 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
     tokens_per_s += r.steps[i].tokens_per_s;
   }
   const double steps = static_cast<double>(r.steps.size() - from);
-  const double tokens = static_cast<double>(o.batch) * o.world_size *
-                        o.grad_accum * m.seq_len;
+  const double tokens =
+      static_cast<double>(o.batch) * o.world_size * o.grad_accum * context;
   absl::StrAppendFormat(
-      &s, "Speed: %.3f s per step, %.0f tokens/s, %.2f model GFLOP/s "
-          "(all ranks)\n",
+      &s,
+      "Speed: %.3f s per step, %.0f tokens/s, %.2f model GFLOP/s "
+      "(all ranks)\n",
       time / steps, tokens_per_s / steps,
-      GptModelFlopsPerStep(m, static_cast<int64_t>(tokens)) / (time / steps) /
-          1e9);
+      GptModelFlopsPerStep(m, context, static_cast<int64_t>(tokens)) /
+          (time / steps) / 1e9);
   return s;
 }
 
@@ -208,9 +221,9 @@ void ProgressPrinter::OnStep(const StepMetrics& m) {
   }
   const std::string line = absl::StrFormat(
       "step %*d/%d  loss %.4f  %s%.0f tokens/s  ETA %s  peak/rank %s",
-      static_cast<int>(absl::StrCat(m.steps).size()), m.step, m.steps,
-      m.loss, m.skipped ? "(skipped: overflow)  " : "", m.tokens_per_s,
-      Duration(eta), memory);
+      static_cast<int>(absl::StrCat(m.steps).size()), m.step, m.steps, m.loss,
+      m.skipped ? "(skipped: overflow)  " : "", m.tokens_per_s, Duration(eta),
+      memory);
   if (terminal_) {
     std::fprintf(out_, "\r%s\033[K", line.c_str());
   } else {

@@ -30,7 +30,7 @@ namespace chunkzero {
 
 // The shape of one step's data.
 struct BatchOrder {
-  int batch = 1;       // Sequences per rank per micro-batch.
+  int batch = 1;  // Sequences per rank per micro-batch.
   int world_size = 1;
   int grad_accum = 1;  // Micro-batches per step.
   int seq_len = 1;

@@ -80,8 +80,10 @@ void BM_ShardedVsReplicated(benchmark::State& state) {
   state.counters["sharded_step_s"] = sharded / n;
   state.counters["sharded_vs_replicated"] = sharded / replicated;
 }
-BENCHMARK(BM_ShardedVsReplicated)->UseManualTime()->Iterations(2)->Unit(
-    benchmark::kMillisecond);
+BENCHMARK(BM_ShardedVsReplicated)
+    ->UseManualTime()
+    ->Iterations(2)
+    ->Unit(benchmark::kMillisecond);
 
 void BM_ModelVsSgemm(benchmark::State& state) {
   TrainOptions o;
@@ -109,8 +111,8 @@ void BM_ModelVsSgemm(benchmark::State& state) {
                   a.data(), kN, b.data(), kN, 0.0f, c.data(), kN);
     }
     benchmark::DoNotOptimize(c.data());
-    sgemm += std::chrono::duration<double>(Clock::now() - t0).count() /
-             kSgemmReps;
+    sgemm +=
+        std::chrono::duration<double>(Clock::now() - t0).count() / kSgemmReps;
     step += s;
     state.SetIterationTime(s);
   }
@@ -120,16 +122,17 @@ void BM_ModelVsSgemm(benchmark::State& state) {
   }
   const double n = static_cast<double>(state.iterations());
   const double tokens = static_cast<double>(o.batch) * o.model.seq_len;
-  const double model_flops = GptModelFlopsPerStep(
-                                 o.model, static_cast<int64_t>(tokens)) /
-                             (step / n);
+  const double model_flops =
+      GptModelFlopsPerStep(o.model, static_cast<int64_t>(tokens)) / (step / n);
   const double sgemm_flops = 2.0 * kN * kN * kN / (sgemm / n);
   state.counters["model_GFLOP/s"] = model_flops / 1e9;
   state.counters["sgemm_GFLOP/s"] = sgemm_flops / 1e9;
   state.counters["model_flops_vs_sgemm"] = model_flops / sgemm_flops;
 }
-BENCHMARK(BM_ModelVsSgemm)->UseManualTime()->Iterations(2)->Unit(
-    benchmark::kMillisecond);
+BENCHMARK(BM_ModelVsSgemm)
+    ->UseManualTime()
+    ->Iterations(2)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace chunkzero

@@ -4,17 +4,22 @@
 // in-process backend), sharded fp16 chunks and AdamW, and prints a summary
 // of memory and traffic. The flag names are an interface other scripts use;
 // see README.md.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
+#include <exception>
 #include <iostream>
+#include <memory>
+#include <new>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "base/file.h"
 #include "tools/train/report.h"
 #include "tools/train/trainer.h"
 
@@ -29,11 +34,12 @@ ABSL_FLAG(std::string, backend, kDefaults.backend,
 ABSL_FLAG(int, layers, kDefaults.model.layers, "Transformer blocks.");
 ABSL_FLAG(int, d_model, kDefaults.model.d_model, "Model width C.");
 ABSL_FLAG(int, heads, kDefaults.model.heads, "Attention heads.");
-ABSL_FLAG(int, seq_len, kDefaults.model.seq_len,
-          "Context length (and learned positions).");
+ABSL_FLAG(int, seq_len, 0,
+          "Context length (and learned positions); 0: 64, or with --init all "
+          "of the file's positions (a shorter context trains on the first "
+          "seq_len and keeps the rest).");
 ABSL_FLAG(int, vocab, kDefaults.model.vocab, "Vocabulary size.");
-ABSL_FLAG(int, batch, kDefaults.batch,
-          "Sequences per rank per micro-batch.");
+ABSL_FLAG(int, batch, kDefaults.batch, "Sequences per rank per micro-batch.");
 ABSL_FLAG(int, grad_accum, kDefaults.grad_accum, "Micro-batches per step.");
 ABSL_FLAG(int, steps, kDefaults.steps, "Optimizer steps.");
 ABSL_FLAG(double, lr, kDefaults.lr, "Peak learning rate.");
@@ -74,20 +80,68 @@ ABSL_FLAG(std::string, rendezvous, "",
           "(Gloo FileStore).");
 ABSL_FLAG(std::string, metrics_out, "",
           "Write one JSON object per step to this file.");
+ABSL_FLAG(double, comm_timeout_s, kDefaults.comm_timeout_s,
+          "Seconds a rank waits for its peers in a collective (and at the "
+          "rendezvous) before the job fails naming the ranks that did not "
+          "come.");
 
-int main(int argc, char** argv) {
+namespace {
+
+// --metrics_out: one JSON line per step, every write checked (a full disk
+// ends the run instead of losing the figures silently).
+class MetricsFile {
+ public:
+  absl::Status Open(const std::string& path) {
+    path_ = path;
+    fd_ = std::make_unique<chunkzero::FileDescriptor>(
+        ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd_->valid()) {
+      return chunkzero::ErrnoError("--metrics_out: cannot create", path);
+    }
+    return absl::OkStatus();
+  }
+  bool is_open() const { return fd_ != nullptr; }
+  absl::Status Append(const std::string& line) {
+    const std::string text = line + "\n";
+    const absl::Status written =
+        chunkzero::WriteAll(fd_->get(), text.data(), text.size(), path_);
+    if (written.ok()) return written;
+    return absl::Status(written.code(),
+                        absl::StrCat("--metrics_out: ", written.message()));
+  }
+  absl::Status Close() {
+    if (!is_open()) return absl::OkStatus();
+    const absl::Status closed = fd_->Close(path_);
+    if (closed.ok()) return closed;
+    return absl::Status(closed.code(),
+                        absl::StrCat("--metrics_out: ", closed.message()));
+  }
+
+ private:
+  std::string path_;
+  std::unique_ptr<chunkzero::FileDescriptor> fd_;
+};
+
+int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Trains a GPT-2 model with chunked ZeRO. With no flags: 4 ranks, "
       "built-in text, sharded fp16, AdamW.");
-  absl::ParseCommandLine(argc, argv);
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::cerr << "error: unexpected argument \"" << rest[1]
+              << "\": every setting is a --flag=value (--help lists them)\n";
+    return 2;
+  }
   chunkzero::TrainOptions o;
   o.world_size = absl::GetFlag(FLAGS_world_size);
   o.backend = absl::GetFlag(FLAGS_backend);
   o.model.layers = absl::GetFlag(FLAGS_layers);
   o.model.d_model = absl::GetFlag(FLAGS_d_model);
   o.model.heads = absl::GetFlag(FLAGS_heads);
-  o.model.seq_len = absl::GetFlag(FLAGS_seq_len);
   o.model.vocab = absl::GetFlag(FLAGS_vocab);
+  // Without --init the context is also the model's number of positions.
+  o.seq_len = absl::GetFlag(FLAGS_seq_len);
+  if (o.seq_len != 0) o.model.seq_len = o.seq_len;
   o.batch = absl::GetFlag(FLAGS_batch);
   o.grad_accum = absl::GetFlag(FLAGS_grad_accum);
   o.steps = absl::GetFlag(FLAGS_steps);
@@ -112,33 +166,58 @@ int main(int argc, char** argv) {
   o.resume = absl::GetFlag(FLAGS_resume);
   o.rank = absl::GetFlag(FLAGS_rank);
   o.rendezvous = absl::GetFlag(FLAGS_rendezvous);
+  o.comm_timeout_s = absl::GetFlag(FLAGS_comm_timeout_s);
   // With one rank per process, rank 0 reports; the others stay quiet.
   const bool reporter = o.rank <= 0;
 
-  std::ofstream metrics;
+  MetricsFile metrics;
   const std::string metrics_path = absl::GetFlag(FLAGS_metrics_out);
   if (!metrics_path.empty() && reporter) {
-    metrics.open(metrics_path, std::ios::trunc);
-    if (!metrics) {
-      std::cerr << "error: cannot write --metrics_out=" << metrics_path
-                << "\n";
+    if (absl::Status opened = metrics.Open(metrics_path); !opened.ok()) {
+      std::cerr << "error: " << opened << "\n";
       return 2;
     }
   }
   chunkzero::ProgressPrinter progress(stderr, isatty(fileno(stderr)) != 0);
   auto result = chunkzero::RunTraining(
-      o, [&](const chunkzero::StepMetrics& m) {
-        if (metrics.is_open()) {
-          metrics << chunkzero::StepMetricsJson(m) << "\n";
-          metrics.flush();
-        }
+      o, [&](const chunkzero::StepMetrics& m) -> absl::Status {
         progress.OnStep(m);
+        if (!metrics.is_open()) return absl::OkStatus();
+        return metrics.Append(chunkzero::StepMetricsJson(m));
       });
   progress.Finish();
-  if (!result.ok()) {
-    std::cerr << "error: " << result.status() << "\n";
+  absl::Status status = result.status();
+  const absl::Status closed = metrics.Close();
+  if (status.ok()) status = closed;
+  if (!status.ok()) {
+    std::cerr << "error: " << status << "\n";
     return 1;
   }
-  if (reporter) std::cout << chunkzero::FormatSummary(o, *result);
+  if (reporter) {
+    std::cout << chunkzero::FormatSummary(o, *result);
+    std::cout.flush();
+    if (!std::cout) {
+      std::cerr << "error: cannot write the summary to standard output\n";
+      return 1;
+    }
+  }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Nothing may escape as an exception (an abort, exit code 134): what the
+  // checks could not foresee is reported like any other error.
+  try {
+    return Main(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::cerr << "error: RESOURCE_EXHAUSTED: out of memory (an allocation "
+                 "failed)\n";
+  } catch (const std::exception& e) {
+    std::cerr << "error: INTERNAL: unexpected exception: " << e.what() << "\n";
+  } catch (...) {
+    std::cerr << "error: INTERNAL: unexpected exception\n";
+  }
+  return 1;
 }

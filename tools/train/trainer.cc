@@ -1,41 +1,42 @@
 #include "tools/train/trainer.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <memory>
+#include <new>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "gloo/rendezvous/hash_store.h"
+#include "base/file.h"
+#include "base/file_lock.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
 #include "chunk/chunk_manager.h"
-#include "chunk/chunk_size_search.h"
 #include "comm/gloo/gloo_process_group.h"
 #include "comm/inprocess/in_process_group.h"
 #include "comm/recording_process_group.h"
 #include "ddp/zero_ddp.h"
+#include "gloo/rendezvous/hash_store.h"
 #include "optim/zero_optimizer.h"
 #include "tensor/memory_tracker.h"
 #include "tools/gpt/gpt_checkpoint.h"
 #include "tools/train/checkpoint.h"
 #include "tools/train/gather.h"
 #include "tools/train/token_data.h"
+#include "tools/train/train_plan.h"
 
 namespace chunkzero {
-
-TrainOptions::TrainOptions() {
-  model.layers = 2;
-  model.d_model = 128;
-  model.heads = 4;
-  model.seq_len = 64;
-  model.vocab = 256;
-}
 
 namespace {
 
@@ -53,183 +54,6 @@ std::string SnakeCase(absl::string_view camel) {
     }
   }
   return out;
-}
-
-absl::StatusOr<DType> ParsePrecision(const std::string& name) {
-  if (name == "fp32") return DType::kF32;
-  if (name == "fp16") return DType::kF16;
-  if (name == "bf16") return DType::kBF16;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--precision=", name, " is not one of fp32, fp16, bf16"));
-}
-
-// Everything derived from the options before the ranks start.
-struct Plan {
-  TrainOptions options;
-  GptConfig model;
-  DType dtype = DType::kF16;
-  ChunkLayout layout = ChunkLayout::kSharded;
-  OptimizerKind optimizer = OptimizerKind::kAdamW;
-  std::optional<int64_t> chunk_size;
-  double utilisation = 1;
-  TokenData data = TokenData::FromTokens({});
-  std::optional<GptCheckpoint> init;
-  std::optional<CheckpointMeta> resume_meta;
-  std::vector<std::string> order;  // Declaration = first-use order.
-  int64_t largest_tensor = 0;      // Elements of the largest parameter.
-};
-
-// The checkpoint's record of the model and the data order: a resumed run
-// must match these (world size and layout may differ).
-std::map<std::string, std::string> CheckpointConfig(const Plan& plan) {
-  const GptConfig& m = plan.model;
-  return {{"layers", absl::StrCat(m.layers)},
-          {"d_model", absl::StrCat(m.d_model)},
-          {"heads", absl::StrCat(m.heads)},
-          {"seq_len", absl::StrCat(m.seq_len)},
-          {"vocab", absl::StrCat(m.vocab)},
-          {"optimizer", plan.options.optimizer},
-          {"precision", plan.options.precision}};
-}
-
-absl::Status CheckOptions(const TrainOptions& o) {
-  auto bad = [](absl::string_view flag, auto value, absl::string_view want) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, "=", value, ": ", want));
-  };
-  if (o.backend == "nccl") {
-    return absl::UnimplementedError(
-        "--backend=nccl is not built: the model computes on the CPU, and "
-        "NCCL needs GPUs (use inproc or gloo)");
-  }
-  if (o.backend != "inproc" && o.backend != "gloo") {
-    return bad("backend", o.backend, "want inproc or gloo");
-  }
-  if (o.rank >= 0 &&
-      (o.rank >= o.world_size || o.backend != "gloo" || o.rendezvous.empty())) {
-    return bad("rank", o.rank,
-               "one rank per process needs 0 <= rank < world_size, "
-               "--backend=gloo and a --rendezvous directory");
-  }
-  if (o.world_size < 1) return bad("world_size", o.world_size, "want >= 1");
-  if (o.batch < 1) return bad("batch", o.batch, "want >= 1");
-  if (o.grad_accum < 1) return bad("grad_accum", o.grad_accum, "want >= 1");
-  if (o.steps < 0) return bad("steps", o.steps, "want >= 0");
-  if (o.warmup < 0) return bad("warmup", o.warmup, "want >= 0");
-  if (o.save_every < 0) return bad("save_every", o.save_every, "want >= 0");
-  if (o.chunk_size < -1) {
-    return bad("chunk_size", o.chunk_size, "want -1 (search), 0 or a size");
-  }
-  if (o.offload != "none" && o.offload != "optimizer") {
-    return bad("offload", o.offload, "want none or optimizer");
-  }
-  if (o.max_prefetch < 0) return bad("max_prefetch", o.max_prefetch, ">= 0");
-  if (!o.data.empty() && !o.tokens.empty()) {
-    return absl::InvalidArgumentError("give --data or --tokens, not both");
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<Plan> MakePlan(const TrainOptions& options) {
-  CZ_RETURN_IF_ERROR(CheckOptions(options));
-  Plan plan;
-  plan.options = options;
-  plan.model = options.model;
-  CZ_ASSIGN_OR_RETURN(plan.dtype, ParsePrecision(options.precision));
-  absl::StatusOr<ChunkLayout> layout = ParseChunkLayout(options.storage);
-  if (!layout.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--storage: ", layout.status().message()));
-  }
-  plan.layout = *layout;
-  absl::StatusOr<OptimizerKind> kind = ParseOptimizerKind(options.optimizer);
-  if (!kind.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--optimizer: ", kind.status().message()));
-  }
-  plan.optimizer = *kind;
-  if (!options.init.empty()) {
-    CZ_ASSIGN_OR_RETURN(GptCheckpoint ckpt,
-                        ReadGptCheckpoint(options.init, options.model.heads));
-    // The architecture comes from the file (plus --heads); the context
-    // length may be shorter than the learned positions.
-    const int seq = std::min(options.model.seq_len, ckpt.config.seq_len);
-    plan.model = ckpt.config;
-    plan.model.seq_len = seq;
-    if (seq != ckpt.config.seq_len) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--seq_len=", options.model.seq_len, " differs from the ",
-          ckpt.config.seq_len, " positions of ", options.init,
-          "; give --seq_len=", ckpt.config.seq_len));
-    }
-    plan.init = std::move(ckpt);
-  }
-  CZ_RETURN_IF_ERROR(plan.model.Validate());
-  if (!options.tokens.empty()) {
-    CZ_ASSIGN_OR_RETURN(plan.data, TokenData::FromTokenFile(
-                                       options.tokens, plan.model.vocab));
-  } else if (!options.data.empty()) {
-    CZ_ASSIGN_OR_RETURN(plan.data, TokenData::FromByteFile(options.data));
-  } else {
-    plan.data = TokenData::BuiltIn();
-  }
-  if (plan.data.vocab_used() > plan.model.vocab) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the data uses token ids up to ", plan.data.vocab_used() - 1,
-        " but --vocab is ", plan.model.vocab));
-  }
-  if (plan.data.size() <= plan.model.seq_len) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the data has ", plan.data.size(), " tokens, fewer than "
-                     "one sequence of --seq_len=", plan.model.seq_len,
-                     " plus one"));
-  }
-  std::vector<int64_t> sizes;
-  for (const auto& [name, shape] : GptParameterShapes(plan.model)) {
-    plan.order.push_back(name);
-    sizes.push_back(NumElements(shape));
-    plan.largest_tensor = std::max(plan.largest_tensor, sizes.back());
-  }
-  if (options.chunk_size > 0) {
-    plan.chunk_size = options.chunk_size;
-  } else if (options.chunk_size < 0) {
-    // The size with the least padding, from the largest tensor up to 4x it.
-    const int64_t largest = plan.largest_tensor;
-    ChunkSizeSearchOptions search;
-    search.min_chunk_size = largest;
-    search.max_chunk_size = 4 * largest;
-    search.grid = std::max<int64_t>(1, largest / 64);
-    search.alignment = options.world_size;
-    CZ_ASSIGN_OR_RETURN(ChunkSizeReport report,
-                        SearchChunkSize(sizes, search));
-    plan.chunk_size = report.best.chunk_size;
-    plan.utilisation = report.best.utilisation;
-  }
-  if (plan.chunk_size.has_value() && options.chunk_size > 0) {
-    ChunkSizeSearchOptions one;
-    one.min_chunk_size = one.max_chunk_size = *plan.chunk_size;
-    one.grid = 1;
-    absl::StatusOr<ChunkSizeReport> report = SearchChunkSize(sizes, one);
-    if (!report.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--chunk_size=", *plan.chunk_size, ": ", report.status().message()));
-    }
-    plan.utilisation = report->best.utilisation;
-  }
-  if (!options.resume.empty()) {
-    CZ_ASSIGN_OR_RETURN(CheckpointMeta meta, ReadCheckpointMeta(options.resume));
-    const auto want = CheckpointConfig(plan);
-    for (const auto& [key, value] : want) {
-      auto it = meta.config.find(key);
-      if (it != meta.config.end() && it->second != value) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--resume=", options.resume, " was saved with ", key, "=",
-            it->second, ", this run has ", key, "=", value));
-      }
-    }
-    plan.resume_meta = std::move(meta);
-  }
-  return plan;
 }
 
 // RankStepMetrics as a fixed list of integers, to gather on rank 0: the peak
@@ -295,11 +119,62 @@ RankStepMetrics Measure(const MemoryTracker& tracker,
   return m;
 }
 
+// Marks a status that only echoes another rank's failure (see Agree): the
+// job reports the rank whose status is the cause.
+constexpr char kEchoPayload[] = "chunkzero.train/echo";
+
+// The lock file --save's directory holds while a job saves into it.
+constexpr char kSaveLockName[] = "lock";
+
+// Ranks over Gloo hold one socket per peer; as threads of one process that
+// is world_size * (world_size - 1) descriptors. Raises the soft limit to the
+// hard one if that helps, and refuses a world that still does not fit.
+absl::Status CheckSocketLimit(const TrainOptions& o) {
+  const int64_t ranks_here = o.rank < 0 ? o.world_size : 1;
+  const int64_t need = ranks_here * (o.world_size - 1) + ranks_here * 8 + 64;
+  struct rlimit limit;
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return absl::OkStatus();
+  if (static_cast<int64_t>(limit.rlim_cur) < need &&
+      limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+    ::getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  if (static_cast<int64_t>(limit.rlim_cur) >= need) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "--world_size=", o.world_size, " over --backend=gloo needs about ", need,
+      " file descriptors in this process (a socket per pair of ranks), "
+      "but the limit is ",
+      limit.rlim_cur,
+      " (ulimit -n); raise it, or run one process per rank "
+      "(tools/train/launch.sh)"));
+}
+
+// What every rank of a job must agree on, compared at the rendezvous so
+// that ranks started with different flags fail at once, naming the flag.
+std::map<std::string, std::string> RendezvousConfig(const TrainPlan& plan) {
+  const TrainOptions& o = plan.options;
+  std::map<std::string, std::string> config = CheckpointConfig(plan);
+  config["context"] = absl::StrCat(plan.seq_len);
+  config["batch"] = absl::StrCat(o.batch);
+  config["grad_accum"] = absl::StrCat(o.grad_accum);
+  config["steps"] = absl::StrCat(o.steps);
+  config["storage"] = o.storage;
+  config["chunk_size"] = absl::StrCat(plan.chunk_size.value_or(0));
+  config["offload"] = o.offload;
+  config["save"] = o.save;
+  config["resume"] = o.resume;
+  config["seed"] = absl::StrCat(o.seed);
+  config["lr"] = absl::StrCat(o.lr);
+  config["data"] = absl::StrCat(plan.data.size(), " tokens");
+  return config;
+}
+
 // One rank's whole run.
 class RankRunner {
  public:
   // `result` is filled on rank 0 only.
-  RankRunner(const Plan& plan, comm::ProcessGroup& group,
+  RankRunner(const TrainPlan& plan, comm::ProcessGroup& group,
              const StepCallback& on_step, TrainResult* result)
       : plan_(plan),
         o_(plan.options),
@@ -325,33 +200,57 @@ class RankRunner {
       at_rest += tracker_.CurrentTotal(d);
     }
     CZ_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> all,
-                        AllGatherInt64(raw_, {at_rest}));
+                        AllGatherInt64(raw_, {at_rest}, timeout()));
     if (rank() == 0) {
       result_->at_rest_bytes.clear();
       for (const auto& r : all) result_->at_rest_bytes.push_back(r[0]);
     }
     if (!o_.export_path.empty()) {
       CZ_ASSIGN_OR_RETURN(auto dict, ddp_->GatherStateDict(false));
-      if (rank() == 0) {
-        CZ_RETURN_IF_ERROR(WriteGptCheckpoint(o_.export_path, dict));
-      }
+      absl::Status exported;
+      if (rank() == 0) exported = WriteGptCheckpoint(o_.export_path, dict);
+      CZ_RETURN_IF_ERROR(
+          Agree(exported, "the --export file could not be written"),
+          "--export=", o_.export_path);
     }
     return absl::OkStatus();
   }
 
  private:
   int rank() const { return raw_.rank(); }
+  absl::Duration timeout() const { return absl::Seconds(o_.comm_timeout_s); }
+
+  // Every rank learns whether every rank's `mine` is OK, so that all of them
+  // go on or fail together (a rank that returned alone would leave the
+  // others waiting in their next collective). Returns `mine` if it failed,
+  // else the lowest failing rank's code with `others` and that rank.
+  absl::Status Agree(const absl::Status& mine, absl::string_view others) {
+    CZ_ASSIGN_OR_RETURN(
+        std::vector<std::vector<int64_t>> codes,
+        AllGatherInt64(raw_, {static_cast<int64_t>(mine.code())}, timeout()));
+    if (!mine.ok()) return mine;
+    for (size_t r = 0; r < codes.size(); ++r) {
+      if (codes[r][0] != 0) {
+        absl::Status echo(static_cast<absl::StatusCode>(codes[r][0]),
+                          absl::StrCat(others, " (rank ", r, ")"));
+        echo.SetPayload(kEchoPayload, absl::Cord("1"));
+        return echo;
+      }
+    }
+    return absl::OkStatus();
+  }
 
   absl::Status SetUp() {
     ChunkManagerOptions chunk_options;
     chunk_options.chunk_size = plan_.chunk_size;
     chunk_options.layout = plan_.layout;
+    chunk_options.comm_timeout = timeout();
     // ZeRO-Offload: the compute-dtype chunks live on the "accelerator" (the
     // host-backed simulated device on machines without a GPU), the masters
     // and optimizer states in host memory.
     if (o_.offload == "optimizer") chunk_options.device = Device::Simulated(0);
-    chunks_ = std::make_unique<ChunkManager>(&recorded_, chunk_options,
-                                             &tracker_);
+    chunks_ =
+        std::make_unique<ChunkManager>(&recorded_, chunk_options, &tracker_);
     CZ_ASSIGN_OR_RETURN(model_, GptModel::Create(plan_.model, o_.seed));
     if (plan_.init.has_value()) {
       CZ_RETURN_IF_ERROR(model_->LoadStateDict(plan_.init->state),
@@ -362,14 +261,13 @@ class RankRunner {
     ddp_options.max_prefetch = o_.max_prefetch;
     ddp_options.first_use_order = plan_.order;
     if (o_.offload == "optimizer") ddp_options.master_device = Device::Cpu();
-    CZ_ASSIGN_OR_RETURN(ddp_,
-                        ZeroDdp::Create(model_.get(), chunks_.get(),
-                                        ddp_options));
+    CZ_ASSIGN_OR_RETURN(
+        ddp_, ZeroDdp::Create(model_.get(), chunks_.get(), ddp_options));
     ZeroOptimizerOptions opt;
     opt.kind = plan_.optimizer;
-    CZ_ASSIGN_OR_RETURN(opt.lr, LrSchedule::WarmupCosine(
-                                    o_.lr, o_.min_lr, o_.warmup,
-                                    std::max(o_.steps, 1)));
+    CZ_ASSIGN_OR_RETURN(opt.lr,
+                        LrSchedule::WarmupCosine(o_.lr, o_.min_lr, o_.warmup,
+                                                 std::max(o_.steps, 1)));
     if (o_.weight_decay >= 0) opt.weight_decay = o_.weight_decay;
     opt.max_grad_norm = o_.clip;
     opt.offload = o_.offload == "optimizer" ? OffloadPolicy::kOptimizer
@@ -385,10 +283,10 @@ class RankRunner {
                              int64_t begin, int64_t numel) {
                            return optimizer_->HoldsAny(param, begin, numel);
                          }));
-      CZ_RETURN_IF_ERROR(optimizer_->LoadState(ckpt.state), "--resume=",
-                         o_.resume);
+      CZ_RETURN_IF_ERROR(optimizer_->LoadState(ckpt.state),
+                         "--resume=", o_.resume);
     }
-    tokens_per_rank_ = static_cast<size_t>(o_.batch) * plan_.model.seq_len;
+    tokens_per_rank_ = static_cast<size_t>(o_.batch) * plan_.seq_len;
     inputs_.resize(tokens_per_rank_);
     targets_.resize(tokens_per_rank_);
     recorded_.Reset();
@@ -399,16 +297,16 @@ class RankRunner {
     const absl::Time start = absl::Now();
     absl::Duration forward, backward, optimizer;
     const BatchOrder order{o_.batch, o_.world_size, o_.grad_accum,
-                           plan_.model.seq_len};
+                           plan_.seq_len};
     double loss = 0;
     for (int m = 0; m < o_.grad_accum; ++m) {
       CZ_RETURN_IF_ERROR(plan_.data.FillBatch(order, step, m, rank(),
                                               absl::MakeSpan(inputs_),
                                               absl::MakeSpan(targets_)));
       absl::Time t = absl::Now();
-      CZ_ASSIGN_OR_RETURN(float l,
-                          model_->Forward(*ddp_, o_.batch, plan_.model.seq_len,
-                                          inputs_, targets_));
+      CZ_ASSIGN_OR_RETURN(
+          float l,
+          model_->Forward(*ddp_, o_.batch, plan_.seq_len, inputs_, targets_));
       loss += l;
       forward += absl::Now() - t;
       t = absl::Now();
@@ -431,9 +329,23 @@ class RankRunner {
     // The global loss, and every rank's figures to rank 0: on the raw
     // group, so this bookkeeping is not counted as training traffic.
     std::vector<float> sum = {static_cast<float>(loss / o_.grad_accum)};
-    CZ_RETURN_IF_ERROR(comm::AllReduce(raw_, comm::MutableBuffer::Of(sum)));
-    CZ_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> figures,
-                        AllGatherInt64(raw_, Encode(Measure(tracker_, comm))));
+    comm::AllReduceOptions sum_options;
+    sum_options.timeout = timeout();
+    CZ_RETURN_IF_ERROR(
+        comm::AllReduce(raw_, comm::MutableBuffer::Of(sum), sum_options));
+    // Every rank sees the same sum. A loss that is not finite cannot come
+    // back (the forward does not depend on the loss scale): the weights or
+    // the data are not finite any more.
+    if (!std::isfinite(sum[0])) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the loss is ", sum[0] / o_.world_size,
+          ": the weights are no longer finite (the run diverged; a lower "
+          "--lr may help)"));
+    }
+    CZ_ASSIGN_OR_RETURN(
+        std::vector<std::vector<int64_t>> figures,
+        AllGatherInt64(raw_, Encode(Measure(tracker_, comm)), timeout()));
+    absl::Status reported;
     if (rank() == 0) {
       StepMetrics m;
       m.step = step + 1;
@@ -444,19 +356,26 @@ class RankRunner {
       m.skipped = result.skipped;
       m.grad_norm = result.grad_norm;
       m.step_time_s = Seconds(step_time);
-      m.tokens_per_s = static_cast<double>(tokens_per_rank_) *
-                       o_.world_size * o_.grad_accum / m.step_time_s;
+      m.tokens_per_s = static_cast<double>(tokens_per_rank_) * o_.world_size *
+                       o_.grad_accum / m.step_time_s;
       m.forward_s = Seconds(forward);
       m.backward_s = Seconds(backward);
       m.optimizer_s = Seconds(optimizer);
       m.comm_wait_s = Seconds(comm.blocked);
-      for (const std::vector<int64_t>& f : figures) m.ranks.push_back(Decode(f));
+      for (const std::vector<int64_t>& f : figures)
+        m.ranks.push_back(Decode(f));
       result_->steps.push_back(m);
-      if (on_step_) on_step_(m);
+      if (on_step_) reported = on_step_(m);
     }
-    return absl::OkStatus();
+    // A report that failed (say, a full disk under --metrics_out) ends the
+    // run on every rank.
+    return Agree(reported, "the step could not be reported");
   }
 
+  // Saves a checkpoint: every rank writes its shard, all agree that every
+  // shard is written, rank 0 commits the manifest, all agree on that. A save
+  // that fails anywhere removes the shards it wrote (the manifest still names
+  // the previous checkpoint, which stays whole), and fails on every rank.
   absl::Status Save(int64_t step) {
     CZ_ASSIGN_OR_RETURN(OptimizerState shard, optimizer_->SaveShard());
     ChunkPlacementMap placement;
@@ -466,13 +385,25 @@ class RankRunner {
       placement[name] = {where.chunk->name(),
                          where.chunk->tensor(where.index).offset};
     }
-    CZ_ASSIGN_OR_RETURN(ShardIndex index,
-                        WriteCheckpointShard(o_.save, step, rank(),
-                                             o_.world_size, shard, &placement));
-    // Every shard is durable once the gather returns; rank 0 commits.
-    CZ_ASSIGN_OR_RETURN(std::vector<std::string> serialized,
-                        AllGatherBytes(raw_, index.SerializeAsString()));
-    absl::Status status;
+    absl::StatusOr<ShardIndex> index = [&]() -> absl::StatusOr<ShardIndex> {
+      // A diverged state would resume into NaNs: refuse it before writing.
+      CZ_RETURN_IF_ERROR(CheckPiecesFinite(shard),
+                         "a checkpoint of it could not resume, so none was "
+                         "written");
+      return WriteCheckpointShard(o_.save, step, rank(), o_.world_size, shard,
+                                  &placement);
+    }();
+    const absl::Status written =
+        Agree(index.status(), "a shard could not be written");
+    CZ_ASSIGN_OR_RETURN(
+        std::vector<std::string> serialized,
+        AllGatherBytes(raw_, index.ok() ? index->SerializeAsString() : "",
+                       timeout()));
+    if (!written.ok()) {
+      if (index.ok()) RemoveShard(index->file());
+      return written;
+    }
+    absl::Status committed;
     if (rank() == 0) {
       CheckpointMeta meta;
       meta.step = step;
@@ -483,26 +414,38 @@ class RankRunner {
       std::vector<ShardIndex> indexes(serialized.size());
       for (size_t r = 0; r < serialized.size(); ++r) {
         if (!indexes[r].ParseFromString(serialized[r])) {
-          status = absl::InternalError(
+          committed = absl::InternalError(
               absl::StrCat("rank ", r, "'s shard index did not arrive intact"));
         }
       }
-      if (status.ok()) status = WriteCheckpointManifest(o_.save, meta, indexes);
+      if (committed.ok()) {
+        committed = WriteCheckpointManifest(o_.save, meta, indexes);
+      }
     }
-    // Every rank learns whether the commit worked, so that all of them
-    // succeed or fail together.
-    CZ_ASSIGN_OR_RETURN(
-        std::vector<std::vector<int64_t>> committed,
-        AllGatherInt64(raw_, {static_cast<int64_t>(status.code())}));
-    if (!status.ok()) return status;
-    if (committed[0][0] != 0) {
-      return absl::Status(static_cast<absl::StatusCode>(committed[0][0]),
-                          "rank 0 could not commit the checkpoint manifest");
+    committed =
+        Agree(committed, "the checkpoint manifest could not be committed");
+    if (!committed.ok()) {
+      // The manifest may have been renamed into place before a later step
+      // (the directory's fsync) failed: then it names this shard, which
+      // must stay.
+      absl::StatusOr<std::vector<std::string>> named =
+          CheckpointShardFiles(o_.save);
+      if (!named.ok() || std::find(named->begin(), named->end(),
+                                   index->file()) == named->end()) {
+        RemoveShard(index->file());
+      }
     }
-    return absl::OkStatus();
+    return committed;
   }
 
-  const Plan& plan_;
+  // Removes this rank's shard of a save that did not commit. Best effort:
+  // a shard file left behind is unreferenced and a later save deletes it.
+  void RemoveShard(const std::string& file) {
+    const std::string path = JoinPath(o_.save, file);
+    ::unlink(path.c_str());
+  }
+
+  const TrainPlan& plan_;
   const TrainOptions& o_;
   comm::ProcessGroup& raw_;
   comm::RecordingProcessGroup recorded_;
@@ -518,7 +461,8 @@ class RankRunner {
 };
 
 std::string JsonNumber(double x) {
-  if (!std::isfinite(x)) return std::isnan(x) ? "NaN" : (x > 0 ? "Infinity" : "-Infinity");
+  if (!std::isfinite(x))
+    return std::isnan(x) ? "NaN" : (x > 0 ? "Infinity" : "-Infinity");
   return absl::StrFormat("%.9g", x);
 }
 
@@ -537,25 +481,44 @@ std::string StepMetricsJson(const StepMetrics& m) {
                                  ",\"comm_bytes\":", JsonMap(r.comm_bytes),
                                  "}"));
   }
-  return absl::StrCat(
-      "{\"step\":", m.step, ",\"loss\":", JsonNumber(m.loss),
-      ",\"lr\":", JsonNumber(m.lr), ",\"loss_scale\":",
-      JsonNumber(m.loss_scale), ",\"skipped\":", m.skipped ? "true" : "false",
-      ",\"grad_norm\":", JsonNumber(m.grad_norm),
-      ",\"step_time_s\":", JsonNumber(m.step_time_s),
-      ",\"tokens_per_s\":", JsonNumber(m.tokens_per_s),
-      ",\"time_s\":{\"forward\":", JsonNumber(m.forward_s),
-      ",\"backward\":", JsonNumber(m.backward_s),
-      ",\"optimizer\":", JsonNumber(m.optimizer_s),
-      ",\"comm_wait\":", JsonNumber(m.comm_wait_s), "},\"ranks\":[",
-      absl::StrJoin(ranks, ","), "]}");
+  return absl::StrCat("{\"step\":", m.step, ",\"loss\":", JsonNumber(m.loss),
+                      ",\"lr\":", JsonNumber(m.lr),
+                      ",\"loss_scale\":", JsonNumber(m.loss_scale),
+                      ",\"skipped\":", m.skipped ? "true" : "false",
+                      ",\"grad_norm\":", JsonNumber(m.grad_norm),
+                      ",\"step_time_s\":", JsonNumber(m.step_time_s),
+                      ",\"tokens_per_s\":", JsonNumber(m.tokens_per_s),
+                      ",\"time_s\":{\"forward\":", JsonNumber(m.forward_s),
+                      ",\"backward\":", JsonNumber(m.backward_s),
+                      ",\"optimizer\":", JsonNumber(m.optimizer_s),
+                      ",\"comm_wait\":", JsonNumber(m.comm_wait_s),
+                      "},\"ranks\":[", absl::StrJoin(ranks, ","), "]}");
 }
 
 absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
                                         const StepCallback& on_step) {
-  CZ_ASSIGN_OR_RETURN(Plan plan, MakePlan(options));
+  CZ_ASSIGN_OR_RETURN(const TrainPlan plan, PlanTraining(options));
+  CZ_RETURN_IF_ERROR(CheckTrainOutputs(options));
+  // One job at a time saves into a directory: a second one would race the
+  // first's commits (rank 0's process holds the lock for the whole run).
+  std::unique_ptr<FileLock> save_lock;
+  if (!options.save.empty() && options.rank <= 0) {
+    absl::StatusOr<std::unique_ptr<FileLock>> locked =
+        FileLock::TryAcquire(JoinPath(options.save, kSaveLockName));
+    if (!locked.ok()) {
+      return absl::Status(
+          locked.status().code(),
+          absl::StrCat(
+              "--save=", options.save,
+              " is in use by another training job: ", locked.status().message(),
+              "; wait for it to finish or save elsewhere"));
+    }
+    save_lock = *std::move(locked);
+  }
+  if (options.backend == "gloo") CZ_RETURN_IF_ERROR(CheckSocketLimit(options));
   TrainResult result;
   result.model = plan.model;
+  result.seq_len = plan.seq_len;
   result.parameters = GptParameterCount(plan.model);
   result.chunk_size = plan.chunk_size.value_or(0);
   result.chunk_utilisation = plan.utilisation;
@@ -572,18 +535,38 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   } else if (options.rank < 0) {
     store = std::make_unique<gloo::rendezvous::HashStore>();
   }
+  comm::GlooOptions gloo_options;
+  gloo_options.timeout = absl::Seconds(options.comm_timeout_s);
+  gloo_options.job_config = RendezvousConfig(plan);
   // The first failure is the cause; later ones are what it did to the others.
   Mutex failure_mu;
   absl::Status first_failure;
+  auto fail = [&](int r, const absl::Status& status) {
+    {
+      MutexLock lock(&failure_mu);
+      const bool echo = status.GetPayload(kEchoPayload).has_value();
+      if (first_failure.ok() ||
+          (!echo && first_failure.GetPayload(kEchoPayload).has_value())) {
+        first_failure = absl::Status(
+            status.code(), absl::StrCat("rank ", r, ": ", status.message()));
+        if (echo) first_failure.SetPayload(kEchoPayload, absl::Cord("1"));
+      }
+    }
+    // A failed rank must not leave the others waiting in a collective:
+    // abort the in-process world; a Gloo group resets its connections when
+    // it is destroyed.
+    if (world) world->Abort(first_failure);
+  };
   auto run_rank = [&](int r) {
     absl::Status status;
     std::unique_ptr<comm::GlooProcessGroup> gloo_group;
     comm::ProcessGroup* group = world ? &world->group(r) : nullptr;
     if (group == nullptr) {
       absl::StatusOr<std::unique_ptr<comm::GlooProcessGroup>> created =
-          store ? comm::GlooProcessGroup::Create(r, options.world_size, *store)
+          store ? comm::GlooProcessGroup::Create(r, options.world_size, *store,
+                                                 gloo_options)
                 : comm::GlooProcessGroup::CreateWithFileStore(
-                      r, options.world_size, options.rendezvous);
+                      r, options.world_size, options.rendezvous, gloo_options);
       if (created.ok()) {
         gloo_group = *std::move(created);
         group = gloo_group.get();
@@ -592,33 +575,43 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
       }
     }
     if (group != nullptr) {
-      RankRunner runner(plan, *group, on_step, &result);
-      status = runner.Run();
-    }
-    if (status.ok()) return;
-    {
-      MutexLock lock(&failure_mu);
-      if (first_failure.ok()) {
-        first_failure = absl::Status(
-            status.code(), absl::StrCat("rank ", r, ": ", status.message()));
+      // No exception may end the process from a rank's thread: what the
+      // planning could not foresee (an allocation that fails) is an error
+      // of this rank like any other.
+      try {
+        RankRunner runner(plan, *group, on_step, &result);
+        status = runner.Run();
+      } catch (const std::bad_alloc&) {
+        status = absl::ResourceExhaustedError(
+            "out of memory (an allocation failed)");
+      } catch (const std::exception& e) {
+        status = absl::InternalError(
+            absl::StrCat("unexpected exception: ", e.what()));
       }
     }
-    // A failed rank must not leave the others waiting in a collective:
-    // abort the in-process world; a Gloo group resets its connections when
-    // it is destroyed (at the end of this scope).
-    if (world) world->Abort(first_failure);
+    if (!status.ok()) fail(r, status);
   };
   std::vector<std::thread> threads;
   if (options.rank >= 0) {
     run_rank(options.rank);  // This process is one rank.
   } else {
     for (int r = 0; r < options.world_size; ++r) {
-      threads.emplace_back(run_rank, r);
+      try {
+        threads.emplace_back(run_rank, r);
+      } catch (const std::system_error& e) {
+        fail(r, absl::ResourceExhaustedError(absl::StrCat(
+                    "cannot start the thread of rank ", r, " (", e.what(),
+                    "); run fewer ranks as threads (--world_size) or one "
+                    "process per rank (tools/train/launch.sh)")));
+        break;
+      }
     }
   }
   for (std::thread& t : threads) t.join();
   MutexLock lock(&failure_mu);
-  CZ_RETURN_IF_ERROR(first_failure);
+  if (!first_failure.ok()) {
+    return absl::Status(first_failure.code(), first_failure.message());
+  }
   return result;
 }
 

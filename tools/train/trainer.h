@@ -6,19 +6,20 @@
 //   CZ_ASSIGN_OR_RETURN(TrainResult result,
 //                       RunTraining(options, [](const StepMetrics& m) {
 //                         std::cout << m.loss << "\n";
+//                         return absl::OkStatus();
 //                       }));
 //
 // Ranks are threads of this process, over the in-process backend or over
 // Gloo (one GlooProcessGroup per rank, TCP on loopback, rendezvous through a
 // shared in-memory store; the same bits as in-process), or one rank per
 // process over Gloo (TrainOptions::rank). Per-step figures and checkpoint
-// indexes reach rank 0 through collectives, so every mode works alike. NCCL is not built:
-// the model computes on the CPU (--backend=nccl is Unimplemented). Each rank
-// owns a
-// GptModel, a ChunkManager over a RecordingProcessGroup (per-step comm bytes
-// and time blocked), a MemoryTracker (peak payload bytes by category), a
-// ZeroDdp (parameters registered at once in the model's declaration order,
-// which is its order of first use) and a ZeroOptimizer.
+// indexes reach rank 0 through collectives, so every mode works alike. NCCL
+// is not built: the model computes on the CPU (--backend=nccl is
+// Unimplemented). Each rank owns a GptModel, a ChunkManager over a
+// RecordingProcessGroup (per-step comm bytes and time blocked), a MemoryTracker
+// (peak payload bytes by category), a ZeroDdp (parameters registered at once in
+// the model's declaration order, which is its order of first use) and a
+// ZeroOptimizer.
 //
 // A step: for each micro-batch, forward, backward with the loss scale as
 // the seed, FinishBackward, and (but for the last) AccumulateGrads; then
@@ -40,48 +41,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tools/gpt/gpt_model.h"
+#include "tools/train/train_options.h"
 
 namespace chunkzero {
-
-struct TrainOptions {
-  TrainOptions();
-
-  int world_size = 4;
-  std::string backend = "inproc";  // inproc | gloo (nccl: Unimplemented)
-  GptConfig model;                 // Defaults: 2 x 128, 4 heads, T 64, V 256.
-  int batch = 4;                   // Sequences per rank per micro-batch.
-  int grad_accum = 1;
-  int steps = 60;
-  double lr = 1e-3;
-  double min_lr = 1e-4;
-  int warmup = 5;
-  double weight_decay = -1;  // < 0: PyTorch's default for the optimizer.
-  std::string optimizer = "adamw";  // adamw | adam | sgd
-  double clip = 1.0;                // Max global grad norm; 0 disables.
-  uint64_t seed = 1234;
-  // Elements per chunk; 0: one chunk per tensor; -1: the size with the
-  // least padding (chunk/chunk_size_search.h).
-  int64_t chunk_size = -1;
-  std::string storage = "sharded";   // replicated | owner | sharded
-  std::string precision = "fp16";    // fp32 | fp16 | bf16
-  std::string offload = "none";      // none | optimizer
-  std::string data;         // File read as bytes (vocab 256).
-  std::string tokens;       // Little-endian uint16 token ids.
-  std::string init;         // A GPT-2 safetensors file to start from.
-  std::string export_path;  // Where to write the final f32 weights.
-  std::string save;         // Checkpoint directory.
-  int save_every = 0;
-  std::string resume;       // Checkpoint directory to continue from.
-  int max_prefetch = 1;
-  // One rank per process (tools/train/launch.sh starts them): this process
-  // runs only rank `rank` (-1: every rank, as threads), over Gloo with a
-  // FileStore rendezvous in the directory `rendezvous` (fresh per job). Only
-  // rank 0 reports steps and writes the manifest and the export.
-  int rank = -1;
-  std::string rendezvous;
-};
 
 // One rank's figures for one step.
 struct RankStepMetrics {
@@ -126,6 +91,7 @@ struct TrainResult {
   int64_t chunk_size = 0;  // Chosen (0: one chunk per tensor).
   double chunk_utilisation = 1;
   int64_t first_step = 0;  // Steps already done at the start (resume).
+  int seq_len = 0;         // T, the context trained on (model.seq_len: P).
   std::vector<StepMetrics> steps;
   // Bytes of one full compute-dtype chunk (the largest tensor's, with
   // chunking off), to count the chunks in flight in.
@@ -135,12 +101,24 @@ struct TrainResult {
   std::vector<int64_t> at_rest_bytes;
 };
 
-using StepCallback = std::function<void(const StepMetrics&)>;
+// Called after every step on rank 0; an error ends the run with it (for
+// instance a metrics file that cannot be written).
+using StepCallback = std::function<absl::Status(const StepMetrics&)>;
 
 // Trains as described above; `on_step` runs after every step on rank 0's
-// thread (in rank 0's process). InvalidArgument naming the flag for bad
-// options. With one rank per process, the result's steps and at-rest bytes
-// are filled in rank 0's process only.
+// thread (in rank 0's process), and an error it returns ends the run on
+// every rank. Before any rank starts, the options are checked and the job
+// planned (train_plan.h: InvalidArgument naming the flag, ResourceExhausted
+// naming the bytes, the input files' errors), the destinations checked
+// (--export's directory, --save's), and --save's directory locked against
+// a second job (FailedPrecondition naming the holder's pid). During the run:
+// FailedPrecondition for a loss or grads that are not finite (the run
+// diverged), for a state holding Inf or NaN at a save (nothing is written)
+// or an export; DeadlineExceeded naming the ranks that did not come to a
+// collective within comm_timeout_s. A save that fails anywhere removes the
+// shards it wrote: the previous checkpoint stays whole. With one rank per
+// process, the result's steps and at-rest bytes are filled in rank 0's
+// process only.
 absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
                                         const StepCallback& on_step);
 

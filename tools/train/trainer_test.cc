@@ -200,8 +200,10 @@ TEST(TrainerTest, ReportsEveryStepToTheCallback) {
   TrainOptions o = Tiny();
   o.steps = 3;
   std::vector<StepMetrics> seen;
-  const TrainResult r =
-      Train(o, [&](const StepMetrics& m) { seen.push_back(m); });
+  const TrainResult r = Train(o, [&](const StepMetrics& m) {
+    seen.push_back(m);
+    return absl::OkStatus();
+  });
   ASSERT_EQ(seen.size(), 3u);
   ASSERT_EQ(r.steps.size(), 3u);
   for (int i = 0; i < 3; ++i) {
@@ -288,9 +290,10 @@ TrainResult RunAndSnapshotStep5(TrainOptions o, const std::string& snapshot) {
   o.save_every = 5;
   bool copied = false;
   TrainResult r = Train(o, [&](const StepMetrics& m) {
-    if (m.step != 6) return;
+    if (m.step != 6) return absl::OkStatus();
     fs::copy(o.save, snapshot, fs::copy_options::recursive);
     copied = true;
+    return absl::OkStatus();
   });
   EXPECT_TRUE(copied);
   return r;
@@ -800,9 +803,8 @@ TEST(TrainerTest, OneRankPerProcessNeedsGlooARendezvousAndAValidRank) {
     std::string backend;
     std::string rendezvous;
   };
-  for (const Case& c : std::vector<Case>{{4, "gloo", "/tmp/x"},
-                                         {0, "inproc", "/tmp/x"},
-                                         {1, "gloo", ""}}) {
+  for (const Case& c : std::vector<Case>{
+           {4, "gloo", "/tmp/x"}, {0, "inproc", "/tmp/x"}, {1, "gloo", ""}}) {
     TrainOptions o = Tiny();
     o.rank = c.rank;
     o.backend = c.backend;

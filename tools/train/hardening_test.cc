@@ -1,0 +1,427 @@
+// The train job against absurd flags, damaged or hostile inputs, diverging
+// runs, failing saves and competing jobs: each case fails with a clear
+// error before doing work it cannot finish, and never loses the last good
+// checkpoint.
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/file_lock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tensor/tensor.h"
+#include "tools/gpt/safetensors.h"
+#include "tools/train/checkpoint.h"
+#include "tools/train/train_plan.h"
+#include "tools/train/trainer.h"
+
+namespace chunkzero {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+TrainOptions Tiny() {
+  TrainOptions o;
+  o.model.layers = 1;
+  o.model.d_model = 32;
+  o.model.heads = 2;
+  o.model.seq_len = 16;
+  o.model.vocab = 256;
+  o.world_size = 2;
+  o.batch = 2;
+  o.steps = 2;
+  o.warmup = 0;
+  o.chunk_size = 8192;
+  return o;
+}
+
+std::string TestDir(const std::string& name) {
+  const std::string dir = absl::StrCat(
+      std::getenv("TEST_TMPDIR"), "/hardening_test/",
+      ::testing::UnitTest::GetInstance()->current_test_info()->name(), "/",
+      name);
+  fs::remove_all(dir);
+  fs::create_directories(fs::path(dir).parent_path());
+  return dir;
+}
+
+std::set<std::string> FileNames(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    names.insert(entry.path().filename().string());
+  }
+  return names;
+}
+
+// Runs `o`, counting the steps it reports.
+absl::Status RunJob(const TrainOptions& o, int* steps = nullptr) {
+  int seen = 0;
+  absl::StatusOr<TrainResult> r =
+      RunTraining(o, [&](const StepMetrics&) -> absl::Status {
+        ++seen;
+        return absl::OkStatus();
+      });
+  if (steps != nullptr) *steps = seen;
+  return r.status();
+}
+
+// ---- Sizes: refused before anything is allocated ----
+
+TEST(Hardening, HugeShapesAreRefusedNamingTheFlagsAndBytes) {
+  struct Case {
+    const char* name;
+    void (*set)(TrainOptions&);
+    absl::StatusCode code;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"vocab", [](TrainOptions& o) { o.model.vocab = 2000000000; },
+       absl::StatusCode::kResourceExhausted, "--vocab"},
+      {"d_model", [](TrainOptions& o) { o.model.d_model = 1000000; },
+       absl::StatusCode::kResourceExhausted, "--d_model"},
+      {"layers", [](TrainOptions& o) { o.model.layers = 1000000; },
+       absl::StatusCode::kResourceExhausted, "--layers"},
+      {"chunk_size",
+       [](TrainOptions& o) { o.chunk_size = 9223372036854775807; },
+       absl::StatusCode::kResourceExhausted, "--chunk_size"},
+      {"batch", [](TrainOptions& o) { o.batch = 2000000000; },
+       absl::StatusCode::kInvalidArgument, "--batch x --seq_len"},
+      {"d_model 2e9", [](TrainOptions& o) { o.model.d_model = 2000000000; },
+       absl::StatusCode::kInvalidArgument, "--d_model"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TrainOptions o = Tiny();
+    c.set(o);
+    int steps = -1;
+    const absl::Status status = RunJob(o, &steps);
+    EXPECT_EQ(status.code(), c.code) << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(c.says));
+    EXPECT_EQ(steps, 0);
+  }
+}
+
+TEST(Hardening, MemoryBeyondTheLimitIsResourceExhaustedWithTheNumbers) {
+  TrainOptions o = Tiny();
+  o.memory_limit_bytes = 1 << 20;
+  const absl::Status status = RunJob(o);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(status.message()),
+              StartsWith("this job needs about "));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("but 1.00 MiB is its limit; the largest part grows "
+                        "with "));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("; the 2 ranks run as threads of this process "
+                        "(--world_size)"));
+}
+
+TEST(Hardening, TooManyRanksAsThreadsIsRefused) {
+  TrainOptions o = Tiny();
+  o.world_size = kMaxRanksAsThreads + 1;
+  const absl::Status status = RunJob(o);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("--world_size=1025: at most 1024 ranks run as "
+                        "threads of one process"));
+}
+
+// ---- Input files ----
+
+TEST(Hardening, ADirectoryAsAnInputFileIsAnErrorNamingIt) {
+  const std::string dir = TestDir("a_directory");
+  fs::create_directories(dir);
+  for (const char* flag : {"data", "tokens", "init"}) {
+    SCOPED_TRACE(flag);
+    TrainOptions o = Tiny();
+    if (std::string(flag) == "data") o.data = dir;
+    if (std::string(flag) == "tokens") o.tokens = dir;
+    if (std::string(flag) == "init") o.init = dir;
+    const absl::Status status = RunJob(o);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(status.message(), absl::StrCat("--", flag, "=", dir,
+                                             " is a directory, not a file"));
+  }
+}
+
+// A GPT-2 file of `positions` positions (C 32, V 256, 1 layer); `poison`
+// puts a NaN into h.0.mlp.c_fc.weight.
+std::string WriteInitFile(const std::string& path, int positions, bool poison) {
+  GptConfig config = Tiny().model;
+  config.seq_len = positions;
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [name, shape] : GptParameterShapes(config)) {
+    Tensor t = *Tensor::Zeros(shape, DType::kF32);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      t.data<float>()[i] = 0.01f * static_cast<float>((i * 7 + 3) % 11) - 0.05f;
+    }
+    if (poison && name == "h.0.mlp.c_fc.weight") {
+      t.data<float>()[5] = std::numeric_limits<float>::quiet_NaN();
+    }
+    tensors.emplace_back("transformer." + name, std::move(t));
+  }
+  EXPECT_TRUE(WriteSafetensors(path, tensors).ok());
+  return path;
+}
+
+TEST(Hardening, AnInitFileHoldingNaNIsRefused) {
+  TrainOptions o = Tiny();
+  o.init = WriteInitFile(TestDir("nan.safetensors"), 16, /*poison=*/true);
+  const absl::Status status = RunJob(o);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            absl::StrCat("--init=", o.init,
+                         ": tensor 'h.0.mlp.c_fc.weight' holds Inf or NaN; "
+                         "training from it could only produce NaN"));
+}
+
+// ---- Diverging runs: an error, never a saved NaN ----
+
+TEST(Hardening, NonFiniteHyperParametersAreRefused) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  struct Case {
+    double TrainOptions::*field;
+    double value;
+    const char* says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {&TrainOptions::lr, inf, "--lr=inf: want a finite number"},
+           {&TrainOptions::min_lr, nan, "--min_lr=nan: want a finite number"},
+           {&TrainOptions::weight_decay, inf,
+            "--weight_decay=inf: want a finite number"},
+           {&TrainOptions::weight_decay, nan,
+            "--weight_decay=nan: want a finite number"},
+           {&TrainOptions::clip, -1, "--clip=-1: want >= 0"},
+           {&TrainOptions::lr, -1, "--lr=-1: want >= 0"},
+           {&TrainOptions::comm_timeout_s, 0,
+            "--comm_timeout_s=0: want a positive number"},
+       }) {
+    SCOPED_TRACE(c.says);
+    TrainOptions o = Tiny();
+    o.*c.field = c.value;
+    const absl::Status status = RunJob(o);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(status.message(), c.says);
+  }
+}
+
+// --lr=1e308 is finite but makes every weight Inf at the first update. In
+// fp32 the next grads are not finite and the step fails; in fp16 the loss
+// scaler cannot help either (the loss itself is NaN). Either way the run
+// fails, and the good checkpoint in --save stays as it was.
+TEST(Hardening, ADivergingRunFailsAndKeepsTheGoodCheckpoint) {
+  for (const std::string precision : {"fp32", "fp16", "bf16"}) {
+    SCOPED_TRACE(precision);
+    TrainOptions good = Tiny();
+    good.precision = precision;
+    good.save = TestDir("ckpt_" + precision);
+    ASSERT_TRUE(RunJob(good).ok());
+    const std::set<std::string> files = FileNames(good.save);
+
+    TrainOptions bad = good;
+    bad.resume = good.save;
+    bad.steps = 6;
+    bad.save_every = 1;
+    bad.lr = bad.min_lr = 1e308;
+    int steps = 0;
+    const absl::Status status = RunJob(bad, &steps);
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_THAT(std::string(status.message()),
+                ::testing::AnyOf(HasSubstr("the grads are not finite"),
+                                 HasSubstr("holds Inf or NaN"),
+                                 HasSubstr("the loss is nan")));
+    EXPECT_LT(steps, 4);
+    EXPECT_EQ(FileNames(good.save), files);
+    absl::StatusOr<CheckpointMeta> meta = ReadCheckpointMeta(good.save);
+    ASSERT_TRUE(meta.ok()) << meta.status();
+    EXPECT_EQ(meta->step, 2);
+    EXPECT_TRUE(ReadCheckpoint(good.save).ok());
+  }
+}
+
+// ---- The callback and the destinations ----
+
+TEST(Hardening, AFailingReportEndsTheRunOnEveryRank) {
+  TrainOptions o = Tiny();
+  o.steps = 5;
+  int calls = 0;
+  absl::StatusOr<TrainResult> r =
+      RunTraining(o, [&](const StepMetrics&) -> absl::Status {
+        ++calls;
+        return absl::ResourceExhaustedError(
+            "--metrics_out: cannot write /dev/full: No space left on device");
+      });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("No space left on device"));
+}
+
+TEST(Hardening, DestinationsAreCheckedBeforeStepOne) {
+  const std::string file = TestDir("plain_file");
+  std::ofstream(file) << "x";
+  struct Case {
+    std::string TrainOptions::*field;
+    std::string value;
+    absl::StatusCode code;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {&TrainOptions::export_path, "/nonexistent_dir/x.safetensors",
+            absl::StatusCode::kNotFound,
+            "--export=/nonexistent_dir/x.safetensors: cannot write into the "
+            "directory /nonexistent_dir: No such file or directory"},
+           {&TrainOptions::export_path, file + "/x.safetensors",
+            absl::StatusCode::kFailedPrecondition,
+            absl::StrCat("--export=", file, "/x.safetensors: ", file,
+                         " is not a directory, so ", file,
+                         "/x.safetensors cannot be created")},
+           {&TrainOptions::save, file + "/ckpt",
+            absl::StatusCode::kFailedPrecondition,
+            absl::StrCat("--save=", file, "/ckpt: cannot create directory ",
+                         file,
+                         "/ckpt: it or one of its parents exists and "
+                         "is not a directory")},
+       }) {
+    SCOPED_TRACE(c.value);
+    TrainOptions o = Tiny();
+    o.*c.field = c.value;
+    int steps = -1;
+    const absl::Status status = RunJob(o, &steps);
+    EXPECT_EQ(status.code(), c.code);
+    EXPECT_EQ(status.message(), c.says);
+    EXPECT_EQ(steps, 0);
+  }
+}
+
+TEST(Hardening, ASecondJobSavingToTheSameDirectoryIsRefused) {
+  TrainOptions o = Tiny();
+  o.save = TestDir("shared");
+  fs::create_directories(o.save);
+  absl::StatusOr<std::unique_ptr<FileLock>> other =
+      FileLock::TryAcquire(o.save + "/lock");
+  ASSERT_TRUE(other.ok());
+  int steps = -1;
+  const absl::Status status = RunJob(o, &steps);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(status.message(),
+            absl::StrCat("--save=", o.save,
+                         " is in use by another training job: ", o.save,
+                         "/lock is locked by another process (pid ", getpid(),
+                         "); wait for it to finish or save elsewhere"));
+  EXPECT_EQ(steps, 0);
+  other->reset();
+  EXPECT_TRUE(RunJob(o).ok());
+}
+
+// A save that fails on one rank (here rank 1's shard cannot be created) or
+// at the commit removes what it wrote: the directory holds the previous
+// checkpoint, whole, and nothing else.
+TEST(Hardening, AFailedSaveLeavesNoOrphanShards) {
+  for (const std::string blocker :
+       {"shard-4-1-of-2.bin.tmp", "manifest.pb.tmp"}) {
+    SCOPED_TRACE(blocker);
+    TrainOptions o = Tiny();
+    o.save = TestDir("ckpt");
+    ASSERT_TRUE(RunJob(o).ok());                     // Step 2.
+    fs::create_directories(o.save + "/" + blocker);  // open() fails on it.
+    const std::set<std::string> before = FileNames(o.save);
+    TrainOptions more = o;
+    more.resume = o.save;
+    more.steps = 4;
+    const absl::Status status = RunJob(more);
+    EXPECT_FALSE(status.ok());
+    EXPECT_THAT(std::string(status.message()), HasSubstr("Is a directory"));
+    EXPECT_EQ(FileNames(o.save), before);
+    absl::StatusOr<Checkpoint> ckpt = ReadCheckpoint(o.save);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    EXPECT_EQ(ckpt->meta.step, 2);
+  }
+}
+
+// ---- Flags that contradict each other ----
+
+TEST(Hardening, ContradictoryFlagsAreRefused) {
+  struct Case {
+    void (*set)(TrainOptions&);
+    const char* says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {[](TrainOptions& o) { o.rank = -2; },
+            "--rank=-2: want -1 (every rank as a thread of this process) or "
+            "this process's rank in [0, world_size)"},
+           {[](TrainOptions& o) { o.save_every = 5; },
+            "--save_every=5: needs --save, the directory to save to"},
+           {[](TrainOptions& o) { o.rendezvous = "/tmp/r"; },
+            "--rendezvous=/tmp/r: a rendezvous is for one rank per process: "
+            "give --rank too (tools/train/launch.sh does)"},
+           {[](TrainOptions& o) {
+              o.init = "/tmp/a.safetensors";
+              o.resume = "/tmp/ckpt";
+            },
+            "--init=/tmp/a.safetensors and --resume=/tmp/ckpt both say where "
+            "the weights come from; give one (a resumed run continues from "
+            "its checkpoint's weights)"},
+           {[](TrainOptions& o) { o.model.d_model = 33; },
+            "--d_model=33: must be a multiple of --heads=2"},
+       }) {
+    TrainOptions o = Tiny();
+    c.set(o);
+    const absl::Status status = RunJob(o);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(status.message(), c.says);
+  }
+}
+
+// ---- Context length from an --init file ----
+
+// A file with 32 positions trains at --seq_len=16 (the first 16 positions),
+// by default at all 32, and refuses 64; the export keeps all 32 rows.
+TEST(Hardening, InitContextMayBeShorterThanTheFilePositions) {
+  const std::string init =
+      WriteInitFile(TestDir("p32.safetensors"), 32, /*poison=*/false);
+  TrainOptions o = Tiny();
+  o.init = init;
+  o.seq_len = 16;
+  o.export_path = TestDir("out.safetensors");
+  absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->seq_len, 16);
+  EXPECT_EQ(r->model.seq_len, 32);
+  absl::StatusOr<SafetensorsFile> out = SafetensorsFile::Read(o.export_path);
+  ASSERT_TRUE(out.ok());
+  absl::StatusOr<Tensor> wpe = out->Get("transformer.wpe.weight");
+  ASSERT_TRUE(wpe.ok());
+  EXPECT_EQ(wpe->shape(), Shape({32, 32}));
+
+  o.seq_len = 0;
+  o.export_path.clear();
+  r = RunTraining(o, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->seq_len, 32);
+
+  o.seq_len = 64;
+  const absl::Status status = RunJob(o);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      status.message(),
+      absl::StrCat("--seq_len=64 is longer than the 32 positions of "
+                   "--init=",
+                   init, " (wpe.weight has 32 rows); give --seq_len <= 32"));
+}
+
+}  // namespace
+}  // namespace chunkzero

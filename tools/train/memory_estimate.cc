@@ -1,0 +1,123 @@
+#include "tools/train/memory_estimate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/system_memory.h"
+
+namespace chunkzero {
+namespace {
+
+// The kernels index rows and columns with int (cblas takes int sizes).
+constexpr double kMaxInt = std::numeric_limits<int>::max();
+// Tensors, chunks and offsets are int64 elements; keep well inside that.
+constexpr double kMaxElements = 4.0e18;
+
+absl::Status TooLarge(absl::string_view flags, absl::string_view what,
+                      double value, double limit) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(flags, ": ", what, " would be ", value, ", more than the ",
+                   limit, " the model's kernels can index"));
+}
+
+}  // namespace
+
+std::string TrainMemoryEstimate::Describe() const {
+  return absl::StrCat(
+      ranks_in_process, ranks_in_process == 1 ? " rank" : " ranks", " x ",
+      FormatBytes(per_rank()), " (model init ", FormatBytes(model_init),
+      ", chunks ", FormatBytes(chunks), ", optimizer ", FormatBytes(optimizer),
+      ", activations ", FormatBytes(activations), ") + data ",
+      FormatBytes(data), " = ", FormatBytes(total()));
+}
+
+std::string TrainMemoryEstimate::LargestPartFlags() const {
+  const std::vector<std::pair<double, const char*>> parts = {
+      {model_init * ranks_in_process, "--vocab, --d_model, --layers"},
+      {chunks * ranks_in_process,
+       "--chunk_size, --storage, --vocab, --d_model, --layers"},
+      {optimizer * ranks_in_process,
+       "--storage, --optimizer, --vocab, --d_model, --layers"},
+      {activations * ranks_in_process,
+       "--batch, --seq_len, --vocab, --d_model, --layers"},
+      {data, "--data or --tokens"},
+  };
+  return std::max_element(parts.begin(), parts.end())->second;
+}
+
+absl::StatusOr<TrainMemoryEstimate> EstimateTrainMemory(
+    const TrainMemoryInput& in) {
+  const double L = in.model.layers, C = in.model.d_model, H = in.model.heads;
+  const double V = in.model.vocab, P = in.model.seq_len, T = in.seq_len;
+  const double B = in.batch, W = in.world_size;
+  if (L < 1 || C < 1 || H < 1 || V < 1 || P < 1 || T < 1 || B < 1 || W < 1 ||
+      in.ranks_in_process < 1 || in.grad_accum < 1 || in.max_prefetch < 0 ||
+      in.data_bytes < 0) {
+    return absl::InvalidArgumentError(
+        "EstimateTrainMemory: every size must be positive");
+  }
+  const double N = B * T;  // Rows of one micro-batch.
+  if (N > kMaxInt) return TooLarge("--batch x --seq_len", "rows", N, kMaxInt);
+  if (4 * C > kMaxInt)
+    return TooLarge("--d_model", "4 x d_model", 4 * C, kMaxInt);
+  if (B * H > kMaxInt)
+    return TooLarge("--batch x --heads", "heads", B * H, kMaxInt);
+  const double block = 12 * C * C + 13 * C;
+  const double psi = V * C + P * C + L * block + 2 * C;
+  const double largest = std::max({V * C, P * C, 4 * C * C});
+  if (largest > kMaxElements || psi > kMaxElements) {
+    return TooLarge("--vocab, --d_model, --layers", "parameters", psi,
+                    kMaxElements);
+  }
+
+  TrainMemoryEstimate e;
+  e.ranks_in_process = in.ranks_in_process;
+  e.model_init = 4 * psi;
+
+  // Chunk payloads. A searched size is at most 4x the largest tensor; a
+  // packing wastes less than one chunk's worth of elements.
+  double chunk = largest;
+  if (in.chunk_size > 0) chunk = static_cast<double>(in.chunk_size);
+  if (in.chunk_size < 0) chunk = 4 * largest;
+  const double padded = in.chunk_size == 0 ? psi : psi + chunk;
+  const double element = ElementSize(in.dtype);
+  const double state_bytes = in.optimizer == OptimizerKind::kSgd ? 0 : 8;
+  const double accum_bytes = in.grad_accum > 1 ? 4 : 0;
+  const double optimizer_bytes = 4 + state_bytes + accum_bytes;
+  if (in.layout == ChunkLayout::kReplicated) {
+    e.chunks = element * padded;
+    e.optimizer = optimizer_bytes * padded;
+  } else {
+    // This rank's share at rest, plus the chunks gathered in flight (the
+    // one computing, the prefetched ones, the tied weight's second use and
+    // one being reduced), plus the reduce buffers.
+    const double in_flight =
+        std::min(padded, (in.max_prefetch + 3) * chunk) * element;
+    const double owner_slack = in.layout == ChunkLayout::kOwner ? chunk : 0;
+    e.chunks = element * (padded / W + owner_slack) + in_flight +
+               2 * 4 * std::min(padded, chunk);
+    e.optimizer = optimizer_bytes * (padded / W + owner_slack);
+  }
+
+  // tools/gpt/gpt_model.cc's buffers, in floats: per block 16 N C + 4 N +
+  // B NH T^2; embeddings and the final LayerNorm 2 N C + 2 N; the N x V
+  // probabilities; backward scratch 10 N C + B NH T^2; the grad and widened
+  // weight buffers, each the largest scope's parameters. Plus the batch.
+  const double attention = B * H * T * T;
+  const double floats = L * (16 * N * C + 4 * N + attention) +
+                        (2 * N * C + 2 * N) + N * V + (10 * N * C + attention) +
+                        2 * std::max(block, (V + P) * C);
+  e.activations = 4 * floats + 4 * (2 * N) * 2;
+
+  // The file's bytes, read whole, and the int32 ids made of them.
+  const double bytes = static_cast<double>(in.data_bytes);
+  e.data = in.data_is_uint16 ? bytes + 2 * bytes : bytes + 4 * bytes;
+  return e;
+}
+
+}  // namespace chunkzero

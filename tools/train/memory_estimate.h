@@ -1,0 +1,77 @@
+// What a train job will hold in memory, worked out from its flags before
+// anything is allocated, so that an impossible configuration is refused up
+// front with the numbers instead of dying of std::bad_alloc (or the OOM
+// killer) after minutes of work.
+//
+//   TrainMemoryInput in;   // shape, batch, ranks, layout, ...
+//   CZ_ASSIGN_OR_RETURN(TrainMemoryEstimate need, EstimateTrainMemory(in));
+//   if (need.total() > available) ... need.Describe() ...
+//
+// The arithmetic is in double, so no size can overflow; a shape whose
+// tensors or row counts do not fit the kernels' integer types is
+// InvalidArgument naming the flags. Figures are upper bounds within a few
+// percent for the train job (GPT-2 in tools/gpt, chunked by ZeroDdp).
+#ifndef CHUNKZERO_TOOLS_TRAIN_MEMORY_ESTIMATE_H_
+#define CHUNKZERO_TOOLS_TRAIN_MEMORY_ESTIMATE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "chunk/chunk_layout.h"
+#include "optim/zero_optimizer.h"
+#include "tensor/dtype.h"
+#include "tools/gpt/gpt_model.h"
+
+namespace chunkzero {
+
+struct TrainMemoryInput {
+  GptConfig model;  // seq_len here is P, the learned positions.
+  int seq_len = 0;  // T, the context trained on (<= P).
+  int batch = 1;    // Sequences per rank per micro-batch.
+  int world_size = 1;
+  int ranks_in_process = 1;  // world_size for ranks as threads, else 1.
+  int grad_accum = 1;
+  DType dtype = DType::kF16;
+  ChunkLayout layout = ChunkLayout::kSharded;
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
+  // Elements per chunk: > 0 as given, 0 one chunk per tensor, -1 searched
+  // (at most 4x the largest tensor).
+  int64_t chunk_size = -1;
+  int max_prefetch = 1;
+  int64_t data_bytes = 0;  // The token file's size (built-in text: 0).
+  bool data_is_uint16 = false;
+};
+
+// Bytes, by what holds them.
+struct TrainMemoryEstimate {
+  // Per rank:
+  double model_init = 0;   // The model's f32 weights before ZeroDdp packs
+                           // them into chunks.
+  double chunks = 0;       // Compute-dtype chunks at rest and in flight.
+  double optimizer = 0;    // fp32 masters, optimizer states, accumulation.
+  double activations = 0;  // Forward activations, backward scratch, grads.
+  // Per process:
+  double data = 0;  // The token stream (shared by the ranks as threads).
+  int ranks_in_process = 1;
+
+  double per_rank() const {
+    return model_init + chunks + optimizer + activations;
+  }
+  double total() const { return per_rank() * ranks_in_process + data; }
+  // "4 ranks x 1.20 GiB (chunks 0.50 GiB, ...) + data 12 MiB = 4.81 GiB".
+  std::string Describe() const;
+  // The flags that drive the largest part, for advice: e.g. "--batch,
+  // --seq_len, --vocab" for activations.
+  std::string LargestPartFlags() const;
+};
+
+// InvalidArgument, naming the flags, when a size does not fit the integer
+// types the model and kernels index with (B * T rows, 4 * d_model, vocab
+// rows, elements of one tensor) or a field is out of range.
+absl::StatusOr<TrainMemoryEstimate> EstimateTrainMemory(
+    const TrainMemoryInput& in);
+
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_TOOLS_TRAIN_MEMORY_ESTIMATE_H_

@@ -1,0 +1,115 @@
+#include "tools/train/memory_estimate.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace chunkzero {
+namespace {
+
+// L 1, C 8, NH 2, V 16, P = T = 4, B 2, 2 ranks as threads, f16 AdamW,
+// one chunk per tensor. Psi = V C + P C + (12 C^2 + 13 C) + 2 C = 128 + 32 +
+// 872 + 16 = 1048; the largest tensor has 4 C^2 = 256 elements.
+TrainMemoryInput Small() {
+  TrainMemoryInput in;
+  in.model.layers = 1;
+  in.model.d_model = 8;
+  in.model.heads = 2;
+  in.model.vocab = 16;
+  in.model.seq_len = 4;
+  in.seq_len = 4;
+  in.batch = 2;
+  in.world_size = 2;
+  in.ranks_in_process = 2;
+  in.dtype = DType::kF16;
+  in.layout = ChunkLayout::kSharded;
+  in.optimizer = OptimizerKind::kAdamW;
+  in.chunk_size = 0;
+  in.max_prefetch = 1;
+  in.data_bytes = 100;
+  return in;
+}
+
+TEST(EstimateTrainMemory, ShardedFiguresWorkedOutByHand) {
+  absl::StatusOr<TrainMemoryEstimate> e = EstimateTrainMemory(Small());
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->model_init, 4 * 1048);
+  // Shard 2 * 1048 / 2, in flight min(1048, 4 * 256) * 2, reduce buffers
+  // 2 * 4 * 256.
+  EXPECT_EQ(e->chunks, 1048 + 2048 + 2048);
+  EXPECT_EQ(e->optimizer, 12 * 524);  // Master 4 + exp_avg 4 + exp_avg_sq 4.
+  // Floats: block 16 N C + 4 N + B NH T^2 = 1024 + 32 + 64; embeddings and
+  // ln_f 2 N C + 2 N = 144; probabilities N V = 128; backward 10 N C +
+  // B NH T^2 = 704; grad and widen buffers 2 * 872. Plus 2 N ids twice.
+  EXPECT_EQ(e->activations, 4 * (1120 + 144 + 128 + 704 + 1744) + 4 * 16 * 2);
+  EXPECT_EQ(e->data, 100 + 400);  // The bytes and their int32 ids.
+  EXPECT_EQ(e->per_rank(), 4192 + 5144 + 6288 + 15488);
+  EXPECT_EQ(e->total(), 2 * 31112 + 500);
+  EXPECT_EQ(e->LargestPartFlags(),
+            "--batch, --seq_len, --vocab, --d_model, --layers");
+}
+
+TEST(EstimateTrainMemory, ReplicatedHoldsEverythingOnEveryRank) {
+  TrainMemoryInput in = Small();
+  in.layout = ChunkLayout::kReplicated;
+  in.optimizer = OptimizerKind::kSgd;  // The train job's SGD keeps no state.
+  in.grad_accum = 2;                   // An f32 accumulation buffer.
+  absl::StatusOr<TrainMemoryEstimate> e = EstimateTrainMemory(in);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->chunks, 2 * 1048);
+  EXPECT_EQ(e->optimizer, (4 + 4) * 1048);
+}
+
+TEST(EstimateTrainMemory, AHugeChunkSizeIsCountedNotOverflowed) {
+  TrainMemoryInput in = Small();
+  in.chunk_size = 9223372036854775807;
+  absl::StatusOr<TrainMemoryEstimate> e = EstimateTrainMemory(in);
+  ASSERT_TRUE(e.ok());
+  EXPECT_GT(e->chunks, 1e18);
+  EXPECT_TRUE(std::isfinite(e->total()));
+  EXPECT_EQ(e->LargestPartFlags(),
+            "--chunk_size, --storage, --vocab, --d_model, --layers");
+}
+
+TEST(EstimateTrainMemory, HugeShapesAreFiniteNumbers) {
+  TrainMemoryInput in = Small();
+  in.model.vocab = 2000000000;
+  absl::StatusOr<TrainMemoryEstimate> e = EstimateTrainMemory(in);
+  ASSERT_TRUE(e.ok());
+  EXPECT_GT(e->total(), 1e11);
+  EXPECT_TRUE(std::isfinite(e->total()));
+}
+
+TEST(EstimateTrainMemory, SizesTheKernelsCannotIndexAreInvalidArgument) {
+  TrainMemoryInput rows = Small();
+  rows.batch = 2000000000;
+  rows.seq_len = rows.model.seq_len = 2;
+  absl::Status status = EstimateTrainMemory(rows).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(status.message(), "--batch x --seq_len: rows"))
+      << status;
+  TrainMemoryInput wide = Small();
+  wide.model.d_model = 2000000000;
+  status = EstimateTrainMemory(wide).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(status.message(), "--d_model: 4 x d_model"))
+      << status;
+  TrainMemoryInput zero = Small();
+  zero.batch = 0;
+  EXPECT_EQ(EstimateTrainMemory(zero).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TrainMemoryEstimate, DescribeNamesEveryPart) {
+  absl::StatusOr<TrainMemoryEstimate> e = EstimateTrainMemory(Small());
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->Describe(),
+            "2 ranks x 30.38 KiB (model init 4.09 KiB, chunks 5.02 KiB, "
+            "optimizer 6.14 KiB, activations 15.12 KiB) + data 500 B = "
+            "61.25 KiB");
+}
+
+}  // namespace
+}  // namespace chunkzero

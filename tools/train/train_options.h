@@ -1,0 +1,66 @@
+// TrainOptions: everything a train job is told (the train binary's flags,
+// README.md lists them). Checked by PlanTraining (train_plan.h).
+#ifndef CHUNKZERO_TOOLS_TRAIN_TRAIN_OPTIONS_H_
+#define CHUNKZERO_TOOLS_TRAIN_TRAIN_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "tools/gpt/gpt_model.h"
+
+namespace chunkzero {
+
+struct TrainOptions {
+  TrainOptions();
+
+  int world_size = 4;
+  std::string backend = "inproc";  // inproc | gloo (nccl: Unimplemented)
+  // Defaults: 2 x 128, 4 heads, 64 positions, V 256. With `init`, the
+  // shape comes from the file (heads from here).
+  GptConfig model;
+  // Context length T trained on; 0: all of the model's positions. With
+  // `init` it may be shorter than the file's positions (every position row
+  // is kept and exported; the first T are trained), never longer.
+  int seq_len = 0;
+  int batch = 4;  // Sequences per rank per micro-batch.
+  int grad_accum = 1;
+  int steps = 60;
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int warmup = 5;
+  double weight_decay = -1;         // < 0: PyTorch's default for the optimizer.
+  std::string optimizer = "adamw";  // adamw | adam | sgd
+  double clip = 1.0;                // Max global grad norm; 0 disables.
+  uint64_t seed = 1234;
+  // Elements per chunk; 0: one chunk per tensor; -1: the size with the
+  // least padding (chunk/chunk_size_search.h).
+  int64_t chunk_size = -1;
+  std::string storage = "sharded";  // replicated | owner | sharded
+  std::string precision = "fp16";   // fp32 | fp16 | bf16
+  std::string offload = "none";     // none | optimizer
+  std::string data;                 // File read as bytes (vocab 256).
+  std::string tokens;               // Little-endian uint16 token ids.
+  std::string init;                 // A GPT-2 safetensors file to start from.
+  std::string export_path;          // Where to write the final f32 weights.
+  std::string save;                 // Checkpoint directory.
+  int save_every = 0;
+  std::string resume;  // Checkpoint directory to continue from.
+  int max_prefetch = 1;
+  // One rank per process (tools/launch starts them): this process runs
+  // only rank `rank` (-1: every rank, as threads), over Gloo with a
+  // FileStore rendezvous in the directory `rendezvous` (fresh per job). Only
+  // rank 0 reports steps and writes the manifest and the export.
+  int rank = -1;
+  std::string rendezvous;
+  // How long a rank waits for its peers in a collective (and at the
+  // rendezvous) before the job fails naming the ranks that did not come.
+  double comm_timeout_s = 300;
+  // The memory the job may plan on, in bytes; 0: what the machine has
+  // available now (base/system_memory.h). A configuration that needs more
+  // is refused before anything is allocated.
+  int64_t memory_limit_bytes = 0;
+};
+
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_TOOLS_TRAIN_TRAIN_OPTIONS_H_

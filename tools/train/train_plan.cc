@@ -1,0 +1,375 @@
+#include "tools/train/train_plan.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/file.h"
+#include "base/status_macros.h"
+#include "base/system_memory.h"
+#include "chunk/chunk_size_search.h"
+#include "tensor/reduction_kernels.h"
+
+namespace chunkzero {
+
+TrainOptions::TrainOptions() {
+  model.layers = 2;
+  model.d_model = 128;
+  model.heads = 4;
+  model.seq_len = 64;
+  model.vocab = 256;
+}
+
+namespace {
+
+absl::StatusOr<DType> ParsePrecision(const std::string& name) {
+  if (name == "fp32") return DType::kF32;
+  if (name == "fp16") return DType::kF16;
+  if (name == "bf16") return DType::kBF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--precision=", name, " is not one of fp32, fp16, bf16"));
+}
+
+template <typename T>
+absl::Status Bad(absl::string_view flag, const T& value,
+                 absl::string_view want) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, "=", value, ": ", want));
+}
+
+// The flags one by one, and the ones that contradict each other.
+absl::Status CheckOptions(const TrainOptions& o) {
+  if (o.backend == "nccl") {
+    return absl::UnimplementedError(
+        "--backend=nccl is not built: the model computes on the CPU, and "
+        "NCCL needs GPUs (use inproc or gloo)");
+  }
+  if (o.backend != "inproc" && o.backend != "gloo") {
+    return Bad("backend", o.backend, "want inproc or gloo");
+  }
+  if (o.world_size < 1) return Bad("world_size", o.world_size, "want >= 1");
+  if (o.rank < -1) {
+    return Bad("rank", o.rank,
+               "want -1 (every rank as a thread of this process) or this "
+               "process's rank in [0, world_size)");
+  }
+  if (o.rank >= 0 &&
+      (o.rank >= o.world_size || o.backend != "gloo" || o.rendezvous.empty())) {
+    return Bad("rank", o.rank,
+               "one rank per process needs 0 <= rank < world_size, "
+               "--backend=gloo and a --rendezvous directory");
+  }
+  if (o.rank < 0 && !o.rendezvous.empty()) {
+    return Bad("rendezvous", o.rendezvous,
+               "a rendezvous is for one rank per process: give --rank too "
+               "(tools/train/launch.sh does)");
+  }
+  if (o.rank < 0 && o.world_size > kMaxRanksAsThreads) {
+    return Bad("world_size", o.world_size,
+               absl::StrCat("at most ", kMaxRanksAsThreads,
+                            " ranks run as threads of one process; run one "
+                            "process per rank (tools/train/launch.sh)"));
+  }
+  const struct {
+    const char* flag;
+    int value;
+  } positive[] = {{"layers", o.model.layers}, {"d_model", o.model.d_model},
+                  {"heads", o.model.heads},   {"vocab", o.model.vocab},
+                  {"batch", o.batch},         {"grad_accum", o.grad_accum}};
+  for (const auto& [flag, value] : positive) {
+    if (value < 1) return Bad(flag, value, "want >= 1");
+  }
+  if (o.seq_len < 0 || (o.seq_len == 0 && o.model.seq_len < 1)) {
+    return Bad("seq_len", o.seq_len, "want >= 1");
+  }
+  if (o.init.empty() && o.model.d_model % o.model.heads != 0) {
+    return Bad("d_model", o.model.d_model,
+               absl::StrCat("must be a multiple of --heads=", o.model.heads));
+  }
+  if (o.steps < 0) return Bad("steps", o.steps, "want >= 0");
+  if (o.warmup < 0) return Bad("warmup", o.warmup, "want >= 0");
+  if (o.save_every < 0) return Bad("save_every", o.save_every, "want >= 0");
+  if (o.chunk_size < -1) {
+    return Bad("chunk_size", o.chunk_size, "want -1 (search), 0 or a size");
+  }
+  if (o.offload != "none" && o.offload != "optimizer") {
+    return Bad("offload", o.offload, "want none or optimizer");
+  }
+  if (o.max_prefetch < 0) return Bad("max_prefetch", o.max_prefetch, ">= 0");
+  // NaN compares false with everything, so these are written to fail on it.
+  const struct {
+    const char* flag;
+    double value;
+    bool negative_ok;
+  } reals[] = {{"lr", o.lr, false},
+               {"min_lr", o.min_lr, false},
+               {"clip", o.clip, false},
+               {"weight_decay", o.weight_decay, true}};
+  for (const auto& [flag, value, negative_ok] : reals) {
+    if (!std::isfinite(value)) {
+      return Bad(flag, value, "want a finite number");
+    }
+    if (!negative_ok && value < 0) return Bad(flag, value, "want >= 0");
+  }
+  if (!(o.comm_timeout_s > 0) || !std::isfinite(o.comm_timeout_s)) {
+    return Bad("comm_timeout_s", o.comm_timeout_s, "want a positive number");
+  }
+  if (o.memory_limit_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "memory_limit_bytes = ", o.memory_limit_bytes, ": want >= 0"));
+  }
+  if (!o.data.empty() && !o.tokens.empty()) {
+    return absl::InvalidArgumentError("give --data or --tokens, not both");
+  }
+  if (o.save_every > 0 && o.save.empty()) {
+    return Bad("save_every", o.save_every,
+               "needs --save, the directory to save to");
+  }
+  if (!o.init.empty() && !o.resume.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--init=", o.init, " and --resume=", o.resume,
+        " both say where the weights come from; give one (a resumed run "
+        "continues from its checkpoint's weights)"));
+  }
+  return absl::OkStatus();
+}
+
+// The size of the regular file `path`, for planning before it is read.
+absl::StatusOr<int64_t> FileSize(const std::string& flag,
+                                 const std::string& path) {
+  struct stat info;
+  if (::stat(path.c_str(), &info) != 0) {
+    return ErrnoError(absl::StrCat("--", flag, ": cannot open"), path);
+  }
+  if (S_ISDIR(info.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, "=", path, " is a directory, not a file"));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, "=", path, " is not a regular file"));
+  }
+  return static_cast<int64_t>(info.st_size);
+}
+
+absl::StatusOr<int64_t> MemoryAvailable(const TrainOptions& o) {
+  if (o.memory_limit_bytes > 0) return o.memory_limit_bytes;
+  return AvailableMemoryBytes();
+}
+
+// Reads --init, refusing a file too large to hold and weights that are not
+// finite (a run from them could only produce NaN).
+absl::StatusOr<GptCheckpoint> ReadInit(const TrainOptions& o,
+                                       int64_t available) {
+  CZ_ASSIGN_OR_RETURN(const int64_t size, FileSize("init", o.init));
+  // The file is read whole, then its tensors are copied out of it.
+  if (2.0 * size > static_cast<double>(available)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("--init=", o.init, " has ", FormatBytes(size),
+                     "; reading it needs about twice that, but ",
+                     FormatBytes(available), " is available"));
+  }
+  absl::StatusOr<GptCheckpoint> ckpt = ReadGptCheckpoint(o.init, o.model.heads);
+  if (!ckpt.ok()) {
+    return absl::Status(ckpt.status().code(),
+                        absl::StrCat("--init: ", ckpt.status().message()));
+  }
+  for (const auto& [name, tensor] : ckpt->state) {
+    CZ_ASSIGN_OR_RETURN(const bool non_finite,
+                        HasInfOrNan(tensor.raw_data(), tensor.dtype(),
+                                    static_cast<size_t>(tensor.numel())));
+    if (non_finite) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--init=", o.init, ": tensor '", name,
+          "' holds Inf or NaN; training from it could only produce NaN"));
+    }
+  }
+  return *std::move(ckpt);
+}
+
+absl::Status CheckMemory(const TrainPlan& plan) {
+  const TrainOptions& o = plan.options;
+  const double need = plan.memory.total();
+  if (need <= static_cast<double>(plan.memory_available)) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "this job needs about ", FormatBytes(need), " of memory (",
+      plan.memory.Describe(), ") but ", FormatBytes(plan.memory_available),
+      o.memory_limit_bytes > 0 ? " is its limit" : " is available",
+      "; the largest part grows with ", plan.memory.LargestPartFlags(),
+      o.rank < 0 && o.world_size > 1
+          ? absl::StrCat("; the ", o.world_size,
+                         " ranks run as threads of this process (--world_size)")
+          : ""));
+}
+
+}  // namespace
+
+std::map<std::string, std::string> CheckpointConfig(const TrainPlan& plan) {
+  const GptConfig& m = plan.model;
+  return {{"layers", absl::StrCat(m.layers)},
+          {"d_model", absl::StrCat(m.d_model)},
+          {"heads", absl::StrCat(m.heads)},
+          {"seq_len", absl::StrCat(m.seq_len)},
+          {"vocab", absl::StrCat(m.vocab)},
+          {"optimizer", plan.options.optimizer},
+          {"precision", plan.options.precision}};
+}
+
+absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options) {
+  CZ_RETURN_IF_ERROR(CheckOptions(options));
+  TrainPlan plan;
+  plan.options = options;
+  plan.model = options.model;
+  CZ_ASSIGN_OR_RETURN(plan.dtype, ParsePrecision(options.precision));
+  absl::StatusOr<ChunkLayout> layout = ParseChunkLayout(options.storage);
+  if (!layout.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--storage: ", layout.status().message()));
+  }
+  plan.layout = *layout;
+  absl::StatusOr<OptimizerKind> kind = ParseOptimizerKind(options.optimizer);
+  if (!kind.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--optimizer: ", kind.status().message()));
+  }
+  plan.optimizer = *kind;
+  CZ_ASSIGN_OR_RETURN(plan.memory_available, MemoryAvailable(options));
+
+  if (!options.init.empty()) {
+    CZ_ASSIGN_OR_RETURN(GptCheckpoint ckpt,
+                        ReadInit(options, plan.memory_available));
+    // The architecture comes from the file (plus --heads).
+    plan.model = ckpt.config;
+    plan.init = std::move(ckpt);
+  }
+  const int positions = plan.model.seq_len;
+  plan.seq_len = options.seq_len > 0 ? options.seq_len : positions;
+  if (plan.seq_len > positions) {
+    return absl::InvalidArgumentError(
+        plan.init.has_value()
+            ? absl::StrCat("--seq_len=", plan.seq_len, " is longer than the ",
+                           positions, " positions of --init=", options.init,
+                           " (wpe.weight has ", positions,
+                           " rows); give --seq_len <= ", positions)
+            : absl::StrCat("--seq_len=", plan.seq_len,
+                           " is longer than the model's ", positions,
+                           " positions"));
+  }
+  CZ_RETURN_IF_ERROR(plan.model.Validate());
+
+  // What the job will hold, before anything large is allocated.
+  TrainMemoryInput need;
+  need.model = plan.model;
+  need.seq_len = plan.seq_len;
+  need.batch = options.batch;
+  need.world_size = options.world_size;
+  need.ranks_in_process = options.rank < 0 ? options.world_size : 1;
+  need.grad_accum = options.grad_accum;
+  need.dtype = plan.dtype;
+  need.layout = plan.layout;
+  need.optimizer = plan.optimizer;
+  need.chunk_size = options.chunk_size;
+  need.max_prefetch = options.max_prefetch;
+  if (!options.tokens.empty()) {
+    CZ_ASSIGN_OR_RETURN(need.data_bytes, FileSize("tokens", options.tokens));
+    need.data_is_uint16 = true;
+  } else if (!options.data.empty()) {
+    CZ_ASSIGN_OR_RETURN(need.data_bytes, FileSize("data", options.data));
+  }
+  CZ_ASSIGN_OR_RETURN(plan.memory, EstimateTrainMemory(need));
+  CZ_RETURN_IF_ERROR(CheckMemory(plan));
+
+  if (!options.tokens.empty()) {
+    CZ_ASSIGN_OR_RETURN(
+        plan.data, TokenData::FromTokenFile(options.tokens, plan.model.vocab));
+  } else if (!options.data.empty()) {
+    CZ_ASSIGN_OR_RETURN(plan.data, TokenData::FromByteFile(options.data));
+  } else {
+    plan.data = TokenData::BuiltIn();
+  }
+  if (plan.data.vocab_used() > plan.model.vocab) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the data uses token ids up to ", plan.data.vocab_used() - 1,
+        " but --vocab is ", plan.model.vocab));
+  }
+  if (plan.data.size() <= plan.seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the data has ", plan.data.size(),
+        " tokens, fewer than one sequence of --seq_len=", plan.seq_len,
+        " plus one"));
+  }
+  std::vector<int64_t> sizes;
+  for (const auto& [name, shape] : GptParameterShapes(plan.model)) {
+    plan.order.push_back(name);
+    sizes.push_back(NumElements(shape));
+    plan.largest_tensor = std::max(plan.largest_tensor, sizes.back());
+  }
+  if (options.chunk_size > 0) {
+    plan.chunk_size = options.chunk_size;
+    ChunkSizeSearchOptions one;
+    one.min_chunk_size = one.max_chunk_size = *plan.chunk_size;
+    one.grid = 1;
+    absl::StatusOr<ChunkSizeReport> report = SearchChunkSize(sizes, one);
+    if (!report.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--chunk_size=", *plan.chunk_size, ": ", report.status().message()));
+    }
+    plan.utilisation = report->best.utilisation;
+  } else if (options.chunk_size < 0) {
+    // The size with the least padding, from the largest tensor up to 4x it.
+    const int64_t largest = plan.largest_tensor;
+    ChunkSizeSearchOptions search;
+    search.min_chunk_size = largest;
+    search.max_chunk_size = 4 * largest;
+    search.grid = std::max<int64_t>(1, largest / 64);
+    search.alignment = options.world_size;
+    CZ_ASSIGN_OR_RETURN(ChunkSizeReport report, SearchChunkSize(sizes, search));
+    plan.chunk_size = report.best.chunk_size;
+    plan.utilisation = report.best.utilisation;
+  }
+  if (!options.resume.empty()) {
+    absl::StatusOr<CheckpointMeta> meta = ReadCheckpointMeta(options.resume);
+    if (!meta.ok()) {
+      return absl::Status(meta.status().code(),
+                          absl::StrCat("--resume: ", meta.status().message()));
+    }
+    for (const auto& [key, value] : CheckpointConfig(plan)) {
+      auto it = meta->config.find(key);
+      if (it != meta->config.end() && it->second != value) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--resume=", options.resume, " was saved with ", key,
+                         "=", it->second, ", this run has ", key, "=", value));
+      }
+    }
+    plan.resume_meta = *std::move(meta);
+  }
+  return plan;
+}
+
+absl::Status CheckTrainOutputs(const TrainOptions& options) {
+  auto flagged = [](const absl::Status& status, absl::string_view flag,
+                    const std::string& value) {
+    if (status.ok()) return status;
+    return absl::Status(status.code(), absl::StrCat("--", flag, "=", value,
+                                                    ": ", status.message()));
+  };
+  if (!options.export_path.empty() && options.rank <= 0) {
+    CZ_RETURN_IF_ERROR(flagged(CheckCanCreateFile(options.export_path),
+                               "export", options.export_path));
+  }
+  if (!options.save.empty()) {
+    CZ_RETURN_IF_ERROR(
+        flagged(CreateDirectories(options.save), "save", options.save));
+    CZ_RETURN_IF_ERROR(flagged(
+        CheckCanCreateFile(JoinPath(options.save, kCheckpointManifestName)),
+        "save", options.save));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace chunkzero

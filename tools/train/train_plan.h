@@ -1,0 +1,82 @@
+// PlanTraining: checks a train job's options and works out everything the
+// ranks need before any of them starts, so that a bad flag, an unreadable
+// or non-finite input, or a configuration the machine cannot hold fails at
+// once, naming the flag, the file or the bytes, instead of after minutes of
+// work (or as a crash).
+//
+//   CZ_ASSIGN_OR_RETURN(TrainPlan plan, PlanTraining(options));
+//   ... plan.model, plan.seq_len, plan.data, plan.order ...
+//
+// Planning reads the input files (--init, --data/--tokens, the --resume
+// manifest) but writes nothing; CheckTrainOutputs checks the destinations
+// (--save, --export) separately, as it creates the checkpoint directory.
+#ifndef CHUNKZERO_TOOLS_TRAIN_TRAIN_PLAN_H_
+#define CHUNKZERO_TOOLS_TRAIN_TRAIN_PLAN_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "chunk/chunk_layout.h"
+#include "optim/zero_optimizer.h"
+#include "tensor/dtype.h"
+#include "tools/gpt/gpt_checkpoint.h"
+#include "tools/gpt/gpt_model.h"
+#include "tools/train/checkpoint.h"
+#include "tools/train/memory_estimate.h"
+#include "tools/train/token_data.h"
+#include "tools/train/train_options.h"
+
+namespace chunkzero {
+
+// Ranks as threads of one process: more is refused (use one process per
+// rank, tools/launch).
+inline constexpr int kMaxRanksAsThreads = 1024;
+
+struct TrainPlan {
+  TrainOptions options;
+  GptConfig model;  // The architecture; model.seq_len is P, the positions.
+  int seq_len = 0;  // T, the context trained on (<= P).
+  DType dtype = DType::kF16;
+  ChunkLayout layout = ChunkLayout::kSharded;
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
+  std::optional<int64_t> chunk_size;  // nullopt: one chunk per tensor.
+  double utilisation = 1;
+  TokenData data = TokenData::FromTokens({});
+  std::optional<GptCheckpoint> init;
+  std::optional<CheckpointMeta> resume_meta;
+  std::vector<std::string> order;  // Declaration = first-use order.
+  int64_t largest_tensor = 0;      // Elements of the largest parameter.
+  TrainMemoryEstimate memory;      // What the job will hold.
+  int64_t memory_available = 0;    // What it may hold.
+};
+
+// Checks `options` and plans the job. Errors:
+//  - InvalidArgument naming the flag for a value out of range, a NaN or
+//    Inf hyper-parameter, flags that contradict each other (--init with
+//    --resume, --save_every without --save, --rendezvous without --rank,
+//    ...), a context longer than the --init file's positions, an --init
+//    file holding Inf or NaN, or sizes the kernels cannot index;
+//  - ResourceExhausted when the job needs more memory than it may hold
+//    (TrainOptions::memory_limit_bytes), naming the bytes and the flags
+//    that drive the largest part;
+//  - Unimplemented for --backend=nccl;
+//  - the input files' errors (NotFound, DataLoss, ...), naming the file.
+absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options);
+
+// The checkpoint's record of the model and the data order: a resumed run
+// must match these (world size and layout may differ).
+std::map<std::string, std::string> CheckpointConfig(const TrainPlan& plan);
+
+// Checks the destinations before step 1: the --export file's directory
+// exists and is writable (on the process running rank 0), and the --save
+// directory can be created and written. Errors carry errno's text.
+absl::Status CheckTrainOutputs(const TrainOptions& options);
+
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_TOOLS_TRAIN_TRAIN_PLAN_H_
