@@ -79,11 +79,11 @@ absl::StatusOr<TrainMemoryEstimate> EstimateTrainMemory(
   e.ranks_in_process = in.ranks_in_process;
   e.model_init = 4 * psi;
 
-  // Chunk payloads. A searched size is at most 4x the largest tensor; a
-  // packing wastes less than one chunk's worth of elements.
+  // Chunk payloads. A size still to be searched is at least the largest
+  // tensor (the caller checks again with the size found); a packing wastes
+  // less than one chunk's worth of elements.
   double chunk = largest;
   if (in.chunk_size > 0) chunk = static_cast<double>(in.chunk_size);
-  if (in.chunk_size < 0) chunk = 4 * largest;
   const double padded = in.chunk_size == 0 ? psi : psi + chunk;
   const double element = ElementSize(in.dtype);
   const double state_bytes = in.optimizer == OptimizerKind::kSgd ? 0 : 8;

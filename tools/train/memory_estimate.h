@@ -35,8 +35,9 @@ struct TrainMemoryInput {
   DType dtype = DType::kF16;
   ChunkLayout layout = ChunkLayout::kSharded;
   OptimizerKind optimizer = OptimizerKind::kAdamW;
-  // Elements per chunk: > 0 as given, 0 one chunk per tensor, -1 searched
-  // (at most 4x the largest tensor).
+  // Elements per chunk: > 0 as given, 0 one chunk per tensor, -1 not yet
+  // searched (counted as the smallest candidate, the largest tensor: check
+  // again once the search has picked one).
   int64_t chunk_size = -1;
   int max_prefetch = 1;
   int64_t data_bytes = 0;  // The token file's size (built-in text: 0).

@@ -62,6 +62,17 @@ TEST(EstimateTrainMemory, ReplicatedHoldsEverythingOnEveryRank) {
   EXPECT_EQ(e->optimizer, (4 + 4) * 1048);
 }
 
+// A size still to be searched counts as the smallest candidate, the
+// largest tensor, plus one chunk of padding: 1048 + 256 elements.
+TEST(EstimateTrainMemory, AnUnsearchedSizeCountsTheLargestTensor) {
+  TrainMemoryInput in = Small();
+  in.chunk_size = -1;
+  absl::StatusOr<TrainMemoryEstimate> e = EstimateTrainMemory(in);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->chunks, 1304 + 2048 + 2048);
+  EXPECT_EQ(e->optimizer, 12 * 652);
+}
+
 TEST(EstimateTrainMemory, AHugeChunkSizeIsCountedNotOverflowed) {
   TrainMemoryInput in = Small();
   in.chunk_size = 9223372036854775807;

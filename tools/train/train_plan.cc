@@ -331,6 +331,10 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options) {
     CZ_ASSIGN_OR_RETURN(ChunkSizeReport report, SearchChunkSize(sizes, search));
     plan.chunk_size = report.best.chunk_size;
     plan.utilisation = report.best.utilisation;
+    // The first check counted the smallest candidate.
+    need.chunk_size = *plan.chunk_size;
+    CZ_ASSIGN_OR_RETURN(plan.memory, EstimateTrainMemory(need));
+    CZ_RETURN_IF_ERROR(CheckMemory(plan));
   }
   if (!options.resume.empty()) {
     absl::StatusOr<CheckpointMeta> meta = ReadCheckpointMeta(options.resume);
