@@ -53,3 +53,35 @@ def chunkzero_cc_benchmark(name, deps = [], copts = [], tags = [], **kwargs):
         deps = deps + ["@com_github_google_benchmark//:benchmark"],
         **kwargs
     )
+
+def chunkzero_cc_fuzz_test(name, srcs, corpus, deps = [], copts = [], size = "small", **kwargs):
+    """A libFuzzer target: `srcs` define LLVMFuzzerTestOneInput.
+
+    In ordinary builds it is a test that calls the function once on every
+    file of `corpus` (seed inputs, and every crash found so far), so the
+    corpus is a regression suite. Under --config=fuzz (clang) it links
+    libFuzzer instead; tools/fuzz/run.sh runs it to search for new inputs.
+    """
+    native.filegroup(
+        name = name + "_corpus",
+        srcs = corpus,
+        testonly = True,
+    )
+    cc_test(
+        name = name,
+        srcs = srcs,
+        copts = CHUNKZERO_COPTS + copts,
+        size = size,
+        data = [":" + name + "_corpus"],
+        args = ["$(rootpaths :" + name + "_corpus)"],
+        linkopts = select({
+            "//bazel:fuzzing": ["-fsanitize=fuzzer"],
+            "//conditions:default": [],
+        }),
+        deps = deps + select({
+            "//bazel:fuzzing": [],
+            "//conditions:default": ["//tools/fuzz:corpus_main"],
+        }),
+        tags = kwargs.pop("tags", []) + ["fuzz"],
+        **kwargs
+    )

@@ -296,19 +296,25 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 }  // namespace
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {
-  SafetensorsFile file;
-  file.path_ = path;
   absl::StatusOr<std::string> contents = ReadFileToString(path);
   if (!contents.ok()) {
     return absl::Status(
         contents.status().code(),
         absl::StrCat("safetensors file: ", contents.status().message()));
   }
-  file.bytes_ = *std::move(contents);
+  return FromBytes(*std::move(contents), path);
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::FromBytes(std::string bytes_in,
+                                                           std::string path) {
+  SafetensorsFile file;
+  file.path_ = std::move(path);
+  file.bytes_ = std::move(bytes_in);
+  const std::string& path_ref = file.path_;
   const std::string& bytes = file.bytes_;
   auto corrupt = [&](absl::string_view what) {
     return absl::DataLossError(
-        absl::StrCat("safetensors file ", path, ": ", what));
+        absl::StrCat("safetensors file ", path_ref, ": ", what));
   };
   if (bytes.size() < 8) {
     return corrupt(absl::StrCat("truncated: ", bytes.size(),
@@ -344,8 +350,10 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {
       }
       continue;
     }
+    // A copy: lambdas may not capture structured bindings (before C++20).
+    const std::string& tensor_name = name;
     auto bad = [&](absl::string_view what) {
-      return corrupt(absl::StrCat("tensor '", name, "': ", what));
+      return corrupt(absl::StrCat("tensor '", tensor_name, "': ", what));
     };
     if (file.entries_.count(name) > 0) return bad("listed twice");
     const Json* dtype = Member(value, "dtype");
@@ -472,9 +480,11 @@ absl::Status WriteSafetensors(
   std::set<std::string> seen;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
+    const std::string& tensor_name = name;  // Lambdas can't capture bindings.
     auto bad = [&](absl::string_view what) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "writing safetensors file ", path, ": tensor '", name, "' ", what));
+      return absl::InvalidArgumentError(
+          absl::StrCat("writing safetensors file ", path, ": tensor '",
+                       tensor_name, "' ", what));
     };
     if (name == "__metadata__" || !seen.insert(name).second) {
       return bad("is a reserved or repeated name");

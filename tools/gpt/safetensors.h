@@ -43,6 +43,10 @@ class SafetensorsFile {
  public:
   // Reads `path` and checks its header and sizes.
   static absl::StatusOr<SafetensorsFile> Read(const std::string& path);
+  // The same checks on a file's bytes already in memory; `path` names it in
+  // errors.
+  static absl::StatusOr<SafetensorsFile> FromBytes(std::string bytes,
+                                                   std::string path);
 
   const std::string& path() const { return path_; }
   // Tensor names in the order of their data in the file.
