@@ -1,6 +1,6 @@
-// tools/train/launch.sh: the train binary as one process per rank over Gloo
-// gives the run that the ranks as threads give, bit for bit, and its
-// checkpoint is whole.
+// tools/train/launch.sh (through the launcher, //tools/launch:launch): the
+// train binary as one process per rank over Gloo gives the run that the
+// ranks as threads give, bit for bit, and its checkpoint is whole.
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -17,6 +17,13 @@ namespace {
 
 std::string Runfile(const std::string& path) {
   return absl::StrCat(std::getenv("TEST_SRCDIR"), "/chunkzero/", path);
+}
+
+// The environment that makes launch.sh use the binaries built for this test
+// instead of building its own.
+std::string Binaries() {
+  return absl::StrCat("CHUNKZERO_TRAIN_BIN=", Runfile("tools/train/train"),
+                      " CHUNKZERO_LAUNCH_BIN=", Runfile("tools/launch/launch"));
 }
 
 // The "loss" of every line of a metrics file. Losses are f32 values written
@@ -44,10 +51,10 @@ TEST(Launch, ProcessesEqualThreadsBitForBit) {
   const std::string flags =
       "--steps=3 --layers=1 --d_model=32 --heads=2 --seq_len=16 --batch=2 "
       "--chunk_size=8192";
-  const std::string command = absl::StrCat(
-      "CHUNKZERO_TRAIN_BIN=", Runfile("tools/train/train"), " bash ",
-      Runfile("tools/train/launch.sh"), " 2 ", flags, " --metrics_out=",
-      metrics, " --save=", save, " > ", dir, "/out.txt 2>&1");
+  const std::string command =
+      absl::StrCat(Binaries(), " bash ", Runfile("tools/train/launch.sh"),
+                   " 2 ", flags, " --metrics_out=", metrics, " --save=", save,
+                   " > ", dir, "/out.txt 2>&1");
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
 
   TrainOptions o;
@@ -78,8 +85,7 @@ TEST(Launch, ProcessesEqualThreadsBitForBit) {
 TEST(Launch, AFailingRankFailsTheJob) {
   const std::string dir = std::getenv("TEST_TMPDIR");
   const std::string command = absl::StrCat(
-      "CHUNKZERO_TRAIN_BIN=", Runfile("tools/train/train"), " bash ",
-      Runfile("tools/train/launch.sh"),
+      Binaries(), " bash ", Runfile("tools/train/launch.sh"),
       " 2 --steps=1 --layers=1 --d_model=32 --heads=2 --seq_len=16 "
       "--storage=bogus > ",
       dir, "/fail.txt 2>&1");

@@ -73,8 +73,8 @@ ABSL_FLAG(std::string, save, "", "Checkpoint directory.");
 ABSL_FLAG(int, save_every, 0, "Also save every this many steps.");
 ABSL_FLAG(std::string, resume, "", "Checkpoint directory to continue from.");
 ABSL_FLAG(int, rank, -1,
-          "Run only this rank in this process (tools/train/launch.sh sets "
-          "it); -1 runs every rank as a thread.");
+          "Run only this rank in this process (the launcher, "
+          "tools/train/launch.sh, sets it); -1 runs every rank as a thread.");
 ABSL_FLAG(std::string, rendezvous, "",
           "With --rank: a fresh directory every rank of the job can reach "
           "(Gloo FileStore).");

@@ -46,10 +46,11 @@ struct TrainOptions {
   int save_every = 0;
   std::string resume;  // Checkpoint directory to continue from.
   int max_prefetch = 1;
-  // One rank per process (tools/launch starts them): this process runs
-  // only rank `rank` (-1: every rank, as threads), over Gloo with a
-  // FileStore rendezvous in the directory `rendezvous` (fresh per job). Only
-  // rank 0 reports steps and writes the manifest and the export.
+  // One rank per process (tools/train/launch.sh starts them through
+  // //tools/launch:launch): this process runs only rank `rank` (-1: every
+  // rank, as threads), over Gloo with a FileStore rendezvous in the
+  // directory `rendezvous` (fresh per job). Only rank 0 reports steps and
+  // writes the manifest and the export.
   int rank = -1;
   std::string rendezvous;
   // How long a rank waits for its peers in a collective (and at the

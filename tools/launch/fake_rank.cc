@@ -1,0 +1,138 @@
+// A stand-in for a rank of a real job, for the launcher's tests. It prints
+// `fake_rank R: ARGS...` (all its arguments) on stdout and then misbehaves
+// as its flags ask. Flags it does not know (--backend, --rendezvous, ...)
+// are ignored.
+//
+//   --rank=R          this process's rank (the launcher sets it)
+//   --world_size=N    the number of ranks (the launcher sets it)
+//   --ignore_term     ignore SIGTERM (before the pid file is written)
+//   --pid_dir=D       first write this process's pid to D/rank<R>.pid
+//   --await_all       with --pid_dir: wait (at most 10 s) until all N ranks
+//                     have written their pid files
+//   --stop_rank=R     rank R raises SIGSTOP
+//   --fail_rank=R     rank R waits --fail_after_s=S seconds (default 0),
+//                     writes --spew_bytes=B bytes (default 0) of numbered
+//                     lines on stdout, says so on stderr and exits with
+//                     --exit_code=C (default 1)
+//   --signal_rank=R   rank R raises SIGUSR1
+//   --sleep_s=S       then sleep S seconds (default 0) and exit 0
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+
+namespace {
+
+void SleepSeconds(double seconds) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rank = -1;
+  int world_size = 1;
+  std::string pid_dir;
+  bool ignore_term = false;
+  bool await_all = false;
+  int stop_rank = -1;
+  int fail_rank = -1;
+  int exit_code = 1;
+  long spew_bytes = 0;
+  double fail_after_s = 0;
+  int signal_rank = -1;
+  double sleep_s = 0;
+  std::string all_args;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    absl::StrAppend(&all_args, " ", arg);
+    bool ok = true;
+    if (absl::ConsumePrefix(&arg, "--rank=")) {
+      ok = absl::SimpleAtoi(arg, &rank);
+    } else if (absl::ConsumePrefix(&arg, "--world_size=")) {
+      ok = absl::SimpleAtoi(arg, &world_size);
+    } else if (absl::ConsumePrefix(&arg, "--pid_dir=")) {
+      pid_dir = std::string(arg);
+    } else if (arg == "--ignore_term") {
+      ignore_term = true;
+    } else if (arg == "--await_all") {
+      await_all = true;
+    } else if (absl::ConsumePrefix(&arg, "--stop_rank=")) {
+      ok = absl::SimpleAtoi(arg, &stop_rank);
+    } else if (absl::ConsumePrefix(&arg, "--fail_rank=")) {
+      ok = absl::SimpleAtoi(arg, &fail_rank);
+    } else if (absl::ConsumePrefix(&arg, "--exit_code=")) {
+      ok = absl::SimpleAtoi(arg, &exit_code);
+    } else if (absl::ConsumePrefix(&arg, "--spew_bytes=")) {
+      ok = absl::SimpleAtoi(arg, &spew_bytes);
+    } else if (absl::ConsumePrefix(&arg, "--fail_after_s=")) {
+      ok = absl::SimpleAtod(arg, &fail_after_s);
+    } else if (absl::ConsumePrefix(&arg, "--signal_rank=")) {
+      ok = absl::SimpleAtoi(arg, &signal_rank);
+    } else if (absl::ConsumePrefix(&arg, "--sleep_s=")) {
+      ok = absl::SimpleAtod(arg, &sleep_s);
+    }
+    if (!ok) {
+      std::fprintf(stderr, "fake_rank: bad flag %s\n", argv[i]);
+      return 64;
+    }
+  }
+
+  if (ignore_term) signal(SIGTERM, SIG_IGN);
+  if (!pid_dir.empty()) {
+    // Written whole, then renamed, so that a reader never sees half of it.
+    const std::string path = absl::StrCat(pid_dir, "/rank", rank, ".pid");
+    {
+      std::ofstream out(path + ".tmp");
+      out << getpid() << "\n";
+    }
+    if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
+      std::perror("fake_rank: rename");
+      return 65;
+    }
+  }
+  std::printf("fake_rank %d:%s\n", rank, all_args.c_str());
+  std::fflush(stdout);
+
+  if (await_all && !pid_dir.empty()) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (int r = 0; r < world_size; ++r) {
+      while (!Exists(absl::StrCat(pid_dir, "/rank", r, ".pid")) &&
+             std::chrono::steady_clock::now() < deadline) {
+        SleepSeconds(0.01);
+      }
+    }
+  }
+  if (rank == stop_rank) raise(SIGSTOP);
+  if (rank == fail_rank) {
+    SleepSeconds(fail_after_s);
+    for (long i = 0; i * 12 < spew_bytes; ++i) {
+      // 12 bytes a line: "line 000000\n"; the last one may be cut short.
+      char text[32];
+      std::snprintf(text, sizeof(text), "line %06ld\n", i);
+      std::fwrite(text, 1, std::min<long>(12, spew_bytes - i * 12), stdout);
+    }
+    std::fflush(stdout);
+    std::fprintf(stderr, "fake_rank %d: exiting with code %d\n", rank,
+                 exit_code);
+    return exit_code;
+  }
+  if (rank == signal_rank) raise(SIGUSR1);
+  SleepSeconds(sleep_s);
+  return 0;
+}

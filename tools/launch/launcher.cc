@@ -1,0 +1,702 @@
+#include "tools/launch/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "base/status_macros.h"
+
+namespace chunkzero {
+namespace launch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The signals the launcher passes on to the ranks.
+constexpr std::array<int, 3> kPassedOn = {SIGINT, SIGTERM, SIGHUP};
+// Every signal whose disposition RunJob changes.
+constexpr std::array<int, 4> kHandled = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
+
+std::string SignalName(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  if (abbrev == nullptr) return absl::StrCat("signal ", sig);
+  return absl::StrCat("SIG", abbrev);
+}
+
+// "5s", "0.5s".
+std::string Seconds(std::chrono::milliseconds d) {
+  return absl::StrCat(d.count() / 1000.0, "s");
+}
+
+// Owns a file descriptor.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  ~UniqueFd() { Reset(); }
+
+  int get() const { return fd_; }
+  void Reset() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// A close-on-exec pipe (the launcher's own fds must not leak into ranks).
+absl::Status MakePipe(absl::string_view what, UniqueFd* read_end,
+                      UniqueFd* write_end) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("pipe for ", what));
+  }
+  *read_end = UniqueFd(fds[0]);
+  *write_end = UniqueFd(fds[1]);
+  return absl::OkStatus();
+}
+
+absl::Status SetNonBlocking(int fd, absl::string_view what) {
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+    return absl::ErrnoToStatus(errno,
+                               absl::StrCat("fcntl O_NONBLOCK on ", what));
+  }
+  return absl::OkStatus();
+}
+
+// The launcher's own messages. Errors are dropped: there is nowhere left to
+// report them.
+void WriteAll(int fd, absl::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = write(fd, text.data(), text.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    text.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+// Written by OnSignal, read by the poll loop; volatile sig_atomic_t is what
+// a handler may write.
+volatile sig_atomic_t g_wake_fd = -1;
+volatile sig_atomic_t g_pending[NSIG] = {};
+
+// The self-pipe trick: a signal only records itself and wakes poll(), and
+// everything else happens in the loop, outside the handler.
+void OnSignal(int sig) {
+  const int saved_errno = errno;
+  g_pending[sig] = 1;
+  const int fd = g_wake_fd;
+  if (fd >= 0) {
+    const char byte = 0;
+    // The pipe is non-blocking; when it is full a wake-up is pending anyway.
+    const ssize_t ignored = write(fd, &byte, 1);
+    (void)ignored;
+  }
+  errno = saved_errno;
+}
+
+// Routes SIGCHLD and the passed-on signals to OnSignal for its lifetime, and
+// restores the dispositions it found when destroyed. A passed-on signal that
+// was ignored on entry (nohup, a background job of a non-interactive shell)
+// stays ignored, in the launcher and in the ranks.
+class SignalScope {
+ public:
+  SignalScope() = default;
+  SignalScope(const SignalScope&) = delete;
+  SignalScope& operator=(const SignalScope&) = delete;
+  ~SignalScope() {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+      sigaction(it->first, &it->second, nullptr);
+    }
+    g_wake_fd = -1;
+  }
+
+  absl::Status Install() {
+    UniqueFd write_end;
+    CZ_RETURN_IF_ERROR(MakePipe("the launcher's signals", &wake_, &write_end));
+    CZ_RETURN_IF_ERROR(SetNonBlocking(wake_.get(), "the signal pipe"));
+    CZ_RETURN_IF_ERROR(SetNonBlocking(write_end.get(), "the signal pipe"));
+    wake_write_ = std::move(write_end);
+    g_wake_fd = wake_write_.get();
+    for (const int sig : kHandled) {
+      g_pending[sig] = 0;
+      struct sigaction old {};
+      if (sigaction(sig, nullptr, &old) != 0) {
+        return absl::ErrnoToStatus(errno,
+                                   absl::StrCat("sigaction ", SignalName(sig)));
+      }
+      const bool ignored =
+          !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN;
+      ignored_on_entry_[sig] = ignored;
+      // SIGCHLD is needed even if ignored: ignoring it would reap the ranks
+      // behind the launcher's back.
+      if (ignored && sig != SIGCHLD) continue;
+      struct sigaction action {};
+      action.sa_handler = OnSignal;
+      sigemptyset(&action.sa_mask);
+      action.sa_flags = sig == SIGCHLD ? SA_NOCLDSTOP : 0;
+      if (sigaction(sig, &action, nullptr) != 0) {
+        return absl::ErrnoToStatus(errno,
+                                   absl::StrCat("sigaction ", SignalName(sig)));
+      }
+      saved_.emplace_back(sig, old);
+    }
+    return absl::OkStatus();
+  }
+
+  // Readable when a signal has arrived.
+  int wake_fd() const { return wake_.get(); }
+
+  void DrainWakeFd() const {
+    char buffer[64];
+    while (read(wake_.get(), buffer, sizeof(buffer)) > 0) {
+    }
+  }
+
+  // Whether `sig` has arrived since the last call.
+  static bool Take(int sig) {
+    if (!g_pending[sig]) return false;
+    g_pending[sig] = 0;
+    return true;
+  }
+
+  bool IgnoredOnEntry(int sig) const { return ignored_on_entry_[sig]; }
+
+ private:
+  UniqueFd wake_;
+  UniqueFd wake_write_;
+  std::vector<std::pair<int, struct sigaction>> saved_;
+  std::array<bool, NSIG> ignored_on_entry_{};
+};
+
+// What a forked child needs to become a rank; prepared before fork() so
+// that the child only makes async-signal-safe calls.
+struct ChildPlan {
+  char* const* argv;
+  // The write end of the rank's output pipe; -1 keeps the launcher's stdout
+  // and stderr (rank 0).
+  int output_fd;
+  // Where the child reports a ChildFailure if it cannot exec.
+  int status_fd;
+  pid_t launcher;
+  sigset_t mask;
+  std::array<bool, NSIG> ignore{};
+};
+
+enum class ChildStage : int { kPdeathsig, kDup2, kExec };
+
+struct ChildFailure {
+  ChildStage stage;
+  int error;
+};
+
+[[noreturn]] void FailChild(const ChildPlan& plan, ChildStage stage,
+                            int error) {
+  const ChildFailure failure{stage, error};
+  const ssize_t ignored = write(plan.status_fd, &failure, sizeof(failure));
+  (void)ignored;
+  _exit(127);
+}
+
+[[noreturn]] void RunChild(const ChildPlan& plan) {
+  // The dispositions the launcher found; then the signals blocked around
+  // fork() are let through again.
+  for (const int sig : kHandled) {
+    struct sigaction action {};
+    action.sa_handler = plan.ignore[sig] ? SIG_IGN : SIG_DFL;
+    sigemptyset(&action.sa_mask);
+    sigaction(sig, &action, nullptr);
+  }
+  sigprocmask(SIG_SETMASK, &plan.mask, nullptr);
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+    FailChild(plan, ChildStage::kPdeathsig, errno);
+  }
+  // The launcher may have died between fork() and prctl(), before the
+  // death signal was armed; then nobody would stop this rank.
+  if (getppid() != plan.launcher) _exit(1);
+  if (plan.output_fd >= 0 && (dup2(plan.output_fd, STDOUT_FILENO) < 0 ||
+                              dup2(plan.output_fd, STDERR_FILENO) < 0)) {
+    FailChild(plan, ChildStage::kDup2, errno);
+  }
+  execvp(plan.argv[0], plan.argv);
+  FailChild(plan, ChildStage::kExec, errno);
+}
+
+// Reads up to `size` bytes, retrying after EINTR, until EOF.
+ssize_t ReadFully(int fd, void* data, size_t size) {
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = read(fd, static_cast<char*>(data) + done, size - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  return static_cast<ssize_t>(done);
+}
+
+struct Rank {
+  pid_t pid = -1;
+  bool running = false;
+  // The read end of the rank's stdout+stderr pipe (non-blocking); none for
+  // rank 0, and closed at EOF.
+  UniqueFd output;
+  // The end of its output; trimmed to kKeptOutputBytes when it reaches
+  // twice that, so that appending stays cheap.
+  std::string kept;
+  size_t dropped = 0;
+};
+
+// One job: starts the ranks, then runs the poll loop over the signal pipe
+// and the ranks' output pipes until every rank has been reaped.
+class Job {
+ public:
+  Job(const LaunchOptions& options, std::string rendezvous,
+      const SignalScope& signals)
+      : options_(options),
+        rendezvous_(std::move(rendezvous)),
+        signals_(signals),
+        ranks_(options.nproc) {}
+
+  // Starts rank 0, 1, ... in turn. Stops early (and OK) when a rank fails
+  // or the launcher gets a signal meanwhile: the loop then stops the rest.
+  absl::Status Start() {
+    for (int r = 0; r < options_.nproc; ++r) {
+      CZ_RETURN_IF_ERROR(Step(/*timeout_ms=*/0));
+      if (stopping_) break;
+      CZ_RETURN_IF_ERROR(StartRank(r));
+    }
+    return absl::OkStatus();
+  }
+
+  // Stops every running rank because the launcher itself failed.
+  void Abort() {
+    if (!stopping_) StopRanks(SIGTERM);
+  }
+
+  // Runs until every started rank has been reaped. On a poll() failure the
+  // ranks are SIGKILLed and reaped before the error is returned.
+  absl::Status Wait() {
+    while (AnyRunning()) {
+      const absl::Status status = Step(PollTimeoutMs());
+      if (!status.ok()) {
+        KillAndReapAll();
+        return status;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  int exit_code() const { return exit_code_; }
+
+ private:
+  absl::Status StartRank(int r) {
+    Rank& rank = ranks_[r];
+    std::vector<std::string> args = {
+        options_.binary,
+        absl::StrCat("--world_size=", options_.nproc),
+        "--backend=gloo",
+        absl::StrCat("--rank=", r),
+        absl::StrCat("--rendezvous=", rendezvous_),
+    };
+    args.insert(args.end(), options_.args.begin(), options_.args.end());
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+
+    UniqueFd output_read, output_write;
+    if (r > 0) {
+      const std::string what = absl::StrCat("rank ", r, "'s output");
+      CZ_RETURN_IF_ERROR(MakePipe(what, &output_read, &output_write));
+      CZ_RETURN_IF_ERROR(SetNonBlocking(output_read.get(), what));
+    }
+    UniqueFd status_read, status_write;
+    CZ_RETURN_IF_ERROR(MakePipe(absl::StrCat("rank ", r, "'s exec status"),
+                                &status_read, &status_write));
+
+    ChildPlan plan;
+    plan.argv = argv.data();
+    plan.output_fd = output_write.get();
+    plan.status_fd = status_write.get();
+    plan.launcher = getpid();
+    for (const int sig : kHandled)
+      plan.ignore[sig] = signals_.IgnoredOnEntry(sig);
+    // Until the child has reset its dispositions, a signal would run
+    // OnSignal there and write into the launcher's signal pipe.
+    sigset_t handled;
+    sigemptyset(&handled);
+    for (const int sig : kHandled) sigaddset(&handled, sig);
+    if (sigprocmask(SIG_BLOCK, &handled, &plan.mask) != 0) {
+      return absl::ErrnoToStatus(errno, "sigprocmask");
+    }
+    const pid_t pid = fork();
+    if (pid == 0) RunChild(plan);
+    const int fork_errno = errno;
+    sigprocmask(SIG_SETMASK, &plan.mask, nullptr);
+    if (pid < 0) {
+      return absl::ErrnoToStatus(fork_errno, absl::StrCat("fork for rank ", r));
+    }
+    rank.pid = pid;
+    rank.running = true;
+    rank.output = std::move(output_read);
+    output_write.Reset();
+    status_write.Reset();
+
+    // EOF: execvp() succeeded and closed the close-on-exec pipe.
+    ChildFailure failure{};
+    const ssize_t n = ReadFully(status_read.get(), &failure, sizeof(failure));
+    if (n < 0) {
+      return absl::ErrnoToStatus(
+          errno, absl::StrCat("reading rank ", r, "'s exec status"));
+    }
+    if (n == 0) return absl::OkStatus();
+    // The child exits right after reporting.
+    int wait_status = 0;
+    while (waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
+    }
+    rank.running = false;
+    if (n != sizeof(failure)) {
+      return absl::InternalError(
+          absl::StrCat("rank ", r, " sent a partial exec status"));
+    }
+    switch (failure.stage) {
+      case ChildStage::kPdeathsig:
+        return absl::ErrnoToStatus(
+            failure.error,
+            absl::StrCat("prctl(PR_SET_PDEATHSIG) for rank ", r));
+      case ChildStage::kDup2:
+        return absl::ErrnoToStatus(failure.error,
+                                   absl::StrCat("dup2 for rank ", r));
+      case ChildStage::kExec:
+        break;
+    }
+    return absl::ErrnoToStatus(
+        failure.error,
+        absl::StrCat("cannot execute ", options_.binary, " for rank ", r));
+  }
+
+  // One turn of the loop: wait for a signal, output or the kill deadline,
+  // then act on what happened.
+  absl::Status Step(int timeout_ms) {
+    std::vector<pollfd> fds;
+    std::vector<Rank*> readers;
+    fds.push_back({signals_.wake_fd(), POLLIN, 0});
+    for (Rank& rank : ranks_) {
+      if (rank.output.get() < 0) continue;
+      fds.push_back({rank.output.get(), POLLIN, 0});
+      readers.push_back(&rank);
+    }
+    if (poll(fds.data(), fds.size(), timeout_ms) < 0) {
+      if (errno != EINTR) return absl::ErrnoToStatus(errno, "poll");
+    } else {
+      if (fds[0].revents != 0) signals_.DrainWakeFd();
+      for (size_t i = 0; i < readers.size(); ++i) {
+        if (fds[i + 1].revents != 0) ReadOutput(*readers[i]);
+      }
+    }
+    // Signals to the launcher first: when Ctrl-C reaches the launcher and
+    // the ranks together, the job ends as interrupted, not as failed.
+    for (const int sig : kPassedOn) {
+      if (SignalScope::Take(sig)) OnLauncherSignal(sig);
+    }
+    SignalScope::Take(SIGCHLD);
+    Reap();
+    if (kill_at_.has_value() && Clock::now() >= *kill_at_) {
+      kill_at_.reset();
+      for (size_t r = 0; r < ranks_.size(); ++r) {
+        if (!ranks_[r].running) continue;
+        Report(absl::StrCat("launch: rank ", r, " did not exit within ",
+                            Seconds(options_.grace_period), " of ",
+                            SignalName(stop_signal_), "; sending SIGKILL\n"));
+        kill(ranks_[r].pid, SIGKILL);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  int PollTimeoutMs() const {
+    if (!kill_at_.has_value()) return -1;
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(*kill_at_ - Clock::now());
+    return left.count() < 0 ? 0 : static_cast<int>(left.count());
+  }
+
+  void Reap() {
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      Rank& rank = ranks_[r];
+      if (!rank.running) continue;
+      int wait_status = 0;
+      const pid_t pid = waitpid(rank.pid, &wait_status, WNOHANG);
+      if (pid == 0) continue;
+      rank.running = false;
+      if (pid < 0) {
+        // Only if someone else reaped it; its status is lost.
+        Report(absl::StrCat("launch: waitpid for rank ", r, ": ",
+                            strerror(errno), "\n"));
+        if (!stopping_) {
+          exit_code_ = 1;
+          StopRanks(SIGTERM);
+        }
+        continue;
+      }
+      OnRankExit(r, wait_status);
+    }
+  }
+
+  void OnRankExit(size_t r, int wait_status) {
+    if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0) return;
+    if (stopping_) return;
+    Rank& rank = ranks_[r];
+    // It has exited, so what it wrote is in the pipe already.
+    DrainOutput(rank);
+    if (rank.kept.size() > kKeptOutputBytes) {
+      const size_t extra = rank.kept.size() - kKeptOutputBytes;
+      rank.kept.erase(0, extra);
+      rank.dropped += extra;
+    }
+    std::string report = absl::StrCat("launch: rank ", r, " failed (",
+                                      DescribeWaitStatus(wait_status), ")\n");
+    if (rank.dropped > 0) {
+      absl::StrAppend(&report, "launch: the first ", rank.dropped,
+                      " bytes of rank ", r, "'s output were dropped\n");
+    }
+    absl::StrAppend(&report, rank.kept);
+    if (!rank.kept.empty() && rank.kept.back() != '\n') report += '\n';
+    Report(report);
+    exit_code_ = ExitCodeOf(wait_status);
+    StopRanks(SIGTERM);
+  }
+
+  void OnLauncherSignal(int sig) {
+    if (!stopping_) {
+      Report(absl::StrCat("launch: got ", SignalName(sig),
+                          "; passing it on to the ranks\n"));
+      exit_code_ = 128 + sig;
+      StopRanks(sig);
+      return;
+    }
+    // Someone is in a hurry: a second Ctrl-C does not wait out the grace
+    // period.
+    Report(absl::StrCat("launch: got ", SignalName(sig),
+                        " while stopping; sending SIGKILL to the ranks\n"));
+    kill_at_.reset();
+    for (Rank& rank : ranks_) {
+      if (rank.running) kill(rank.pid, SIGKILL);
+    }
+  }
+
+  // Sends `sig` and SIGCONT (a stopped rank acts on nothing else) to every
+  // running rank, and arms the SIGKILL deadline.
+  void StopRanks(int sig) {
+    stopping_ = true;
+    stop_signal_ = sig;
+    for (Rank& rank : ranks_) {
+      if (!rank.running) continue;
+      kill(rank.pid, sig);
+      kill(rank.pid, SIGCONT);
+    }
+    kill_at_ = Clock::now() + options_.grace_period;
+  }
+
+  bool AnyRunning() const {
+    for (const Rank& rank : ranks_) {
+      if (rank.running) return true;
+    }
+    return false;
+  }
+
+  void KillAndReapAll() {
+    for (Rank& rank : ranks_) {
+      if (!rank.running) continue;
+      kill(rank.pid, SIGKILL);
+      int wait_status = 0;
+      while (waitpid(rank.pid, &wait_status, 0) < 0 && errno == EINTR) {
+      }
+      rank.running = false;
+    }
+  }
+
+  // One read; returns false at EOF or on an error (the pipe is then closed)
+  // and when nothing is there.
+  bool ReadOutput(Rank& rank) {
+    const ssize_t n = read(rank.output.get(), buffer_.data(), buffer_.size());
+    if (n > 0) {
+      rank.kept.append(buffer_.data(), static_cast<size_t>(n));
+      if (rank.kept.size() >= 2 * kKeptOutputBytes) {
+        const size_t extra = rank.kept.size() - kKeptOutputBytes;
+        rank.kept.erase(0, extra);
+        rank.dropped += extra;
+      }
+      return true;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return false;
+    rank.output.Reset();
+    return false;
+  }
+
+  // Reads what is in the pipe now. Does not wait for EOF: a process the
+  // rank started may still hold the pipe open.
+  void DrainOutput(Rank& rank) {
+    while (rank.output.get() >= 0 && ReadOutput(rank)) {
+    }
+  }
+
+  void Report(absl::string_view text) const {
+    WriteAll(options_.report_fd, text);
+  }
+
+  const LaunchOptions& options_;
+  const std::string rendezvous_;
+  const SignalScope& signals_;
+  std::vector<Rank> ranks_;
+  // Set by the first failure or signal; from then on the job only ends.
+  bool stopping_ = false;
+  int stop_signal_ = SIGTERM;
+  int exit_code_ = 0;
+  // When the ranks still running get SIGKILL.
+  std::optional<Clock::time_point> kill_at_;
+  std::array<char, 64 * 1024> buffer_;
+};
+
+absl::StatusOr<std::string> MakeRendezvousDir() {
+  const char* tmpdir = std::getenv("TMPDIR");
+  const std::string pattern =
+      absl::StrCat(tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp",
+                   "/chunkzero-rendezvous.XXXXXX");
+  std::string dir = pattern;
+  if (mkdtemp(dir.data()) == nullptr) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("mkdtemp ", pattern));
+  }
+  return dir;
+}
+
+}  // namespace
+
+absl::StatusOr<LaunchOptions> ParseLaunchArgs(
+    absl::Span<const std::string> args) {
+  LaunchOptions options;
+  size_t i = 0;
+  for (; i < args.size() && absl::StartsWith(args[i], "--"); ++i) {
+    absl::string_view value = args[i];
+    if (absl::ConsumePrefix(&value, "--grace_period_s=")) {
+      double seconds = 0;
+      if (!absl::SimpleAtod(value, &seconds) || !(seconds >= 0) ||
+          seconds > 86400) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--grace_period_s takes seconds from 0 to 86400, "
+                         "not \"",
+                         value, "\""));
+      }
+      options.grace_period =
+          std::chrono::milliseconds(std::llround(seconds * 1000));
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown flag ", args[i], " (the launcher's flags come before NPROC)"));
+  }
+  if (i == args.size()) return absl::InvalidArgumentError("missing NPROC");
+  if (!absl::SimpleAtoi(args[i], &options.nproc) || options.nproc < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "NPROC must be a whole number >= 1, not \"", args[i], "\""));
+  }
+  ++i;
+  if (i == args.size() || args[i].empty()) {
+    return absl::InvalidArgumentError("missing BINARY");
+  }
+  options.binary = args[i++];
+  options.args.assign(args.begin() + i, args.end());
+  return options;
+}
+
+absl::StatusOr<int> RunJob(const LaunchOptions& options) {
+  if (options.nproc < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nproc must be >= 1, not ", options.nproc));
+  }
+  if (options.binary.empty()) {
+    return absl::InvalidArgumentError("no binary to run");
+  }
+  if (options.grace_period.count() < 0) {
+    return absl::InvalidArgumentError("the grace period is negative");
+  }
+  // Handlers first, so that no signal can end the launcher between creating
+  // the rendezvous directory and removing it.
+  SignalScope signals;
+  CZ_RETURN_IF_ERROR(signals.Install());
+  CZ_ASSIGN_OR_RETURN(const std::string dir, MakeRendezvousDir());
+  absl::Status status;
+  int exit_code = 0;
+  {
+    Job job(options, dir + "/store", signals);
+    status = job.Start();
+    if (!status.ok()) job.Abort();
+    const absl::Status waited = job.Wait();
+    if (status.ok()) status = waited;
+    exit_code = job.exit_code();
+  }
+  std::error_code error;
+  std::filesystem::remove_all(dir, error);
+  if (error) {
+    WriteAll(options.report_fd,
+             absl::StrCat("launch: could not remove the rendezvous directory ",
+                          dir, ": ", error.message(), "\n"));
+  }
+  if (!status.ok()) return status;
+  return exit_code;
+}
+
+int ExitCodeOf(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return 1;
+}
+
+std::string DescribeWaitStatus(int wait_status) {
+  if (WIFEXITED(wait_status)) {
+    return absl::StrCat("exit code ", WEXITSTATUS(wait_status));
+  }
+  if (WIFSIGNALED(wait_status)) {
+    return absl::StrCat("killed by signal ", SignalName(WTERMSIG(wait_status)));
+  }
+  return absl::StrCat("wait status ", wait_status);
+}
+
+}  // namespace launch
+}  // namespace chunkzero

@@ -1,0 +1,107 @@
+// The launcher: runs a job as NPROC processes of one binary on this machine,
+// one rank each, and makes sure that no rank outlives the job.
+//
+//   absl::StatusOr<LaunchOptions> options = ParseLaunchArgs(args);
+//   if (!options.ok()) return 2;  // print options.status() and kUsage
+//   absl::StatusOr<int> exit_code = RunJob(*options);
+//
+// Rank r runs `BINARY --world_size=NPROC --backend=gloo --rank=r
+// --rendezvous=DIR/store ARGS...`, DIR being a fresh directory (mkdtemp under
+// $TMPDIR, else /tmp) that RunJob removes before it returns. Rank 0 shares
+// the launcher's stdout and stderr; every other rank's stdout and stderr go
+// through one pipe, of which the launcher keeps the last kKeptOutputBytes and
+// shows them if that rank fails.
+//
+// Stopping. The first rank to exit non-zero or by a signal fails the job:
+// RunJob reports it (`launch: rank R failed (exit code C)` or `(killed by
+// signal SIGNAME)`, then its kept output), sends SIGTERM and SIGCONT (so that
+// a stopped rank acts on it) to every rank still running, and SIGKILLs those
+// still running a grace period later. SIGINT, SIGTERM or SIGHUP sent to the
+// launcher is passed on the same way (that signal, then SIGCONT, then
+// SIGKILL after the grace period); a second such signal, or one that arrives
+// while a failure is being handled, SIGKILLs the ranks at once. Every rank
+// also gets PR_SET_PDEATHSIG=SIGKILL, so a launcher killed outright takes its
+// ranks with it. Only the first failure is reported: ranks that exit
+// afterwards were most likely stopped by it, or by the launcher.
+#ifndef CHUNKZERO_TOOLS_LAUNCH_LAUNCHER_H_
+#define CHUNKZERO_TOOLS_LAUNCH_LAUNCHER_H_
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace chunkzero {
+namespace launch {
+
+// What the launcher binary prints after a usage error.
+inline constexpr char kUsage[] =
+    "usage: launch [--grace_period_s=S] NPROC BINARY [ARGS...]\n"
+    "Runs NPROC processes of BINARY, rank r as BINARY --world_size=NPROC "
+    "--backend=gloo --rank=r --rendezvous=DIR/store ARGS..., and stops them "
+    "all when one fails (SIGTERM, then SIGKILL after S seconds, default 5).\n";
+
+// How much of each captured rank's output is kept: its last 64 KiB.
+inline constexpr size_t kKeptOutputBytes = 64 * 1024;
+
+inline constexpr std::chrono::milliseconds kDefaultGracePeriod{5000};
+
+struct LaunchOptions {
+  // Ranks, >= 1.
+  int nproc = 0;
+  // The program each rank runs: a path, or a name looked up in $PATH.
+  std::string binary;
+  // Passed to every rank after the flags the launcher sets.
+  std::vector<std::string> args;
+  // How long a rank has, after SIGTERM (or the signal the launcher passed
+  // on), before it is SIGKILLed.
+  std::chrono::milliseconds grace_period = kDefaultGracePeriod;
+  // Where the launcher's own messages and a failed rank's kept output go.
+  // Rank 0's output goes to this process's stdout and stderr regardless.
+  int report_fd = STDERR_FILENO;
+};
+
+// Parses the launcher's command line, without the program name:
+// `[--grace_period_s=S] NPROC BINARY [ARGS...]`. The launcher's flags come
+// before NPROC; everything after BINARY is ARGS, flags included.
+// InvalidArgument names what is wrong.
+absl::StatusOr<LaunchOptions> ParseLaunchArgs(
+    absl::Span<const std::string> args);
+
+// Runs the job to its end and returns the exit code the launcher should
+// exit with: 0 when every rank exited 0; otherwise the first failing rank's
+// exit code (128 + the signal number if a signal killed it), or 128 + s if
+// the launcher got signal s (SIGINT, SIGTERM, SIGHUP) before any rank
+// failed. Blocks until every rank has been reaped.
+//
+// An error status means the launcher itself failed: bad options
+// (InvalidArgument), a rank that could not be executed (the message names
+// the binary and the errno text), or a failed system call (mkdtemp, pipe,
+// fork, poll, ...). Ranks already started are stopped as above and reaped
+// before it returns.
+//
+// REQUIRES: no other RunJob in this process at the same time. For its
+// duration RunJob owns the dispositions of SIGINT, SIGTERM, SIGHUP and
+// SIGCHLD (restored on return; a signal ignored on entry, as under nohup,
+// stays ignored and is not passed on) and reaps only its own children. Call
+// it from a thread that outlives the job: PR_SET_PDEATHSIG fires when the
+// thread that forked a rank exits.
+absl::StatusOr<int> RunJob(const LaunchOptions& options);
+
+// The exit code a shell would give a process that ended with `wait_status`
+// (from waitpid): its exit code, or 128 + the number of the signal that
+// killed it.
+int ExitCodeOf(int wait_status);
+
+// "exit code 3" or "killed by signal SIGUSR1" for a status from waitpid.
+std::string DescribeWaitStatus(int wait_status);
+
+}  // namespace launch
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_TOOLS_LAUNCH_LAUNCHER_H_

@@ -1,0 +1,258 @@
+// launcher.h: the command line, exit codes, and RunJob called in this
+// process over fake_rank (launch_test runs the binary, signals included).
+#include "tools/launch/launcher.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+
+namespace chunkzero {
+namespace launch {
+namespace {
+
+std::string FakeRank() {
+  return absl::StrCat(std::getenv("TEST_SRCDIR"),
+                      "/chunkzero/tools/launch/fake_rank");
+}
+
+TEST(ParseLaunchArgs, TakesFlagsThenNprocThenBinaryThenArgs) {
+  absl::StatusOr<LaunchOptions> options = ParseLaunchArgs(
+      {"--grace_period_s=0.25", "3", "/bin/train", "--steps=2", "x"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->nproc, 3);
+  EXPECT_EQ(options->binary, "/bin/train");
+  EXPECT_EQ(options->args, (std::vector<std::string>{"--steps=2", "x"}));
+  EXPECT_EQ(options->grace_period, std::chrono::milliseconds(250));
+}
+
+TEST(ParseLaunchArgs, DefaultsToAFiveSecondGracePeriodAndNoArgs) {
+  absl::StatusOr<LaunchOptions> options = ParseLaunchArgs({"1", "train"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->nproc, 1);
+  EXPECT_EQ(options->binary, "train");
+  EXPECT_TRUE(options->args.empty());
+  EXPECT_EQ(options->grace_period, std::chrono::seconds(5));
+}
+
+TEST(ParseLaunchArgs, NamesWhatIsWrong) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const Case cases[] = {
+      {{}, "missing NPROC"},
+      {{"--grace_period_s=1"}, "missing NPROC"},
+      {{"2"}, "missing BINARY"},
+      {{"2", ""}, "missing BINARY"},
+      {{"0", "train"}, "NPROC must be a whole number >= 1, not \"0\""},
+      {{"-1", "train"}, "NPROC must be a whole number >= 1, not \"-1\""},
+      {{"two", "train"}, "NPROC must be a whole number >= 1, not \"two\""},
+      {{"--grace_period_s=-1", "2", "train"},
+       "--grace_period_s takes seconds from 0 to 86400, not \"-1\""},
+      {{"--grace_period_s=abc", "2", "train"},
+       "--grace_period_s takes seconds from 0 to 86400, not \"abc\""},
+      {{"--grace_period_s=nan", "2", "train"},
+       "--grace_period_s takes seconds from 0 to 86400, not \"nan\""},
+      {{"--grace_period_s=1e9", "2", "train"},
+       "--grace_period_s takes seconds from 0 to 86400, not \"1e9\""},
+      {{"--steps=2", "2", "train"},
+       "unknown flag --steps=2 (the launcher's flags come before NPROC)"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat("args: ", absl::StrJoin(c.args, " ")));
+    absl::StatusOr<LaunchOptions> options = ParseLaunchArgs(c.args);
+    EXPECT_EQ(options.status(), absl::InvalidArgumentError(c.message));
+  }
+}
+
+TEST(ExitCodeOf, IsTheExitCodeOr128PlusTheSignal) {
+  EXPECT_EQ(ExitCodeOf(W_EXITCODE(0, 0)), 0);
+  EXPECT_EQ(ExitCodeOf(W_EXITCODE(3, 0)), 3);
+  EXPECT_EQ(ExitCodeOf(W_EXITCODE(0, SIGKILL)), 137);
+  EXPECT_EQ(ExitCodeOf(W_EXITCODE(0, SIGTERM)), 143);
+}
+
+TEST(DescribeWaitStatus, NamesTheCodeOrTheSignal) {
+  EXPECT_EQ(DescribeWaitStatus(W_EXITCODE(3, 0)), "exit code 3");
+  EXPECT_EQ(DescribeWaitStatus(W_EXITCODE(0, SIGUSR1)),
+            "killed by signal SIGUSR1");
+  EXPECT_EQ(DescribeWaitStatus(W_EXITCODE(0, SIGSEGV)),
+            "killed by signal SIGSEGV");
+}
+
+// RunJob with its rendezvous directory under a fresh $TMPDIR and its report
+// in a file.
+class RunJobTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    const testing::TestInfo* test =
+        testing::UnitTest::GetInstance()->current_test_info();
+    tmpdir_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", test->name());
+    ASSERT_EQ(mkdir(tmpdir_.c_str(), 0700), 0) << tmpdir_;
+    ASSERT_EQ(setenv("TMPDIR", tmpdir_.c_str(), 1), 0);
+    report_path_ =
+        absl::StrCat(std::getenv("TEST_TMPDIR"), "/", test->name(), ".report");
+    report_fd_ = open(report_path_.c_str(),
+                      O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    ASSERT_GE(report_fd_, 0);
+  }
+  void TearDown() override {
+    close(report_fd_);
+    unsetenv("TMPDIR");
+  }
+
+  LaunchOptions Options(int nproc, std::vector<std::string> args) const {
+    LaunchOptions options;
+    options.nproc = nproc;
+    options.binary = FakeRank();
+    options.args = std::move(args);
+    options.report_fd = report_fd_;
+    return options;
+  }
+
+  std::string Report() const {
+    std::ifstream in(report_path_);
+    return std::string(std::istreambuf_iterator<char>(in),
+                       std::istreambuf_iterator<char>());
+  }
+
+  // The rendezvous directory as fake_rank prints it, with mkdtemp's random
+  // suffix kept as the XXXXXX it replaced (same length).
+  std::string Rendezvous() const {
+    return absl::StrCat(tmpdir_, "/chunkzero-rendezvous.XXXXXX/store");
+  }
+
+  // Replaces every mkdtemp suffix in `text` with XXXXXX.
+  std::string Redacted(std::string text) const {
+    const std::string prefix = absl::StrCat(tmpdir_, "/chunkzero-rendezvous.");
+    for (size_t at = text.find(prefix); at != std::string::npos;
+         at = text.find(prefix, at + 1)) {
+      text.replace(at + prefix.size(), 6, "XXXXXX");
+    }
+    return text;
+  }
+
+  std::vector<std::string> TmpdirEntries() const {
+    std::vector<std::string> names;
+    DIR* dir = opendir(tmpdir_.c_str());
+    if (dir == nullptr) return names;
+    while (const dirent* entry = readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+    closedir(dir);
+    return names;
+  }
+
+  std::string tmpdir_;
+  std::string report_path_;
+  int report_fd_ = -1;
+};
+
+TEST_F(RunJobTest, AllRanksExitingZeroIsZeroAndTheDirectoryIsRemoved) {
+  absl::StatusOr<int> code = RunJob(Options(3, {"--sleep_s=0.1"}));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0);
+  EXPECT_EQ(Report(), "");
+  EXPECT_TRUE(TmpdirEntries().empty());
+}
+
+TEST_F(RunJobTest, ReportsTheFirstFailureWithItsOutputAndReturnsItsCode) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<int> code =
+      RunJob(Options(2, {"--fail_rank=1", "--exit_code=3", "--sleep_s=20"}));
+  const std::chrono::duration<double> took =
+      std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 3);
+  EXPECT_LT(took.count(), 3.0);
+  EXPECT_EQ(Redacted(Report()),
+            absl::StrCat("launch: rank 1 failed (exit code 3)\n"
+                         "fake_rank 1: --world_size=2 --backend=gloo --rank=1 "
+                         "--rendezvous=",
+                         Rendezvous(),
+                         " --fail_rank=1 --exit_code=3 --sleep_s=20\n"
+                         "fake_rank 1: exiting with code 3\n"));
+  EXPECT_TRUE(TmpdirEntries().empty());
+}
+
+TEST_F(RunJobTest, KeepsTheLast64KiBOfAFailedRanksOutput) {
+  const long spew = 200000;
+  absl::StatusOr<int> code =
+      RunJob(Options(2, {"--fail_rank=1", "--exit_code=7",
+                         absl::StrCat("--spew_bytes=", spew)}));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 7);
+
+  std::string output = absl::StrCat(
+      "fake_rank 1: --world_size=2 --backend=gloo --rank=1 --rendezvous=",
+      Rendezvous(), " --fail_rank=1 --exit_code=7 --spew_bytes=", spew, "\n");
+  for (long i = 0; i * 12 < spew; ++i) {
+    char line[32];
+    std::snprintf(line, sizeof(line), "line %06ld\n", i);
+    output.append(line, std::min<long>(12, spew - i * 12));
+  }
+  output += "fake_rank 1: exiting with code 7\n";
+  ASSERT_GT(output.size(), kKeptOutputBytes);
+  EXPECT_EQ(Report(),
+            absl::StrCat("launch: rank 1 failed (exit code 7)\n"
+                         "launch: the first ",
+                         output.size() - kKeptOutputBytes,
+                         " bytes of rank 1's output were dropped\n",
+                         output.substr(output.size() - kKeptOutputBytes)));
+}
+
+TEST_F(RunJobTest, AMissingBinaryIsNamedWithTheErrnoText) {
+  LaunchOptions options = Options(2, {});
+  options.binary = "/nonexistent/fake_rank";
+  absl::StatusOr<int> code = RunJob(options);
+  EXPECT_EQ(code.status(),
+            absl::NotFoundError("cannot execute /nonexistent/fake_rank for "
+                                "rank 0: No such file or directory"));
+  EXPECT_TRUE(TmpdirEntries().empty());
+}
+
+TEST_F(RunJobTest, RejectsBadOptions) {
+  LaunchOptions options = Options(0, {});
+  EXPECT_EQ(RunJob(options).status(),
+            absl::InvalidArgumentError("nproc must be >= 1, not 0"));
+  options = Options(1, {});
+  options.binary = "";
+  EXPECT_EQ(RunJob(options).status(),
+            absl::InvalidArgumentError("no binary to run"));
+  options = Options(1, {});
+  options.grace_period = std::chrono::milliseconds(-1);
+  EXPECT_EQ(RunJob(options).status(),
+            absl::InvalidArgumentError("the grace period is negative"));
+}
+
+TEST_F(RunJobTest, RestoresTheSignalDispositions) {
+  struct sigaction before {};
+  ASSERT_EQ(sigaction(SIGTERM, nullptr, &before), 0);
+  absl::StatusOr<int> code = RunJob(Options(1, {}));
+  ASSERT_TRUE(code.ok()) << code.status();
+  struct sigaction after {};
+  ASSERT_EQ(sigaction(SIGTERM, nullptr, &after), 0);
+  EXPECT_EQ(after.sa_handler, before.sa_handler);
+}
+
+}  // namespace
+}  // namespace launch
+}  // namespace chunkzero
