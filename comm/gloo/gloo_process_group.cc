@@ -383,6 +383,30 @@ class Worker {
     if (size_ == 1) return ExecuteAlone(op);
     if (absl::Status s = ExchangeHeaders(op, deadline); !s.ok()) return s;
     if (op.call.count == 0) return absl::OkStatus();
+    try {
+      return MoveData(op, deadline, context);
+    } catch (const gloo::IoException& e) {
+      if (!IsTimeoutMessage(e.what())) throw;
+      // Every rank sent its header, so every rank joined: one of them
+      // stopped (or its host became unreachable) while the data moved.
+      // Gloo's waits do not say which peer they waited for.
+      std::vector<int> peers;
+      for (int r = 0; r < size_; ++r) {
+        if (r != rank_) peers.push_back(r);
+      }
+      return absl::DeadlineExceededError(absl::StrCat(
+          Describe(op.seq, op.call), " timed out on rank ", rank_, " after ",
+          absl::FormatDuration(op.timeout),
+          " moving its data; every rank had joined it, so one of rank",
+          peers.size() == 1 ? " " : "s ", absl::StrJoin(peers, ", "),
+          " stopped or became unreachable while it ran (", e.what(),
+          "); the group is now aborted"));
+    }
+  }
+
+  // The data phase of a collective whose headers matched.
+  absl::Status MoveData(const Op& op, absl::Time deadline,
+                        const std::string& context) {
     switch (op.call.kind) {
       case CollectiveKind::kBarrier:
         return absl::OkStatus();  // The header exchange was the barrier.

@@ -287,6 +287,12 @@ TEST_F(LaunchTest, AStoppedRankIsWokenToDieWhenAnotherFails) {
   EXPECT_LT(SecondsSince(start), 4.0);
   EXPECT_TRUE(absl::StartsWith(Err(), "launch: rank 2 failed (exit code 5)\n"))
       << Err();
+  // The report names the stopped rank: its peers' timeouts may not.
+  EXPECT_TRUE(absl::StrContains(
+      Err(),
+      "launch: rank 1 was stopped (SIGSTOP or a debugger) when rank 2 "
+      "failed\n"))
+      << Err();
   EXPECT_FALSE(absl::StrContains(Err(), "SIGKILL")) << Err();
   ExpectRanksGone(3);
 }

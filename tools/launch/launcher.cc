@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "base/file.h"
 #include "base/status_macros.h"
 
 namespace chunkzero {
@@ -224,6 +225,18 @@ struct ChildFailure {
   ChildStage stage;
   int error;
 };
+
+// True if `pid` is in the stopped state ('T' or 't' in /proc/PID/stat).
+bool IsStopped(pid_t pid) {
+  absl::StatusOr<std::string> stat =
+      ReadFileToString(absl::StrCat("/proc/", pid, "/stat"), 4096);
+  if (!stat.ok()) return false;
+  // "PID (COMM) STATE ...": COMM may hold spaces and parentheses.
+  const size_t paren = stat->rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat->size()) return false;
+  const char state = (*stat)[paren + 2];
+  return state == 'T' || state == 't';
+}
 
 [[noreturn]] void FailChild(const ChildPlan& plan, ChildStage stage,
                             int error) {
@@ -499,6 +512,15 @@ class Job {
     }
     absl::StrAppend(&report, rank.kept);
     if (!rank.kept.empty() && rank.kept.back() != '\n') report += '\n';
+    // A stopped rank (SIGSTOP, a debugger) is the likely reason its peers
+    // timed out, and their messages cannot always name it.
+    for (size_t other = 0; other < ranks_.size(); ++other) {
+      if (other != r && ranks_[other].running && IsStopped(ranks_[other].pid)) {
+        absl::StrAppend(&report, "launch: rank ", other,
+                        " was stopped (SIGSTOP or a debugger) when rank ", r,
+                        " failed\n");
+      }
+    }
     Report(report);
     exit_code_ = ExitCodeOf(wait_status);
     StopRanks(SIGTERM);
