@@ -659,7 +659,16 @@ absl::Status CompareJoinValues(int rank, const std::string& mine, int peer,
   if (mine == theirs) return absl::OkStatus();
   const auto a = ParseJoinValue(mine), b = ParseJoinValue(theirs);
   std::string key, here = "(unset)", there = "(unset)";
+  // The world size first: other settings (a chunk size aligned to it) may
+  // differ only because it does.
+  if (a.count("world_size") > 0 && b.count("world_size") > 0 &&
+      a.at("world_size") != b.at("world_size")) {
+    key = "world_size";
+    here = a.at("world_size");
+    there = b.at("world_size");
+  }
   for (const auto& [k, v] : a) {
+    if (!key.empty()) break;
     auto it = b.find(k);
     if (it == b.end() || it->second != v) {
       key = k;

@@ -587,8 +587,10 @@ TEST(GlooProcessGroup, CreateFailsFastWhenRanksDisagreeOnTheJob) {
         "0.2 on rank 1 but 0.1 on rank 0",
         "rank 0 was started with another configuration than rank 1: lr is "
         "0.1 on rank 0 but 0.2 on rank 1"}},
+      // The world size is named first, although a setting derived from it
+      // ("chunk_size" sorts before it) differs too.
       {{2, 3},
-       {{}, {}},
+       {{{"chunk_size", "34"}}, {{"chunk_size", "33"}}},
        {"rank 1 was started with another configuration than rank 0: "
         "world_size is 3 on rank 1 but 2 on rank 0",
         "rank 0 was started with another configuration than rank 1: "
