@@ -2,6 +2,10 @@
 
 #include <cstdlib>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace chunkzero {
 namespace {
 
@@ -11,9 +15,12 @@ CpuFeatures Probe() {
   // libgcc's probe also checks (XGETBV) that the OS saves the YMM and ZMM
   // state, so a set bit means the instructions are usable.
   __builtin_cpu_init();
-  features.avx2 = __builtin_cpu_supports("avx2") &&
-                  __builtin_cpu_supports("f16c") &&
-                  __builtin_cpu_supports("fma");
+  // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports
+  // does not know "f16c".
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+  features.avx2 =
+      __builtin_cpu_supports("avx2") && f16c && __builtin_cpu_supports("fma");
   features.avx512 = features.avx2 && __builtin_cpu_supports("avx512f") &&
                     __builtin_cpu_supports("avx512bw") &&
                     __builtin_cpu_supports("avx512vl");

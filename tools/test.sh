@@ -3,8 +3,10 @@
 # the plain build), and ends with one line `N passed, N failed, N skipped`.
 #
 #   bash tools/test.sh                 # what the README's quick start runs
-#   bash tools/test.sh default tsan    # what CI runs (.ci/run)
+#   bash tools/test.sh default tsan asan ubsan fuzz   # what CI runs
 #   bash tools/test.sh asan ubsan
+#   bash tools/test.sh fuzz            # libFuzzer, 60 s per target
+#                                      # (CHUNKZERO_FUZZ_SECONDS)
 #
 # Counts are of GoogleTest test cases, read from the test.xml files Bazel
 # keeps; a test target that fails to build or times out counts as one failed.
@@ -20,6 +22,22 @@ total_passed=0
 total_failed=0
 total_skipped=0
 for config in "${configs[@]}"; do
+  if [[ "${config}" == fuzz ]]; then
+    # Every fuzz target under libFuzzer for CHUNKZERO_FUZZ_SECONDS (60) s:
+    # one passed or failed case per target.
+    log="$(mktemp)"
+    echo "=== fuzz (tools/fuzz/run.sh)" >&2
+    bash tools/fuzz/run.sh "${CHUNKZERO_FUZZ_SECONDS:-60}" | tee "${log}" >&2
+    passed="$(grep -c '^fuzz: PASS ' "${log}")"
+    failed="$(grep -c '^fuzz: FAIL ' "${log}")"
+    # A run that never got to its targets (a build failure) is a failure.
+    ((passed + failed > 0)) || failed=1
+    rm -f "${log}"
+    echo "fuzz: ${passed} passed, ${failed} failed, 0 skipped" >&2
+    total_passed=$((total_passed + passed))
+    total_failed=$((total_failed + failed))
+    continue
+  fi
   flags=()
   [[ "${config}" == default ]] || flags=("--config=${config}")
   log="$(mktemp)"

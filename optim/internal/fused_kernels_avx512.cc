@@ -10,7 +10,9 @@
 // its own intrinsics are (or may be) used uninitialized; they are never
 // read. Silence that, only here (as tensor/internal/kernels_avx512.cc does).
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // Clang has no such warning (and no false alarm).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstdint>

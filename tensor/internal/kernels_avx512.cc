@@ -9,7 +9,9 @@
 // its own intrinsics (_mm512_cvtps_pd, _mm512_slli_epi32, ...) are (or may
 // be) used uninitialized; they are never read. Silence that, only here.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // Clang has no such warning (and no false alarm).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstdint>
