@@ -284,11 +284,17 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options) {
   CZ_ASSIGN_OR_RETURN(plan.memory, EstimateTrainMemory(need));
   CZ_RETURN_IF_ERROR(CheckMemory(plan));
 
-  if (!options.tokens.empty()) {
-    CZ_ASSIGN_OR_RETURN(
-        plan.data, TokenData::FromTokenFile(options.tokens, plan.model.vocab));
-  } else if (!options.data.empty()) {
-    CZ_ASSIGN_OR_RETURN(plan.data, TokenData::FromByteFile(options.data));
+  if (!options.tokens.empty() || !options.data.empty()) {
+    const bool ids = !options.tokens.empty();
+    absl::StatusOr<TokenData> data =
+        ids ? TokenData::FromTokenFile(options.tokens, plan.model.vocab)
+            : TokenData::FromByteFile(options.data);
+    if (!data.ok()) {
+      return absl::Status(data.status().code(),
+                          absl::StrCat(ids ? "--tokens: " : "--data: ",
+                                       data.status().message()));
+    }
+    plan.data = *std::move(data);
   } else {
     plan.data = TokenData::BuiltIn();
   }

@@ -1,0 +1,226 @@
+// docs/ERRORS.md is checked against the train binary: every command in its
+// tables runs (after a small model's flags, with $TMP a directory of
+// fixtures made here) and must exit with the status and print the message
+// the table gives; and every flag of the binary must appear in the file.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "base/file.h"
+#include "base/file_lock.h"
+#include "gtest/gtest.h"
+#include "tensor/tensor.h"
+#include "tools/gpt/gpt_model.h"
+#include "tools/gpt/safetensors.h"
+
+extern char** environ;
+
+namespace chunkzero {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kBaseFlags[] =
+    "--layers=1 --d_model=32 --heads=2 --seq_len=16 --steps=1 "
+    "--world_size=2 --batch=2";
+
+std::string Runfile(const std::string& path) {
+  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/chunkzero/", path);
+}
+
+std::string Read(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  EXPECT_TRUE(text.ok()) << text.status();
+  return text.ok() ? *text : "";
+}
+
+void Write(const std::string& path, const std::string& bytes) {
+  ASSERT_TRUE(WriteFileAtomically(path, [&](int fd, const std::string& tmp) {
+                return WriteAll(fd, bytes.data(), bytes.size(), tmp);
+              }).ok());
+}
+
+struct Outcome {
+  int exit_code = -1;
+  std::string err;
+};
+
+// Runs the train binary with `args`; stdout is dropped, stderr kept.
+Outcome RunTrain(const std::vector<std::string>& args, const std::string& tmp) {
+  std::vector<std::string> argv = {Runfile("tools/train/train")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> raw;
+  for (std::string& a : argv) raw.push_back(a.data());
+  raw.push_back(nullptr);
+  const std::string err_path = JoinPath(tmp, "stderr.txt");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  Outcome out;
+  if (posix_spawn(&pid, raw[0], &actions, nullptr, raw.data(), environ) != 0) {
+    ADD_FAILURE() << "cannot start " << raw[0];
+    return out;
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  // A deadline, so that a hang fails the test instead of stalling it.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::minutes(3);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      ADD_FAILURE() << "hung: killed after 3 minutes";
+      return out;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  out.exit_code =
+      WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  out.err = Read(err_path);
+  return out;
+}
+
+struct Row {
+  std::string command;  // Without the leading "train ".
+  int exit_code = 0;
+  std::string message;
+};
+
+// The table rows whose first cell is a `train ...` command.
+std::vector<Row> CommandRows(const std::string& doc) {
+  std::vector<Row> rows;
+  for (absl::string_view line : absl::StrSplit(doc, '\n')) {
+    if (!absl::StartsWith(line, "| `train ")) continue;
+    std::vector<std::string> cells = absl::StrSplit(line, " | ");
+    if (cells.size() < 3) {
+      ADD_FAILURE() << "a row of fewer than 3 cells: " << line;
+      continue;
+    }
+    Row row;
+    row.command = std::string(absl::StripPrefix(cells[0], "| `train "));
+    row.command = std::string(absl::StripSuffix(row.command, "`"));
+    EXPECT_TRUE(absl::SimpleAtoi(cells[1], &row.exit_code)) << line;
+    row.message = std::string(absl::StripSuffix(
+        absl::StripPrefix(absl::StripAsciiWhitespace(cells[2]), "`"), "`"));
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+// The fixtures the rows refer to as $TMP/...
+void MakeFixtures(const std::string& tmp) {
+  fs::create_directories(JoinPath(tmp, "dir"));
+  fs::create_directories(JoinPath(tmp, "locked"));
+  std::string text;
+  for (int i = 0; i < 2000; ++i) text += static_cast<char>('a' + i % 26);
+  Write(JoinPath(tmp, "text.txt"), text);
+  Write(JoinPath(tmp, "short.txt"), text.substr(0, 16));
+  Write(JoinPath(tmp, "plain"), "x");
+  Write(JoinPath(tmp, "odd.bin"), "abc");
+  Write(JoinPath(tmp, "tokens.bin"), std::string("\x01\x00\x02\x00", 4));
+  Write(JoinPath(tmp, "big_ids.bin"),
+        std::string("\x00\x00\x01\x00\x2c\x01\x02\x00", 8));  // 0 1 300 2
+  for (const auto& [name, positions, poison] :
+       {std::tuple<std::string, int, bool>{"nan.safetensors", 16, true},
+        {"p32.safetensors", 32, false}}) {
+    GptConfig config;
+    config.layers = 1;
+    config.d_model = 32;
+    config.heads = 2;
+    config.seq_len = positions;
+    config.vocab = 256;
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const auto& [param, shape] : GptParameterShapes(config)) {
+      Tensor t = *Tensor::Zeros(shape, DType::kF32);
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        t.data<float>()[i] = 0.001f * static_cast<float>(i % 17);
+      }
+      if (poison && param == "h.0.mlp.c_fc.weight") {
+        t.data<float>()[3] = std::numeric_limits<float>::quiet_NaN();
+      }
+      tensors.emplace_back("transformer." + param, std::move(t));
+    }
+    ASSERT_TRUE(WriteSafetensors(JoinPath(tmp, name), tensors).ok());
+  }
+  // A checkpoint of the base model, and a damaged copy.
+  const std::string ckpt = JoinPath(tmp, "ckpt");
+  std::vector<std::string> save = absl::StrSplit(kBaseFlags, ' ');
+  save.push_back("--save=" + ckpt);
+  const Outcome saved = RunTrain(save, tmp);
+  ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  const std::string damaged = JoinPath(tmp, "damaged");
+  fs::copy(ckpt, damaged, fs::copy_options::recursive);
+  for (const auto& entry : fs::directory_iterator(damaged)) {
+    if (absl::StartsWith(entry.path().filename().string(), "shard-")) {
+      fs::resize_file(entry.path(), fs::file_size(entry.path()) / 2);
+    }
+  }
+}
+
+TEST(ErrorsDoc, EveryCommandFailsAsDocumented) {
+  const std::string tmp = JoinPath(std::getenv("TEST_TMPDIR"), "fixtures");
+  fs::create_directories(tmp);
+  MakeFixtures(tmp);
+  // The lock another job would hold on --save=$TMP/locked.
+  absl::StatusOr<std::unique_ptr<FileLock>> lock =
+      FileLock::TryAcquire(JoinPath(tmp, "locked/lock"));
+  ASSERT_TRUE(lock.ok()) << lock.status();
+
+  const std::vector<Row> rows = CommandRows(Read(Runfile("docs/ERRORS.md")));
+  EXPECT_GE(rows.size(), 50u) << "the tables were not parsed";
+  for (const Row& row : rows) {
+    SCOPED_TRACE(absl::StrCat("train ", row.command));
+    const std::string command =
+        absl::StrReplaceAll(row.command, {{"$TMP", tmp}});
+    std::vector<std::string> args = absl::StrSplit(kBaseFlags, ' ');
+    for (absl::string_view arg :
+         absl::StrSplit(command, ' ', absl::SkipEmpty())) {
+      args.emplace_back(arg);
+    }
+    const Outcome out = RunTrain(args, tmp);
+    EXPECT_EQ(out.exit_code, row.exit_code) << out.err;
+    EXPECT_TRUE(absl::StrContains(
+        out.err, absl::StrReplaceAll(row.message, {{"$TMP", tmp}})))
+        << "documented: " << row.message << "\nprinted: " << out.err;
+  }
+}
+
+TEST(ErrorsDoc, EveryFlagOfTheBinaryIsDocumented) {
+  const std::string doc = Read(Runfile("docs/ERRORS.md"));
+  const std::string main = Read(Runfile("tools/train/train_main.cc"));
+  const std::regex flag(R"(ABSL_FLAG\(\s*[\w:]+\s*,\s*(\w+)\s*,)");
+  int flags = 0;
+  for (std::sregex_iterator it(main.begin(), main.end(), flag), end; it != end;
+       ++it) {
+    ++flags;
+    const std::string name = (*it)[1].str();
+    EXPECT_TRUE(absl::StrContains(doc, "--" + name))
+        << "--" << name << " is a flag of the train binary but "
+        << "docs/ERRORS.md never mentions it";
+  }
+  EXPECT_GE(flags, 30);
+}
+
+}  // namespace
+}  // namespace chunkzero
