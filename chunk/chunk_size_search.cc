@@ -75,7 +75,11 @@ absl::StatusOr<ChunkPacking> PackInOrder(absl::Span<const int64_t> sizes,
       free_in_current = chunk_size;
     }
     free_in_current -= size;
-    packing.used_elements += size;  // <= allocated, checked below.
+    if (__builtin_add_overflow(packing.used_elements, size,
+                               &packing.used_elements)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensors #0 to #", i, " hold more elements than an int64 counts"));
+    }
   }
   int64_t allocated = 0;
   if (__builtin_mul_overflow(packing.num_chunks, chunk_size, &allocated)) {

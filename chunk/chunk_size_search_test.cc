@@ -3,6 +3,7 @@
 #include <limits>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -172,9 +173,19 @@ TEST(PackInOrder, AllocatedElementsOverflowIsInvalidArgument) {
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(one->num_chunks, 1);
   EXPECT_EQ(one->wasted_elements, kMax - 8);
-  EXPECT_EQ(
-      PackInOrder({kMax / 2 + 1, kMax / 2 + 1}, kMax / 2 + 1).status().code(),
-      absl::StatusCode::kInvalidArgument);
+  // The sizes' sum overflows (UBSAN caught it being added unchecked).
+  absl::Status sum =
+      PackInOrder({kMax / 2 + 1, kMax / 2 + 1}, kMax / 2 + 1).status();
+  EXPECT_EQ(sum.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(sum.message(),
+            "tensors #0 to #1 hold more elements than an int64 counts");
+  // The sum fits, three chunks of kMax / 3 + 1 do not.
+  absl::Status chunks =
+      PackInOrder({kMax / 3, kMax / 3, 2}, kMax / 3 + 1).status();
+  EXPECT_EQ(chunks.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(chunks.message(),
+            absl::StrCat("3 chunks of ", kMax / 3 + 1,
+                         " elements hold more elements than an int64 counts"));
 }
 
 }  // namespace chunkzero

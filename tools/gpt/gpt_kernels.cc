@@ -139,9 +139,11 @@ inline float Exp(float x) {
   constexpr float kShifter = 12582912.0f;
   const float shifted = x * 1.44269504088896341f + kShifter;
   const float n = shifted - kShifter;
-  int32_t ni;
+  // Unsigned, so that a NaN x (a diverged run) gives a NaN, not undefined
+  // behaviour in the shift below; for finite x the bits are the same.
+  uint32_t ni;
   std::memcpy(&ni, &shifted, sizeof(ni));
-  ni -= 0x4B400000;  // The bits of kShifter.
+  ni -= 0x4B400000u;  // The bits of kShifter.
   const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -150,7 +152,7 @@ inline float Exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const int32_t bits = (ni + 127) << 23;
+  const uint32_t bits = (ni + 127u) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   return p * scale;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -27,6 +28,12 @@ TEST(GptKernelsTest, ExpApproxWithinThreeUlp) {
   EXPECT_LT(ExpApprox(-1000.0f), 1e-37f);
   EXPECT_TRUE(std::isfinite(ExpApprox(1000.0f)));
   EXPECT_GT(ExpApprox(1000.0f), 1e38f);
+  // A diverged run feeds it NaN and infinities: defined results (UBSAN
+  // checks the arithmetic), NaN for NaN of either sign.
+  EXPECT_TRUE(std::isnan(ExpApprox(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(std::isnan(ExpApprox(-std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_GT(ExpApprox(std::numeric_limits<float>::infinity()), 1e38f);
+  EXPECT_LT(ExpApprox(-std::numeric_limits<float>::infinity()), 1e-37f);
 }
 
 TEST(GptKernelsTest, GeluMatchesTanhFormula) {

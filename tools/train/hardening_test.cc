@@ -138,6 +138,25 @@ TEST(Hardening, TooManyRanksAsThreadsIsRefused) {
                         "threads of one process"));
 }
 
+// Ranks over Gloo as threads hold world_size * (world_size - 1) sockets.
+TEST(Hardening, GlooRanksAsThreadsMustFitTheFileDescriptorLimit) {
+  TrainOptions o = Tiny();
+  o.backend = "gloo";
+  o.world_size = 100;
+  EXPECT_EQ(FileDescriptorsNeeded(o), 100 * 99 + 800 + 64);
+  EXPECT_TRUE(CheckFileDescriptorLimit(o, 10764).ok());
+  const absl::Status status = CheckFileDescriptorLimit(o, 10763);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(status.message(),
+            "--world_size=100 over --backend=gloo needs about 10764 file "
+            "descriptors in this process (a socket per pair of ranks), but "
+            "the limit is 10763 (ulimit -n); raise it, or run one process "
+            "per rank (tools/train/launch.sh)");
+  o.rank = 3;  // One rank per process: one socket per peer.
+  o.rendezvous = "/tmp/r";
+  EXPECT_EQ(FileDescriptorsNeeded(o), 99 + 8 + 64);
+}
+
 // ---- Input files ----
 
 TEST(Hardening, ADirectoryAsAnInputFileIsAnErrorNamingIt) {

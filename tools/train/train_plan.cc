@@ -382,4 +382,21 @@ absl::Status CheckTrainOutputs(const TrainOptions& options) {
   return absl::OkStatus();
 }
 
+int64_t FileDescriptorsNeeded(const TrainOptions& o) {
+  const int64_t ranks_here = o.rank < 0 ? o.world_size : 1;
+  return ranks_here * (o.world_size - 1) + ranks_here * 8 + 64;
+}
+
+absl::Status CheckFileDescriptorLimit(const TrainOptions& o, int64_t limit) {
+  const int64_t need = FileDescriptorsNeeded(o);
+  if (limit >= need) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "--world_size=", o.world_size, " over --backend=gloo needs about ", need,
+      " file descriptors in this process (a socket per pair of ranks), but "
+      "the limit is ",
+      limit,
+      " (ulimit -n); raise it, or run one process per rank "
+      "(tools/train/launch.sh)"));
+}
+
 }  // namespace chunkzero

@@ -77,6 +77,16 @@ std::map<std::string, std::string> CheckpointConfig(const TrainPlan& plan);
 // directory can be created and written. Errors carry errno's text.
 absl::Status CheckTrainOutputs(const TrainOptions& options);
 
+// Ranks over Gloo hold a socket per peer: as threads of one process,
+// world_size * (world_size - 1) of them, plus a few per rank and for the
+// process. The file descriptors this process needs for that.
+int64_t FileDescriptorsNeeded(const TrainOptions& options);
+
+// ResourceExhausted, naming --world_size and the numbers, if `limit` file
+// descriptors (RLIMIT_NOFILE) are fewer than FileDescriptorsNeeded.
+absl::Status CheckFileDescriptorLimit(const TrainOptions& options,
+                                      int64_t limit);
+
 }  // namespace chunkzero
 
 #endif  // CHUNKZERO_TOOLS_TRAIN_TRAIN_PLAN_H_

@@ -126,28 +126,18 @@ constexpr char kEchoPayload[] = "chunkzero.train/echo";
 // The lock file --save's directory holds while a job saves into it.
 constexpr char kSaveLockName[] = "lock";
 
-// Ranks over Gloo hold one socket per peer; as threads of one process that
-// is world_size * (world_size - 1) descriptors. Raises the soft limit to the
-// hard one if that helps, and refuses a world that still does not fit.
-absl::Status CheckSocketLimit(const TrainOptions& o) {
-  const int64_t ranks_here = o.rank < 0 ? o.world_size : 1;
-  const int64_t need = ranks_here * (o.world_size - 1) + ranks_here * 8 + 64;
+// Raises this process's soft limit on file descriptors to the hard one if
+// the Gloo ranks need more than it, and checks that they then fit.
+absl::Status RaiseFileDescriptorLimit(const TrainOptions& o) {
   struct rlimit limit;
   if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return absl::OkStatus();
-  if (static_cast<int64_t>(limit.rlim_cur) < need &&
+  if (static_cast<int64_t>(limit.rlim_cur) < FileDescriptorsNeeded(o) &&
       limit.rlim_cur < limit.rlim_max) {
     limit.rlim_cur = limit.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &limit);
     ::getrlimit(RLIMIT_NOFILE, &limit);
   }
-  if (static_cast<int64_t>(limit.rlim_cur) >= need) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "--world_size=", o.world_size, " over --backend=gloo needs about ", need,
-      " file descriptors in this process (a socket per pair of ranks), "
-      "but the limit is ",
-      limit.rlim_cur,
-      " (ulimit -n); raise it, or run one process per rank "
-      "(tools/train/launch.sh)"));
+  return CheckFileDescriptorLimit(o, static_cast<int64_t>(limit.rlim_cur));
 }
 
 // What every rank of a job must agree on, compared at the rendezvous so
@@ -515,7 +505,9 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
     }
     save_lock = *std::move(locked);
   }
-  if (options.backend == "gloo") CZ_RETURN_IF_ERROR(CheckSocketLimit(options));
+  if (options.backend == "gloo") {
+    CZ_RETURN_IF_ERROR(RaiseFileDescriptorLimit(options));
+  }
   TrainResult result;
   result.model = plan.model;
   result.seq_len = plan.seq_len;
@@ -542,6 +534,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   Mutex failure_mu;
   absl::Status first_failure;
   auto fail = [&](int r, const absl::Status& status) {
+    absl::Status cause;
     {
       MutexLock lock(&failure_mu);
       const bool echo = status.GetPayload(kEchoPayload).has_value();
@@ -551,11 +544,12 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
             status.code(), absl::StrCat("rank ", r, ": ", status.message()));
         if (echo) first_failure.SetPayload(kEchoPayload, absl::Cord("1"));
       }
+      cause = first_failure;
     }
     // A failed rank must not leave the others waiting in a collective:
     // abort the in-process world; a Gloo group resets its connections when
     // it is destroyed.
-    if (world) world->Abort(first_failure);
+    if (world) world->Abort(cause);
   };
   auto run_rank = [&](int r) {
     absl::Status status;
