@@ -2,6 +2,8 @@
 // runs, failing saves and competing jobs: each case fails with a clear
 // error before doing work it cannot finish, and never loses the last good
 // checkpoint.
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <cmath>
@@ -369,6 +371,35 @@ TEST(Hardening, AFailedSaveLeavesNoOrphanShards) {
     ASSERT_TRUE(ckpt.ok()) << ckpt.status();
     EXPECT_EQ(ckpt->meta.step, 2);
   }
+}
+
+// A save whose writes fail half-way (here every file is limited to 16 KiB,
+// as a full disk would stop it) fails the run on every rank, removes its
+// partial files, and leaves the previous checkpoint whole.
+TEST(Hardening, ASaveCutShortByTheFileSystemLeavesThePreviousCheckpoint) {
+  TrainOptions o = Tiny();
+  o.save = TestDir("ckpt");
+  ASSERT_TRUE(RunJob(o).ok());  // Step 2: shards of about 128 KiB each.
+  const std::set<std::string> before = FileNames(o.save);
+  TrainOptions more = o;
+  more.resume = o.save;
+  more.steps = 4;
+  // Writes past the limit fail with EFBIG (and SIGXFSZ, ignored here).
+  struct rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  const sighandler_t old_handler = signal(SIGXFSZ, SIG_IGN);
+  struct rlimit limit = saved;
+  limit.rlim_cur = 16 << 10;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  const absl::Status status = RunJob(more);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &saved), 0);
+  signal(SIGXFSZ, old_handler);
+  EXPECT_EQ(status.code(), absl::StatusCode::kOutOfRange) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("File too large"));
+  EXPECT_EQ(FileNames(o.save), before);
+  absl::StatusOr<Checkpoint> ckpt = ReadCheckpoint(o.save);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ(ckpt->meta.step, 2);
 }
 
 // ---- Flags that contradict each other ----

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "base/detached_status.h"
 #include "base/file.h"
 #include "base/file_lock.h"
 #include "base/mutex.h"
@@ -544,7 +545,9 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
             status.code(), absl::StrCat("rank ", r, ": ", status.message()));
         if (echo) first_failure.SetPayload(kEchoPayload, absl::Cord("1"));
       }
-      cause = first_failure;
+      // A copy sharing nothing with first_failure, which another rank may
+      // replace meanwhile (base/detached_status.h).
+      cause = DetachedCopy(first_failure);
     }
     // A failed rank must not leave the others waiting in a collective:
     // abort the in-process world; a Gloo group resets its connections when
