@@ -178,7 +178,7 @@ class ChunkManager {
     DType dtype;
     MemoryCategory category;
     Device device = Device::Cpu();  // Where new chunks are created.
-    std::string source;  // Non-empty for a paired group.
+    std::string source;             // Non-empty for a paired group.
     bool closed = false;
     std::vector<std::unique_ptr<Chunk>> chunks;
     absl::flat_hash_map<std::string, TensorLocation> tensors;

@@ -307,9 +307,9 @@ TEST(ChunkManager, PairedGroupOnAnotherDevice) {
         ChunkManager m(&g, options, &tracker);
         CZ_RETURN_IF_ERROR(
             m.CreateGroup("fp16_param", DType::kF16, MemoryCategory::kParam));
-        CZ_RETURN_IF_ERROR(m.CreatePairedGroup(
-            "fp32_param", "fp16_param", DType::kF32, MemoryCategory::kMaster,
-            Device::Cpu()));
+        CZ_RETURN_IF_ERROR(
+            m.CreatePairedGroup("fp32_param", "fp16_param", DType::kF32,
+                                MemoryCategory::kMaster, Device::Cpu()));
         for (const char* group : {"fp16_param", "fp32_param"}) {
           const DType dtype =
               std::string(group) == "fp16_param" ? DType::kF16 : DType::kF32;

@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "absl/time/clock.h"
-
 #include "comm/argument_checks.h"
 
 namespace chunkzero {
@@ -77,8 +76,8 @@ class TimedWork final : public Work {
 
 }  // namespace
 
-std::unique_ptr<Work> RecordingProcessGroup::Timed(
-    absl::Time issued, std::unique_ptr<Work> work) {
+std::unique_ptr<Work> RecordingProcessGroup::Timed(absl::Time issued,
+                                                   std::unique_ptr<Work> work) {
   *blocked_ += absl::ToInt64Nanoseconds(absl::Now() - issued);
   return std::make_unique<TimedWork>(std::move(work), blocked_);
 }

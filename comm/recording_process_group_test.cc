@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-
 #include "comm/testing/mock_process_group.h"
 #include "comm/testing/spawn_ranks.h"
 #include "gmock/gmock.h"

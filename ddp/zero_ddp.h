@@ -19,9 +19,9 @@
 // parameter is left out or pinned then: every rank must use every
 // parameter (FinishBackward names any that got no grad).
 //
-// Registration. Otherwise, Create puts every parameter into compute-dtype chunks in
-// declaration order (group "fp16_param.decl"), with its fp32 master (rank
-// 0's value) in the paired group "fp32_param.decl" (in f32 mode too: grad
+// Registration. Otherwise, Create puts every parameter into compute-dtype
+// chunks in declaration order (group "fp16_param.decl"), with its fp32 master
+// (rank 0's value) in the paired group "fp32_param.decl" (in f32 mode too: grad
 // reuse overwrites the compute copy); data() becomes a view of its slice
 // and the model's own tensors are dropped, so memory is sharded from the
 // start. Step 1's forward gathers all of those chunks at its first hook

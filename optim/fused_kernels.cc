@@ -46,10 +46,10 @@ absl::Status CheckArgs(absl::string_view op, KernelIsa isa, size_t n,
   const bool overlap = grad_begin < out_begin + n * ElementSize(out_dtype) &&
                        out_begin < grad_begin + n * ElementSize(grad_dtype);
   if (overlap && (grad_begin != out_begin || grad_dtype != out_dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": param_out (", DTypeName(out_dtype), ") overlaps grad (",
-        DTypeName(grad_dtype),
-        ") without being the same array of the same dtype"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": param_out (", DTypeName(out_dtype),
+                     ") overlaps grad (", DTypeName(grad_dtype),
+                     ") without being the same array of the same dtype"));
   }
   return absl::OkStatus();
 }
@@ -105,10 +105,9 @@ absl::Status FusedAdam(KernelIsa isa, const AdamStep& step, float* param,
       !status.ok()) {
     return status;
   }
-  ParallelAdam(isa, FoldAdamStep(step),
-               {param, exp_avg, exp_avg_sq, grad, grad_dtype, param_out,
-                out_dtype},
-               n);
+  ParallelAdam(
+      isa, FoldAdamStep(step),
+      {param, exp_avg, exp_avg_sq, grad, grad_dtype, param_out, out_dtype}, n);
   return absl::OkStatus();
 }
 
@@ -118,16 +117,16 @@ absl::Status FusedSgd(KernelIsa isa, const SgdStep& step, float* param,
                       size_t n) {
   const oi::SgdConstants c = FoldSgdStep(step);
   const bool uses_buffer = c.momentum_mode != oi::Momentum::kNone;
-  if (absl::Status status = CheckArgs(
-          "FusedSgd", isa, n,
-          {param, grad, uses_buffer ? momentum_buffer : param}, grad,
-          grad_dtype, param_out, out_dtype);
+  if (absl::Status status =
+          CheckArgs("FusedSgd", isa, n,
+                    {param, grad, uses_buffer ? momentum_buffer : param}, grad,
+                    grad_dtype, param_out, out_dtype);
       !status.ok()) {
     return status;
   }
   ParallelSgd(isa, c,
-              {param, uses_buffer ? momentum_buffer : nullptr, grad,
-               grad_dtype, param_out, out_dtype},
+              {param, uses_buffer ? momentum_buffer : nullptr, grad, grad_dtype,
+               param_out, out_dtype},
               n);
   return absl::OkStatus();
 }
@@ -158,22 +157,20 @@ absl::Status FusedAdam(const AdamStep& step, float* param, float* exp_avg,
                                    out_dtype, n);
 }
 
-absl::Status FusedSgd(const SgdStep& step, float* param,
-                      float* momentum_buffer, const void* grad,
-                      DType grad_dtype, void* param_out, DType out_dtype,
-                      size_t n) {
-  return optim_internal::FusedSgd(BestKernelIsa(), step, param,
-                                  momentum_buffer, grad, grad_dtype,
-                                  param_out, out_dtype, n);
+absl::Status FusedSgd(const SgdStep& step, float* param, float* momentum_buffer,
+                      const void* grad, DType grad_dtype, void* param_out,
+                      DType out_dtype, size_t n) {
+  return optim_internal::FusedSgd(BestKernelIsa(), step, param, momentum_buffer,
+                                  grad, grad_dtype, param_out, out_dtype, n);
 }
 
 absl::Status AccumulateGradAndRestore(float* acc, const void* grad,
                                       DType grad_dtype, bool first,
                                       const float* master, void* param_out,
                                       DType out_dtype, size_t n) {
-  return optim_internal::AccumulateGradAndRestore(
-      BestKernelIsa(), acc, grad, grad_dtype, first, master, param_out,
-      out_dtype, n);
+  return optim_internal::AccumulateGradAndRestore(BestKernelIsa(), acc, grad,
+                                                  grad_dtype, first, master,
+                                                  param_out, out_dtype, n);
 }
 
 }  // namespace chunkzero

@@ -95,10 +95,9 @@ absl::Status FusedAdam(const AdamStep& step, float* param, float* exp_avg,
 
 // One fused SGD pass over param (f32, in place). momentum_buffer may be null
 // iff step.momentum == 0 (it is neither read nor written then).
-absl::Status FusedSgd(const SgdStep& step, float* param,
-                      float* momentum_buffer, const void* grad,
-                      DType grad_dtype, void* param_out, DType out_dtype,
-                      size_t n);
+absl::Status FusedSgd(const SgdStep& step, float* param, float* momentum_buffer,
+                      const void* grad, DType grad_dtype, void* param_out,
+                      DType out_dtype, size_t n);
 
 // Gradient accumulation over micro-batches with grad reuse:
 //   acc[i] = (first ? 0 : acc[i]) + f32(grad[i])

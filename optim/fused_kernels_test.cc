@@ -72,8 +72,8 @@ class TestArray {
       std::memcpy(data() + 4 * i, &v, 4);
       return;
     }
-    const uint16_t h = dtype_ == DType::kF16 ? FloatToHalfBits(v)
-                                             : FloatToBFloat16Bits(v);
+    const uint16_t h =
+        dtype_ == DType::kF16 ? FloatToHalfBits(v) : FloatToBFloat16Bits(v);
     std::memcpy(data() + 2 * i, &h, 2);
   }
 
@@ -223,19 +223,19 @@ using Kernel = std::function<absl::Status(KernelIsa, Problem&)>;
 
 Kernel Adam(const AdamStep& step) {
   return [step](KernelIsa isa, Problem& p) {
-    return optim_internal::FusedAdam(
-        isa, step, p.f32[0].f32(), p.f32[1].f32(), p.f32[2].f32(),
-        p.grad.data(), p.layout.grad_dtype, p.param_out(),
-        p.layout.out_dtype(), p.layout.n);
+    return optim_internal::FusedAdam(isa, step, p.f32[0].f32(), p.f32[1].f32(),
+                                     p.f32[2].f32(), p.grad.data(),
+                                     p.layout.grad_dtype, p.param_out(),
+                                     p.layout.out_dtype(), p.layout.n);
   };
 }
 
 Kernel Sgd(const SgdStep& step) {
   return [step](KernelIsa isa, Problem& p) {
     return optim_internal::FusedSgd(
-        isa, step, p.f32[0].f32(), step.momentum == 0 ? nullptr : p.f32[1].f32(),
-        p.grad.data(), p.layout.grad_dtype, p.param_out(),
-        p.layout.out_dtype(), p.layout.n);
+        isa, step, p.f32[0].f32(),
+        step.momentum == 0 ? nullptr : p.f32[1].f32(), p.grad.data(),
+        p.layout.grad_dtype, p.param_out(), p.layout.out_dtype(), p.layout.n);
   };
 }
 
@@ -325,7 +325,8 @@ std::vector<Layout> AllLayouts() {
 TEST(FusedKernels, EveryIsaBitIdenticalToScalar) {
   const std::vector<NamedKernel> kernels = AllKernels();
   for (const Layout& layout : AllLayouts()) {
-    const Problem input(layout, static_cast<uint32_t>(layout.n + layout.offset));
+    const Problem input(layout,
+                        static_cast<uint32_t>(layout.n + layout.offset));
     for (const NamedKernel& kernel : kernels) {
       Problem want = input;
       ASSERT_TRUE(kernel.kernel(KernelIsa::kScalar, want).ok());
@@ -381,8 +382,7 @@ TEST_P(FusedKernelsIsaTest, InfAndNanPropagate) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllIsas, FusedKernelsIsaTest,
-                         ::testing::Values(KernelIsa::kScalar,
-                                           KernelIsa::kAvx2,
+                         ::testing::Values(KernelIsa::kScalar, KernelIsa::kAvx2,
                                            KernelIsa::kAvx512),
                          [](const ::testing::TestParamInfo<KernelIsa>& info) {
                            return std::string(KernelIsaName(info.param));
@@ -426,9 +426,8 @@ TEST(FusedKernels, PublicEntryPointsRunTheBestIsa) {
   SgdStep sgd;
   sgd.momentum = 0.5f;
   ASSERT_TRUE(Sgd(sgd)(BestKernelIsa(), want).ok());
-  ASSERT_TRUE(FusedSgd(sgd, got.f32[0].f32(), got.f32[1].f32(),
-                       got.grad.data(), DType::kF16, got.out.data(),
-                       DType::kF16, layout.n)
+  ASSERT_TRUE(FusedSgd(sgd, got.f32[0].f32(), got.f32[1].f32(), got.grad.data(),
+                       DType::kF16, got.out.data(), DType::kF16, layout.n)
                   .ok());
   EXPECT_EQ(got.Diff(want), "");
 
@@ -460,8 +459,7 @@ void ReferenceAdam(const AdamStep& s, float& p, float& m, float& v, float g) {
 }
 
 // The same in double, from the same f32 hyper-parameters.
-void DoubleAdam(const AdamStep& s, double& p, double& m, double& v,
-                double g) {
+void DoubleAdam(const AdamStep& s, double& p, double& m, double& v, double g) {
   g = g * s.grad_scale;
   if (s.weight_decay != 0 && !s.decoupled_weight_decay) {
     g = g + double{s.weight_decay} * p;
@@ -536,9 +534,8 @@ TEST(FusedKernels, ScalarAdamMatchesReferences) {
       for (DType grad : {DType::kF32, DType::kF16, DType::kBF16}) {
         for (OutMode out : {OutMode::kF16, OutMode::kAliasGrad}) {
           const Layout layout = ReferenceLayout(grad, out);
-          SCOPED_TRACE(absl::StrCat("wd=", weight_decay,
-                                    " decoupled=", decoupled, " ",
-                                    layout.Name()));
+          SCOPED_TRACE(absl::StrCat("wd=", weight_decay, " decoupled=",
+                                    decoupled, " ", layout.Name()));
           Problem input = ReferenceProblem(layout);
           Problem got = input;
           ASSERT_TRUE(Adam(adam)(KernelIsa::kScalar, got).ok());
@@ -579,10 +576,9 @@ TEST(FusedKernels, ScalarSgdMatchesReferences) {
   steps[4].nesterov = true;
   for (const SgdStep& sgd : steps) {
     const Layout layout = ReferenceLayout(DType::kBF16, OutMode::kF32);
-    SCOPED_TRACE(absl::StrCat("momentum=", sgd.momentum,
-                              " first=", sgd.first_step,
-                              " dampening=", sgd.dampening,
-                              " nesterov=", sgd.nesterov));
+    SCOPED_TRACE(
+        absl::StrCat("momentum=", sgd.momentum, " first=", sgd.first_step,
+                     " dampening=", sgd.dampening, " nesterov=", sgd.nesterov));
     Problem input = ReferenceProblem(layout);
     Problem got = input;
     ASSERT_TRUE(Sgd(sgd)(KernelIsa::kScalar, got).ok());
@@ -610,8 +606,8 @@ TEST(FusedKernels, ScalarAccumulateMatchesReference) {
     Problem got = input;
     ASSERT_TRUE(Accumulate(first)(KernelIsa::kScalar, got).ok());
     for (size_t i = 0; i < layout.n; ++i) {
-      const float acc = (first ? 0.0f : input.f32[0].Get(i)) +
-                        input.grad.Get(i);
+      const float acc =
+          (first ? 0.0f : input.f32[0].Get(i)) + input.grad.Get(i);
       ASSERT_EQ(FloatBits(got.f32[0].Get(i)), FloatBits(acc)) << i;
       ASSERT_EQ(got.grad.Get(i),  // The restored weights.
                 HalfBitsToFloat(FloatToHalfBits(input.f32[1].Get(i))))
@@ -632,8 +628,8 @@ TEST(FusedKernels, RejectsBadArguments) {
   EXPECT_EQ(code(FusedAdam(adam, nullptr, f, f + 4, h, DType::kF16, nullptr,
                            DType::kF16, 4)),
             kInvalid);
-  EXPECT_EQ(code(FusedAdam(adam, f, f + 4, f + 4, nullptr, DType::kF16,
-                           nullptr, DType::kF16, 4)),
+  EXPECT_EQ(code(FusedAdam(adam, f, f + 4, f + 4, nullptr, DType::kF16, nullptr,
+                           DType::kF16, 4)),
             kInvalid);
   EXPECT_EQ(code(FusedAdam(adam, f, f, f, h, static_cast<DType>(7), nullptr,
                            DType::kF16, 0)),
@@ -648,12 +644,12 @@ TEST(FusedKernels, RejectsBadArguments) {
   EXPECT_EQ(code(FusedAdam(adam, f, f + 2, f + 4, h, DType::kF16, h + 1,
                            DType::kF16, 2)),
             kInvalid);
-  EXPECT_EQ(code(FusedAdam(adam, f, f + 2, f + 4, h, DType::kF16, h,
-                           DType::kF16, 2)),
-            absl::StatusCode::kOk);
+  EXPECT_EQ(
+      code(FusedAdam(adam, f, f + 2, f + 4, h, DType::kF16, h, DType::kF16, 2)),
+      absl::StatusCode::kOk);
   // n == 0 accepts null arrays.
-  EXPECT_TRUE(FusedAdam(adam, nullptr, nullptr, nullptr, nullptr,
-                        DType::kF32, nullptr, DType::kF32, 0)
+  EXPECT_TRUE(FusedAdam(adam, nullptr, nullptr, nullptr, nullptr, DType::kF32,
+                        nullptr, DType::kF32, 0)
                   .ok());
 
   SgdStep sgd;
@@ -665,8 +661,8 @@ TEST(FusedKernels, RejectsBadArguments) {
   EXPECT_EQ(code(no_buffer), kInvalid);
   EXPECT_NE(no_buffer.message().find("FusedSgd"), absl::string_view::npos);
 
-  EXPECT_EQ(code(AccumulateGradAndRestore(f, h, DType::kF16, true, nullptr,
-                                          h, DType::kF16, 4)),
+  EXPECT_EQ(code(AccumulateGradAndRestore(f, h, DType::kF16, true, nullptr, h,
+                                          DType::kF16, 4)),
             kInvalid);
   EXPECT_EQ(code(AccumulateGradAndRestore(f, h, DType::kF16, true, f + 4, h,
                                           DType::kF32, 4)),

@@ -51,8 +51,8 @@ absl::Status DynamicLossScaler::Restore(double scale, int64_t growth_tracker,
       growth_tracker < 0 || growth_tracker >= options_.growth_interval ||
       hysteresis_left < 1 || hysteresis_left > options_.hysteresis) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "loss scaler state (scale ", scale, ", growth tracker ",
-        growth_tracker, ", hysteresis left ", hysteresis_left,
+        "loss scaler state (scale ", scale, ", growth tracker ", growth_tracker,
+        ", hysteresis left ", hysteresis_left,
         ") does not fit its options (scale in [", options_.min_scale, ", ",
         options_.max_scale, "], growth interval ", options_.growth_interval,
         ", hysteresis ", options_.hysteresis, ")"));

@@ -43,7 +43,7 @@ inline uint16_t FloatToHalfBits(float f) {
   }
   if (abs >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 (and inf): inf.
   const uint32_t exponent = abs >> 23;
-  if (exponent < 113) {  // Below 2^-14: an f16 subnormal or zero.
+  if (exponent < 113) {               // Below 2^-14: an f16 subnormal or zero.
     if (exponent < 102) return sign;  // Below 2^-25: rounds to zero.
     const uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
     const uint32_t shift = 126 - exponent;  // 14..24
@@ -67,7 +67,8 @@ inline float HalfBitsToFloat(uint16_t h) {
   const uint32_t mantissa = h & 0x3ffu;
   if (exponent == 0) {
     // Zero or subnormal: mantissa * 2^-24 is exact in f32.
-    const float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
+    const float magnitude =
+        static_cast<float>(mantissa) * 5.9604644775390625e-8f;
     return BitsToFloat(sign | FloatBits(magnitude));
   }
   if (exponent == 31) {

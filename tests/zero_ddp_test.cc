@@ -376,9 +376,8 @@ TEST(ZeroDdp, KnownOrderRegistersAtCreate) {
         for (Parameter* p : model->Parameters()) {
           ddp_options.first_use_order.push_back(p->name());
         }
-        CZ_ASSIGN_OR_RETURN(
-            std::unique_ptr<ZeroDdp> ddp,
-            ZeroDdp::Create(model.get(), &chunks, ddp_options));
+        CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
+                            ZeroDdp::Create(model.get(), &chunks, ddp_options));
         EXPECT_TRUE(ddp->registered());
         EXPECT_EQ(ddp->registration_order(), ddp_options.first_use_order);
         const int num = chunks.num_chunks("fp16_param");
@@ -386,8 +385,8 @@ TEST(ZeroDdp, KnownOrderRegistersAtCreate) {
         const int64_t at_rest =
             tracker.Current(Device::Cpu(), MemoryCategory::kParam);
         EXPECT_EQ(at_rest, num * 12 * 2);  // Shards of 24 / 2 f16 elements.
-        CZ_RETURN_IF_ERROR(model->Forward(*ddp, MakeBatch(*model, 2, 3), 0)
-                               .status());
+        CZ_RETURN_IF_ERROR(
+            model->Forward(*ddp, MakeBatch(*model, 2, 3), 0).status());
         CZ_RETURN_IF_ERROR(model->Backward(*ddp));
         CZ_RETURN_IF_ERROR(ddp->FinishBackward());
         // One chunk materialised at a time (no prefetch; each op's chunk

@@ -3,10 +3,11 @@
 # the plain build), and ends with one line `N passed, N failed, N skipped`.
 #
 #   bash tools/test.sh                 # what the README's quick start runs
-#   bash tools/test.sh default tsan asan ubsan fuzz   # what CI runs
+#   bash tools/test.sh format default tsan asan ubsan fuzz   # what CI runs
 #   bash tools/test.sh asan ubsan
 #   bash tools/test.sh fuzz            # libFuzzer, 60 s per target
 #                                      # (CHUNKZERO_FUZZ_SECONDS)
+#   bash tools/test.sh format          # .clang-format (tools/format_check.sh)
 #
 # Counts are of GoogleTest test cases, read from the test.xml files Bazel
 # keeps; a test target that fails to build or times out counts as one failed.
@@ -22,6 +23,16 @@ total_passed=0
 total_failed=0
 total_skipped=0
 for config in "${configs[@]}"; do
+  if [[ "${config}" == format ]]; then
+    # Every C++ file against .clang-format: one case.
+    echo "=== format (tools/format_check.sh)" >&2
+    if bash tools/format_check.sh; then
+      total_passed=$((total_passed + 1))
+    else
+      total_failed=$((total_failed + 1))
+    fi
+    continue
+  fi
   if [[ "${config}" == fuzz ]]; then
     # Every fuzz target under libFuzzer for CHUNKZERO_FUZZ_SECONDS (60) s:
     # one passed or failed case per target.

@@ -19,8 +19,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "tensor/cpu_features.h"
 #include "optim/internal/fused_kernels_isa.h"
+#include "tensor/cpu_features.h"
 #include "tensor/internal/kernel_table.h"
 
 namespace chunkzero {
@@ -122,25 +122,23 @@ void DispatchWeightDecay(WeightDecay mode, const Fn& fn) {
 // on dtypes and modes.
 template <typename Loops>
 void TableAdam(const AdamConstants& c, const AdamArrays& a, size_t begin,
-             size_t end) {
+               size_t end) {
   DispatchTypes(a.grad_dtype, a.param_out, a.out_dtype, [&](auto g, auto o) {
     using G = decltype(g);
     using O = decltype(o);
     DispatchWeightDecay(c.weight_decay_mode, [&](auto mode) {
       Loops::template Adam<G, O, decltype(mode)::value>(
           c, a.param + begin, a.exp_avg + begin, a.exp_avg_sq + begin,
-          GradAt<G>(a.grad, begin), OutAt<O>(a.param_out, begin),
-          end - begin);
+          GradAt<G>(a.grad, begin), OutAt<O>(a.param_out, begin), end - begin);
     });
   });
 }
 
 template <typename Loops>
 void TableSgd(const SgdConstants& c, const SgdArrays& a, size_t begin,
-            size_t end) {
-  float* buffer = c.momentum_mode == Momentum::kNone
-                      ? nullptr
-                      : a.momentum_buffer + begin;
+              size_t end) {
+  float* buffer =
+      c.momentum_mode == Momentum::kNone ? nullptr : a.momentum_buffer + begin;
   DispatchTypes(a.grad_dtype, a.param_out, a.out_dtype, [&](auto g, auto o) {
     using G = decltype(g);
     using O = decltype(o);
@@ -152,13 +150,13 @@ void TableSgd(const SgdConstants& c, const SgdArrays& a, size_t begin,
 
 template <typename Loops>
 void TableAccumulate(bool first, const AccumulateArrays& a, size_t begin,
-                   size_t end) {
+                     size_t end) {
   DispatchTypes(a.grad_dtype, a.param_out, a.out_dtype, [&](auto g, auto o) {
     using G = decltype(g);
     using O = decltype(o);
-    Loops::template Accumulate<G, O>(
-        first, a.acc + begin, GradAt<G>(a.grad, begin), a.master + begin,
-        OutAt<O>(a.param_out, begin), end - begin);
+    Loops::template Accumulate<G, O>(first, a.acc + begin,
+                                     GradAt<G>(a.grad, begin), a.master + begin,
+                                     OutAt<O>(a.param_out, begin), end - begin);
   });
 }
 
@@ -197,8 +195,7 @@ void ScalarAdam(const AdamConstants& c, float* param, float* exp_avg,
 
 template <typename G, typename O>
 void ScalarSgd(const SgdConstants& c, float* param, float* momentum_buffer,
-               const typename G::T* grad, typename O::T* param_out,
-               size_t n) {
+               const typename G::T* grad, typename O::T* param_out, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     float g = G::Load(grad[i]) * c.grad_scale;
     float p = param[i];
@@ -219,8 +216,7 @@ void ScalarSgd(const SgdConstants& c, float* param, float* momentum_buffer,
 
 template <typename G, typename O>
 void ScalarAccumulate(bool first, float* acc, const typename G::T* grad,
-                      const float* master, typename O::T* param_out,
-                      size_t n) {
+                      const float* master, typename O::T* param_out, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     acc[i] = (first ? 0.0f : acc[i]) + G::Load(grad[i]);
     StoreOut<O>(param_out, i, master[i]);

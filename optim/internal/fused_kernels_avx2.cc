@@ -38,8 +38,8 @@ struct Avx2 {
 
   CZ_OPTIM_TARGET static void StoreOut(float* p, V x, F32) { Store(p, x); }
   CZ_OPTIM_TARGET static void StoreOut(uint16_t* p, V x, F16) {
-    Store128(p, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT |
-                                       _MM_FROUND_NO_EXC));
+    Store128(p,
+             _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   // FloatToBFloat16Bits per lane: NaN -> quiet (high half | 0x40); others
   // round to nearest even by adding 0x7fff + (bit 16) before the shift.

@@ -45,8 +45,8 @@ struct Avx512 {
 
   CZ_OPTIM_TARGET static void StoreOut(float* p, V x, F32) { Store(p, x); }
   CZ_OPTIM_TARGET static void StoreOut(uint16_t* p, V x, F16) {
-    Store256(p, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT |
-                                       _MM_FROUND_NO_EXC));
+    Store256(p,
+             _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   // FloatToBFloat16Bits per lane: NaN lanes (masked) become the quiet high
   // half; the others round to nearest even by adding 0x7fff + (bit 16).

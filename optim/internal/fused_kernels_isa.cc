@@ -44,8 +44,7 @@ void ParallelSgd(KernelIsa isa, const SgdConstants& c, const SgdArrays& a,
 void ParallelAccumulate(KernelIsa isa, bool first, const AccumulateArrays& a,
                         size_t n) {
   const auto kernel = GetFusedKernelTable(isa).accumulate;
-  ForRanges(n,
-            [&](size_t begin, size_t end) { kernel(first, a, begin, end); });
+  ForRanges(n, [&](size_t begin, size_t end) { kernel(first, a, begin, end); });
 }
 
 }  // namespace optim_internal

@@ -11,8 +11,7 @@ struct ScalarLoops {
   static void Adam(const AdamConstants& c, float* param, float* exp_avg,
                    float* exp_avg_sq, const typename G::T* grad,
                    typename O::T* param_out, size_t n) {
-    ScalarAdam<G, O, kMode>(c, param, exp_avg, exp_avg_sq, grad, param_out,
-                            n);
+    ScalarAdam<G, O, kMode>(c, param, exp_avg, exp_avg_sq, grad, param_out, n);
   }
   template <typename G, typename O>
   static void Sgd(const SgdConstants& c, float* param, float* momentum_buffer,

@@ -28,10 +28,10 @@
 #include "absl/strings/str_cat.h"
 #include "base/parallel_for.h"
 #include "benchmark/benchmark.h"
-#include "tools/bench/bench_buffers.h"
 #include "tensor/cpu_features.h"
 #include "tensor/half.h"
 #include "tensor/internal/kernels_isa.h"
+#include "tools/bench/bench_buffers.h"
 
 namespace chunkzero {
 namespace {

@@ -33,10 +33,10 @@
 #include "absl/strings/str_cat.h"
 #include "base/parallel_for.h"
 #include "benchmark/benchmark.h"
-#include "tools/bench/bench_buffers.h"
 #include "optim/fused_kernels.h"
 #include "tensor/cpu_features.h"
 #include "tensor/half.h"
+#include "tools/bench/bench_buffers.h"
 
 namespace chunkzero {
 namespace {
@@ -104,8 +104,8 @@ struct AdamState {
   // param. (Fed its own params as grads, thousands of steps would drive
   // some states to subnormals, which x86 computes ~100x slower.)
   void RestoreGrad(bool parallel) {
-    ParallelMemcpy(grad.data.get(), fresh_grad.data.get(),
-                   n * sizeof(uint16_t), parallel, size_t{1} << 19);
+    ParallelMemcpy(grad.data.get(), fresh_grad.data.get(), n * sizeof(uint16_t),
+                   parallel, size_t{1} << 19);
   }
 
   // The arrays as (pointer, bytes), for the memcpy baseline; the grad first,
@@ -153,8 +153,8 @@ struct Slice {
   std::string CheckAgainstScalar(AdamState& state) {
     const absl::Status status = optim_internal::FusedAdam(
         KernelIsa::kScalar, BenchStep(), param.data(), exp_avg.data(),
-        exp_avg_sq.data(), grad.data(), DType::kF16, grad.data(),
-        DType::kF16, param.size());
+        exp_avg_sq.data(), grad.data(), DType::kF16, grad.data(), DType::kF16,
+        param.size());
     if (!status.ok()) return std::string(status.message());
     for (size_t i = 0; i < param.size(); ++i) {
       const size_t at = begin + i;

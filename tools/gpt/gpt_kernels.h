@@ -58,8 +58,8 @@ void MatmulBackward(float* dx, float* dw, float* dbias, const float* dout,
 
 // out[N, OC] = x[N, IC] w[OC, IC]^T (PyTorch Linear layout, no bias): the
 // tied output projection, logits = h wte^T.
-void MatmulTransposedForward(float* out, const float* x, const float* w,
-                             int N, int IC, int OC);
+void MatmulTransposedForward(float* out, const float* x, const float* w, int N,
+                             int IC, int OC);
 // dx[N, IC] = dout w, dw[OC, IC] = dout^T x; both overwritten.
 void MatmulTransposedBackward(float* dx, float* dw, const float* dout,
                               const float* x, const float* w, int N, int IC,
@@ -81,14 +81,14 @@ void AttentionForward(float* out, float* att, const float* qkv, int B, int T,
                       int C, int NH);
 // dqkv[N, 3C] overwritten; datt[B, NH, T, T] is scratch.
 void AttentionBackward(float* dqkv, float* datt, const float* dout,
-                       const float* qkv, const float* att, int B, int T,
-                       int C, int NH);
+                       const float* qkv, const float* att, int B, int T, int C,
+                       int NH);
 
 // Softmax cross-entropy over logits[N, V], in place: logits become the
 // probabilities, and row_losses[N] the rows' -log p[target]. Returns their
 // mean (summed in row order). REQUIRES: targets in [0, V).
-double CrossEntropyForward(float* logits, const int32_t* targets, int N,
-                           int V, double* row_losses);
+double CrossEntropyForward(float* logits, const int32_t* targets, int N, int V,
+                           double* row_losses);
 // probs[N, V] become dlogits = (probs - onehot(target)) * dloss_per_row, in
 // place (dloss_per_row: d(loss)/d(row loss), e.g. scale / N for a mean).
 void CrossEntropyBackward(float* probs, const int32_t* targets,

@@ -114,7 +114,8 @@ std::vector<double> RefLayerNorm(const std::vector<double>& x, int T, int C,
     double mean = 0, var = 0;
     for (int c = 0; c < C; ++c) mean += x[t * C + c];
     mean /= C;
-    for (int c = 0; c < C; ++c) var += (x[t * C + c] - mean) * (x[t * C + c] - mean);
+    for (int c = 0; c < C; ++c)
+      var += (x[t * C + c] - mean) * (x[t * C + c] - mean);
     var /= C;
     const double rstd = 1.0 / std::sqrt(var + 1e-5);
     for (int c = 0; c < C; ++c) {
@@ -185,8 +186,8 @@ double RefLoss(const GptConfig& cfg, const Params64& p, int B, int T,
           }
         }
       }
-      std::vector<double> a = RefLinear(y, T, C, P("attn.c_proj.weight"),
-                                        P("attn.c_proj.bias"), C);
+      std::vector<double> a =
+          RefLinear(y, T, C, P("attn.c_proj.weight"), P("attn.c_proj.bias"), C);
       for (size_t i = 0; i < x.size(); ++i) x[i] += a[i];
       h = RefLayerNorm(x, T, C, P("ln_2.weight"), P("ln_2.bias"));
       std::vector<double> f =
@@ -341,8 +342,7 @@ TEST(GptModelTest, HandCheckedTinyForward) {
   ASSERT_TRUE(model->LoadStateDict(ToState(*model, values)).ok());
 
   const double s = 0.5 / std::sqrt(0.25 + 1e-5);
-  const double expected =
-      std::log(std::exp(s) + std::exp(-s) + 1.0) - s / 2;
+  const double expected = std::log(std::exp(s) + std::exp(-s) + 1.0) - s / 2;
   EXPECT_NEAR(expected, 0.907604, 1e-6);  // The comment's arithmetic.
   LocalHooks hooks;
   const float loss = *model->Forward(hooks, 1, 2, {0, 1}, {0, 2});
@@ -378,13 +378,13 @@ TEST(GptModelTest, HookSequenceOfOneLayerModel) {
       "h.0.mlp.c_proj.weight,h.0.mlp.c_proj.bias";
   const std::string lnf = "ln_f.weight,ln_f.bias";
   std::vector<std::string> expected;
-  for (const std::string& s : {emb, ln1, attn, ln2, mlp, lnf,
-                               std::string("wte.weight")}) {
+  for (const std::string& s :
+       {emb, ln1, attn, ln2, mlp, lnf, std::string("wte.weight")}) {
     expected.push_back("PreForward " + s);
     expected.push_back("PostForward " + s);
   }
-  for (const std::string& s : {std::string("wte.weight"), lnf, mlp, ln2, attn,
-                               ln1, emb}) {
+  for (const std::string& s :
+       {std::string("wte.weight"), lnf, mlp, ln2, attn, ln1, emb}) {
     expected.push_back("PreBackward " + s);
     for (absl::string_view name : absl::StrSplit(s, ',')) {
       expected.push_back(absl::StrCat("HandGrad ", name));
@@ -410,7 +410,8 @@ TEST(GptModelTest, TiedEmbeddingGetsTwoGradsThatAddUp) {
 
   const auto& wte = recording.grads.at("wte.weight");
   ASSERT_EQ(wte.size(), 2u);
-  const std::vector<float> sum = *model->FindParameter("wte.weight")->grad().ToFloats();
+  const std::vector<float> sum =
+      *model->FindParameter("wte.weight")->grad().ToFloats();
   const int C = cfg.d_model;
   for (int v = 0; v < cfg.vocab; ++v) {
     const bool used = v == 1 || v == 3 || v == 5;
@@ -437,9 +438,9 @@ TEST(GptModelTest, HalfStorageComputesLikeF32WithRoundedWeights) {
     SCOPED_TRACE(DTypeName(dtype));
     Values rounded;
     for (auto& [name, v] : values) {
-      rounded[name] = *Tensor::FromFloats(v, {static_cast<int64_t>(v.size())},
-                                          dtype)
-                           ->ToFloats();
+      rounded[name] =
+          *Tensor::FromFloats(v, {static_cast<int64_t>(v.size())}, dtype)
+               ->ToFloats();
     }
     auto half = *GptModel::Create(cfg, 6, dtype);
     EXPECT_EQ(half->FindParameter("h.1.mlp.c_fc.weight")->data().dtype(),
@@ -455,9 +456,9 @@ TEST(GptModelTest, HalfStorageComputesLikeF32WithRoundedWeights) {
     ASSERT_TRUE(h1.EndStep().ok());
     ASSERT_TRUE(h2.EndStep().ok());
     for (Parameter* p : half->Parameters()) {
-      EXPECT_THAT(*p->grad().ToFloats(),
-                  ElementsAreArray(
-                      *f32->FindParameter(p->name())->grad().ToFloats()))
+      EXPECT_THAT(
+          *p->grad().ToFloats(),
+          ElementsAreArray(*f32->FindParameter(p->name())->grad().ToFloats()))
           << p->name();
     }
   }
@@ -476,7 +477,8 @@ TEST(GptModelTest, SameResultsForAnyThreadCount) {
     const float loss = *model->Forward(hooks, 2, 6, tokens, tokens);
     ASSERT_TRUE(model->Backward(hooks).ok());
     std::vector<std::vector<float>> run = {{loss}};
-    for (Parameter* p : model->Parameters()) run.push_back(*p->grad().ToFloats());
+    for (Parameter* p : model->Parameters())
+      run.push_back(*p->grad().ToFloats());
     if (first.empty()) {
       first = run;
     } else {
@@ -549,7 +551,8 @@ TEST(GptConfigTest, ValidateNamesTheField) {
     SCOPED_TRACE(c.field);
     const absl::Status status = c.config.Validate();
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("GptConfig.", c.field)));
+    EXPECT_THAT(status.message(),
+                HasSubstr(absl::StrCat("GptConfig.", c.field)));
     EXPECT_EQ(GptModel::Create(c.config, 1).status(), status);
   }
   EXPECT_TRUE(TinyConfig().Validate().ok());
@@ -565,8 +568,9 @@ TEST(GptModelTest, BadInputsAreErrors) {
   EXPECT_THAT(s.message(), HasSubstr("token 11 at [0, 1]"));
   s = model->Forward(hooks, 1, 2, {0, 1}, {-1, 0}).status();
   EXPECT_THAT(s.message(), HasSubstr("target -1 at [0, 0]"));
-  EXPECT_EQ(model->Forward(hooks, 1, 7, std::vector<int32_t>(7),
-                           std::vector<int32_t>(7))
+  EXPECT_EQ(model
+                ->Forward(hooks, 1, 7, std::vector<int32_t>(7),
+                          std::vector<int32_t>(7))
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
@@ -581,10 +585,12 @@ TEST(GptModelTest, BadInputsAreErrors) {
   s = model->LoadStateDict(state);
   EXPECT_THAT(s.message(), HasSubstr("h.1.ln_2.bias"));
   state.erase("h.1.ln_2.bias");
-  EXPECT_THAT(model->LoadStateDict(state).message(), HasSubstr("h.1.ln_2.bias"));
+  EXPECT_THAT(model->LoadStateDict(state).message(),
+              HasSubstr("h.1.ln_2.bias"));
   state = ToState(*model, values);
   state["lm_head.weight"] = state["wte.weight"];
-  EXPECT_THAT(model->LoadStateDict(state).message(), HasSubstr("lm_head.weight"));
+  EXPECT_THAT(model->LoadStateDict(state).message(),
+              HasSubstr("lm_head.weight"));
 }
 
 }  // namespace
