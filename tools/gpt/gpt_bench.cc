@@ -11,7 +11,7 @@
 //   model_GFLOP/s         GptModelFlopsPerStep / step time (1e9).
 //   sgemm_GFLOP/s         2 M N K / sgemm time.
 //   model_flops_vs_sgemm  their ratio: the share of the machine's matmul
-//                         rate the whole step achieves (issue 6: >= 0.50).
+//                         rate the whole step achieves (target: >= 0.50).
 // Threads: OpenBLAS and ParallelFor each use every core (they take turns);
 // OPENBLAS_NUM_THREADS and CHUNKZERO_NUM_THREADS override.
 #include <cblas.h>

@@ -1,4 +1,4 @@
-// The train job's speed targets (issue 6), each against a baseline measured
+// The train job's speed targets, each against a baseline measured
 // in the same iteration of the same binary:
 //
 //   bazel run --config=opt //tools/train:train_bench
