@@ -1,7 +1,7 @@
 // FaultInjectingProcessGroup: a decorator that makes chosen collectives of
 // this rank fail or stall, to test how the other ranks and the caller cope.
 //
-//   FaultInjectingProcessGroup faulty(world.group(1),
+//   FaultInjectingProcessGroup faulty(**world.group(1),
 //       FaultPlan().StallCall(2, absl::Seconds(1))
 //                  .FailKind(CollectiveKind::kBarrier,
 //                  absl::UnavailableError("x")));

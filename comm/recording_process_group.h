@@ -1,6 +1,6 @@
 // RecordingProcessGroup: a decorator that logs and counts every collective.
 //
-//   RecordingProcessGroup rec(world.group(r));   // wraps, does not own
+//   RecordingProcessGroup rec(**world.group(r));  // wraps, does not own
 //   CZ_RETURN_IF_ERROR(comm::AllReduce(rec, buf));
 //   double bus = rec.Snapshot()[CollectiveKind::kAllReduce].bus_bytes;
 //

@@ -450,16 +450,13 @@ class InProcessGroup final : public ProcessGroup {
 }  // namespace inprocess_internal
 
 InProcessWorld::InProcessWorld(int world_size)
-    : world_size_(world_size),
-      state_(std::make_unique<inprocess_internal::WorldState>(world_size)) {
-  if (world_size < 1) {
-    std::fprintf(stderr, "InProcessWorld: world_size %d < 1\n", world_size);
-    std::abort();
-  }
-  groups_.reserve(world_size);
-  for (int r = 0; r < world_size; ++r) {
+    : world_size_(std::max(world_size, 0)),
+      requested_size_(world_size),
+      state_(std::make_unique<inprocess_internal::WorldState>(world_size_)) {
+  groups_.reserve(world_size_);
+  for (int r = 0; r < world_size_; ++r) {
     groups_.push_back(std::make_unique<inprocess_internal::InProcessGroup>(
-        state_.get(), r, world_size));
+        state_.get(), r, world_size_));
   }
 }
 
@@ -472,13 +469,14 @@ InProcessWorld::~InProcessWorld() {
   groups_.clear();
 }
 
-ProcessGroup& InProcessWorld::group(int rank) {
+absl::StatusOr<ProcessGroup*> InProcessWorld::group(int rank) {
   if (rank < 0 || rank >= world_size_) {
-    std::fprintf(stderr, "InProcessWorld::group: rank %d not in [0, %d)\n",
-                 rank, world_size_);
-    std::abort();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InProcessWorld::group: rank ", rank, " is not in a world of size ",
+        requested_size_,
+        world_size_ == 0 ? " (a world needs at least one rank)" : ""));
   }
-  return *groups_[rank];
+  return groups_[rank].get();
 }
 
 void InProcessWorld::Abort(absl::Status status) {

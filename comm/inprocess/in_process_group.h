@@ -1,8 +1,9 @@
 // InProcessWorld: N ranks of collectives inside one process, one thread each.
 //
 //   InProcessWorld world(4);
-//   // On thread r: world.group(r) is rank r's ProcessGroup.
-//   absl::Status s = comm::AllReduce(world.group(r), MutableBuffer::Of(x));
+//   // On thread r: *world.group(r) is rank r's ProcessGroup.
+//   CZ_ASSIGN_OR_RETURN(ProcessGroup* group, world.group(r));
+//   absl::Status s = comm::AllReduce(*group, MutableBuffer::Of(x));
 //
 // The reference backend, used by tests (see comm/testing/spawn_ranks.h) and
 // by single-host runs. Data really moves between the ranks' buffers.
@@ -53,6 +54,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "comm/process_group.h"
 
 namespace chunkzero {
@@ -65,8 +67,8 @@ class InProcessGroup;
 
 class InProcessWorld {
  public:
-  // Starts `world_size` ranks (one worker thread each).
-  // REQUIRES: world_size >= 1.
+  // Starts `world_size` ranks (one worker thread each). A world_size below
+  // 1 makes a world of no ranks, whose group() calls all fail.
   explicit InProcessWorld(int world_size);
   ~InProcessWorld();
   InProcessWorld(const InProcessWorld&) = delete;
@@ -75,8 +77,9 @@ class InProcessWorld {
   int size() const { return world_size_; }
 
   // Rank `rank`'s ProcessGroup, backend_name() "inprocess"; supports f32,
-  // f16 and bf16. REQUIRES: 0 <= rank < size().
-  ProcessGroup& group(int rank);
+  // f16 and bf16. InvalidArgument, naming the rank and the world size, for
+  // a rank outside [0, size()).
+  absl::StatusOr<ProcessGroup*> group(int rank);
 
   // Aborts the world with `status` (if not aborted already): see above.
   // REQUIRES: !status.ok().
@@ -86,7 +89,8 @@ class InProcessWorld {
   absl::Status abort_status() const;
 
  private:
-  const int world_size_;
+  const int world_size_;      // Ranks started (0 for a bad request).
+  const int requested_size_;  // The constructor's argument, for messages.
   std::unique_ptr<inprocess_internal::WorldState> state_;
   // Destroyed before state_ (they point into it).
   std::vector<std::unique_ptr<inprocess_internal::InProcessGroup>> groups_;

@@ -544,8 +544,8 @@ TEST(InProcessWorld, DestructionCancelsPendingOpsWithoutHanging) {
   {
     InProcessWorld world(2);
     std::vector<float> x(4), y(4);
-    waiting = world.group(0).AllReduce(MutableBuffer::Of(x), {});  // 5 min
-    queued = world.group(0).AllReduce(MutableBuffer::Of(y), {});
+    waiting = (*world.group(0))->AllReduce(MutableBuffer::Of(x), {});  // 5 min
+    queued = (*world.group(0))->AllReduce(MutableBuffer::Of(y), {});
     EXPECT_FALSE(waiting->IsCompleted());
   }  // Rank 1 never arrives; must not wait 5 minutes.
   ASSERT_TRUE(waiting->IsCompleted());
@@ -556,7 +556,7 @@ TEST(InProcessWorld, DestructionCancelsPendingOpsWithoutHanging) {
 
 TEST(InProcessWorld, ArgumentErrorsComeBackAsFailedWorkNamingRankAndOp) {
   InProcessWorld world(2);
-  ProcessGroup& g = world.group(1);
+  ProcessGroup& g = **world.group(1);
   std::vector<float> a(8), b(16);
   struct ArgCase {
     std::string name;
@@ -620,6 +620,31 @@ TEST(InProcessWorld, ArgumentErrorsComeBackAsFailedWorkNamingRankAndOp) {
     EXPECT_THAT(s.message(), HasSubstr(c.message));
   }
   EXPECT_TRUE(world.abort_status().ok());
+}
+
+// A library never aborts on bad input: a bad world size or rank is an
+// error naming them.
+TEST(InProcessWorld, BadWorldSizeOrRankIsInvalidArgument) {
+  InProcessWorld empty(-3);
+  EXPECT_EQ(empty.size(), 0);
+  absl::StatusOr<ProcessGroup*> none = empty.group(0);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(none.status().message(),
+            "InProcessWorld::group: rank 0 is not in a world of size -3 (a "
+            "world needs at least one rank)");
+  InProcessWorld world(2);
+  EXPECT_TRUE(world.group(1).ok());
+  for (int rank : {-1, 2}) {
+    absl::StatusOr<ProcessGroup*> bad = world.group(rank);
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(bad.status().message(),
+              absl::StrCat("InProcessWorld::group: rank ", rank,
+                           " is not in a world of size 2"));
+  }
+  const std::vector<absl::Status> spawned =
+      SpawnRanks(0, [](ProcessGroup&) { return absl::OkStatus(); });
+  ASSERT_EQ(spawned.size(), 1u);
+  EXPECT_EQ(spawned[0].code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

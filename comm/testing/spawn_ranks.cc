@@ -2,6 +2,8 @@
 
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+
 namespace chunkzero {
 namespace comm_testing {
 
@@ -12,14 +14,20 @@ std::vector<absl::Status> SpawnRanks(comm::InProcessWorld& world,
   std::vector<std::thread> threads;
   threads.reserve(n);
   for (int r = 0; r < n; ++r) {
-    threads.emplace_back(
-        [&world, &fn, &statuses, r] { statuses[r] = fn(world.group(r)); });
+    threads.emplace_back([&world, &fn, &statuses, r] {
+      absl::StatusOr<comm::ProcessGroup*> group = world.group(r);
+      statuses[r] = group.ok() ? fn(**group) : group.status();
+    });
   }
   for (std::thread& t : threads) t.join();
   return statuses;
 }
 
 std::vector<absl::Status> SpawnRanks(int n, const RankFn& fn) {
+  if (n < 1) {
+    return {absl::InvalidArgumentError(
+        absl::StrCat("SpawnRanks: ", n, " ranks; want at least one"))};
+  }
   comm::InProcessWorld world(n);
   return SpawnRanks(world, fn);
 }

@@ -28,8 +28,8 @@ namespace comm_testing {
 
 using RankFn = std::function<absl::Status(comm::ProcessGroup& group)>;
 
-// Runs fn(world.group(r)) on n threads of a fresh comm::InProcessWorld(n);
-// returns the statuses indexed by rank. REQUIRES: n >= 1.
+// Runs fn(**world.group(r)) on n threads of a fresh comm::InProcessWorld(n);
+// returns the statuses indexed by rank. n < 1 gives one InvalidArgument.
 std::vector<absl::Status> SpawnRanks(int n, const RankFn& fn);
 
 // As above over an existing world (e.g. to inspect abort_status() after).

@@ -162,7 +162,7 @@ void BM_Chunk(benchmark::State& state, ChunkLayout layout, Op op) {
     std::vector<std::thread> threads;
     for (int r = 0; r < world; ++r) {
       threads.emplace_back([&, r] {
-        status[r] = SetUp(comm_world.group(r), layout, elements, ranks[r]);
+        status[r] = SetUp(**comm_world.group(r), layout, elements, ranks[r]);
       });
     }
     for (std::thread& t : threads) t.join();
@@ -179,7 +179,7 @@ void BM_Chunk(benchmark::State& state, ChunkLayout layout, Op op) {
   double chunk_secs = 0, bare_secs = 0;
   for (auto _ : state) {
     absl::StatusOr<double> bare = TimeSteps(world, steps, [&](int r) {
-      return BareStep(comm_world.group(r), ranks[r], layout, op);
+      return BareStep(**comm_world.group(r), ranks[r], layout, op);
     });
     absl::StatusOr<double> chunk =
         TimeSteps(world, steps, [&](int r) { return ChunkStep(ranks[r], op); });

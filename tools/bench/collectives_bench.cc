@@ -213,7 +213,7 @@ void MakeSetup(CollectiveKind kind, int n, size_t full_count, Setup* out) {
 absl::Status RunRank(Setup& s, InProcessWorld& world, int r,
                      int64_t iterations) {
   for (int64_t i = 0; i < iterations; ++i) {
-    if (absl::Status st = s.issue(world.group(r), r)->Wait(); !st.ok()) {
+    if (absl::Status st = s.issue(**world.group(r), r)->Wait(); !st.ok()) {
       return st;
     }
   }
@@ -261,7 +261,7 @@ void BM_Collective(benchmark::State& state, CollectiveKind kind) {
   }
   const absl::Time start = absl::Now();
   for (auto _ : state) {
-    if (absl::Status st = s.issue(world.group(0), 0)->Wait(); !st.ok()) {
+    if (absl::Status st = s.issue(**world.group(0), 0)->Wait(); !st.ok()) {
       state.SkipWithError(st.ToString().c_str());
       world.Abort(st);  // Lets the helpers stop.
       break;

@@ -557,8 +557,15 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   auto run_rank = [&](int r) {
     absl::Status status;
     std::unique_ptr<comm::GlooProcessGroup> gloo_group;
-    comm::ProcessGroup* group = world ? &world->group(r) : nullptr;
-    if (group == nullptr) {
+    comm::ProcessGroup* group = nullptr;
+    if (world) {
+      absl::StatusOr<comm::ProcessGroup*> mine = world->group(r);
+      if (mine.ok()) {
+        group = *mine;
+      } else {
+        status = mine.status();
+      }
+    } else {
       absl::StatusOr<std::unique_ptr<comm::GlooProcessGroup>> created =
           store ? comm::GlooProcessGroup::Create(r, options.world_size, *store,
                                                  gloo_options)
