@@ -451,9 +451,11 @@ class RankRunner {
   std::vector<int32_t> inputs_, targets_;
 };
 
+// JSON has no NaN or infinities: a non-finite figure (the grad norm of a
+// skipped fp16 step) is null, as Python's json.dumps(allow_nan=False)
+// callers and JSON.parse expect.
 std::string JsonNumber(double x) {
-  if (!std::isfinite(x))
-    return std::isnan(x) ? "NaN" : (x > 0 ? "Infinity" : "-Infinity");
+  if (!std::isfinite(x)) return "null";
   return absl::StrFormat("%.9g", x);
 }
 

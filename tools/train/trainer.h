@@ -82,7 +82,7 @@ struct StepMetrics {
 // The metrics as one line of JSON with the keys scripts read: step, loss,
 // lr, loss_scale, skipped, grad_norm, step_time_s, tokens_per_s, time_s
 // {forward, backward, optimizer, comm_wait}, ranks [{peak_bytes,
-// comm_bytes}].
+// comm_bytes}]. A non-finite number (a skipped step's grad norm) is null.
 std::string StepMetricsJson(const StepMetrics& m);
 
 struct TrainResult {

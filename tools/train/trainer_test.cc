@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -728,6 +729,16 @@ TEST(StepMetricsJsonTest, SyntheticMetricsExactly) {
 
   m.skipped = false;
   EXPECT_FALSE(ParseJson(StepMetricsJson(m))["skipped"].boolean);
+
+  // JSON has no NaN or Infinity: a skipped fp16 step's norm is null.
+  m.grad_norm = std::numeric_limits<double>::quiet_NaN();
+  m.loss = std::numeric_limits<double>::infinity();
+  const std::string non_finite = StepMetricsJson(m);
+  EXPECT_NE(non_finite.find("\"grad_norm\":null,"), std::string::npos)
+      << non_finite;
+  EXPECT_NE(non_finite.find("\"loss\":null,"), std::string::npos) << non_finite;
+  EXPECT_EQ(non_finite.find("NaN"), std::string::npos);
+  EXPECT_EQ(non_finite.find("Infinity"), std::string::npos);
 }
 
 TEST(StepMetricsJsonTest, RealStepHasTheDocumentedKeys) {
