@@ -151,11 +151,11 @@ class ChunkManager {
   absl::Status AccessTensor(absl::string_view group, absl::string_view name);
   // Releases the chunk and takes it out of the accessed set.
   absl::Status ReleaseChunk(Chunk* chunk);
-  // Reduces the chunk (then it is released) and takes it out of the set.
   // Lazy release: releases every accessed chunk that can be released
   // (CanRelease) and is not in `keep` (e.g. the chunks the next op needs),
   // in access order. Returns how many were released.
   absl::StatusOr<int> ReleaseAccessedExcept(absl::Span<Chunk* const> keep);
+  // Reduces the chunk (then it is released) and takes it out of the set.
   absl::Status ReduceChunk(Chunk* chunk,
                            comm::ReduceOp op = comm::ReduceOp::kSum);
   absl::Status MoveChunk(Chunk* chunk, Device device);

@@ -213,8 +213,7 @@ class ZeroOptimizer {
   // Creates the state groups at the first step (and loads pending pieces).
   absl::Status EnsureStates();
   absl::Status EnsureAccumulator();
-  // Applies `fn` to each chunk index of the parameter group with the range
-  // of elements this rank updates, [begin, end) of the chunk.
+  // Chunks of the parameter group (and so of every group paired with it).
   int num_chunks() const;
   Chunk* ParamChunk(int i) const;
   Chunk* GroupChunk(const std::string& group, int i) const;
