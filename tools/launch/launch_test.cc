@@ -17,6 +17,7 @@
 #include <iterator>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -24,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
+#include "tools/launch/redact_rendezvous.h"
 
 extern char** environ;
 
@@ -191,12 +193,7 @@ class LaunchTest : public testing::Test {
   }
 
   std::string Redacted(std::string text) const {
-    const std::string prefix = absl::StrCat(tmpdir_, "/chunkzero-rendezvous.");
-    for (size_t at = text.find(prefix); at != std::string::npos;
-         at = text.find(prefix, at + 1)) {
-      text.replace(at + prefix.size(), 6, "XXXXXX");
-    }
-    return text;
+    return chunkzero::RedactRendezvousDirs(std::move(text), tmpdir_);
   }
 
   bool TmpdirIsEmpty() const {

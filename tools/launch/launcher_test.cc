@@ -16,12 +16,14 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
+#include "tools/launch/redact_rendezvous.h"
 
 namespace chunkzero {
 namespace launch {
@@ -141,12 +143,7 @@ class RunJobTest : public testing::Test {
 
   // Replaces every mkdtemp suffix in `text` with XXXXXX.
   std::string Redacted(std::string text) const {
-    const std::string prefix = absl::StrCat(tmpdir_, "/chunkzero-rendezvous.");
-    for (size_t at = text.find(prefix); at != std::string::npos;
-         at = text.find(prefix, at + 1)) {
-      text.replace(at + prefix.size(), 6, "XXXXXX");
-    }
-    return text;
+    return RedactRendezvousDirs(std::move(text), tmpdir_);
   }
 
   std::vector<std::string> TmpdirEntries() const {
