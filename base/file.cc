@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace chunkzero {
 
@@ -31,6 +32,25 @@ std::string DirectoryOf(absl::string_view path) {
       std::filesystem::path(trimmed).parent_path().string();
   return parent.empty() ? "." : parent;
 }
+
+namespace {
+
+// Only regular files are read: a directory cannot be, and a device or a
+// pipe could block or never end.
+absl::Status CheckRegularFile(const struct stat& info,
+                              const std::string& path) {
+  if (S_ISDIR(info.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is a directory, not a file"));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not a regular file"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 FileDescriptor::~FileDescriptor() {
   if (fd_ >= 0) ::close(fd_);
@@ -80,14 +100,7 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path,
   if (!fd.valid()) return ErrnoError("cannot open", path);
   struct stat info;
   if (::fstat(fd.get(), &info) != 0) return ErrnoError("cannot stat", path);
-  if (S_ISDIR(info.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " is a directory, not a file"));
-  }
-  if (!S_ISREG(info.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " is not a regular file"));
-  }
+  CZ_RETURN_IF_ERROR(CheckRegularFile(info, path));
   if (info.st_size > max_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat(path, " has ", info.st_size, " bytes, more than the ",
@@ -111,6 +124,13 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path,
     bytes.append(buffer, static_cast<size_t>(got));
   }
   return bytes;
+}
+
+absl::StatusOr<int64_t> RegularFileSize(const std::string& path) {
+  struct stat info;
+  if (::stat(path.c_str(), &info) != 0) return ErrnoError("cannot open", path);
+  CZ_RETURN_IF_ERROR(CheckRegularFile(info, path));
+  return static_cast<int64_t>(info.st_size);
 }
 
 absl::Status FsyncDir(const std::string& dir) {

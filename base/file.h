@@ -71,6 +71,10 @@ absl::StatusOr<std::string> ReadFileToString(
     const std::string& path,
     int64_t max_bytes = std::numeric_limits<int64_t>::max());
 
+// The size of the regular file `path`, without reading it (to plan before a
+// read): the errors ReadFileToString would give for the same file.
+absl::StatusOr<int64_t> RegularFileSize(const std::string& path);
+
 // Makes the directory's entries (a rename, a new file) durable.
 absl::Status FsyncDir(const std::string& dir);
 

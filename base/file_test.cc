@@ -83,6 +83,23 @@ TEST(ReadFileToString, LargerThanTheLimitIsResourceExhausted) {
       absl::StrCat(path, " has 10 bytes, more than the 9 this reader accepts"));
 }
 
+TEST(RegularFileSize, SizeOrTheErrorsReadFileToStringGives) {
+  const std::string path = TempDir() + "/sized";
+  ASSERT_TRUE(WriteString(path, "0123456789").ok());
+  absl::StatusOr<int64_t> size = RegularFileSize(path);
+  ASSERT_TRUE(size.ok()) << size.status();
+  EXPECT_EQ(*size, 10);
+  for (const std::string& bad :
+       {TempDir(), std::string("/dev/zero"), TempDir() + "/missing"}) {
+    SCOPED_TRACE(bad);
+    const absl::Status sized = RegularFileSize(bad).status();
+    const absl::Status read = ReadFileToString(bad).status();
+    EXPECT_FALSE(sized.ok());
+    EXPECT_EQ(sized.code(), read.code());
+    EXPECT_EQ(sized.message(), read.message());
+  }
+}
+
 TEST(CheckCanCreateFile, WritableDirectoryIsFineAndLeavesNothing) {
   const std::string dir = TempDir() + "/probe";
   ASSERT_TRUE(CreateDirectories(dir).ok());

@@ -1,7 +1,5 @@
 #include "tools/train/train_plan.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -140,19 +138,14 @@ absl::Status CheckOptions(const TrainOptions& o) {
 // The size of the regular file `path`, for planning before it is read.
 absl::StatusOr<int64_t> FileSize(const std::string& flag,
                                  const std::string& path) {
-  struct stat info;
-  if (::stat(path.c_str(), &info) != 0) {
-    return ErrnoError(absl::StrCat("--", flag, ": cannot open"), path);
-  }
-  if (S_ISDIR(info.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, "=", path, " is a directory, not a file"));
-  }
-  if (!S_ISREG(info.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, "=", path, " is not a regular file"));
-  }
-  return static_cast<int64_t>(info.st_size);
+  absl::StatusOr<int64_t> size = RegularFileSize(path);
+  if (size.ok()) return size;
+  // "--data=PATH is a directory, not a file", "--data: cannot open PATH: ..."
+  return absl::Status(
+      size.status().code(),
+      absl::StrCat("--", flag,
+                   absl::IsInvalidArgument(size.status()) ? "=" : ": ",
+                   size.status().message()));
 }
 
 absl::StatusOr<int64_t> MemoryAvailable(const TrainOptions& o) {
