@@ -23,6 +23,8 @@
 #include "absl/strings/str_format.h"
 #include "base/file.h"
 #include "base/status_macros.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "tensor/reduction_kernels.h"
 #include "tensor/tensor.h"
 
@@ -481,6 +483,21 @@ absl::StatusOr<ShardIndex> WriteCheckpointShard(
   return index;
 }
 
+namespace {
+
+// Protobuf writes map fields (the config) in hash order, which differs from
+// run to run; sorted keys make two saves of the same state the same bytes.
+bool SerializeDeterministically(const google::protobuf::MessageLite& message,
+                                std::string* out) {
+  out->clear();
+  google::protobuf::io::StringOutputStream stream(out);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.SetSerializationDeterministic(true);
+  return message.SerializeToCodedStream(&coded) && !coded.HadError();
+}
+
+}  // namespace
+
 absl::Status WriteCheckpointManifest(const std::string& dir,
                                      const CheckpointMeta& meta,
                                      const std::vector<ShardIndex>& shards) {
@@ -488,12 +505,12 @@ absl::Status WriteCheckpointManifest(const std::string& dir,
                       SortedShardSet(meta, shards));
   const CheckpointManifest manifest = MakeManifest(meta, std::move(sorted));
   ManifestFile file;
-  if (!manifest.SerializeToString(file.mutable_manifest())) {
+  if (!SerializeDeterministically(manifest, file.mutable_manifest())) {
     return absl::InternalError("cannot serialize the checkpoint manifest");
   }
   file.set_crc32c(Crc32c(file.manifest().data(), file.manifest().size()));
   std::string bytes;
-  if (!file.SerializeToString(&bytes)) {
+  if (!SerializeDeterministically(file, &bytes)) {
     return absl::InternalError("cannot serialize the checkpoint manifest");
   }
   CZ_RETURN_IF_ERROR(CreateDirectories(dir));

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "optim/optimizer_state.h"
@@ -236,6 +237,31 @@ TEST(Checkpoint, RoundTripsPiecesScalarsAndConfigBitForBit) {
   const absl::StatusOr<CheckpointMeta> meta = ReadCheckpointMeta(dir);
   ASSERT_TRUE(meta.ok()) << meta.status();
   ExpectMetaEq(Meta(7), *meta);
+}
+
+TEST(Checkpoint, ManifestIsTheSameBytesWithConfigKeysInOrder) {
+  const std::vector<OptimizerState> shards = ShardedState(1);
+  CheckpointMeta meta = Meta(3);
+  for (int i = 0; i < 40; ++i) {
+    meta.config[absl::StrFormat("key%02d", i)] = absl::StrCat(i);
+  }
+  std::vector<std::string> manifests;
+  for (int copy = 0; copy < 2; ++copy) {
+    const std::string dir = TestDir();
+    const std::vector<ShardIndex> indexes = WriteShards(dir, 3, shards);
+    ASSERT_TRUE(WriteCheckpointManifest(dir, meta, indexes).ok());
+    std::ifstream in(dir + "/manifest.pb", std::ios::binary);
+    manifests.emplace_back(std::istreambuf_iterator<char>(in),
+                           std::istreambuf_iterator<char>());
+  }
+  EXPECT_EQ(manifests[0], manifests[1]);
+  size_t previous = 0;
+  for (int i = 0; i < 40; ++i) {
+    const size_t at = manifests[0].find(absl::StrFormat("key%02d", i));
+    ASSERT_NE(at, std::string::npos) << i;
+    EXPECT_GT(at, previous) << "key" << i << " is out of order";
+    previous = at;
+  }
 }
 
 TEST(Checkpoint, FilterReadsOnlyTheChosenPieces) {
