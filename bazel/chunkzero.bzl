@@ -80,7 +80,7 @@ def chunkzero_cc_fuzz_test(name, srcs, corpus, deps = [], copts = [], size = "sm
         }),
         deps = deps + select({
             "//bazel:fuzzing": [],
-            "//conditions:default": ["//tools/fuzz:corpus_main"],
+            "//conditions:default": ["//bazel/fuzz:corpus_main"],
         }),
         tags = kwargs.pop("tags", []) + ["fuzz"],
         **kwargs

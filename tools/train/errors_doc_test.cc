@@ -26,9 +26,9 @@
 #include "base/file.h"
 #include "base/file_lock.h"
 #include "gtest/gtest.h"
+#include "io/safetensors/safetensors.h"
+#include "models/gpt2/gpt_model.h"
 #include "tensor/tensor.h"
-#include "tools/gpt/gpt_model.h"
-#include "tools/gpt/safetensors.h"
 
 extern char** environ;
 

@@ -19,11 +19,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/file_lock.h"
+#include "checkpoint/checkpoint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "io/safetensors/safetensors.h"
 #include "tensor/tensor.h"
-#include "tools/gpt/safetensors.h"
-#include "tools/train/checkpoint.h"
 #include "tools/train/train_plan.h"
 #include "tools/train/trainer.h"
 

@@ -8,8 +8,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint.h"
 #include "gtest/gtest.h"
-#include "tools/train/checkpoint.h"
 #include "tools/train/trainer.h"
 
 namespace chunkzero {

@@ -104,7 +104,7 @@ absl::StatusOr<TrainMemoryEstimate> EstimateTrainMemory(
     e.optimizer = optimizer_bytes * (padded / W + owner_slack);
   }
 
-  // tools/gpt/gpt_model.cc's buffers, in floats: per block 16 N C + 4 N +
+  // models/gpt2/gpt_model.cc's buffers, in floats: per block 16 N C + 4 N +
   // B NH T^2; embeddings and the final LayerNorm 2 N C + 2 N; the N x V
   // probabilities; backward scratch 10 N C + B NH T^2; the grad and widened
   // weight buffers, each the largest scope's parameters. Plus the batch.

@@ -10,7 +10,7 @@
 // The arithmetic is in double, so no size can overflow; a shape whose
 // tensors or row counts do not fit the kernels' integer types is
 // InvalidArgument naming the flags. Figures are upper bounds within a few
-// percent for the train job (GPT-2 in tools/gpt, chunked by ZeroDdp).
+// percent for the train job (GPT-2 in models/gpt2, chunked by ZeroDdp).
 #ifndef CHUNKZERO_TOOLS_TRAIN_MEMORY_ESTIMATE_H_
 #define CHUNKZERO_TOOLS_TRAIN_MEMORY_ESTIMATE_H_
 
@@ -19,9 +19,9 @@
 
 #include "absl/status/statusor.h"
 #include "chunk/chunk_layout.h"
+#include "models/gpt2/gpt_model.h"
 #include "optim/zero_optimizer.h"
 #include "tensor/dtype.h"
-#include "tools/gpt/gpt_model.h"
 
 namespace chunkzero {
 

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "tools/gpt/gpt_model.h"
+#include "models/gpt2/gpt_model.h"
 #include "tools/train/trainer.h"
 
 namespace chunkzero {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "tools/gpt/gpt_model.h"
+#include "models/gpt2/gpt_model.h"
 
 namespace chunkzero {
 

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "base/file.h"
-#include "tools/gpt/gpt_checkpoint.h"
-#include "tools/gpt/gpt_model.h"
+#include "models/gpt2/gpt_checkpoint.h"
+#include "models/gpt2/gpt_model.h"
 #include "tools/train/train_plan.h"
 
 namespace {

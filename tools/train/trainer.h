@@ -1,4 +1,4 @@
-// The train job as a library: trains a GPT-2 model (tools/gpt) with
+// The train job as a library: trains a GPT-2 model (models/gpt2) with
 // chunked ZeRO on `world_size` ranks and reports every step.
 //
 //   TrainOptions options;                          // the built-in defaults
@@ -27,7 +27,7 @@
 // over the global batch (mean over ranks and micro-batches). Data order:
 // tools/train/token_data.h.
 //
-// Checkpoints (tools/train/checkpoint.h): --save writes every rank's
+// Checkpoints (checkpoint/checkpoint.h): --save writes every rank's
 // optimizer shard (fp32 masters included) and a manifest at the end and
 // every save_every steps; --resume loads one saved at any world size or
 // layout and continues from its step, so the losses equal those of an
@@ -43,7 +43,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "tools/gpt/gpt_model.h"
+#include "models/gpt2/gpt_model.h"
 #include "tools/train/train_options.h"
 
 namespace chunkzero {

@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tools/gpt/gpt_model.h"
+#include "models/gpt2/gpt_model.h"
 #include "tools/train/report.h"
 
 namespace chunkzero {

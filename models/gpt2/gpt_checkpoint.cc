@@ -1,4 +1,4 @@
-#include "tools/gpt/gpt_checkpoint.h"
+#include "models/gpt2/gpt_checkpoint.h"
 
 #include <utility>
 #include <vector>
@@ -8,9 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "base/status_macros.h"
+#include "io/safetensors/safetensors.h"
 #include "tensor/cast_kernels.h"
 #include "tensor/reduction_kernels.h"
-#include "tools/gpt/safetensors.h"
 
 namespace chunkzero {
 namespace {

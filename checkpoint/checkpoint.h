@@ -31,8 +31,8 @@
 // Thread-safety: the functions share no state. Ranks may write their shards
 // concurrently (distinct ranks, distinct files); the manifest must be written
 // after every shard of its step is, and by one caller.
-#ifndef CHUNKZERO_TOOLS_TRAIN_CHECKPOINT_H_
-#define CHUNKZERO_TOOLS_TRAIN_CHECKPOINT_H_
+#ifndef CHUNKZERO_CHECKPOINT_CHECKPOINT_H_
+#define CHUNKZERO_CHECKPOINT_CHECKPOINT_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -43,8 +43,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "checkpoint/checkpoint.pb.h"
 #include "optim/optimizer_state.h"
-#include "tools/train/checkpoint.pb.h"
 
 namespace chunkzero {
 
@@ -156,4 +156,4 @@ uint32_t Crc32cPortable(const void* data, size_t n);
 }  // namespace checkpoint_internal
 }  // namespace chunkzero
 
-#endif  // CHUNKZERO_TOOLS_TRAIN_CHECKPOINT_H_
+#endif  // CHUNKZERO_CHECKPOINT_CHECKPOINT_H_

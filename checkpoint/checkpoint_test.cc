@@ -1,4 +1,4 @@
-#include "tools/train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <cstdint>
 #include <cstdlib>
@@ -14,11 +14,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "checkpoint/checkpoint.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "optim/optimizer_state.h"
 #include "tensor/tensor.h"
-#include "tools/train/checkpoint.pb.h"
 
 namespace chunkzero {
 namespace {

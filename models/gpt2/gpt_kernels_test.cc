@@ -1,6 +1,6 @@
 // The fast transcendental paths of gpt_kernels; the layers themselves are
 // checked end to end against finite differences in gpt_model_test.
-#include "tools/gpt/gpt_kernels.h"
+#include "models/gpt2/gpt_kernels.h"
 
 #include <atomic>
 #include <cmath>

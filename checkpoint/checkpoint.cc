@@ -1,4 +1,4 @@
-#include "tools/train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

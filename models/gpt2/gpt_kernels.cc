@@ -1,4 +1,4 @@
-#include "tools/gpt/gpt_kernels.h"
+#include "models/gpt2/gpt_kernels.h"
 
 #include <cblas.h>
 

@@ -1,4 +1,4 @@
-#include "tools/gpt/gpt_model.h"
+#include "models/gpt2/gpt_model.h"
 
 #include <cmath>
 #include <cstdio>

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "base/file.h"
-#include "tools/train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "tools/gpt/safetensors.h"
+#include "io/safetensors/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<chunkzero::SafetensorsFile> file =

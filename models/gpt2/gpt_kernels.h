@@ -1,4 +1,4 @@
-// The f32 CPU layers of the GPT-2 model (tools/gpt/gpt_model.h), as free
+// The f32 CPU layers of the GPT-2 model (models/gpt2/gpt_model.h), as free
 // functions in the style of llm.c: outputs first, then inputs, then sizes.
 //
 //   LayerNormForward(out, mean, rstd, x, w, b, rows, C);
@@ -20,8 +20,8 @@
 //
 // Thread-safety: the functions may be called from any number of threads at
 // once (on distinct outputs).
-#ifndef CHUNKZERO_TOOLS_GPT_GPT_KERNELS_H_
-#define CHUNKZERO_TOOLS_GPT_GPT_KERNELS_H_
+#ifndef CHUNKZERO_MODELS_GPT2_GPT_KERNELS_H_
+#define CHUNKZERO_MODELS_GPT2_GPT_KERNELS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -103,4 +103,4 @@ float ExpApprox(float x);
 }  // namespace gpt_kernels
 }  // namespace chunkzero
 
-#endif  // CHUNKZERO_TOOLS_GPT_GPT_KERNELS_H_
+#endif  // CHUNKZERO_MODELS_GPT2_GPT_KERNELS_H_

@@ -23,16 +23,16 @@
 // Errors name the file and, where one is to blame, the tensor: NotFound
 // for a missing file, DataLoss for a truncated or corrupt one,
 // InvalidArgument for missing, extra or mis-shaped tensors.
-#ifndef CHUNKZERO_TOOLS_GPT_GPT_CHECKPOINT_H_
-#define CHUNKZERO_TOOLS_GPT_GPT_CHECKPOINT_H_
+#ifndef CHUNKZERO_MODELS_GPT2_GPT_CHECKPOINT_H_
+#define CHUNKZERO_MODELS_GPT2_GPT_CHECKPOINT_H_
 
 #include <map>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "models/gpt2/gpt_model.h"
 #include "tensor/tensor.h"
-#include "tools/gpt/gpt_model.h"
 
 namespace chunkzero {
 
@@ -58,4 +58,4 @@ absl::Status SaveGptModel(GptModel& model, const std::string& path);
 
 }  // namespace chunkzero
 
-#endif  // CHUNKZERO_TOOLS_GPT_GPT_CHECKPOINT_H_
+#endif  // CHUNKZERO_MODELS_GPT2_GPT_CHECKPOINT_H_

@@ -65,8 +65,8 @@
 // the scratch buffers are reused across steps while B and T stay the same.
 //
 // Thread-safety: a model is used by one thread at a time.
-#ifndef CHUNKZERO_TOOLS_GPT_GPT_MODEL_H_
-#define CHUNKZERO_TOOLS_GPT_GPT_MODEL_H_
+#ifndef CHUNKZERO_MODELS_GPT2_GPT_MODEL_H_
+#define CHUNKZERO_MODELS_GPT2_GPT_MODEL_H_
 
 #include <cstdint>
 #include <map>
@@ -217,4 +217,4 @@ class GptModel final : public Module {
 
 }  // namespace chunkzero
 
-#endif  // CHUNKZERO_TOOLS_GPT_GPT_MODEL_H_
+#endif  // CHUNKZERO_MODELS_GPT2_GPT_MODEL_H_

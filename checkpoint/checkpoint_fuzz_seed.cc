@@ -1,7 +1,7 @@
 // Writes the checkpoint fuzzer's seed inputs (checkpoint_fuzz.cc's format:
 // uint32 manifest size, manifest, shard) into the directory given:
-//   bazel run //tools/train:checkpoint_fuzz_seed --
-//       $PWD/tools/train/testdata/checkpoint_fuzz_corpus
+//   bazel run //checkpoint:checkpoint_fuzz_seed --
+//       $PWD/checkpoint/testdata/checkpoint_fuzz_corpus
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -10,9 +10,9 @@
 
 #include "base/file.h"
 #include "base/status_macros.h"
+#include "checkpoint/checkpoint.h"
 #include "optim/optimizer_state.h"
 #include "tensor/tensor.h"
-#include "tools/train/checkpoint.h"
 
 namespace chunkzero {
 namespace {

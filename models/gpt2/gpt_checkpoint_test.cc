@@ -1,4 +1,4 @@
-#include "tools/gpt/gpt_checkpoint.h"
+#include "models/gpt2/gpt_checkpoint.h"
 
 #include <cstring>
 #include <fstream>
@@ -12,7 +12,7 @@
 #include "ddp/local_hooks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tools/gpt/safetensors.h"
+#include "io/safetensors/safetensors.h"
 
 namespace chunkzero {
 namespace {

@@ -1,7 +1,7 @@
 // One GPT-2 training step (forward + backward, f32, LocalHooks) on the CPU,
 // beside OpenBLAS sgemm measured in the same run.
 //
-//   bazel run --config=opt //tools/gpt:gpt_bench
+//   bazel run --config=opt //models/gpt2:gpt_bench
 //
 // BM_GptStep: 4 layers, d_model 512, 8 heads, seq 256, vocab 8192, batch 4
 // (17.0M parameters, 1024 tokens a step). Each iteration runs one step and
@@ -24,7 +24,7 @@
 
 #include "benchmark/benchmark.h"
 #include "ddp/local_hooks.h"
-#include "tools/gpt/gpt_model.h"
+#include "models/gpt2/gpt_model.h"
 
 namespace chunkzero {
 namespace {

@@ -24,8 +24,8 @@
 // memory.
 //
 // Thread-safety: a SafetensorsFile is immutable after Read.
-#ifndef CHUNKZERO_TOOLS_GPT_SAFETENSORS_H_
-#define CHUNKZERO_TOOLS_GPT_SAFETENSORS_H_
+#ifndef CHUNKZERO_IO_SAFETENSORS_SAFETENSORS_H_
+#define CHUNKZERO_IO_SAFETENSORS_SAFETENSORS_H_
 
 #include <cstdint>
 #include <map>
@@ -97,4 +97,4 @@ absl::Status WriteSafetensors(
 
 }  // namespace chunkzero
 
-#endif  // CHUNKZERO_TOOLS_GPT_SAFETENSORS_H_
+#endif  // CHUNKZERO_IO_SAFETENSORS_SAFETENSORS_H_

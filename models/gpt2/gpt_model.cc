@@ -1,4 +1,4 @@
-#include "tools/gpt/gpt_model.h"
+#include "models/gpt2/gpt_model.h"
 
 #include <cmath>
 #include <cstring>
@@ -9,8 +9,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "models/gpt2/gpt_kernels.h"
 #include "tensor/cast_kernels.h"
-#include "tools/gpt/gpt_kernels.h"
 
 namespace chunkzero {
 

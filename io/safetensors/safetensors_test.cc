@@ -1,4 +1,4 @@
-#include "tools/gpt/safetensors.h"
+#include "io/safetensors/safetensors.h"
 
 #include <cmath>
 #include <cstdint>
