@@ -32,6 +32,15 @@ absl::Status CheckBuffer(const ProcessGroup& group, const CollectiveCall& call,
   return absl::OkStatus();
 }
 
+absl::Status CheckOp(const ProcessGroup& group, const CollectiveCall& call) {
+  if (static_cast<int>(call.op) >= kNumReduceOps) {
+    return Invalid(
+        group, call,
+        absl::StrCat("unknown reduce op value ", static_cast<int>(call.op)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckRoot(const ProcessGroup& group, const CollectiveCall& call) {
   if (call.root < 0 || call.root >= group.size()) {
     return Invalid(
@@ -137,6 +146,7 @@ absl::Status CheckReduceArgs(const ProcessGroup& group, ConstBuffer send,
                              ConstBuffer recv, const ReduceOptions& options) {
   const CollectiveCall call = DescribeReduce(send, options);
   if (absl::Status s = CheckRoot(group, call); !s.ok()) return s;
+  if (absl::Status s = CheckOp(group, call); !s.ok()) return s;
   if (absl::Status s = CheckBuffer(group, call, "send", send); !s.ok()) {
     return s;
   }
@@ -158,8 +168,9 @@ absl::Status CheckReduceArgs(const ProcessGroup& group, ConstBuffer send,
 
 absl::Status CheckAllReduceArgs(const ProcessGroup& group, ConstBuffer buffer,
                                 const AllReduceOptions& options) {
-  return CheckBuffer(group, DescribeAllReduce(buffer, options), "buffer",
-                     buffer);
+  const CollectiveCall call = DescribeAllReduce(buffer, options);
+  if (absl::Status s = CheckOp(group, call); !s.ok()) return s;
+  return CheckBuffer(group, call, "buffer", buffer);
 }
 
 absl::Status CheckAllGatherArgs(const ProcessGroup& group, ConstBuffer send,
@@ -191,6 +202,7 @@ absl::Status CheckReduceScatterArgs(const ProcessGroup& group, ConstBuffer send,
                                     ConstBuffer recv,
                                     const ReduceScatterOptions& options) {
   const CollectiveCall call = DescribeReduceScatter(recv, options);
+  if (absl::Status s = CheckOp(group, call); !s.ok()) return s;
   if (absl::Status s = CheckBuffer(group, call, "send", send); !s.ok()) {
     return s;
   }

@@ -1,5 +1,6 @@
 #include "comm/argument_checks.h"
 
+#include <cstdint>
 #include <vector>
 
 #include "comm/testing/mock_process_group.h"
@@ -27,6 +28,29 @@ TEST(ArgumentChecks, UnsupportedDTypeIsInvalidArgument) {
             "bf16 is not supported by this backend");
   EXPECT_TRUE(
       CheckAllReduceArgs(group, ConstBuffer::Of(x, DType::kF16), {}).ok());
+}
+
+TEST(ArgumentChecks, UnknownReduceOpIsInvalidArgumentInEveryReduction) {
+  NiceMock<MockProcessGroup> group(/*rank=*/1, /*size=*/2);
+  std::vector<int64_t> x(4), y(2);
+  const ReduceOp bad = static_cast<ReduceOp>(kNumReduceOps);
+  AllReduceOptions all_reduce;
+  all_reduce.op = bad;
+  ReduceOptions reduce;
+  reduce.op = bad;
+  ReduceScatterOptions scatter;
+  scatter.op = bad;
+  for (const absl::Status& s :
+       {CheckAllReduceArgs(group, ConstBuffer::Of(x), all_reduce),
+        CheckReduceArgs(group, ConstBuffer::Of(x), MutableBuffer::Of(x),
+                        reduce),
+        CheckReduceScatterArgs(group, ConstBuffer::Of(x), MutableBuffer::Of(y),
+                               scatter)}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.message(), HasSubstr("unknown reduce op value 4"));
+  }
+  all_reduce.op = ReduceOp::kMin;
+  EXPECT_TRUE(CheckAllReduceArgs(group, ConstBuffer::Of(x), all_reduce).ok());
 }
 
 TEST(ArgumentChecks, InPlaceFormsAreAccepted) {

@@ -31,6 +31,8 @@ absl::string_view ReduceOpName(ReduceOp op) {
       return "avg";
     case ReduceOp::kMax:
       return "max";
+    case ReduceOp::kMin:
+      return "min";
   }
   return "invalid";
 }

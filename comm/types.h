@@ -6,9 +6,10 @@
 //   CollectiveCall c{CollectiveKind::kAllReduce, DType::kF32, n};
 //   // c.ToString() == "AllReduce(f32, count=<n>, op=sum)"
 //
-// Buffers are plain borrowed views (pointer, element count, dtype). f16 and
-// bf16 elements are 16-bit patterns (see tensor/half.h), so a buffer of
-// uint16_t must name its dtype explicitly.
+// Buffers are plain borrowed views (pointer, element count, dtype) of any
+// DType: f32, f16, bf16, u8, i32, i64, f64. f16 and bf16 elements are 16-bit
+// patterns (see tensor/half.h), so a buffer of uint16_t must name its dtype
+// explicitly; the others take it from the element type (NativeDType).
 #ifndef CHUNKZERO_COMM_TYPES_H_
 #define CHUNKZERO_COMM_TYPES_H_
 
@@ -27,6 +28,43 @@
 namespace chunkzero {
 namespace comm {
 
+// The DType of a C++ element type that names exactly one: float, double,
+// uint8_t (and char, for byte strings), int32_t and int64_t. uint16_t has
+// none: f16 and bf16 share it, so such buffers name their dtype.
+template <typename T>
+struct NativeDType {};
+template <>
+struct NativeDType<float> {
+  static constexpr DType value = DType::kF32;
+};
+template <>
+struct NativeDType<double> {
+  static constexpr DType value = DType::kF64;
+};
+template <>
+struct NativeDType<uint8_t> {
+  static constexpr DType value = DType::kU8;
+};
+template <>
+struct NativeDType<char> {
+  static constexpr DType value = DType::kU8;
+};
+template <>
+struct NativeDType<int32_t> {
+  static constexpr DType value = DType::kI32;
+};
+template <>
+struct NativeDType<int64_t> {
+  static constexpr DType value = DType::kI64;
+};
+
+namespace types_internal {
+// The element type of a contiguous container C accessed as `C&`.
+template <typename C>
+using ElementOf =
+    std::remove_pointer_t<decltype(std::data(std::declval<C&>()))>;
+}  // namespace types_internal
+
 // A read-only view of `count` elements of type `dtype` at `data`. Does not
 // own its memory. `data` may be null only when `count` is 0.
 struct ConstBuffer {
@@ -34,13 +72,13 @@ struct ConstBuffer {
   size_t count = 0;
   DType dtype = DType::kF32;
 
-  // A view of a contiguous f32 container (std::vector<float>, absl::Span,
-  // std::array, ...).
+  // A view of a contiguous container (std::vector, std::string, absl::Span,
+  // std::array, ...) of float, double, uint8_t, char, int32_t or int64_t.
   template <typename C,
-            typename = std::enable_if_t<std::is_convertible_v<
-                decltype(std::data(std::declval<const C&>())), const float*>>>
+            typename T = std::remove_cv_t<types_internal::ElementOf<const C>>,
+            typename = decltype(NativeDType<T>::value)>
   static ConstBuffer Of(const C& c) {
-    return {std::data(c), std::size(c), DType::kF32};
+    return {std::data(c), std::size(c), NativeDType<T>::value};
   }
   // A view of a contiguous container of f16 or bf16 bit patterns (uint16_t).
   template <
@@ -60,14 +98,18 @@ struct MutableBuffer {
   size_t count = 0;
   DType dtype = DType::kF32;
 
-  // A view of a contiguous, mutable f32 container.
-  template <typename C, typename = std::enable_if_t<std::is_same_v<
-                            decltype(std::data(std::declval<C&>())), float*>>>
+  // A view of a contiguous, mutable container of float, double, uint8_t,
+  // char, int32_t or int64_t.
+  template <typename C, typename T = types_internal::ElementOf<C>,
+            typename = std::enable_if_t<!std::is_const_v<T>>,
+            typename = decltype(NativeDType<T>::value)>
   static MutableBuffer Of(C& c) {
-    return {std::data(c), std::size(c), DType::kF32};
+    return {std::data(c), std::size(c), NativeDType<T>::value};
   }
-  static MutableBuffer Of(absl::Span<float> s) {
-    return {s.data(), s.size(), DType::kF32};
+  template <typename T, typename = std::enable_if_t<!std::is_const_v<T>>,
+            typename = decltype(NativeDType<T>::value)>
+  static MutableBuffer Of(absl::Span<T> s) {
+    return {s.data(), s.size(), NativeDType<T>::value};
   }
   // A view of a contiguous, mutable container of f16 or bf16 bit patterns.
   template <typename C,
@@ -86,15 +128,20 @@ std::ostream& operator<<(std::ostream& os, const ConstBuffer& b);
 std::ostream& operator<<(std::ostream& os, const MutableBuffer& b);
 
 // How reductions combine elements. Every backend reduces in rank order,
-// ((x0 op x1) op x2) op ..., and 16-bit types accumulate in f32 and round
-// once at the end.
+// ((x0 op x1) op x2) op ...; 16-bit floats accumulate in f32 and round once
+// at the end; integers and f64 reduce in their own type (integer sums wrap
+// around, and kAvg divides the sum by the world size truncating toward
+// zero).
 enum class ReduceOp : uint8_t {
   kSum = 0,
-  kAvg = 1,  // Sum in rank order, then divide by the world size (in f32).
+  kAvg = 1,  // Sum in rank order, then divide by the world size (f32 for
+             // the float types, f64 for f64, integer division for integers).
   kMax = 2,  // acc = (acc < x) ? x : acc, in rank order.
+  kMin = 3,  // acc = (x < acc) ? x : acc, in rank order.
 };
+inline constexpr int kNumReduceOps = 4;
 
-// "sum", "avg" or "max".
+// "sum", "avg", "max" or "min".
 absl::string_view ReduceOpName(ReduceOp op);
 std::ostream& operator<<(std::ostream& os, ReduceOp op);
 

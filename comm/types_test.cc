@@ -70,10 +70,34 @@ TEST(Buffer, OfContainers) {
   EXPECT_EQ(from_mutable.data, f.data());
 }
 
+TEST(Buffer, OfTakesTheDTypeFromTheElementType) {
+  std::vector<double> d(3);
+  std::vector<int64_t> l(2);
+  std::vector<int32_t> i(4);
+  std::vector<uint8_t> u(7);
+  std::string bytes = "abc";
+  const MutableBuffer md = MutableBuffer::Of(d);
+  EXPECT_EQ(md.dtype, DType::kF64);
+  EXPECT_EQ(md.bytes(), 24u);
+  EXPECT_EQ(MutableBuffer::Of(l).dtype, DType::kI64);
+  EXPECT_EQ(MutableBuffer::Of(l).bytes(), 16u);
+  EXPECT_EQ(ConstBuffer::Of(i).dtype, DType::kI32);
+  EXPECT_EQ(ConstBuffer::Of(u).dtype, DType::kU8);
+  const ConstBuffer cb = ConstBuffer::Of(bytes);
+  EXPECT_EQ(cb.dtype, DType::kU8);
+  EXPECT_EQ(cb.data, bytes.data());
+  EXPECT_EQ(cb.bytes(), 3u);
+  EXPECT_EQ(MutableBuffer::Of(absl::MakeSpan(l)).dtype, DType::kI64);
+}
+
 TEST(Names, KindsAndOps) {
   EXPECT_EQ(CollectiveKindName(CollectiveKind::kReduceScatter),
             "ReduceScatter");
   EXPECT_EQ(ReduceOpName(ReduceOp::kAvg), "avg");
+  EXPECT_EQ(ReduceOpName(ReduceOp::kMin), "min");
+  CollectiveCall call{CollectiveKind::kAllReduce, DType::kI64, 3};
+  call.op = ReduceOp::kMin;
+  EXPECT_EQ(call.ToString(), "AllReduce(i64, count=3, op=min)");
 }
 
 }  // namespace

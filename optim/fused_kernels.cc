@@ -12,10 +12,6 @@ namespace {
 
 namespace oi = optim_internal;
 
-bool IsValidDType(DType dtype) {
-  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
-}
-
 // The argument rules of fused_kernels.h: known dtypes, non-null required
 // arrays, and param_out either disjoint from grad or the same array of the
 // same dtype (grad reuse).
@@ -31,6 +27,10 @@ absl::Status CheckArgs(absl::string_view op, KernelIsa isa, size_t n,
     if (!IsValidDType(dtype)) {
       return absl::InvalidArgumentError(
           absl::StrCat(op, ": unknown dtype value ", static_cast<int>(dtype)));
+    }
+    if (!IsComputeDType(dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": ", DTypeName(dtype), " is not f32, f16 or bf16"));
     }
   }
   if (n == 0) return absl::OkStatus();

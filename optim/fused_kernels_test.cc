@@ -63,6 +63,8 @@ class TestArray {
       case DType::kBF16:
         std::memcpy(&h, data() + 2 * i, 2);
         return BFloat16BitsToFloat(h);
+      default:  // The kernels' dtypes only.
+        break;
     }
     return 0;
   }

@@ -52,6 +52,8 @@ absl::Status Cast(void* out, DType out_dtype, const void* in, DType in_dtype,
       if (out_dtype == DType::kF32) CastBF16ToF32(out32, in16, n);
       if (out_dtype == DType::kF16) CastBF16ToF16(out16, in16, n);
       break;
+    default:  // CheckKernelArgs refused the others.
+      break;
   }
   return absl::OkStatus();
 }

@@ -12,16 +12,26 @@ absl::string_view DTypeName(DType dtype) {
       return "f16";
     case DType::kBF16:
       return "bf16";
+    case DType::kU8:
+      return "u8";
+    case DType::kI32:
+      return "i32";
+    case DType::kI64:
+      return "i64";
+    case DType::kF64:
+      return "f64";
   }
   return "invalid";
 }
 
 absl::StatusOr<DType> ParseDType(absl::string_view name) {
-  for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) {
+  for (int i = 0; i < kNumDTypes; ++i) {
+    const DType d = static_cast<DType>(i);
     if (name == DTypeName(d)) return d;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype '", name, "' (expected f32, f16 or bf16)"));
+      absl::StrCat("unknown dtype '", name,
+                   "' (expected f32, f16, bf16, u8, i32, i64 or f64)"));
 }
 
 std::ostream& operator<<(std::ostream& os, DType dtype) {

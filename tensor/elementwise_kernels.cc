@@ -41,6 +41,8 @@ absl::Status Scale(void* x, DType dtype, float a, size_t n) {
     case DType::kBF16:
       ScaleBF16(static_cast<uint16_t*>(x), a, n);
       break;
+    default:  // CheckKernelArgs refused the others.
+      break;
   }
   return absl::OkStatus();
 }
@@ -58,6 +60,8 @@ absl::Status Axpy(void* y, DType dtype, float a, const void* x, size_t n) {
     case DType::kBF16:
       AxpyBF16(static_cast<uint16_t*>(y), a, static_cast<const uint16_t*>(x),
                n);
+      break;
+    default:  // CheckKernelArgs refused the others.
       break;
   }
   return absl::OkStatus();

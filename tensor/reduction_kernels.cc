@@ -35,6 +35,8 @@ absl::StatusOr<bool> HasInfOrNan(const void* x, DType dtype, size_t n) {
       return HasInfOrNanF16(static_cast<const uint16_t*>(x), n);
     case DType::kBF16:
       return HasInfOrNanBF16(static_cast<const uint16_t*>(x), n);
+    default:  // CheckKernelArgs refused the others.
+      break;
   }
   return false;  // Unreachable: CheckKernelArgs rejected other values.
 }
@@ -49,6 +51,8 @@ absl::StatusOr<double> SumOfSquares(const void* x, DType dtype, size_t n) {
       return SumOfSquaresF16(static_cast<const uint16_t*>(x), n);
     case DType::kBF16:
       return SumOfSquaresBF16(static_cast<const uint16_t*>(x), n);
+    default:  // CheckKernelArgs refused the others.
+      break;
   }
   return 0.0;  // Unreachable: CheckKernelArgs rejected other values.
 }

@@ -20,6 +20,24 @@ absl::Status CheckShape(absl::Span<const int64_t> shape) {
   return absl::OkStatus();
 }
 
+absl::Status CheckDType(DType dtype) {
+  if (!IsValidDType(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown dtype value ", static_cast<int>(dtype)));
+  }
+  return absl::OkStatus();
+}
+
+// Float conversions exist for the compute types only.
+absl::Status CheckFloatConvertible(DType dtype, absl::string_view what) {
+  CZ_RETURN_IF_ERROR(CheckDType(dtype));
+  if (!IsComputeDType(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", DTypeName(dtype), " is not f32, f16 or bf16"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int64_t NumElements(absl::Span<const int64_t> shape) {
@@ -35,6 +53,7 @@ std::string ShapeToString(absl::Span<const int64_t> shape) {
 absl::StatusOr<Tensor> Tensor::Empty(Shape shape, DType dtype, Device device,
                                      const StorageOptions& options) {
   CZ_RETURN_IF_ERROR(CheckShape(shape));
+  CZ_RETURN_IF_ERROR(CheckDType(dtype));
   const size_t nbytes = NumElements(shape) * ElementSize(dtype);
   CZ_ASSIGN_OR_RETURN(std::shared_ptr<Storage> storage,
                       Storage::Create(nbytes, device, options));
@@ -60,6 +79,7 @@ absl::StatusOr<Tensor> Tensor::FromFloats(absl::Span<const float> values,
     return absl::InvalidArgumentError(absl::StrCat(
         values.size(), " values do not fill shape ", ShapeToString(shape)));
   }
+  CZ_RETURN_IF_ERROR(CheckFloatConvertible(dtype, "Tensor::FromFloats"));
   CZ_ASSIGN_OR_RETURN(Tensor t, Empty(std::move(shape), dtype));
   switch (dtype) {
     case DType::kF32:
@@ -77,6 +97,11 @@ absl::StatusOr<Tensor> Tensor::FromFloats(absl::Span<const float> values,
         t.data<uint16_t>()[i] = FloatToBFloat16Bits(values[i]);
       }
       break;
+    case DType::kU8:
+    case DType::kI32:
+    case DType::kI64:
+    case DType::kF64:
+      break;  // Refused above.
   }
   return t;
 }
@@ -88,6 +113,7 @@ absl::StatusOr<Tensor> Tensor::View(std::shared_ptr<Storage> storage,
     return absl::InvalidArgumentError("view of a null storage");
   }
   CZ_RETURN_IF_ERROR(CheckShape(shape));
+  CZ_RETURN_IF_ERROR(CheckDType(dtype));
   const size_t nbytes = NumElements(shape) * ElementSize(dtype);
   if (byte_offset % ElementSize(dtype) != 0) {
     return absl::InvalidArgumentError(
@@ -198,6 +224,7 @@ absl::Status Tensor::CopyFrom(const Tensor& src) {
 }
 
 absl::StatusOr<std::vector<float>> Tensor::ToFloats() const {
+  CZ_RETURN_IF_ERROR(CheckFloatConvertible(dtype_, DebugString()));
   if (numel() == 0) return std::vector<float>();
   if (!is_materialized() || !device().is_host_accessible()) {
     return absl::FailedPreconditionError(
@@ -218,6 +245,11 @@ absl::StatusOr<std::vector<float>> Tensor::ToFloats() const {
         out[i] = BFloat16BitsToFloat(data<uint16_t>()[i]);
       }
       break;
+    case DType::kU8:
+    case DType::kI32:
+    case DType::kI64:
+    case DType::kF64:
+      break;  // Refused above.
   }
   return out;
 }

@@ -88,7 +88,9 @@ class Tensor {
   // Typed access. REQUIRES: sizeof(T) == ElementSize(dtype()).
   template <typename T>
   T* data() {
-    static_assert(sizeof(T) == 4 || sizeof(T) == 2, "f32 or 16-bit type");
+    static_assert(
+        sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8,
+        "an element type of some DType");
     return sizeof(T) == ElementSize(dtype_) ? static_cast<T*>(raw_data())
                                             : nullptr;
   }

@@ -835,8 +835,9 @@ GlooProcessGroup::GlooProcessGroup(
 GlooProcessGroup::~GlooProcessGroup() = default;
 
 bool GlooProcessGroup::SupportsDType(DType dtype) const {
-  // Data moves as bytes; reductions run in our own kernels.
-  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+  // Data moves as bytes; reductions run in our own kernels, which take
+  // every dtype.
+  return IsValidDType(dtype);
 }
 
 std::unique_ptr<Work> GlooProcessGroup::Broadcast(

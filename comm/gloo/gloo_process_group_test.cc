@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "comm/testing/every_dtype_check.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -99,7 +100,8 @@ std::vector<absl::Status> SpawnGloo(int n, const RankFn& fn) {
 // Data and the serial rank-order reference (process_group.h's contract).
 
 constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
-constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax,
+                             ReduceOp::kMin};
 
 // Values that round differently in every dtype, with the maximum moving
 // between ranks.
@@ -130,7 +132,13 @@ uint32_t Reduced(DType dtype, ReduceOp op, int n, size_t i) {
   float acc = FromBits(dtype, InputBits(dtype, 0, i));
   for (int k = 1; k < n; ++k) {
     const float x = FromBits(dtype, InputBits(dtype, k, i));
-    acc = op == ReduceOp::kMax ? (acc < x ? x : acc) : acc + x;
+    if (op == ReduceOp::kMax) {
+      acc = acc < x ? x : acc;
+    } else if (op == ReduceOp::kMin) {
+      acc = x < acc ? x : acc;
+    } else {
+      acc = acc + x;
+    }
   }
   if (op == ReduceOp::kAvg && n > 1) acc /= static_cast<float>(n);
   return ToBits(dtype, acc);
@@ -380,6 +388,15 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooWorldSizeTest,
 
 // Hundreds of collectives queued at once: each matches its peers' by issue
 // order (the Gloo tag is the sequence number).
+TEST(GlooProcessGroup, IntegerAndF64CollectivesAreExactWithEveryOp) {
+  for (int n : {1, 2, 3}) {
+    SCOPED_TRACE(absl::StrCat(n, " ranks"));
+    EXPECT_TRUE(AllOk(SpawnGloo(n, [](GlooProcessGroup& g) {
+      return comm_testing::CheckEveryDTypeCollective(g);
+    })));
+  }
+}
+
 TEST(GlooProcessGroup, ManyQueuedOpsCompleteInOrder) {
   constexpr int kOps = 300;
   EXPECT_TRUE(AllOk(SpawnGloo(3, [&](GlooProcessGroup& g) -> absl::Status {
@@ -682,6 +699,11 @@ TEST(GlooProcessGroup, ArgumentErrorsComeBackAsFailedWorkLikeEveryBackend) {
   EXPECT_TRUE(g.SupportsDType(DType::kF32));
   EXPECT_TRUE(g.SupportsDType(DType::kF16));
   EXPECT_TRUE(g.SupportsDType(DType::kBF16));
+  EXPECT_TRUE(g.SupportsDType(DType::kU8));
+  EXPECT_TRUE(g.SupportsDType(DType::kI32));
+  EXPECT_TRUE(g.SupportsDType(DType::kI64));
+  EXPECT_TRUE(g.SupportsDType(DType::kF64));
+  EXPECT_FALSE(g.SupportsDType(static_cast<DType>(kNumDTypes)));
   std::vector<float> a(8), b(16);
   BroadcastOptions bad_root;
   bad_root.root = 2;

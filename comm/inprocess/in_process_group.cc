@@ -346,8 +346,7 @@ class InProcessGroup final : public ProcessGroup {
   int size() const override { return size_; }
   absl::string_view backend_name() const override { return "inprocess"; }
   bool SupportsDType(DType dtype) const override {
-    return dtype == DType::kF32 || dtype == DType::kF16 ||
-           dtype == DType::kBF16;
+    return IsValidDType(dtype);  // The reduce kernels take every dtype.
   }
 
   std::unique_ptr<Work> Broadcast(MutableBuffer buffer,

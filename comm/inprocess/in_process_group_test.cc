@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/mutex.h"
+#include "comm/testing/every_dtype_check.h"
 #include "comm/testing/spawn_ranks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -30,7 +31,8 @@ using ::testing::HasSubstr;
 // Test data and the serial rank-order reference.
 
 constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
-constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax,
+                             ReduceOp::kMin};
 
 // Rank-dependent values with non-trivial rounding in every dtype; the
 // maximum moves between ranks from element to element.
@@ -88,6 +90,8 @@ float Widen(DType dtype, uint32_t bits) {
       return HalfBitsToFloat(static_cast<uint16_t>(bits));
     case DType::kBF16:
       return BFloat16BitsToFloat(static_cast<uint16_t>(bits));
+    default:  // The float types only.
+      break;
   }
   return 0;
 }
@@ -100,6 +104,8 @@ uint32_t Narrow(DType dtype, float v) {
       return FloatToHalfBits(v);
     case DType::kBF16:
       return FloatToBFloat16Bits(v);
+    default:  // The float types only.
+      break;
   }
   return 0;
 }
@@ -116,7 +122,13 @@ uint32_t ReferenceReduce(DType dtype, ReduceOp op, int n, size_t i) {
   float acc = Widen(dtype, InputBits(dtype, 0, i));
   for (int k = 1; k < n; ++k) {
     const float x = Widen(dtype, InputBits(dtype, k, i));
-    acc = op == ReduceOp::kMax ? (acc < x ? x : acc) : acc + x;
+    if (op == ReduceOp::kMax) {
+      acc = acc < x ? x : acc;
+    } else if (op == ReduceOp::kMin) {
+      acc = x < acc ? x : acc;
+    } else {
+      acc = acc + x;
+    }
   }
   if (op == ReduceOp::kAvg) acc /= static_cast<float>(n);
   return Narrow(dtype, acc);
@@ -363,6 +375,14 @@ struct MismatchCase {
   std::function<absl::Status(ProcessGroup&, std::vector<float>&)> issue;
   std::string expected_message;
 };
+
+TEST(InProcessWorld, IntegerAndF64CollectivesAreExactWithEveryOp) {
+  for (int n : {1, 2, 3}) {
+    SCOPED_TRACE(absl::StrCat(n, " ranks"));
+    EXPECT_TRUE(comm_testing::AllRanksOk(
+        comm_testing::SpawnRanks(n, comm_testing::CheckEveryDTypeCollective)));
+  }
+}
 
 TEST(InProcessWorld, MismatchedCollectivesFailOnEveryRankNamingBothSides) {
   const std::vector<MismatchCase> cases = {

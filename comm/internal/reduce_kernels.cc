@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "tensor/cast_kernels.h"
 
@@ -30,6 +31,12 @@ void ReduceF32(void* const* out, int num_out, const void* const* in, int n,
       for (int k = 2; k < n; ++k) {
         const float* p = static_cast<const float*>(in[k]) + base;
         for (size_t j = 0; j < len; ++j) acc[j] = acc[j] < p[j] ? p[j] : acc[j];
+      }
+    } else if (op == ReduceOp::kMin) {
+      for (size_t j = 0; j < len; ++j) acc[j] = p1[j] < p0[j] ? p1[j] : p0[j];
+      for (int k = 2; k < n; ++k) {
+        const float* p = static_cast<const float*>(in[k]) + base;
+        for (size_t j = 0; j < len; ++j) acc[j] = p[j] < acc[j] ? p[j] : acc[j];
       }
     } else {
       for (size_t j = 0; j < len; ++j) acc[j] = p0[j] + p1[j];
@@ -64,6 +71,8 @@ void Reduce16(void* const* out, int num_out, const void* const* in, int n,
       Widen(x, static_cast<const uint16_t*>(in[k]) + base, len);
       if (op == ReduceOp::kMax) {
         for (size_t j = 0; j < len; ++j) acc[j] = acc[j] < x[j] ? x[j] : acc[j];
+      } else if (op == ReduceOp::kMin) {
+        for (size_t j = 0; j < len; ++j) acc[j] = x[j] < acc[j] ? x[j] : acc[j];
       } else {
         for (size_t j = 0; j < len; ++j) acc[j] += x[j];
       }
@@ -76,6 +85,67 @@ void Reduce16(void* const* out, int num_out, const void* const* in, int n,
     for (int o = 1; o < num_out; ++o) {
       std::memcpy(static_cast<uint16_t*>(out[o]) + base, first,
                   len * sizeof(uint16_t));
+    }
+  }
+}
+
+// Integers and f64 reduce in their own type. Integer sums wrap around
+// (computed unsigned, so overflow is defined) and kAvg divides the wrapped
+// sum by n, truncating toward zero; f64 sums in f64.
+template <typename T>
+T Add(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(
+        static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  } else {
+    return a + b;
+  }
+}
+
+template <typename T>
+T DivideByCount(T sum, int n) {
+  if constexpr (std::is_integral_v<T>) {
+    using Wide = std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>;
+    return static_cast<T>(static_cast<Wide>(sum) / static_cast<Wide>(n));
+  } else {
+    return sum / static_cast<T>(n);
+  }
+}
+
+template <typename T>
+void ReduceNative(void* const* out, int num_out, const void* const* in, int n,
+                  size_t count, ReduceOp op) {
+  // An 8 KiB accumulator, as for f32.
+  constexpr size_t kNativeTile = kTile * sizeof(float) / sizeof(T);
+  alignas(64) T acc[kNativeTile];
+  for (size_t base = 0; base < count; base += kNativeTile) {
+    const size_t len = std::min(kNativeTile, count - base);
+    std::memcpy(acc, static_cast<const T*>(in[0]) + base, len * sizeof(T));
+    for (int k = 1; k < n; ++k) {
+      const T* p = static_cast<const T*>(in[k]) + base;
+      switch (op) {
+        case ReduceOp::kMax:
+          for (size_t j = 0; j < len; ++j) {
+            acc[j] = acc[j] < p[j] ? p[j] : acc[j];
+          }
+          break;
+        case ReduceOp::kMin:
+          for (size_t j = 0; j < len; ++j) {
+            acc[j] = p[j] < acc[j] ? p[j] : acc[j];
+          }
+          break;
+        case ReduceOp::kSum:
+        case ReduceOp::kAvg:
+          for (size_t j = 0; j < len; ++j) acc[j] = Add(acc[j], p[j]);
+          break;
+      }
+    }
+    if (op == ReduceOp::kAvg) {
+      for (size_t j = 0; j < len; ++j) acc[j] = DivideByCount(acc[j], n);
+    }
+    for (int o = 0; o < num_out; ++o) {
+      std::memcpy(static_cast<T*>(out[o]) + base, acc, len * sizeof(T));
     }
   }
 }
@@ -102,6 +172,18 @@ void ReduceIntoEach(void* const* out, int num_out, const void* const* in, int n,
       return;
     case DType::kBF16:
       Reduce16<CastBF16ToF32, CastF32ToBF16>(out, num_out, in, n, count, op);
+      return;
+    case DType::kU8:
+      ReduceNative<uint8_t>(out, num_out, in, n, count, op);
+      return;
+    case DType::kI32:
+      ReduceNative<int32_t>(out, num_out, in, n, count, op);
+      return;
+    case DType::kI64:
+      ReduceNative<int64_t>(out, num_out, in, n, count, op);
+      return;
+    case DType::kF64:
+      ReduceNative<double>(out, num_out, in, n, count, op);
       return;
   }
 }

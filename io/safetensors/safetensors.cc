@@ -239,6 +239,10 @@ absl::StatusOr<DType> ToDType(absl::string_view dtype) {
   if (dtype == "F32") return DType::kF32;
   if (dtype == "F16") return DType::kF16;
   if (dtype == "BF16") return DType::kBF16;
+  if (dtype == "U8") return DType::kU8;
+  if (dtype == "I32") return DType::kI32;
+  if (dtype == "I64") return DType::kI64;
+  if (dtype == "F64") return DType::kF64;
   return absl::UnimplementedError(absl::StrCat("dtype ", dtype));
 }
 
@@ -250,6 +254,14 @@ const char* SafetensorsDType(DType dtype) {
       return "F16";
     case DType::kBF16:
       return "BF16";
+    case DType::kU8:
+      return "U8";
+    case DType::kI32:
+      return "I32";
+    case DType::kI64:
+      return "I64";
+    case DType::kF64:
+      return "F64";
   }
   return "?";
 }

@@ -86,25 +86,32 @@ TEST(SafetensorsTest, RoundTripIsBitExact) {
 }
 
 TEST(SafetensorsTest, ReadsHandWrittenHeaderWithOtherDTypes) {
-  // Spacing, key order and an I64 tensor as other writers produce them.
+  // Spacing, key order, an I64 tensor and a dtype we do not read (I8) as
+  // other writers produce them.
   const std::string header =
       "{ \"ids\" : {\"shape\":[2],\"dtype\":\"I64\",\"data_offsets\":[0,16]},"
       "\n \"x\": {\"dtype\": \"F32\", \"data_offsets\": [16, 20], "
-      "\"shape\": [1]}, \"__metadata__\": {\"k\": \"\\u00e9\\ud83d\\ude00\"}}";
+      "\"shape\": [1]}, \"__metadata__\": {\"k\": \"\\u00e9\\ud83d\\ude00\"},"
+      "\"q\": {\"dtype\": \"I8\", \"shape\": [2], \"data_offsets\": [20, 22]}}";
   std::string data(16, '\1');
   const float one = 1.0f;
   data.append(reinterpret_cast<const char*>(&one), 4);
+  data.append(2, '\7');
   const std::string path = TempPath("other.safetensors");
   WriteBytes(path, MakeFile(header, data));
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Read(path);
   ASSERT_TRUE(file.ok()) << file.status();
-  EXPECT_THAT(file->names(), ElementsAre("ids", "x"));
+  EXPECT_THAT(file->names(), ElementsAre("ids", "x", "q"));
   EXPECT_EQ(file->metadata().at("k"), "\xC3\xA9\xF0\x9F\x98\x80");
   EXPECT_EQ(*file->Get("x")->ToFloats(), std::vector<float>{1.0f});
-  const absl::Status s = file->Get("ids").status();
+  const absl::StatusOr<Tensor> ids = file->Get("ids");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(ids->dtype(), DType::kI64);
+  EXPECT_EQ(ids->data<int64_t>()[1], 0x0101010101010101);
+  const absl::Status s = file->Get("q").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(s.message(), HasSubstr(path));
-  EXPECT_THAT(s.message(), HasSubstr("'ids'"));
+  EXPECT_THAT(s.message(), HasSubstr("'q'"));
 }
 
 TEST(SafetensorsTest, TruncatedFilesNameTheFileAndTensor) {

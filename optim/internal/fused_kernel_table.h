@@ -87,6 +87,8 @@ void DispatchTypes(DType grad_dtype, const void* param_out, DType out_dtype,
         return fn(g, F16());
       case DType::kBF16:
         return fn(g, BF16());
+      default:  // The caller checked the dtypes.
+        break;
     }
   };
   switch (grad_dtype) {
@@ -96,6 +98,8 @@ void DispatchTypes(DType grad_dtype, const void* param_out, DType out_dtype,
       return with_grad(F16());
     case DType::kBF16:
       return with_grad(BF16());
+    default:  // The caller checked the dtypes.
+      break;
   }
 }
 

@@ -127,9 +127,13 @@ absl::Status CheckKernelArgs(absl::string_view op,
                              std::initializer_list<DType> dtypes, size_t n,
                              std::initializer_list<const void*> buffers) {
   for (DType dtype : dtypes) {
-    if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
+    if (!IsValidDType(dtype)) {
       return absl::InvalidArgumentError(
           absl::StrCat(op, ": unknown dtype value ", static_cast<int>(dtype)));
+    }
+    if (!IsComputeDType(dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": ", DTypeName(dtype), " is not f32, f16 or bf16"));
     }
   }
   for (const void* buffer : buffers) {

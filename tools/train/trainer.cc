@@ -25,6 +25,7 @@
 #include "base/status_macros.h"
 #include "checkpoint/checkpoint.h"
 #include "chunk/chunk_manager.h"
+#include "comm/gather.h"
 #include "comm/gloo/gloo_process_group.h"
 #include "comm/inprocess/in_process_group.h"
 #include "comm/recording_process_group.h"
@@ -33,7 +34,6 @@
 #include "models/gpt2/gpt_checkpoint.h"
 #include "optim/zero_optimizer.h"
 #include "tensor/memory_tracker.h"
-#include "tools/train/gather.h"
 #include "tools/train/token_data.h"
 #include "tools/train/train_plan.h"
 
@@ -191,7 +191,7 @@ class RankRunner {
       at_rest += tracker_.CurrentTotal(d);
     }
     CZ_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> all,
-                        AllGatherInt64(raw_, {at_rest}, timeout()));
+                        comm::AllGatherInt64(raw_, {at_rest}, timeout()));
     if (rank() == 0) {
       result_->at_rest_bytes.clear();
       for (const auto& r : all) result_->at_rest_bytes.push_back(r[0]);
@@ -218,7 +218,8 @@ class RankRunner {
   absl::Status Agree(const absl::Status& mine, absl::string_view others) {
     CZ_ASSIGN_OR_RETURN(
         std::vector<std::vector<int64_t>> codes,
-        AllGatherInt64(raw_, {static_cast<int64_t>(mine.code())}, timeout()));
+        comm::AllGatherInt64(raw_, {static_cast<int64_t>(mine.code())},
+                             timeout()));
     if (!mine.ok()) return mine;
     for (size_t r = 0; r < codes.size(); ++r) {
       if (codes[r][0] != 0) {
@@ -335,7 +336,7 @@ class RankRunner {
     }
     CZ_ASSIGN_OR_RETURN(
         std::vector<std::vector<int64_t>> figures,
-        AllGatherInt64(raw_, Encode(Measure(tracker_, comm)), timeout()));
+        comm::AllGatherInt64(raw_, Encode(Measure(tracker_, comm)), timeout()));
     absl::Status reported;
     if (rank() == 0) {
       StepMetrics m;
@@ -388,8 +389,8 @@ class RankRunner {
         Agree(index.status(), "a shard could not be written");
     CZ_ASSIGN_OR_RETURN(
         std::vector<std::string> serialized,
-        AllGatherBytes(raw_, index.ok() ? index->SerializeAsString() : "",
-                       timeout()));
+        comm::AllGatherBytes(raw_, index.ok() ? index->SerializeAsString() : "",
+                             timeout()));
     if (!written.ok()) {
       if (index.ok()) RemoveShard(index->file());
       return written;
