@@ -196,16 +196,15 @@ absl::Status ZeroDdp::Register() {
   comm::ProcessGroup& group = chunks_->process_group();
   const int world = group.size();
   const size_t n = params_.size();
-  // Every rank's first-use positions (-1: unused), exchanged as f32 (exact
-  // below 2^24).
-  std::vector<float> mine(n), all(n * world);
+  // Every rank's first-use positions (-1: unused).
+  std::vector<int32_t> mine(n), all(n * world);
   for (size_t i = 0; i < n; ++i) mine[i] = params_[i].first_use;
   CZ_RETURN_IF_ERROR(comm::AllGather(group, comm::ConstBuffer::Of(mine),
                                      comm::MutableBuffer::Of(all)),
                      "agreeing on the first-use order");
   // Rank 0's first-use order, then parameters used only elsewhere, in
   // declaration order.
-  std::vector<std::pair<std::pair<int, float>, int>> keyed;
+  std::vector<std::pair<std::pair<int, int32_t>, int>> keyed;
   std::vector<int> unused;
   for (size_t i = 0; i < n; ++i) {
     bool used_elsewhere = false;
@@ -218,7 +217,7 @@ absl::Status ZeroDdp::Register() {
     if (all[i] >= 0) {
       keyed.push_back({{0, all[i]}, static_cast<int>(i)});
     } else if (used_elsewhere) {
-      keyed.push_back({{1, static_cast<float>(i)}, static_cast<int>(i)});
+      keyed.push_back({{1, static_cast<int32_t>(i)}, static_cast<int>(i)});
     } else {
       unused.push_back(static_cast<int>(i));
       unused_.push_back(params_[i].param->name());
@@ -544,24 +543,20 @@ void ZeroDdp::RecordDeferredError(absl::Status status) {
 absl::Status ZeroDdp::CheckUnusedAgreement() {
   comm::ProcessGroup& group = chunks_->process_group();
   const size_t n = order_.size();
-  std::vector<float> had(n), min_had(n), max_had(n);
-  for (size_t k = 0; k < n; ++k) had[k] = params_[order_[k]].had_grad ? 1 : 0;
-  min_had = had;
-  max_had = had;
-  comm::AllReduceOptions min_opts, max_opts;
-  min_opts.timeout = max_opts.timeout = chunks_->options().comm_timeout;
-  max_opts.op = comm::ReduceOp::kMax;
-  // min(x) = -max(-x).
-  for (float& x : min_had) x = -x;
-  min_opts.op = comm::ReduceOp::kMax;
+  // How many ranks had each parameter's grad: one i32 sum says both
+  // "somewhere" (> 0) and "everywhere" (== world size).
+  std::vector<int32_t> ranks_with_grad(n);
+  for (size_t k = 0; k < n; ++k) {
+    ranks_with_grad[k] = params_[order_[k]].had_grad ? 1 : 0;
+  }
+  comm::AllReduceOptions sum;
+  sum.timeout = chunks_->options().comm_timeout;
   CZ_RETURN_IF_ERROR(
-      comm::AllReduce(group, comm::MutableBuffer::Of(max_had), max_opts));
-  CZ_RETURN_IF_ERROR(
-      comm::AllReduce(group, comm::MutableBuffer::Of(min_had), min_opts));
+      comm::AllReduce(group, comm::MutableBuffer::Of(ranks_with_grad), sum));
   std::vector<std::string> partial;
   for (size_t k = 0; k < n; ++k) {
-    const bool somewhere = max_had[k] > 0;
-    const bool everywhere = -min_had[k] > 0;
+    const bool somewhere = ranks_with_grad[k] > 0;
+    const bool everywhere = ranks_with_grad[k] == group.size();
     if (somewhere && !everywhere) {
       partial.push_back(
           absl::StrCat("'", params_[order_[k]].param->name(), "'"));

@@ -445,19 +445,15 @@ absl::StatusOr<StepResult> ZeroOptimizer::Step() {
   micro_batches_ = 0;
   ++iterations_;
 
-  // One collective for the norm and the overflow verdict. The double sum
-  // travels as two floats (high and low parts), so the norm keeps more
-  // than f32 precision.
-  CZ_ASSIGN_OR_RETURN(double local, LocalSumOfSquares(accumulated));
-  const float high = static_cast<float>(local);
-  std::vector<float> sums = {high, static_cast<float>(local - high)};
+  // One f64 all-reduce gives the norm and the overflow verdict (a non-finite
+  // sum on any rank makes the total non-finite).
+  CZ_ASSIGN_OR_RETURN(double total, LocalSumOfSquares(accumulated));
   comm::AllReduceOptions sum_options;
   sum_options.timeout = chunks_->options().comm_timeout;
   CZ_RETURN_IF_ERROR(
-      comm::AllReduce(chunks_->process_group(), comm::MutableBuffer::Of(sums),
-                      sum_options),
+      comm::AllReduce(chunks_->process_group(),
+                      comm::MutableBuffer{&total, 1, DType::kF64}, sum_options),
       "agreeing on the grad norm");
-  const double total = double{sums[0]} + double{sums[1]};
   const double divisor = result.loss_scale * result.micro_batches;
   result.grad_norm = std::sqrt(total) / divisor;
   ddp_->ClearGrads();

@@ -423,8 +423,8 @@ TEST(ZeroDdp, KnownOrderMustNameEveryParameterOnce) {
 // Steady-state traffic per step against DESIGN.md §7 for one chunk of
 // Psi = 128 f16 elements on 2 ranks: sharded = gather (forward) + gather
 // (backward) + reduce-scatter = 3 * 2 Psi (N-1)/N bus bytes; replicated =
-// one all-reduce = 2 * 2 Psi (N-1)/N. Plus the two 4-float all-reduces that
-// agree on which parameters had grads.
+// one all-reduce = 2 * 2 Psi (N-1)/N. Plus the all-reduce of 4 i32 counts
+// that agrees on which parameters had grads.
 TEST(ZeroDdp, CommVolumePerStepMatchesDesign) {
   for (ChunkLayout layout : {ChunkLayout::kSharded, ChunkLayout::kReplicated}) {
     SCOPED_TRACE(ChunkLayoutName(layout));
@@ -459,14 +459,14 @@ TEST(ZeroDdp, CommVolumePerStepMatchesDesign) {
             EXPECT_EQ(gather.calls, 2);
             EXPECT_EQ(scatter.calls, 1);
             EXPECT_EQ(gather.bus_bytes + scatter.bus_bytes, 3 * psi_bytes / 2);
-            EXPECT_EQ(all_reduce.calls, 2);
-            EXPECT_EQ(all_reduce.payload_bytes, 2u * 4 * 4);
+            EXPECT_EQ(all_reduce.calls, 1);
+            EXPECT_EQ(all_reduce.payload_bytes, 4u * 4);
           } else {
             EXPECT_EQ(gather.calls, 0);
             EXPECT_EQ(scatter.calls, 0);
-            EXPECT_EQ(all_reduce.calls, 3);
+            EXPECT_EQ(all_reduce.calls, 2);
             // All-reduce bus factor 2(N-1)/N = 1 at N = 2.
-            EXPECT_EQ(all_reduce.bus_bytes, 2 * psi_bytes / 2 + 2 * 4 * 4);
+            EXPECT_EQ(all_reduce.bus_bytes, 2 * psi_bytes / 2 + 4 * 4);
           }
           return absl::OkStatus();
         })));

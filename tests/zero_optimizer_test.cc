@@ -567,7 +567,7 @@ TEST(ZeroOptimizer, NonFiniteGradsWithoutAScalerFailTheStep) {
       EXPECT_THAT(
           std::string(status.message()),
           HasSubstr(absl::StrCat("step 4: the grads are not finite "
-                                 "(norm nan) and ",
+                                 "(norm inf) and ",
                                  DTypeName(dtype),
                                  " compute has no loss scale to lower")));
     }

@@ -501,8 +501,8 @@ TEST(TrainerTest, Fp16ShardedMeetsTheMemoryTarget) {
 
 // Rank 0's bus bytes in a step after the first, by collective, computed
 // from the chunk capacities (DESIGN.md §7 with padding) plus the small
-// all-reduces: ZeroDdp's two agreement all-reduces of one float per
-// parameter per micro-batch and the optimizer's norm all-reduce of two.
+// all-reduces: ZeroDdp's agreement all-reduce of one i32 per parameter per
+// micro-batch and the optimizer's norm all-reduce of one f64.
 //
 // With distributed storage every chunk is materialised twice per
 // micro-batch (forward, backward), and the first chunk, wte's, once more:
@@ -519,7 +519,7 @@ std::map<std::string, int64_t> ExpectedCommBytes(const TrainOptions& o,
   const int64_t capacity = Sum(capacities);
   const int64_t gathered = 2 * capacity + capacities[0];
   // All-reduce bus factor 2(N - 1)/N.
-  const int64_t small = (2 * NumParameters(o.model) * a + 2) * 4;
+  const int64_t small = NumParameters(o.model) * a * 4 + 8;
   std::map<std::string, int64_t> want;
   if (o.storage == "sharded") {
     want["all_gather"] = a * c * gathered * (n - 1) / n;
