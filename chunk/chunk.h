@@ -60,7 +60,7 @@
 namespace chunkzero {
 
 struct ChunkOptions {
-  std::string group = "chunk";  // Group name, for messages ("fp16_param").
+  std::string group = "chunk";  // Group name, for messages ("f16_param").
   int index = 0;                // Position in the group.
   DType dtype = DType::kF16;
   int64_t capacity = 0;  // Elements; rounded up for kSharded.
@@ -93,7 +93,7 @@ class Chunk {
   Chunk(const Chunk&) = delete;
   Chunk& operator=(const Chunk&) = delete;
 
-  // "fp16_param#3".
+  // "f16_param#3".
   const std::string& name() const { return name_; }
   DType dtype() const { return options_.dtype; }
   ChunkLayout layout() const { return options_.layout; }

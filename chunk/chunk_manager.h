@@ -4,18 +4,18 @@
 //   ChunkManagerOptions options;           // sharded, chunk_size = none
 //   options.chunk_size = 1 << 22;
 //   ChunkManager manager(&group, options, &tracker);
-//   CZ_RETURN_IF_ERROR(manager.CreateGroup("fp16_param", DType::kF16,
+//   CZ_RETURN_IF_ERROR(manager.CreateGroup("f16_param", DType::kF16,
 //                                          MemoryCategory::kParam));
-//   CZ_ASSIGN_OR_RETURN(Tensor w, manager.AppendTensor("fp16_param",
+//   CZ_ASSIGN_OR_RETURN(Tensor w, manager.AppendTensor("f16_param",
 //                                                      "h.0.w", w16));
-//   CZ_RETURN_IF_ERROR(manager.CloseGroup("fp16_param"));
-//   CZ_RETURN_IF_ERROR(manager.AccessTensor("fp16_param", "h.0.w"));
+//   CZ_RETURN_IF_ERROR(manager.CloseGroup("f16_param"));
+//   CZ_RETURN_IF_ERROR(manager.AccessTensor("f16_param", "h.0.w"));
 //
 // Groups. A group is an ordered list of chunks of one dtype and memory
 // category. Tensors are appended in call order (the caller passes first-use
 // order); with a fixed chunk size a tensor that does not fit opens a new
 // chunk, with chunking off every tensor gets a chunk of its own size. A
-// paired group (e.g. the fp32 masters of fp16_param) mirrors its source:
+// paired group (e.g. the fp32 masters of f16_param) mirrors its source:
 // the same tensors at the same offsets in chunks of the same capacity and
 // owner; tensors must be appended to it in the source's order.
 //

@@ -53,7 +53,7 @@ TransitionKind ClassifyTransition(TensorState from, TensorState to);
 // OK for legal moves and the no-op; otherwise FailedPrecondition naming the
 // tensor, its chunk and both states, e.g.
 // "illegal tensor state move HOLD -> READY_FOR_REDUCE for tensor 'h.0.w' in
-// chunk fp16_param#3".
+// chunk f16_param#3".
 absl::Status CheckTransition(TensorState from, TensorState to,
                              absl::string_view tensor_name,
                              absl::string_view chunk_name);

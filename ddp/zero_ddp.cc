@@ -14,12 +14,15 @@
 namespace chunkzero {
 namespace {
 
-// Final groups, in first-use order.
-constexpr char kParamGroup[] = "fp16_param";
-constexpr char kMasterGroup[] = "fp32_param";
-// Groups of step 1, in declaration order.
-constexpr char kDeclParamGroup[] = "fp16_param.decl";
-constexpr char kDeclMasterGroup[] = "fp32_param.decl";
+// Groups are named for what they hold: the compute copy ("f16_param",
+// "bf16_param" or "f32_param") and the f32 masters ("f32_master"). Until
+// step 1 has shown the order of first use they are the ".decl" groups, in
+// declaration order.
+std::string ParamGroupName(DType compute_dtype) {
+  return absl::StrCat(DTypeName(compute_dtype), "_param");
+}
+constexpr char kMasterGroup[] = "f32_master";
+constexpr char kDeclSuffix[] = ".decl";
 
 // `t` converted to `dtype` in new CPU storage.
 absl::StatusOr<Tensor> CastTo(const Tensor& t, DType dtype) {
@@ -75,8 +78,8 @@ absl::StatusOr<std::unique_ptr<ZeroDdp>> ZeroDdp::Create(
   if (!options.first_use_order.empty()) {
     CZ_ASSIGN_OR_RETURN(std::vector<int> order,
                         ddp->OrderFromNames(options.first_use_order));
-    CZ_RETURN_IF_ERROR(
-        ddp->BuildGroups(kParamGroup, kMasterGroup, order, to_f32));
+    CZ_RETURN_IF_ERROR(ddp->BuildGroups(ParamGroupName(options.compute_dtype),
+                                        kMasterGroup, order, to_f32));
     ddp->registered_ = true;
     return ddp;
   }
@@ -85,8 +88,9 @@ absl::StatusOr<std::unique_ptr<ZeroDdp>> ZeroDdp::Create(
   // values as masters. The model's own tensors are dropped here.
   std::vector<int> declaration(ddp->params_.size());
   for (size_t i = 0; i < declaration.size(); ++i) declaration[i] = i;
-  CZ_RETURN_IF_ERROR(
-      ddp->BuildGroups(kDeclParamGroup, kDeclMasterGroup, declaration, to_f32));
+  CZ_RETURN_IF_ERROR(ddp->BuildGroups(
+      absl::StrCat(ParamGroupName(options.compute_dtype), kDeclSuffix),
+      absl::StrCat(kMasterGroup, kDeclSuffix), declaration, to_f32));
   return ddp;
 }
 
@@ -146,7 +150,7 @@ std::vector<std::string> ZeroDdp::registration_order() const {
 }
 
 absl::Status ZeroDdp::BuildGroups(
-    const char* param_group, const char* master_group,
+    const std::string& param_group, const std::string& master_group,
     const std::vector<int>& order,
     const std::function<absl::StatusOr<Tensor>(ParamInfo&)>& master_value) {
   CZ_RETURN_IF_ERROR(chunks_->CreateGroup(param_group, options_.compute_dtype,
@@ -231,11 +235,13 @@ absl::Status ZeroDdp::Register() {
   // materialised. Masters are gathered on demand in the new order (the same
   // sequence on every rank) and released once all their tensors moved.
   CZ_RETURN_IF_ERROR(AccessAll());
+  const std::string decl_param_group = param_group_;
+  const std::string decl_master_group = master_group_;
   absl::flat_hash_map<Chunk*, int> left;
   for (int i : order) {
     CZ_ASSIGN_OR_RETURN(
         TensorLocation m,
-        chunks_->Locate(kDeclMasterGroup, params_[i].param->name()));
+        chunks_->Locate(decl_master_group, params_[i].param->name()));
     ++left[m.chunk];
   }
   // Parameters no rank used keep a copy of their own.
@@ -245,11 +251,11 @@ absl::Status ZeroDdp::Register() {
     p.set_data(std::move(copy));
   }
   CZ_RETURN_IF_ERROR(BuildGroups(
-      kParamGroup, kMasterGroup, order,
+      ParamGroupName(options_.compute_dtype), kMasterGroup, order,
       [&](ParamInfo& info) -> absl::StatusOr<Tensor> {
         CZ_ASSIGN_OR_RETURN(
             TensorLocation m,
-            chunks_->Locate(kDeclMasterGroup, info.param->name()));
+            chunks_->Locate(decl_master_group, info.param->name()));
         CZ_RETURN_IF_ERROR(chunks_->AccessChunk(m.chunk));
         CZ_ASSIGN_OR_RETURN(Tensor value, m.chunk->TensorView(m.index).Clone());
         if (--left[m.chunk] == 0)
@@ -257,8 +263,8 @@ absl::Status ZeroDdp::Register() {
         return value;
       }));
   for (int i : unused) params_[i].registered = false;
-  CZ_RETURN_IF_ERROR(chunks_->RemoveGroup(kDeclMasterGroup));
-  CZ_RETURN_IF_ERROR(chunks_->RemoveGroup(kDeclParamGroup));
+  CZ_RETURN_IF_ERROR(chunks_->RemoveGroup(decl_master_group));
+  CZ_RETURN_IF_ERROR(chunks_->RemoveGroup(decl_param_group));
 
   for (ParamInfo& info : params_) {
     if (info.registered && info.conditional &&
@@ -368,8 +374,8 @@ absl::Status ZeroDdp::AccessPinned() {
 }
 
 int ZeroDdp::ChunkIndex(const Chunk* chunk) const {
-  for (int i = 0; i < chunks_->num_chunks(kParamGroup); ++i) {
-    if (chunks_->chunk(kParamGroup, i) == chunk) return i;
+  for (int i = 0; i < chunks_->num_chunks(param_group_); ++i) {
+    if (chunks_->chunk(param_group_, i) == chunk) return i;
   }
   return -1;
 }
@@ -433,7 +439,7 @@ absl::Status ZeroDdp::PreBackward(absl::Span<Parameter* const> params) {
     // ready), then pinned chunks (in FinishBackward: their readiness
     // depends on the rank).
     reduce_order_.clear();
-    const int num = chunks_->num_chunks(kParamGroup);
+    const int num = chunks_->num_chunks(param_group_);
     for (int i = num - 1; i >= 0; --i) {
       if (!IsPinned(i)) reduce_order_.push_back(i);
     }
@@ -519,17 +525,18 @@ absl::Status ZeroDdp::WriteGrad(ParamInfo& info, const Tensor& grad32) {
 
 absl::Status ZeroDdp::ReduceChunk(int index) {
   reduced_[index] = true;
-  return chunks_->ReduceChunk(chunks_->chunk(kParamGroup, index));
+  return chunks_->ReduceChunk(chunks_->chunk(param_group_, index));
 }
 
 bool ZeroDdp::IsPinned(int index) const {
   return std::find(pinned_.begin(), pinned_.end(),
-                   chunks_->chunk(kParamGroup, index)) != pinned_.end();
+                   chunks_->chunk(param_group_, index)) != pinned_.end();
 }
 
 absl::Status ZeroDdp::ReduceReady() {
-  while (reduce_pos_ < eager_reductions_ &&
-         chunks_->chunk(kParamGroup, reduce_order_[reduce_pos_])->CanReduce()) {
+  while (
+      reduce_pos_ < eager_reductions_ &&
+      chunks_->chunk(param_group_, reduce_order_[reduce_pos_])->CanReduce()) {
     CZ_RETURN_IF_ERROR(ReduceChunk(reduce_order_[reduce_pos_]));
     ++reduce_pos_;
   }
@@ -665,7 +672,7 @@ absl::Status ZeroDdp::FinishBackward() {
   // never arrived here are zeros.
   for (; status.ok() && reduce_pos_ < static_cast<int>(reduce_order_.size());
        ++reduce_pos_) {
-    Chunk* chunk = chunks_->chunk(kParamGroup, reduce_order_[reduce_pos_]);
+    Chunk* chunk = chunks_->chunk(param_group_, reduce_order_[reduce_pos_]);
     status = chunk->MaterialiseZeros();
     for (int i = 0; status.ok() && i < chunk->num_tensors(); ++i) {
       const TensorState state = chunk->tensor(i).state;

@@ -14,14 +14,15 @@
 // equal, and rounds each to the compute dtype.
 //
 // Registration with a known order (ZeroDdpOptions::first_use_order): Create
-// packs the parameters into "fp16_param" / "fp32_param" in that order and
+// packs the parameters into the groups "<dtype>_param" (the compute copy:
+// "f16_param", "bf16_param" or "f32_param") / "f32_master" in that order and
 // every step, step 1 included, gathers only the chunks in flight. No
 // parameter is left out or pinned then: every rank must use every
 // parameter (FinishBackward names any that got no grad).
 //
 // Registration. Otherwise, Create puts every parameter into compute-dtype
-// chunks in declaration order (group "fp16_param.decl"), with its fp32 master
-// (rank 0's value) in the paired group "fp32_param.decl" (in f32 mode too: grad
+// chunks in declaration order (group "<dtype>_param.decl"), with its f32 master
+// (rank 0's value) in the paired group "f32_master.decl" (in f32 mode too: grad
 // reuse overwrites the compute copy); data() becomes a view of its slice
 // and the model's own tensors are dropped, so memory is sharded from the
 // start. Step 1's forward gathers all of those chunks at its first hook
@@ -29,7 +30,7 @@
 // records the order of first use. At the first PreBackward the ranks agree
 // on one order (rank 0's first-use order, then parameters used only on
 // other ranks, in declaration order) and the parameters are repacked into
-// groups "fp16_param" / "fp32_param" in that order; the declaration-order
+// groups "<dtype>_param" / "f32_master" in that order; the declaration-order
 // groups are freed. Parameters no rank used are left out (keeping a copy of
 // their own) and reported by unused_parameters().
 //
@@ -205,7 +206,7 @@ class ZeroDdp final : public ParamHooks {
   // params_[order...] in that order (master values from `master_value`),
   // makes each data() a view of it, and sets order_ and the locations.
   absl::Status BuildGroups(
-      const char* param_group, const char* master_group,
+      const std::string& param_group, const std::string& master_group,
       const std::vector<int>& order,
       const std::function<absl::StatusOr<Tensor>(ParamInfo&)>& master_value);
   // Accesses every chunk of the current compute-dtype group.

@@ -146,7 +146,7 @@ std::vector<absl::Status> RunZero(const Config& c, RunResult* run,
         for (Parameter* p : model->Parameters()) {
           if (!p->grad().defined()) continue;
           CZ_ASSIGN_OR_RETURN(TensorLocation where,
-                              chunks.Locate("fp16_param", p->name()));
+                              chunks.Locate(ddp->param_group(), p->name()));
           const int64_t first = where.chunk->ShardRange(where.index).first -
                                 where.chunk->tensor(where.index).offset;
           std::vector<float> part = *p->grad().ToFloats();
@@ -313,12 +313,12 @@ TEST(ZeroDdp, RegistersInFirstUseOrderAndGradsAreChunkViews) {
         EXPECT_THAT(ddp->registration_order(),
                     ElementsAre("fc1.weight", "fc1.bias", "extra.weight",
                                 "fc2.weight", "fc2.bias"));
-        EXPECT_EQ(chunks.num_chunks("fp16_param.decl"), 2);
+        EXPECT_EQ(chunks.num_chunks("f16_param.decl"), 2);
         EXPECT_EQ(tracker.Current(Device::Cpu(), MemoryCategory::kMaster),
                   2 * 32 * 4);
         for (Parameter* p : model->Parameters()) {
           CZ_ASSIGN_OR_RETURN(TensorLocation where,
-                              chunks.Locate("fp16_param.decl", p->name()));
+                              chunks.Locate("f16_param.decl", p->name()));
           EXPECT_EQ(p->data().storage(), where.chunk->FullView().storage());
         }
         const Batch batch = MakeBatch(*model, 2, 3);
@@ -334,7 +334,7 @@ TEST(ZeroDdp, RegistersInFirstUseOrderAndGradsAreChunkViews) {
             EXPECT_FALSE(p->grad().defined());
             continue;
           }
-          TensorLocation where = *chunks.Locate("fp16_param", p->name());
+          TensorLocation where = *chunks.Locate("f16_param", p->name());
           // data() is a view of the f16 chunk; grad() of the shard it reduced
           // into: the same storage as the chunk's shard (grad reuse).
           EXPECT_EQ(p->data().storage(), where.chunk->FullView().storage());
@@ -343,8 +343,8 @@ TEST(ZeroDdp, RegistersInFirstUseOrderAndGradsAreChunkViews) {
                     where.chunk->ShardStorageView().storage());
         }
         // The fp32 masters are paired.
-        EXPECT_EQ(chunks.num_chunks("fp32_param"),
-                  chunks.num_chunks("fp16_param"));
+        EXPECT_EQ(chunks.num_chunks("f32_master"),
+                  chunks.num_chunks("f16_param"));
         return absl::OkStatus();
       })));
 }
@@ -352,6 +352,44 @@ TEST(ZeroDdp, RegistersInFirstUseOrderAndGradsAreChunkViews) {
 // With the order given, Create packs the final groups at once and step 1
 // gathers only the chunks in flight, never the whole model; the results are
 // those of the reference.
+// Groups are named for what they hold, whatever the compute dtype.
+TEST(ZeroDdp, GroupsAreNamedForTheirDType) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    EXPECT_TRUE(
+        AllRanksOk(SpawnRanks(2, [&](comm::ProcessGroup& g) -> absl::Status {
+          std::unique_ptr<TestModel> model =
+              MakeTestModel(TestModelKind::kMlp, 1);
+          ChunkManager chunks(&g, ChunkManagerOptions{});
+          ZeroDdpOptions ddp_options;
+          ddp_options.compute_dtype = dtype;
+          CZ_ASSIGN_OR_RETURN(
+              std::unique_ptr<ZeroDdp> declared,
+              ZeroDdp::Create(model.get(), &chunks, ddp_options));
+          EXPECT_EQ(declared->param_group(),
+                    absl::StrCat(DTypeName(dtype), "_param.decl"));
+          EXPECT_EQ(declared->master_group(), "f32_master.decl");
+          declared.reset();
+
+          std::unique_ptr<TestModel> known_model =
+              MakeTestModel(TestModelKind::kMlp, 1);
+          ChunkManager known_chunks(&g, ChunkManagerOptions{});
+          for (Parameter* p : known_model->Parameters()) {
+            ddp_options.first_use_order.push_back(p->name());
+          }
+          CZ_ASSIGN_OR_RETURN(
+              std::unique_ptr<ZeroDdp> known,
+              ZeroDdp::Create(known_model.get(), &known_chunks, ddp_options));
+          EXPECT_EQ(known->param_group(),
+                    absl::StrCat(DTypeName(dtype), "_param"));
+          EXPECT_EQ(known->master_group(), "f32_master");
+          EXPECT_EQ(known_chunks.chunk(known->param_group(), 0)->dtype(),
+                    dtype);
+          return absl::OkStatus();
+        })));
+  }
+}
+
 TEST(ZeroDdp, KnownOrderRegistersAtCreate) {
   for (TestModelKind kind :
        {TestModelKind::kMlp, TestModelKind::kNested, TestModelKind::kTied}) {
@@ -380,7 +418,7 @@ TEST(ZeroDdp, KnownOrderRegistersAtCreate) {
                             ZeroDdp::Create(model.get(), &chunks, ddp_options));
         EXPECT_TRUE(ddp->registered());
         EXPECT_EQ(ddp->registration_order(), ddp_options.first_use_order);
-        const int num = chunks.num_chunks("fp16_param");
+        const int num = chunks.num_chunks("f16_param");
         EXPECT_EQ(num, 3);
         const int64_t at_rest =
             tracker.Current(Device::Cpu(), MemoryCategory::kParam);
@@ -557,7 +595,7 @@ TEST(ZeroDdp, StateDictGathersAndLoads) {
             // The compute chunks hold the same values, rounded to f16.
             for (Parameter* p : model->Parameters()) {
               if (p->name() == "extra.weight") continue;
-              CZ_RETURN_IF_ERROR(chunks.AccessTensor("fp16_param", p->name()));
+              CZ_RETURN_IF_ERROR(chunks.AccessTensor("f16_param", p->name()));
               std::vector<float> want =
                   *Tensor::FromFloats(*next[p->name()].ToFloats(), p->shape(),
                                       DType::kF16)
@@ -600,7 +638,7 @@ TEST(ZeroDdp, PrefetchKeepsResultsAndTraffic) {
             CZ_RETURN_IF_ERROR(ddp->FinishBackward());
             if (step < 2) CZ_RETURN_IF_ERROR(ddp->RestoreParamsFromMasters());
           }
-          EXPECT_EQ(chunks.num_chunks("fp16_param"), 3);
+          EXPECT_EQ(chunks.num_chunks("f16_param"), 3);
           const StepCounters& c = ddp->last_step_counters();
           EXPECT_EQ(c.chunk_accesses, 6);
           EXPECT_EQ(c.prefetches > 0, prefetch > 0);
