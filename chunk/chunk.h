@@ -1,5 +1,5 @@
 // Chunk: one flat buffer of one dtype holding several tensors back to back,
-// spread over the ranks by a ChunkLayout (../shared/DESIGN.md §1-4).
+// spread over the ranks by a ChunkLayout (docs/DESIGN.md §1-4).
 //
 //   CZ_ASSIGN_OR_RETURN(std::unique_ptr<Chunk> c, Chunk::Create(opts, &group));
 //   CZ_ASSIGN_OR_RETURN(Tensor w, c->Append("h.0.attn.c_attn.weight", values));

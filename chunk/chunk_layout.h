@@ -1,4 +1,4 @@
-// How a chunk's payload is spread over the ranks (../shared/DESIGN.md §4).
+// How a chunk's payload is spread over the ranks (docs/DESIGN.md §4).
 //
 //   absl::StatusOr<ChunkLayout> l = ParseChunkLayout("sharded");
 //   ChunkLayoutName(ChunkLayout::kOwner);   // "owner"

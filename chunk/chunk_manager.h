@@ -1,5 +1,5 @@
 // ChunkManager: the groups of chunks of one rank, and the operations that
-// drive them (../shared/DESIGN.md §3-4).
+// drive them (docs/DESIGN.md §3-4).
 //
 //   ChunkManagerOptions options;           // sharded, chunk_size = none
 //   options.chunk_size = 1 << 22;

@@ -1,5 +1,5 @@
 // The state of one tensor inside one chunk, and the legal moves between
-// states (../shared/DESIGN.md §2).
+// states (docs/DESIGN.md §2).
 //
 //   CZ_RETURN_IF_ERROR(CheckTransition(TensorState::kHold,
 //                                      TensorState::kCompute, "h.0.w", "c3"));

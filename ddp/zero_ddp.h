@@ -1,5 +1,5 @@
 // ZeroDdp: drives a model's parameters through chunks in forward and
-// backward (../shared/DESIGN.md §5).
+// backward (docs/DESIGN.md §5).
 //
 //   ZeroDdpOptions options;                       // f16 chunks
 //   CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,

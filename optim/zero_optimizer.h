@@ -1,5 +1,5 @@
 // ZeroOptimizer: the fp16/fp32 mixed-precision optimizer over a ZeroDdp
-// (../shared/DESIGN.md §5, step 5).
+// (docs/DESIGN.md §5, step 5).
 //
 //   ZeroOptimizerOptions options;                  // AdamW, lr 1e-3
 //   options.max_grad_norm = 1.0;
