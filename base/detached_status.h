@@ -19,7 +19,7 @@
 namespace chunkzero {
 
 // A copy of `status` (code, message and payloads) sharing no heap state.
-inline absl::Status DetachedCopy(const absl::Status& status) {
+[[nodiscard]] inline absl::Status DetachedCopy(const absl::Status& status) {
   if (status.ok()) return absl::OkStatus();
   absl::Status copy(status.code(), std::string(status.message()));
   status.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) {

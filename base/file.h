@@ -28,7 +28,8 @@ namespace chunkzero {
 // EACCES PermissionDenied, ENOSPC ResourceExhausted, ...) and the message
 // "<what> <path>: <strerror(errno)>". Reads errno, so call it right after
 // the failing call.
-absl::Status ErrnoError(absl::string_view what, absl::string_view path);
+[[nodiscard]] absl::Status ErrnoError(absl::string_view what,
+                                      absl::string_view path);
 
 // `dir`/`name`, with one slash between them ("" + name is name).
 std::string JoinPath(absl::string_view dir, absl::string_view name);
@@ -49,54 +50,54 @@ class FileDescriptor {
   bool valid() const { return fd_ >= 0; }
 
   // Closes the descriptor; `path` names it in the error.
-  absl::Status Close(const std::string& path);
+  [[nodiscard]] absl::Status Close(const std::string& path);
 
  private:
   int fd_;
 };
 
 // Writes all `n` bytes (retrying short writes and EINTR).
-absl::Status WriteAll(int fd, const void* data, size_t n,
-                      const std::string& path);
+[[nodiscard]] absl::Status WriteAll(int fd, const void* data, size_t n,
+                                    const std::string& path);
 
 // Reads exactly `n` bytes at `offset`; DataLoss if the file ends first.
-absl::Status ReadAt(int fd, int64_t offset, void* data, size_t n,
-                    const std::string& path);
+[[nodiscard]] absl::Status ReadAt(int fd, int64_t offset, void* data, size_t n,
+                                  const std::string& path);
 
 // The whole of the regular file `path`. NotFound if it does not exist,
 // InvalidArgument if it is a directory or not a regular file (a device, a
 // pipe: reading those could block or never end), ResourceExhausted if it
 // holds more than `max_bytes`, errno's code for other failures.
-absl::StatusOr<std::string> ReadFileToString(
+[[nodiscard]] absl::StatusOr<std::string> ReadFileToString(
     const std::string& path,
     int64_t max_bytes = std::numeric_limits<int64_t>::max());
 
 // The size of the regular file `path`, without reading it (to plan before a
 // read): the errors ReadFileToString would give for the same file.
-absl::StatusOr<int64_t> RegularFileSize(const std::string& path);
+[[nodiscard]] absl::StatusOr<int64_t> RegularFileSize(const std::string& path);
 
 // Makes the directory's entries (a rename, a new file) durable.
-absl::Status FsyncDir(const std::string& dir);
+[[nodiscard]] absl::Status FsyncDir(const std::string& dir);
 
 // Creates `dir` and its missing parents; a new directory's own entry is
 // fsync'ed too, or a crash could lose it. FailedPrecondition if `dir` or a
 // parent exists but is not a directory.
-absl::Status CreateDirectories(const std::string& dir);
+[[nodiscard]] absl::Status CreateDirectories(const std::string& dir);
 
 // Checks, before any work is done, that a file can later be created at
 // `path`: its directory exists and this process may create files in it (a
 // probe file is created there and removed), and `path` is not a directory.
 // NotFound for a missing directory, FailedPrecondition for a path that is a
 // directory or whose parent is not one, errno's code otherwise.
-absl::Status CheckCanCreateFile(const std::string& path);
+[[nodiscard]] absl::Status CheckCanCreateFile(const std::string& path);
 
 // Writes `path` so that a crash leaves the old file or the whole new one:
 // `write` fills "<path>.tmp", which is fsync'ed and renamed over `path`, and
 // the directory is fsync'ed. The temporary is removed on failure.
 using FileWriter =
     std::function<absl::Status(int fd, const std::string& tmp_path)>;
-absl::Status WriteFileAtomically(const std::string& path,
-                                 const FileWriter& write);
+[[nodiscard]] absl::Status WriteFileAtomically(const std::string& path,
+                                               const FileWriter& write);
 
 }  // namespace chunkzero
 

@@ -27,7 +27,7 @@ class FileLock {
   // FailedPrecondition naming the path and the holder's pid if another
   // open file (another process, or another FileLock) holds it; errno's code
   // and text if the file cannot be opened.
-  static absl::StatusOr<std::unique_ptr<FileLock>> TryAcquire(
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<FileLock>> TryAcquire(
       const std::string& path);
 
   ~FileLock();  // Releases the lock (the file stays).

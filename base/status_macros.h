@@ -20,10 +20,13 @@ namespace chunkzero {
 namespace status_internal {
 
 // Returns `status` with `context` appended to its message ("msg; context").
-inline absl::Status Annotate(const absl::Status& status) { return status; }
+[[nodiscard]] inline absl::Status Annotate(const absl::Status& status) {
+  return status;
+}
 
 template <typename... Args>
-absl::Status Annotate(const absl::Status& status, const Args&... context) {
+[[nodiscard]] absl::Status Annotate(const absl::Status& status,
+                                    const Args&... context) {
   absl::Status annotated(status.code(),
                          absl::StrCat(status.message(), "; ", context...));
   status.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) {

@@ -20,7 +20,7 @@ namespace chunkzero {
 // what caches would give back) and the room left under this process's
 // cgroup memory limit, where one is set (cgroup v2 memory.max minus
 // memory.current). Unavailable if /proc/meminfo cannot be read.
-absl::StatusOr<int64_t> AvailableMemoryBytes();
+[[nodiscard]] absl::StatusOr<int64_t> AvailableMemoryBytes();
 
 // "1.50 GiB", "512 B": bytes in binary units, for messages.
 std::string FormatBytes(double bytes);

@@ -98,14 +98,14 @@ struct Checkpoint {
 // is removed). Values are stored bit for bit, Inf and NaN included: a
 // trainer that must not save a diverged state checks CheckPiecesFinite
 // first.
-absl::StatusOr<ShardIndex> WriteCheckpointShard(
+[[nodiscard]] absl::StatusOr<ShardIndex> WriteCheckpointShard(
     const std::string& dir, int64_t step, int rank, int world_size,
     const OptimizerState& shard, const ChunkPlacementMap* placement = nullptr);
 
 // OK if every value of every piece of `state` is finite; else
 // FailedPrecondition naming the first piece holding Inf or NaN (or
 // WriteCheckpointShard's error for a malformed piece).
-absl::Status CheckPiecesFinite(const OptimizerState& state);
+[[nodiscard]] absl::Status CheckPiecesFinite(const OptimizerState& state);
 
 // Commits the checkpoint: writes `dir`/manifest.pb atomically over the
 // previous one, then deletes the shard files (and leftover temporaries) the
@@ -117,24 +117,25 @@ absl::Status CheckPiecesFinite(const OptimizerState& state);
 // 0..meta.world_size-1 once each, all of meta.step and meta.world_size.
 // Deleting old shards is best effort: the checkpoint is committed once the
 // rename is, and a file left behind is deleted by a later save.
-absl::Status WriteCheckpointManifest(const std::string& dir,
-                                     const CheckpointMeta& meta,
-                                     const std::vector<ShardIndex>& shards);
+[[nodiscard]] absl::Status WriteCheckpointManifest(
+    const std::string& dir, const CheckpointMeta& meta,
+    const std::vector<ShardIndex>& shards);
 
 // The manifest's meta only, verified, without reading the shards: cheap, to
 // check the config before loading.
-absl::StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& dir);
+[[nodiscard]] absl::StatusOr<CheckpointMeta> ReadCheckpointMeta(
+    const std::string& dir);
 
 // The shard file names the committed manifest of `dir` lists, by rank
 // (the manifest verified as ReadCheckpointMeta does).
-absl::StatusOr<std::vector<std::string>> CheckpointShardFiles(
+[[nodiscard]] absl::StatusOr<std::vector<std::string>> CheckpointShardFiles(
     const std::string& dir);
 
 // The whole checkpoint in memory, every piece verified. Loading everything
 // is fine at the sizes the train job runs; to scale, each rank would read
 // only the pieces overlapping what it holds (the filter below) or stream
 // them into place.
-absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& dir);
+[[nodiscard]] absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& dir);
 
 // Like ReadCheckpoint, but reads (and verifies) only the pieces for which
 // `filter(param, state, begin, numel)` is true. The manifest and every shard
@@ -142,8 +143,8 @@ absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& dir);
 using CheckpointPieceFilter =
     std::function<bool(const std::string& param, const std::string& state,
                        int64_t begin, int64_t numel)>;
-absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& dir,
-                                          const CheckpointPieceFilter& filter);
+[[nodiscard]] absl::StatusOr<Checkpoint> ReadCheckpoint(
+    const std::string& dir, const CheckpointPieceFilter& filter);
 
 namespace checkpoint_internal {
 

@@ -87,7 +87,7 @@ bool IsChunkFull(const absl::Status& status);
 class Chunk {
  public:
   // InvalidArgument for a capacity below 1 or an owner outside the group.
-  static absl::StatusOr<std::unique_ptr<Chunk>> Create(
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Chunk>> Create(
       const ChunkOptions& options, comm::ProcessGroup* group);
 
   Chunk(const Chunk&) = delete;
@@ -132,11 +132,12 @@ class Chunk {
   // the tensor's data. Errors: IsChunkFull when it does not fit in the room
   // left; InvalidArgument for a dtype other than dtype(), or more elements
   // than capacity(); FailedPrecondition after Close.
-  absl::StatusOr<Tensor> Append(absl::string_view name, const Tensor& values);
+  [[nodiscard]] absl::StatusOr<Tensor> Append(absl::string_view name,
+                                              const Tensor& values);
 
   // No more appends. Sharded: keep this rank's shard and drop the full
   // buffer; owner: non-owners drop it. Tensors without payload become FREE.
-  absl::Status Close();
+  [[nodiscard]] absl::Status Close();
 
   // Materialises the chunk on this rank: allocates the full buffer and
   // starts the broadcast from the owner or the all-gather of the shards.
@@ -144,37 +145,38 @@ class Chunk {
   // Work completes. An already accessed chunk (and any replicated chunk)
   // returns a completed Work and issues nothing. FailedPrecondition before
   // Close.
-  absl::StatusOr<std::unique_ptr<comm::Work>> StartAccess();
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<comm::Work>> StartAccess();
   // StartAccess, then wait.
-  absl::Status Access();
+  [[nodiscard]] absl::Status Access();
 
   // Allocates the full buffer filled with zeros, without any collective:
   // for a rank that must join the reduction of grads it never computed
   // (a parameter unused on this rank). No-op when materialised.
-  absl::Status MaterialiseZeros();
+  [[nodiscard]] absl::Status MaterialiseZeros();
 
   // Drops the full buffer where this rank is not a holder (sharded: after
   // copying this rank's part back into the shard); those tensors become
   // FREE. Requires CanRelease(): FailedPrecondition naming the first tensor
   // that is not HOLD otherwise.
-  absl::Status Release();
+  [[nodiscard]] absl::Status Release();
 
   // Reduces the grads held in the chunk across ranks: all-reduce
   // (replicated), reduce to the owner (owner), reduce-scatter into the
   // shard (sharded); then releases. Tensors become HOLD where the payload
   // stays, FREE elsewhere. Requires CanReduce() and a materialised chunk.
-  absl::Status Reduce(comm::ReduceOp op = comm::ReduceOp::kSum);
+  [[nodiscard]] absl::Status Reduce(comm::ReduceOp op = comm::ReduceOp::kSum);
 
   // Moves the payload to `device`; every view follows. Requires CanMove().
-  absl::Status MoveTo(Device device);
+  [[nodiscard]] absl::Status MoveTo(Device device);
 
   // Moves tensor `i` to state `to` (tensor_state.h).
-  absl::Status SetTensorState(int i, TensorState to);
+  [[nodiscard]] absl::Status SetTensorState(int i, TensorState to);
 
   // Writes `values` (same dtype and element count) into tensor i's slice:
   // the full buffer when materialised, else this rank's shard part of it
   // (sharded), else nothing (a non-owner holds no copy).
-  absl::Status CopyTensorToChunkSlice(int i, const Tensor& values);
+  [[nodiscard]] absl::Status CopyTensorToChunkSlice(int i,
+                                                    const Tensor& values);
 
   // Declares that tensor data was written through a view while the chunk
   // is materialised, so that Release keeps this rank's part (sharded).
@@ -194,7 +196,7 @@ class Chunk {
 
   // Whether this rank's payload (full buffer when materialised, else shard)
   // holds an Inf or NaN in its used elements.
-  absl::StatusOr<bool> HasInfOrNan() const;
+  [[nodiscard]] absl::StatusOr<bool> HasInfOrNan() const;
 
   // The elements of tensor i inside this rank's shard, as [first, last) of
   // the full buffer (first == last when none). For the other layouts: the
@@ -218,13 +220,13 @@ class Chunk {
   enum class Requirement { kAllHold, kAllReadyForReduce, kNoneBusy };
   // OK if every tensor meets `requirement`; else FailedPrecondition naming
   // the operation, this chunk and the first tensor that does not.
-  absl::Status StateError(absl::string_view operation,
-                          Requirement requirement) const;
+  [[nodiscard]] absl::Status StateError(absl::string_view operation,
+                                        Requirement requirement) const;
   // Sets every tensor to `state` (used where the move is known legal).
   void SetAllStates(TensorState state);
-  absl::Status AllocateFull();
+  [[nodiscard]] absl::Status AllocateFull();
   // Sharded: copies this rank's part of the full buffer into the shard.
-  absl::Status CopyOwnPartToShard();
+  [[nodiscard]] absl::Status CopyOwnPartToShard();
 
   const ChunkOptions options_;
   comm::ProcessGroup* const group_;

@@ -27,7 +27,8 @@ enum class ChunkLayout : uint8_t {
 
 // "replicated", "owner" or "sharded".
 absl::string_view ChunkLayoutName(ChunkLayout layout);
-absl::StatusOr<ChunkLayout> ParseChunkLayout(absl::string_view name);
+[[nodiscard]] absl::StatusOr<ChunkLayout> ParseChunkLayout(
+    absl::string_view name);
 std::ostream& operator<<(std::ostream& os, ChunkLayout layout);
 
 }  // namespace chunkzero

@@ -78,9 +78,9 @@ struct ChunkManagerOptions {
 
 // Reads options from a ChunkManagerConfig message / its text format.
 // InvalidArgument for a negative chunk size, a bad device or bad text.
-absl::StatusOr<ChunkManagerOptions> ChunkManagerOptionsFromProto(
+[[nodiscard]] absl::StatusOr<ChunkManagerOptions> ChunkManagerOptionsFromProto(
     const ChunkManagerConfig& config);
-absl::StatusOr<ChunkManagerOptions> ParseChunkManagerOptions(
+[[nodiscard]] absl::StatusOr<ChunkManagerOptions> ParseChunkManagerOptions(
     absl::string_view text_proto);
 
 // Where a tensor lives.
@@ -107,36 +107,35 @@ class ChunkManager {
   // AlreadyExists if the name is taken. The group's chunks are created on
   // `device` (default: options().device), e.g. the fp32 masters in host
   // memory while the fp16 chunks live on the accelerator (ZeRO-Offload).
-  absl::Status CreateGroup(absl::string_view name, DType dtype,
-                           MemoryCategory category,
-                           std::optional<Device> device = std::nullopt);
+  [[nodiscard]] absl::Status CreateGroup(
+      absl::string_view name, DType dtype, MemoryCategory category,
+      std::optional<Device> device = std::nullopt);
   // NotFound for an unknown source. A paired group may live on another
   // device than its source.
-  absl::Status CreatePairedGroup(absl::string_view name,
-                                 absl::string_view source, DType dtype,
-                                 MemoryCategory category,
-                                 std::optional<Device> device = std::nullopt);
+  [[nodiscard]] absl::Status CreatePairedGroup(
+      absl::string_view name, absl::string_view source, DType dtype,
+      MemoryCategory category, std::optional<Device> device = std::nullopt);
 
   // Copies `values` into the group's chunks and returns the view that is
   // the tensor's data from now on. Errors: NotFound (group), AlreadyExists
   // (tensor name in the group), InvalidArgument (dtype; a tensor larger
   // than the chunk size, with a hint; a paired tensor out of the source's
   // order or of another shape), FailedPrecondition (group closed).
-  absl::StatusOr<Tensor> AppendTensor(absl::string_view group,
-                                      absl::string_view name,
-                                      const Tensor& values);
+  [[nodiscard]] absl::StatusOr<Tensor> AppendTensor(absl::string_view group,
+                                                    absl::string_view name,
+                                                    const Tensor& values);
 
   // Frees every chunk of the group and forgets it (views of its tensors
   // then read as not materialised). FailedPrecondition while another group
   // is paired to it; NotFound for an unknown name.
-  absl::Status RemoveGroup(absl::string_view group);
+  [[nodiscard]] absl::Status RemoveGroup(absl::string_view group);
 
   // Closes every chunk of the group: no more appends; non-holders drop
   // their payload.
-  absl::Status CloseGroup(absl::string_view group);
+  [[nodiscard]] absl::Status CloseGroup(absl::string_view group);
 
-  absl::StatusOr<TensorLocation> Locate(absl::string_view group,
-                                        absl::string_view name) const;
+  [[nodiscard]] absl::StatusOr<TensorLocation> Locate(
+      absl::string_view group, absl::string_view name) const;
   int num_chunks(absl::string_view group) const;
   // REQUIRES: 0 <= i < num_chunks(group).
   Chunk* chunk(absl::string_view group, int i) const;
@@ -144,27 +143,31 @@ class ChunkManager {
   std::vector<Chunk*> AllChunks() const;
 
   // Materialises the chunk unless it is in the accessed set.
-  absl::Status AccessChunk(Chunk* chunk);
+  [[nodiscard]] absl::Status AccessChunk(Chunk* chunk);
   // Starts materialising (prefetch); the chunk joins the accessed set at
   // once; its data is valid once the Work completes.
-  absl::StatusOr<std::unique_ptr<comm::Work>> StartAccessChunk(Chunk* chunk);
-  absl::Status AccessTensor(absl::string_view group, absl::string_view name);
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<comm::Work>> StartAccessChunk(
+      Chunk* chunk);
+  [[nodiscard]] absl::Status AccessTensor(absl::string_view group,
+                                          absl::string_view name);
   // Releases the chunk and takes it out of the accessed set.
-  absl::Status ReleaseChunk(Chunk* chunk);
+  [[nodiscard]] absl::Status ReleaseChunk(Chunk* chunk);
   // Lazy release: releases every accessed chunk that can be released
   // (CanRelease) and is not in `keep` (e.g. the chunks the next op needs),
   // in access order. Returns how many were released.
-  absl::StatusOr<int> ReleaseAccessedExcept(absl::Span<Chunk* const> keep);
+  [[nodiscard]] absl::StatusOr<int> ReleaseAccessedExcept(
+      absl::Span<Chunk* const> keep);
   // Reduces the chunk (then it is released) and takes it out of the set.
-  absl::Status ReduceChunk(Chunk* chunk,
-                           comm::ReduceOp op = comm::ReduceOp::kSum);
-  absl::Status MoveChunk(Chunk* chunk, Device device);
-  absl::Status SetTensorState(absl::string_view group, absl::string_view name,
-                              TensorState to);
+  [[nodiscard]] absl::Status ReduceChunk(
+      Chunk* chunk, comm::ReduceOp op = comm::ReduceOp::kSum);
+  [[nodiscard]] absl::Status MoveChunk(Chunk* chunk, Device device);
+  [[nodiscard]] absl::Status SetTensorState(absl::string_view group,
+                                            absl::string_view name,
+                                            TensorState to);
   // Writes `values` into the tensor's slice (see Chunk).
-  absl::Status CopyTensorToChunkSlice(absl::string_view group,
-                                      absl::string_view name,
-                                      const Tensor& values);
+  [[nodiscard]] absl::Status CopyTensorToChunkSlice(absl::string_view group,
+                                                    absl::string_view name,
+                                                    const Tensor& values);
 
   // The chunks materialised by Access, in access order.
   const std::vector<Chunk*>& accessed_chunks() const { return accessed_; }
@@ -186,17 +189,19 @@ class ChunkManager {
     std::vector<int64_t> elements_per_rank;  // For least-loaded owners.
   };
 
-  absl::StatusOr<Group*> FindGroup(absl::string_view name) const;
+  [[nodiscard]] absl::StatusOr<Group*> FindGroup(absl::string_view name) const;
   StorageOptions StorageFor(const Group& group);
-  absl::StatusOr<Chunk*> NewChunk(Group& group, int64_t capacity, int owner);
-  absl::StatusOr<Tensor> AppendPaired(Group& group, absl::string_view name,
-                                      const Tensor& values);
+  [[nodiscard]] absl::StatusOr<Chunk*> NewChunk(Group& group, int64_t capacity,
+                                                int owner);
+  [[nodiscard]] absl::StatusOr<Tensor> AppendPaired(Group& group,
+                                                    absl::string_view name,
+                                                    const Tensor& values);
   // Records a tensor appended to `chunk` and returns its view.
   Tensor Record(Group& group, absl::string_view name, Chunk* chunk,
                 Tensor view);
   int NextOwner(const Group& group) const;
   // Registers a CachingAllocator for `device` in allocators_ if missing.
-  absl::Status EnsureCache(Device device);
+  [[nodiscard]] absl::Status EnsureCache(Device device);
   void Forget(Chunk* chunk);
 
   comm::ProcessGroup* const group_;

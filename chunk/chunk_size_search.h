@@ -67,13 +67,13 @@ struct ChunkSizeReport {
 // InvalidArgument if a size is negative, or larger than the chunk (naming
 // its index and size), or chunk_size < 1, or the chunks together hold more
 // elements than an int64 counts.
-absl::StatusOr<ChunkPacking> PackInOrder(absl::Span<const int64_t> sizes,
-                                         int64_t chunk_size);
+[[nodiscard]] absl::StatusOr<ChunkPacking> PackInOrder(
+    absl::Span<const int64_t> sizes, int64_t chunk_size);
 
 // Searches the grid. InvalidArgument for an empty or inverted range, a grid
 // or alignment below 1, negative sizes, or a grid of more than 2^20
 // candidates. Sizes up to the int64 maximum never overflow.
-absl::StatusOr<ChunkSizeReport> SearchChunkSize(
+[[nodiscard]] absl::StatusOr<ChunkSizeReport> SearchChunkSize(
     absl::Span<const int64_t> sizes, const ChunkSizeSearchOptions& options);
 
 }  // namespace chunkzero

@@ -54,9 +54,9 @@ TransitionKind ClassifyTransition(TensorState from, TensorState to);
 // tensor, its chunk and both states, e.g.
 // "illegal tensor state move HOLD -> READY_FOR_REDUCE for tensor 'h.0.w' in
 // chunk f16_param#3".
-absl::Status CheckTransition(TensorState from, TensorState to,
-                             absl::string_view tensor_name,
-                             absl::string_view chunk_name);
+[[nodiscard]] absl::Status CheckTransition(TensorState from, TensorState to,
+                                           absl::string_view tensor_name,
+                                           absl::string_view chunk_name);
 
 }  // namespace chunkzero
 

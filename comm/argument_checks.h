@@ -38,18 +38,22 @@ CollectiveCall DescribeBarrier(const BarrierOptions& options);
 // same dtype; their counts agree (recv = size() * send for AllGather, send =
 // size() * recv for ReduceScatter, recv = send at the Reduce root); send and
 // recv either do not overlap or alias exactly as the in-place form requires.
-absl::Status CheckBroadcastArgs(const ProcessGroup& group, ConstBuffer buffer,
-                                const BroadcastOptions& options);
-absl::Status CheckReduceArgs(const ProcessGroup& group, ConstBuffer send,
-                             ConstBuffer recv, const ReduceOptions& options);
-absl::Status CheckAllReduceArgs(const ProcessGroup& group, ConstBuffer buffer,
-                                const AllReduceOptions& options);
-absl::Status CheckAllGatherArgs(const ProcessGroup& group, ConstBuffer send,
-                                ConstBuffer recv,
-                                const AllGatherOptions& options);
-absl::Status CheckReduceScatterArgs(const ProcessGroup& group, ConstBuffer send,
-                                    ConstBuffer recv,
-                                    const ReduceScatterOptions& options);
+[[nodiscard]] absl::Status CheckBroadcastArgs(const ProcessGroup& group,
+                                              ConstBuffer buffer,
+                                              const BroadcastOptions& options);
+[[nodiscard]] absl::Status CheckReduceArgs(const ProcessGroup& group,
+                                           ConstBuffer send, ConstBuffer recv,
+                                           const ReduceOptions& options);
+[[nodiscard]] absl::Status CheckAllReduceArgs(const ProcessGroup& group,
+                                              ConstBuffer buffer,
+                                              const AllReduceOptions& options);
+[[nodiscard]] absl::Status CheckAllGatherArgs(const ProcessGroup& group,
+                                              ConstBuffer send,
+                                              ConstBuffer recv,
+                                              const AllGatherOptions& options);
+[[nodiscard]] absl::Status CheckReduceScatterArgs(
+    const ProcessGroup& group, ConstBuffer send, ConstBuffer recv,
+    const ReduceScatterOptions& options);
 
 }  // namespace comm
 }  // namespace chunkzero

@@ -61,37 +61,37 @@ std::unique_ptr<Work> FaultInjectingProcessGroup::Inject(
   return nullptr;
 }
 
-std::unique_ptr<Work> FaultInjectingProcessGroup::Broadcast(
+std::unique_ptr<Work> FaultInjectingProcessGroup::DoBroadcast(
     MutableBuffer buffer, const BroadcastOptions& options) {
   if (auto w = Inject(DescribeBroadcast(buffer, options))) return w;
   return inner_.Broadcast(buffer, options);
 }
 
-std::unique_ptr<Work> FaultInjectingProcessGroup::Reduce(
+std::unique_ptr<Work> FaultInjectingProcessGroup::DoReduce(
     ConstBuffer send, MutableBuffer recv, const ReduceOptions& options) {
   if (auto w = Inject(DescribeReduce(send, options))) return w;
   return inner_.Reduce(send, recv, options);
 }
 
-std::unique_ptr<Work> FaultInjectingProcessGroup::AllReduce(
+std::unique_ptr<Work> FaultInjectingProcessGroup::DoAllReduce(
     MutableBuffer buffer, const AllReduceOptions& options) {
   if (auto w = Inject(DescribeAllReduce(buffer, options))) return w;
   return inner_.AllReduce(buffer, options);
 }
 
-std::unique_ptr<Work> FaultInjectingProcessGroup::AllGather(
+std::unique_ptr<Work> FaultInjectingProcessGroup::DoAllGather(
     ConstBuffer send, MutableBuffer recv, const AllGatherOptions& options) {
   if (auto w = Inject(DescribeAllGather(send, options))) return w;
   return inner_.AllGather(send, recv, options);
 }
 
-std::unique_ptr<Work> FaultInjectingProcessGroup::ReduceScatter(
+std::unique_ptr<Work> FaultInjectingProcessGroup::DoReduceScatter(
     ConstBuffer send, MutableBuffer recv, const ReduceScatterOptions& options) {
   if (auto w = Inject(DescribeReduceScatter(recv, options))) return w;
   return inner_.ReduceScatter(send, recv, options);
 }
 
-std::unique_ptr<Work> FaultInjectingProcessGroup::Barrier(
+std::unique_ptr<Work> FaultInjectingProcessGroup::DoBarrier(
     const BarrierOptions& options) {
   if (auto w = Inject(DescribeBarrier(options))) return w;
   return inner_.Barrier(options);

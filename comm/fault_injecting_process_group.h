@@ -80,23 +80,25 @@ class FaultInjectingProcessGroup final : public ProcessGroup {
   bool SupportsDType(DType dtype) const override {
     return inner_.SupportsDType(dtype);
   }
-  std::unique_ptr<Work> Broadcast(MutableBuffer buffer,
-                                  const BroadcastOptions& options) override;
-  std::unique_ptr<Work> Reduce(ConstBuffer send, MutableBuffer recv,
-                               const ReduceOptions& options) override;
-  std::unique_ptr<Work> AllReduce(MutableBuffer buffer,
-                                  const AllReduceOptions& options) override;
-  std::unique_ptr<Work> AllGather(ConstBuffer send, MutableBuffer recv,
-                                  const AllGatherOptions& options) override;
-  std::unique_ptr<Work> ReduceScatter(
+
+ protected:
+  std::unique_ptr<Work> DoBroadcast(MutableBuffer buffer,
+                                    const BroadcastOptions& options) override;
+  std::unique_ptr<Work> DoReduce(ConstBuffer send, MutableBuffer recv,
+                                 const ReduceOptions& options) override;
+  std::unique_ptr<Work> DoAllReduce(MutableBuffer buffer,
+                                    const AllReduceOptions& options) override;
+  std::unique_ptr<Work> DoAllGather(ConstBuffer send, MutableBuffer recv,
+                                    const AllGatherOptions& options) override;
+  std::unique_ptr<Work> DoReduceScatter(
       ConstBuffer send, MutableBuffer recv,
       const ReduceScatterOptions& options) override;
-  std::unique_ptr<Work> Barrier(const BarrierOptions& options) override;
+  std::unique_ptr<Work> DoBarrier(const BarrierOptions& options) override;
 
  private:
   // Applies the plan to the next call. Returns a failed Work for a Fail rule
   // (after which the caller must not forward), else nullptr after any stall.
-  std::unique_ptr<Work> Inject(const CollectiveCall& call);
+  [[nodiscard]] std::unique_ptr<Work> Inject(const CollectiveCall& call);
 
   ProcessGroup& inner_;
   const FaultPlan plan_;

@@ -30,12 +30,12 @@ namespace comm {
 
 // Every rank's `mine`, by rank. REQUIRES: the same size on every rank.
 // `timeout` bounds the wait for the other ranks (comm/options.h).
-absl::StatusOr<std::vector<std::vector<int64_t>>> AllGatherInt64(
+[[nodiscard]] absl::StatusOr<std::vector<std::vector<int64_t>>> AllGatherInt64(
     ProcessGroup& group, absl::Span<const int64_t> mine,
     absl::Duration timeout = kDefaultCollectiveTimeout);
 
 // Every rank's `mine`, by rank.
-absl::StatusOr<std::vector<std::string>> AllGatherBytes(
+[[nodiscard]] absl::StatusOr<std::vector<std::string>> AllGatherBytes(
     ProcessGroup& group, absl::string_view mine,
     absl::Duration timeout = kDefaultCollectiveTimeout);
 

@@ -54,58 +54,86 @@ class ProcessGroup {
   // True if every collective accepts buffers of `dtype`.
   virtual bool SupportsDType(DType dtype) const = 0;
 
+  // The collectives. Each is non-virtual and [[nodiscard]] so that dropping
+  // its Work fails to compile (GCC does not check [[nodiscard]] on calls of
+  // virtual functions); backends implement the protected Do* functions.
+
   // Copies root's `buffer` into every other rank's `buffer`.
-  ABSL_MUST_USE_RESULT virtual std::unique_ptr<Work> Broadcast(
-      MutableBuffer buffer, const BroadcastOptions& options) = 0;
+  [[nodiscard]] std::unique_ptr<Work> Broadcast(
+      MutableBuffer buffer, const BroadcastOptions& options) {
+    return DoBroadcast(buffer, options);
+  }
 
   // Reduces every rank's `send` into root's `recv`. `recv` is used at the
   // root only (other ranks may pass {}); at the root it must have send.count
   // elements and may alias `send` exactly (in place).
-  ABSL_MUST_USE_RESULT virtual std::unique_ptr<Work> Reduce(
-      ConstBuffer send, MutableBuffer recv, const ReduceOptions& options) = 0;
+  [[nodiscard]] std::unique_ptr<Work> Reduce(ConstBuffer send,
+                                             MutableBuffer recv,
+                                             const ReduceOptions& options) {
+    return DoReduce(send, recv, options);
+  }
 
   // Reduces every rank's `buffer` and leaves the result in all of them.
-  ABSL_MUST_USE_RESULT virtual std::unique_ptr<Work> AllReduce(
-      MutableBuffer buffer, const AllReduceOptions& options) = 0;
+  [[nodiscard]] std::unique_ptr<Work> AllReduce(
+      MutableBuffer buffer, const AllReduceOptions& options) {
+    return DoAllReduce(buffer, options);
+  }
 
   // Gathers every rank's `send` (count elements) into `recv` (size() * count
   // elements, rank r's data at offset r * count). In place when `send` is
   // exactly recv's slot for this rank.
-  ABSL_MUST_USE_RESULT virtual std::unique_ptr<Work> AllGather(
-      ConstBuffer send, MutableBuffer recv,
-      const AllGatherOptions& options) = 0;
+  [[nodiscard]] std::unique_ptr<Work> AllGather(
+      ConstBuffer send, MutableBuffer recv, const AllGatherOptions& options) {
+    return DoAllGather(send, recv, options);
+  }
 
   // Reduces slot r of every rank's `send` (size() * count elements) into
   // rank r's `recv` (count elements). In place when `recv` is exactly send's
   // slot for this rank.
-  ABSL_MUST_USE_RESULT virtual std::unique_ptr<Work> ReduceScatter(
+  [[nodiscard]] std::unique_ptr<Work> ReduceScatter(
       ConstBuffer send, MutableBuffer recv,
-      const ReduceScatterOptions& options) = 0;
+      const ReduceScatterOptions& options) {
+    return DoReduceScatter(send, recv, options);
+  }
 
   // Completes once every rank has entered the barrier.
-  ABSL_MUST_USE_RESULT virtual std::unique_ptr<Work> Barrier(
-      const BarrierOptions& options) = 0;
+  [[nodiscard]] std::unique_ptr<Work> Barrier(const BarrierOptions& options) {
+    return DoBarrier(options);
+  }
+
+ protected:
+  virtual std::unique_ptr<Work> DoBroadcast(
+      MutableBuffer buffer, const BroadcastOptions& options) = 0;
+  virtual std::unique_ptr<Work> DoReduce(ConstBuffer send, MutableBuffer recv,
+                                         const ReduceOptions& options) = 0;
+  virtual std::unique_ptr<Work> DoAllReduce(
+      MutableBuffer buffer, const AllReduceOptions& options) = 0;
+  virtual std::unique_ptr<Work> DoAllGather(
+      ConstBuffer send, MutableBuffer recv,
+      const AllGatherOptions& options) = 0;
+  virtual std::unique_ptr<Work> DoReduceScatter(
+      ConstBuffer send, MutableBuffer recv,
+      const ReduceScatterOptions& options) = 0;
+  virtual std::unique_ptr<Work> DoBarrier(const BarrierOptions& options) = 0;
 };
 
 // Blocking conveniences: issue the collective and wait for it. Each is
 // functionally equivalent to `group.X(args...)->Wait()`.
-ABSL_MUST_USE_RESULT absl::Status Broadcast(
-    ProcessGroup& group, MutableBuffer buffer,
-    const BroadcastOptions& options = {});
-ABSL_MUST_USE_RESULT absl::Status Reduce(ProcessGroup& group, ConstBuffer send,
-                                         MutableBuffer recv,
-                                         const ReduceOptions& options = {});
-ABSL_MUST_USE_RESULT absl::Status AllReduce(
-    ProcessGroup& group, MutableBuffer buffer,
-    const AllReduceOptions& options = {});
-ABSL_MUST_USE_RESULT absl::Status AllGather(
-    ProcessGroup& group, ConstBuffer send, MutableBuffer recv,
-    const AllGatherOptions& options = {});
-ABSL_MUST_USE_RESULT absl::Status ReduceScatter(
+[[nodiscard]] absl::Status Broadcast(ProcessGroup& group, MutableBuffer buffer,
+                                     const BroadcastOptions& options = {});
+[[nodiscard]] absl::Status Reduce(ProcessGroup& group, ConstBuffer send,
+                                  MutableBuffer recv,
+                                  const ReduceOptions& options = {});
+[[nodiscard]] absl::Status AllReduce(ProcessGroup& group, MutableBuffer buffer,
+                                     const AllReduceOptions& options = {});
+[[nodiscard]] absl::Status AllGather(ProcessGroup& group, ConstBuffer send,
+                                     MutableBuffer recv,
+                                     const AllGatherOptions& options = {});
+[[nodiscard]] absl::Status ReduceScatter(
     ProcessGroup& group, ConstBuffer send, MutableBuffer recv,
     const ReduceScatterOptions& options = {});
-ABSL_MUST_USE_RESULT absl::Status Barrier(ProcessGroup& group,
-                                          const BarrierOptions& options = {});
+[[nodiscard]] absl::Status Barrier(ProcessGroup& group,
+                                   const BarrierOptions& options = {});
 
 }  // namespace comm
 }  // namespace chunkzero

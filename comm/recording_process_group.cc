@@ -62,7 +62,7 @@ class TimedWork final : public Work {
             std::shared_ptr<std::atomic<int64_t>> blocked)
       : inner_(std::move(inner)), blocked_(std::move(blocked)) {}
   bool IsCompleted() override { return inner_->IsCompleted(); }
-  absl::Status Wait(absl::Time deadline) override {
+  absl::Status DoWait(absl::Time deadline) override {
     const absl::Time start = absl::Now();
     absl::Status status = inner_->Wait(deadline);
     *blocked_ += absl::ToInt64Nanoseconds(absl::Now() - start);
@@ -139,42 +139,42 @@ RecordingSnapshot RecordingProcessGroup::SnapshotAndReset() {
   return snapshot;
 }
 
-std::unique_ptr<Work> RecordingProcessGroup::Broadcast(
+std::unique_ptr<Work> RecordingProcessGroup::DoBroadcast(
     MutableBuffer buffer, const BroadcastOptions& options) {
   Record(DescribeBroadcast(buffer, options));
   const absl::Time issued = absl::Now();
   return Timed(issued, inner_.Broadcast(buffer, options));
 }
 
-std::unique_ptr<Work> RecordingProcessGroup::Reduce(
+std::unique_ptr<Work> RecordingProcessGroup::DoReduce(
     ConstBuffer send, MutableBuffer recv, const ReduceOptions& options) {
   Record(DescribeReduce(send, options));
   const absl::Time issued = absl::Now();
   return Timed(issued, inner_.Reduce(send, recv, options));
 }
 
-std::unique_ptr<Work> RecordingProcessGroup::AllReduce(
+std::unique_ptr<Work> RecordingProcessGroup::DoAllReduce(
     MutableBuffer buffer, const AllReduceOptions& options) {
   Record(DescribeAllReduce(buffer, options));
   const absl::Time issued = absl::Now();
   return Timed(issued, inner_.AllReduce(buffer, options));
 }
 
-std::unique_ptr<Work> RecordingProcessGroup::AllGather(
+std::unique_ptr<Work> RecordingProcessGroup::DoAllGather(
     ConstBuffer send, MutableBuffer recv, const AllGatherOptions& options) {
   Record(DescribeAllGather(send, options));
   const absl::Time issued = absl::Now();
   return Timed(issued, inner_.AllGather(send, recv, options));
 }
 
-std::unique_ptr<Work> RecordingProcessGroup::ReduceScatter(
+std::unique_ptr<Work> RecordingProcessGroup::DoReduceScatter(
     ConstBuffer send, MutableBuffer recv, const ReduceScatterOptions& options) {
   Record(DescribeReduceScatter(recv, options));
   const absl::Time issued = absl::Now();
   return Timed(issued, inner_.ReduceScatter(send, recv, options));
 }
 
-std::unique_ptr<Work> RecordingProcessGroup::Barrier(
+std::unique_ptr<Work> RecordingProcessGroup::DoBarrier(
     const BarrierOptions& options) {
   Record(DescribeBarrier(options));
   const absl::Time issued = absl::Now();

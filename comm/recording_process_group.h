@@ -97,18 +97,20 @@ class RecordingProcessGroup final : public ProcessGroup {
   bool SupportsDType(DType dtype) const override {
     return inner_.SupportsDType(dtype);
   }
-  std::unique_ptr<Work> Broadcast(MutableBuffer buffer,
-                                  const BroadcastOptions& options) override;
-  std::unique_ptr<Work> Reduce(ConstBuffer send, MutableBuffer recv,
-                               const ReduceOptions& options) override;
-  std::unique_ptr<Work> AllReduce(MutableBuffer buffer,
-                                  const AllReduceOptions& options) override;
-  std::unique_ptr<Work> AllGather(ConstBuffer send, MutableBuffer recv,
-                                  const AllGatherOptions& options) override;
-  std::unique_ptr<Work> ReduceScatter(
+
+ protected:
+  std::unique_ptr<Work> DoBroadcast(MutableBuffer buffer,
+                                    const BroadcastOptions& options) override;
+  std::unique_ptr<Work> DoReduce(ConstBuffer send, MutableBuffer recv,
+                                 const ReduceOptions& options) override;
+  std::unique_ptr<Work> DoAllReduce(MutableBuffer buffer,
+                                    const AllReduceOptions& options) override;
+  std::unique_ptr<Work> DoAllGather(ConstBuffer send, MutableBuffer recv,
+                                    const AllGatherOptions& options) override;
+  std::unique_ptr<Work> DoReduceScatter(
       ConstBuffer send, MutableBuffer recv,
       const ReduceScatterOptions& options) override;
-  std::unique_ptr<Work> Barrier(const BarrierOptions& options) override;
+  std::unique_ptr<Work> DoBarrier(const BarrierOptions& options) override;
 
  private:
   void Record(const CollectiveCall& call) ABSL_LOCKS_EXCLUDED(mu_);
@@ -116,7 +118,8 @@ class RecordingProcessGroup final : public ProcessGroup {
 
   // Adds the time since `issued` to blocked_ and wraps `work` so that its
   // Wait adds to it too.
-  std::unique_ptr<Work> Timed(absl::Time issued, std::unique_ptr<Work> work);
+  [[nodiscard]] std::unique_ptr<Work> Timed(absl::Time issued,
+                                            std::unique_ptr<Work> work);
 
   ProcessGroup& inner_;
   const size_t max_logged_calls_;

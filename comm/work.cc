@@ -24,7 +24,7 @@ class CompletedWork final : public Work {
  public:
   explicit CompletedWork(absl::Status status) : status_(std::move(status)) {}
   bool IsCompleted() override { return true; }
-  absl::Status Wait(absl::Time) override { return DetachedCopy(status_); }
+  absl::Status DoWait(absl::Time) override { return DetachedCopy(status_); }
 
  private:
   const absl::Status status_;
@@ -40,7 +40,7 @@ class PendingWork final : public Work {
     return state_->status.has_value();
   }
 
-  absl::Status Wait(absl::Time deadline) override {
+  absl::Status DoWait(absl::Time deadline) override {
     MutexLock lock(&state_->mu);
     while (!state_->status.has_value()) {
       if (state_->cv.WaitWithDeadline(&state_->mu, deadline) &&

@@ -36,19 +36,24 @@ class [[nodiscard]] Work {
   // operation's status if it completed; otherwise DeadlineExceeded (the
   // operation is NOT cancelled and keeps running under its own timeout; call
   // Wait again later). Distinguish the two with IsCompleted().
-  ABSL_MUST_USE_RESULT virtual absl::Status Wait(absl::Time deadline) = 0;
+  // Non-virtual, so that GCC checks [[nodiscard]]; backends implement
+  // DoWait.
+  [[nodiscard]] absl::Status Wait(absl::Time deadline) {
+    return DoWait(deadline);
+  }
 
   // Blocks until the operation completes and returns its status. Equivalent
   // to Wait(absl::InfiniteFuture()). Cannot hang forever on a healthy backend:
   // the operation's own timeout bounds it.
-  ABSL_MUST_USE_RESULT absl::Status Wait() {
-    return Wait(absl::InfiniteFuture());
-  }
+  [[nodiscard]] absl::Status Wait() { return DoWait(absl::InfiniteFuture()); }
+
+ protected:
+  virtual absl::Status DoWait(absl::Time deadline) = 0;
 };
 
 // Returns a Work that is already completed with `status`. Used for argument
 // errors and by test doubles.
-std::unique_ptr<Work> MakeCompletedWork(absl::Status status);
+[[nodiscard]] std::unique_ptr<Work> MakeCompletedWork(absl::Status status);
 
 // The producer side of a Work, for backends. A backend creates one
 // WorkCompletion per operation, hands out its MakeWork() handle and calls
@@ -66,7 +71,7 @@ class WorkCompletion {
   ~WorkCompletion();
 
   // A handle observing this completion. May be called more than once.
-  std::unique_ptr<Work> MakeWork() const;
+  [[nodiscard]] std::unique_ptr<Work> MakeWork() const;
 
   // Completes the operation with `status` and wakes every waiter.
   // REQUIRES: called at most once.

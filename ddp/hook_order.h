@@ -36,22 +36,22 @@ class HookOrder {
     Use use = Use::kIdle;
   };
 
-  absl::Status PreForward(absl::Span<Parameter* const> params);
-  absl::Status PostForward(absl::Span<Parameter* const> params);
-  absl::Status PreBackward(absl::Span<Parameter* const> params);
-  absl::Status PostBackward(absl::Span<Parameter* const> params);
-  absl::Status Grad(const Parameter& param);
+  [[nodiscard]] absl::Status PreForward(absl::Span<Parameter* const> params);
+  [[nodiscard]] absl::Status PostForward(absl::Span<Parameter* const> params);
+  [[nodiscard]] absl::Status PreBackward(absl::Span<Parameter* const> params);
+  [[nodiscard]] absl::Status PostBackward(absl::Span<Parameter* const> params);
+  [[nodiscard]] absl::Status Grad(const Parameter& param);
 
   // OK if no scope is open; otherwise names the parameters still in use.
   // Either way, starts a new step (all counts zero).
-  absl::Status EndStep();
+  [[nodiscard]] absl::Status EndStep();
 
   // This step's counts for `param` (zeros if unseen).
   Counts counts(const Parameter& param) const;
 
  private:
-  absl::Status Move(absl::Span<Parameter* const> params, const char* call,
-                    Use from, Use to);
+  [[nodiscard]] absl::Status Move(absl::Span<Parameter* const> params,
+                                  const char* call, Use from, Use to);
 
   absl::flat_hash_map<const Parameter*, Counts> counts_;
 };

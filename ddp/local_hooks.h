@@ -23,17 +23,22 @@ namespace chunkzero {
 
 class LocalHooks final : public ParamHooks {
  public:
-  absl::Status PreForward(absl::Span<Parameter* const> params) override;
-  absl::Status PostForward(absl::Span<Parameter* const> params) override;
-  absl::Status PreBackward(absl::Span<Parameter* const> params) override;
-  absl::Status PostBackward(absl::Span<Parameter* const> params) override;
+  [[nodiscard]] absl::Status PreForward(
+      absl::Span<Parameter* const> params) override;
+  [[nodiscard]] absl::Status PostForward(
+      absl::Span<Parameter* const> params) override;
+  [[nodiscard]] absl::Status PreBackward(
+      absl::Span<Parameter* const> params) override;
+  [[nodiscard]] absl::Status PostBackward(
+      absl::Span<Parameter* const> params) override;
   // The first grad of a step replaces param.grad(); later ones add to it.
-  absl::Status HandGrad(Parameter& param, const Tensor& grad) override;
+  [[nodiscard]] absl::Status HandGrad(Parameter& param,
+                                      const Tensor& grad) override;
   void RecordDeferredError(absl::Status status) override;
 
   // Ends the step: the first deferred error, else the hook order's verdict.
   // The next step's first HandGrad of each parameter starts from zero.
-  absl::Status EndStep();
+  [[nodiscard]] absl::Status EndStep();
 
   const HookOrder& order() const { return order_; }
 

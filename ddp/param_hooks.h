@@ -46,13 +46,18 @@ class ParamHooks {
 
   // Before / after `params` are used by a forward op. Before returns, their
   // data() is materialised.
-  virtual absl::Status PreForward(absl::Span<Parameter* const> params) = 0;
-  virtual absl::Status PostForward(absl::Span<Parameter* const> params) = 0;
+  [[nodiscard]] virtual absl::Status PreForward(
+      absl::Span<Parameter* const> params) = 0;
+  [[nodiscard]] virtual absl::Status PostForward(
+      absl::Span<Parameter* const> params) = 0;
   // Before / after `params` are used by a backward op.
-  virtual absl::Status PreBackward(absl::Span<Parameter* const> params) = 0;
-  virtual absl::Status PostBackward(absl::Span<Parameter* const> params) = 0;
+  [[nodiscard]] virtual absl::Status PreBackward(
+      absl::Span<Parameter* const> params) = 0;
+  [[nodiscard]] virtual absl::Status PostBackward(
+      absl::Span<Parameter* const> params) = 0;
   // d(loss)/d(param) for one use: f32, param.shape().
-  virtual absl::Status HandGrad(Parameter& param, const Tensor& grad) = 0;
+  [[nodiscard]] virtual absl::Status HandGrad(Parameter& param,
+                                              const Tensor& grad) = 0;
   // An error found where it could not be returned; the step reports it.
   virtual void RecordDeferredError(absl::Status status) = 0;
 };
@@ -61,10 +66,10 @@ class [[nodiscard]] HookScope {
  public:
   // Runs PreForward (PreBackward) on `params`; the scope then owns the
   // matching post hook.
-  static absl::StatusOr<HookScope> Forward(ParamHooks& hooks,
-                                           std::vector<Parameter*> params);
-  static absl::StatusOr<HookScope> Backward(ParamHooks& hooks,
-                                            std::vector<Parameter*> params);
+  [[nodiscard]] static absl::StatusOr<HookScope> Forward(
+      ParamHooks& hooks, std::vector<Parameter*> params);
+  [[nodiscard]] static absl::StatusOr<HookScope> Backward(
+      ParamHooks& hooks, std::vector<Parameter*> params);
 
   HookScope(HookScope&& other) noexcept;
   HookScope& operator=(HookScope&&) = delete;
@@ -75,7 +80,7 @@ class [[nodiscard]] HookScope {
 
   // Runs the post hook and returns its status. A second Exit() is
   // FailedPrecondition.
-  absl::Status Exit();
+  [[nodiscard]] absl::Status Exit();
 
  private:
   HookScope(ParamHooks* hooks, std::vector<Parameter*> params, bool backward)

@@ -121,40 +121,47 @@ class ZeroDdp final : public ParamHooks {
   // Broadcasts the parameters from rank 0 (a collective: every rank calls
   // Create). InvalidArgument for an empty model, duplicate names or a
   // compute dtype the process group cannot reduce.
-  static absl::StatusOr<std::unique_ptr<ZeroDdp>> Create(
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ZeroDdp>> Create(
       Module* model, ChunkManager* chunks, const ZeroDdpOptions& options);
 
-  absl::Status PreForward(absl::Span<Parameter* const> params) override;
-  absl::Status PostForward(absl::Span<Parameter* const> params) override;
-  absl::Status PreBackward(absl::Span<Parameter* const> params) override;
-  absl::Status PostBackward(absl::Span<Parameter* const> params) override;
-  absl::Status HandGrad(Parameter& param, const Tensor& grad) override;
+  [[nodiscard]] absl::Status PreForward(
+      absl::Span<Parameter* const> params) override;
+  [[nodiscard]] absl::Status PostForward(
+      absl::Span<Parameter* const> params) override;
+  [[nodiscard]] absl::Status PreBackward(
+      absl::Span<Parameter* const> params) override;
+  [[nodiscard]] absl::Status PostBackward(
+      absl::Span<Parameter* const> params) override;
+  [[nodiscard]] absl::Status HandGrad(Parameter& param,
+                                      const Tensor& grad) override;
   void RecordDeferredError(absl::Status status) override;
 
   // Ends the step's backward (see above). Collective.
-  absl::Status FinishBackward();
+  [[nodiscard]] absl::Status FinishBackward();
 
   // The full fp32 value of every parameter (masters; parameters kept out of
   // chunks give their own data), one chunk at a time: `fn` sees each
   // parameter once, in registration order (then the unused ones), on rank 0
   // only unless `all_ranks`. Peak extra memory is one materialised master
   // chunk plus what `fn` keeps. Collective.
-  absl::Status VisitFullParameters(
+  [[nodiscard]] absl::Status VisitFullParameters(
       bool all_ranks,
       const std::function<absl::Status(const std::string& name,
                                        const Tensor& value)>& fn);
   // VisitFullParameters collected into a map (on rank 0, or everywhere).
-  absl::StatusOr<std::map<std::string, Tensor>> GatherStateDict(bool all_ranks);
+  [[nodiscard]] absl::StatusOr<std::map<std::string, Tensor>> GatherStateDict(
+      bool all_ranks);
   // Loads full values (any float dtype, the parameters' shapes) into the
   // masters and the compute-dtype chunks (or, before registration, into the
   // parameters). Every rank passes the same dict. NotFound naming a missing
   // parameter, InvalidArgument for a wrong shape; nothing is written then.
-  absl::Status LoadStateDict(const std::map<std::string, Tensor>& values);
+  [[nodiscard]] absl::Status LoadStateDict(
+      const std::map<std::string, Tensor>& values);
 
   // Writes the fp32 masters this rank holds back into the compute-dtype
   // chunks (cast), replacing the grads that grad reuse left there. The
   // optimizer does this after its update; also used to skip a step.
-  absl::Status RestoreParamsFromMasters();
+  [[nodiscard]] absl::Status RestoreParamsFromMasters();
 
   // Sets every parameter's grad() to an empty tensor: after an optimizer
   // step the slices the grads viewed hold weights again.
@@ -197,29 +204,29 @@ class ZeroDdp final : public ParamHooks {
   ZeroDdp(ChunkManager* chunks, const ZeroDdpOptions& options,
           std::vector<Parameter*> params);
 
-  absl::StatusOr<ParamInfo*> Info(const Parameter& param);
+  [[nodiscard]] absl::StatusOr<ParamInfo*> Info(const Parameter& param);
   // Indices into params_ of `names` (a permutation of the parameters' names),
   // or InvalidArgument naming an unknown, repeated or missing one.
-  absl::StatusOr<std::vector<int>> OrderFromNames(
+  [[nodiscard]] absl::StatusOr<std::vector<int>> OrderFromNames(
       const std::vector<std::string>& names) const;
   // Creates a compute-dtype group and its paired fp32 master group holding
   // params_[order...] in that order (master values from `master_value`),
   // makes each data() a view of it, and sets order_ and the locations.
-  absl::Status BuildGroups(
+  [[nodiscard]] absl::Status BuildGroups(
       const std::string& param_group, const std::string& master_group,
       const std::vector<int>& order,
       const std::function<absl::StatusOr<Tensor>(ParamInfo&)>& master_value);
   // Accesses every chunk of the current compute-dtype group.
-  absl::Status AccessAll();
+  [[nodiscard]] absl::Status AccessAll();
   // Agrees on the first-use order and repacks the parameters into it.
-  absl::Status Register();
+  [[nodiscard]] absl::Status Register();
   // Accesses the chunks of `params` and moves them to COMPUTE.
-  absl::Status Use(absl::Span<Parameter* const> params);
+  [[nodiscard]] absl::Status Use(absl::Span<Parameter* const> params);
   // Releases accessed chunks that can be released, except the chunk of
   // the parameter that follows `params` in `direction` (+1 forward, -1
   // backward) of the registration order.
-  absl::Status ReleaseLazily(absl::Span<Parameter* const> params,
-                             int direction);
+  [[nodiscard]] absl::Status ReleaseLazily(absl::Span<Parameter* const> params,
+                                           int direction);
   // The registration position of the last of `params` in the direction of
   // travel (+1 forward: the highest, -1 backward: the lowest).
   // REQUIRES: every parameter is the model's (the hooks checked it).
@@ -228,19 +235,20 @@ class ZeroDdp final : public ParamHooks {
   // (direction +1 forward, -1 backward), excluding the current one.
   std::vector<Chunk*> ChunksAhead(absl::Span<Parameter* const> params,
                                   int direction, int count);
-  absl::Status Prefetch(absl::Span<Parameter* const> params, int direction);
+  [[nodiscard]] absl::Status Prefetch(absl::Span<Parameter* const> params,
+                                      int direction);
   int ChunkIndex(const Chunk* chunk) const;
   bool IsPinned(int chunk_index) const;
   // True if any of `params` is conditional: such an op neither prefetches
   // nor releases, so that every rank's collectives stay in step.
   bool AnyConditional(absl::Span<Parameter* const> params) const;
   // Accesses every pinned chunk not accessed yet, in chunk order.
-  absl::Status AccessPinned();
-  absl::Status WriteGrad(ParamInfo& info, const Tensor& grad32);
+  [[nodiscard]] absl::Status AccessPinned();
+  [[nodiscard]] absl::Status WriteGrad(ParamInfo& info, const Tensor& grad32);
   // Reduces chunks in reduce_order_ while the next eager one can reduce.
-  absl::Status ReduceReady();
-  absl::Status ReduceChunk(int index);
-  absl::Status CheckUnusedAgreement();
+  [[nodiscard]] absl::Status ReduceReady();
+  [[nodiscard]] absl::Status ReduceChunk(int index);
+  [[nodiscard]] absl::Status CheckUnusedAgreement();
 
   ChunkManager* const chunks_;
   const ZeroDdpOptions options_;

@@ -89,43 +89,44 @@ struct SgdStep {
 // that overlaps grad other than as the same array of the same dtype.
 
 // One fused Adam/AdamW pass over param, exp_avg, exp_avg_sq (f32, in place).
-absl::Status FusedAdam(const AdamStep& step, float* param, float* exp_avg,
-                       float* exp_avg_sq, const void* grad, DType grad_dtype,
-                       void* param_out, DType out_dtype, size_t n);
+[[nodiscard]] absl::Status FusedAdam(const AdamStep& step, float* param,
+                                     float* exp_avg, float* exp_avg_sq,
+                                     const void* grad, DType grad_dtype,
+                                     void* param_out, DType out_dtype,
+                                     size_t n);
 
 // One fused SGD pass over param (f32, in place). momentum_buffer may be null
 // iff step.momentum == 0 (it is neither read nor written then).
-absl::Status FusedSgd(const SgdStep& step, float* param, float* momentum_buffer,
-                      const void* grad, DType grad_dtype, void* param_out,
-                      DType out_dtype, size_t n);
+[[nodiscard]] absl::Status FusedSgd(const SgdStep& step, float* param,
+                                    float* momentum_buffer, const void* grad,
+                                    DType grad_dtype, void* param_out,
+                                    DType out_dtype, size_t n);
 
 // Gradient accumulation over micro-batches with grad reuse:
 //   acc[i] = (first ? 0 : acc[i]) + f32(grad[i])
 //   param_out[i] = out_dtype(master[i])
 // which restores the weights that the grad overwrote. `master` is only read.
-absl::Status AccumulateGradAndRestore(float* acc, const void* grad,
-                                      DType grad_dtype, bool first,
-                                      const float* master, void* param_out,
-                                      DType out_dtype, size_t n);
+[[nodiscard]] absl::Status AccumulateGradAndRestore(
+    float* acc, const void* grad, DType grad_dtype, bool first,
+    const float* master, void* param_out, DType out_dtype, size_t n);
 
 namespace optim_internal {
 
 // The same kernels run with the implementation `isa` instead of
 // BestKernelIsa(), for tests and benchmarks. Same arguments, results and
 // errors as above; also InvalidArgument if !IsKernelIsaSupported(isa).
-absl::Status FusedAdam(KernelIsa isa, const AdamStep& step, float* param,
-                       float* exp_avg, float* exp_avg_sq, const void* grad,
-                       DType grad_dtype, void* param_out, DType out_dtype,
-                       size_t n);
-absl::Status FusedSgd(KernelIsa isa, const SgdStep& step, float* param,
-                      float* momentum_buffer, const void* grad,
-                      DType grad_dtype, void* param_out, DType out_dtype,
-                      size_t n);
-absl::Status AccumulateGradAndRestore(KernelIsa isa, float* acc,
-                                      const void* grad, DType grad_dtype,
-                                      bool first, const float* master,
-                                      void* param_out, DType out_dtype,
-                                      size_t n);
+[[nodiscard]] absl::Status FusedAdam(KernelIsa isa, const AdamStep& step,
+                                     float* param, float* exp_avg,
+                                     float* exp_avg_sq, const void* grad,
+                                     DType grad_dtype, void* param_out,
+                                     DType out_dtype, size_t n);
+[[nodiscard]] absl::Status FusedSgd(KernelIsa isa, const SgdStep& step,
+                                    float* param, float* momentum_buffer,
+                                    const void* grad, DType grad_dtype,
+                                    void* param_out, DType out_dtype, size_t n);
+[[nodiscard]] absl::Status AccumulateGradAndRestore(
+    KernelIsa isa, float* acc, const void* grad, DType grad_dtype, bool first,
+    const float* master, void* param_out, DType out_dtype, size_t n);
 
 }  // namespace optim_internal
 }  // namespace chunkzero

@@ -43,7 +43,7 @@ class DynamicLossScaler {
   // InvalidArgument for factors outside growth > 1 > backoff > 0, a
   // non-positive interval or hysteresis, or an initial scale outside
   // [min_scale, max_scale].
-  static absl::StatusOr<DynamicLossScaler> Create(
+  [[nodiscard]] static absl::StatusOr<DynamicLossScaler> Create(
       const LossScalerOptions& options);
 
   double scale() const { return scale_; }
@@ -59,8 +59,8 @@ class DynamicLossScaler {
   // hysteresis_left() (a checkpoint). InvalidArgument, changing nothing, for
   // a scale outside [min_scale, max_scale], a tracker outside
   // [0, growth_interval) or hysteresis left outside [1, hysteresis].
-  absl::Status Restore(double scale, int64_t growth_tracker,
-                       int hysteresis_left);
+  [[nodiscard]] absl::Status Restore(double scale, int64_t growth_tracker,
+                                     int hysteresis_left);
 
  private:
   explicit DynamicLossScaler(const LossScalerOptions& options)

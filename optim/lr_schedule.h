@@ -30,9 +30,8 @@ class LrSchedule {
   }
   // InvalidArgument for a negative rate, min_lr > lr, negative warm-up or
   // total_steps < 1.
-  static absl::StatusOr<LrSchedule> WarmupCosine(double lr, double min_lr,
-                                                 int64_t warmup_steps,
-                                                 int64_t total_steps);
+  [[nodiscard]] static absl::StatusOr<LrSchedule> WarmupCosine(
+      double lr, double min_lr, int64_t warmup_steps, int64_t total_steps);
 
   // The rate of 0-based `step`.
   double At(int64_t step) const;

@@ -101,7 +101,8 @@ namespace chunkzero {
 enum class OptimizerKind { kSgd, kAdam, kAdamW };
 // "sgd", "adam", "adamw".
 absl::string_view OptimizerKindName(OptimizerKind kind);
-absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name);
+[[nodiscard]] absl::StatusOr<OptimizerKind> ParseOptimizerKind(
+    absl::string_view name);
 
 enum class OffloadPolicy {
   kNone,       // Masters and states live with the compute-dtype chunks.
@@ -149,7 +150,7 @@ class ZeroOptimizer {
   // outside [0, 1), negative eps, weight decay, momentum, dampening or
   // max_grad_norm, Nesterov without momentum or with dampening). `ddp` and
   // `chunks` (the manager `ddp` uses) must outlive the optimizer.
-  static absl::StatusOr<std::unique_ptr<ZeroOptimizer>> Create(
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ZeroOptimizer>> Create(
       ZeroDdp* ddp, ChunkManager* chunks, const ZeroOptimizerOptions& options);
 
   // The factor to multiply the loss (its gradient seed) by before backward:
@@ -159,7 +160,7 @@ class ZeroOptimizer {
   // Ends a micro-batch that is not the step's last (see above). Collective
   // only in that it must follow FinishBackward on every rank. Errors:
   // FailedPrecondition without a FinishBackward since the last call.
-  absl::Status AccumulateGrads();
+  [[nodiscard]] absl::Status AccumulateGrads();
 
   // One optimizer step over the grads of the last FinishBackward (plus the
   // accumulated micro-batches). Collective: one all-reduce. Errors:
@@ -167,20 +168,20 @@ class ZeroOptimizer {
   // AccumulateGrads or Step, and (on every rank alike) for grads that are
   // not finite where no loss scale is left to lower (see
   // ZeroOptimizerOptions::max_overflows_at_min_scale).
-  absl::StatusOr<StepResult> Step();
+  [[nodiscard]] absl::StatusOr<StepResult> Step();
 
   // Moves the masters, the optimizer states and the accumulation buffer to
   // `device` (every view follows). Between steps only.
-  absl::Status MoveStates(Device device);
+  [[nodiscard]] absl::Status MoveStates(Device device);
 
   // This rank's part of the state: pieces of the masters and states it
   // holds (for the replicated layout, a 1/world_size slice of each chunk, so
   // that the ranks' pieces together cover everything once). Not collective.
-  absl::StatusOr<OptimizerState> SaveShard();
+  [[nodiscard]] absl::StatusOr<OptimizerState> SaveShard();
   // Every parameter's whole state, gathered one chunk at a time: on rank 0
   // (other ranks get the scalars and no pieces) or on every rank.
   // Collective.
-  absl::StatusOr<OptimizerState> GatherState(bool all_ranks);
+  [[nodiscard]] absl::StatusOr<OptimizerState> GatherState(bool all_ranks);
   // Loads pieces (from SaveShard of any ranks, or GatherState) covering the
   // elements this rank holds, masters included: the compute-dtype weights
   // are rewritten from the loaded masters. Before the first step the states
@@ -190,7 +191,7 @@ class ZeroOptimizer {
   // elements here no piece covers, InvalidArgument for a piece of an unknown
   // parameter or state, a wrong shape or dtype, or a range outside the
   // tensor. Not collective.
-  absl::Status LoadState(const OptimizerState& state);
+  [[nodiscard]] absl::Status LoadState(const OptimizerState& state);
 
   // True if this rank holds any of elements [begin, begin + numel) of the
   // parameter's master (so a checkpoint reader can skip pieces it does not
@@ -209,10 +210,10 @@ class ZeroOptimizer {
                 std::optional<DynamicLossScaler> scaler);
 
   // A FinishBackward happened since the last AccumulateGrads/Step.
-  absl::Status ConsumeBackward(absl::string_view operation);
+  [[nodiscard]] absl::Status ConsumeBackward(absl::string_view operation);
   // Creates the state groups at the first step (and loads pending pieces).
-  absl::Status EnsureStates();
-  absl::Status EnsureAccumulator();
+  [[nodiscard]] absl::Status EnsureStates();
+  [[nodiscard]] absl::Status EnsureAccumulator();
   // Chunks of the parameter group (and so of every group paired with it).
   int num_chunks() const;
   Chunk* ParamChunk(int i) const;
@@ -231,14 +232,16 @@ class ZeroOptimizer {
   // (state name, chunk group) of the masters and/or the states that exist.
   std::vector<std::pair<std::string, std::string>> StateGroups(
       bool masters, bool states) const;
-  absl::StatusOr<double> LocalSumOfSquares(bool from_accumulator);
-  absl::Status FoldIntoAccumulator(bool restore_weights);
-  absl::Status Update(float grad_scale, double lr, bool from_accumulator);
+  [[nodiscard]] absl::StatusOr<double> LocalSumOfSquares(bool from_accumulator);
+  [[nodiscard]] absl::Status FoldIntoAccumulator(bool restore_weights);
+  [[nodiscard]] absl::Status Update(float grad_scale, double lr,
+                                    bool from_accumulator);
   // Writes the pieces into the masters (then the compute-dtype weights
   // from them) and/or the states. REQUIRES: CheckPieces passed.
-  absl::Status LoadPieces(const OptimizerState& state, bool masters_too,
-                          bool states_too);
-  absl::Status CheckPieces(const OptimizerState& state, bool states_too);
+  [[nodiscard]] absl::Status LoadPieces(const OptimizerState& state,
+                                        bool masters_too, bool states_too);
+  [[nodiscard]] absl::Status CheckPieces(const OptimizerState& state,
+                                         bool states_too);
 
   ZeroDdp* const ddp_;
   ChunkManager* const chunks_;

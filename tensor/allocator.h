@@ -37,7 +37,7 @@ class Allocator {
   // Returns `bytes` bytes aligned to kAllocationAlignment, ResourceExhausted
   // when the device is out of memory. Allocate(0) returns a non-null pointer
   // that must be passed back to Deallocate.
-  virtual absl::StatusOr<void*> Allocate(size_t bytes) = 0;
+  [[nodiscard]] virtual absl::StatusOr<void*> Allocate(size_t bytes) = 0;
 
   // Releases memory from Allocate of this allocator; `bytes` is the size that
   // was asked for.
@@ -50,7 +50,7 @@ class HostAllocator final : public Allocator {
  public:
   explicit HostAllocator(Device device) : device_(device) {}
   Device device() const override { return device_; }
-  absl::StatusOr<void*> Allocate(size_t bytes) override;
+  [[nodiscard]] absl::StatusOr<void*> Allocate(size_t bytes) override;
   void Deallocate(void* ptr, size_t bytes) override;
 
  private:
@@ -64,7 +64,7 @@ class CudaAllocator final : public Allocator {
  public:
   explicit CudaAllocator(Device device) : device_(device) {}
   Device device() const override { return device_; }
-  absl::StatusOr<void*> Allocate(size_t bytes) override;
+  [[nodiscard]] absl::StatusOr<void*> Allocate(size_t bytes) override;
   void Deallocate(void* ptr, size_t bytes) override;
 
  private:
@@ -77,7 +77,7 @@ class CountingAllocator final : public Allocator {
  public:
   explicit CountingAllocator(Allocator* inner) : inner_(inner) {}
   Device device() const override { return inner_->device(); }
-  absl::StatusOr<void*> Allocate(size_t bytes) override;
+  [[nodiscard]] absl::StatusOr<void*> Allocate(size_t bytes) override;
   void Deallocate(void* ptr, size_t bytes) override;
 
   int64_t allocations() const;
@@ -111,7 +111,7 @@ class AllocatorRegistry {
   // allocator on first use, and cuda:N (N < CudaDeviceCount()) a
   // CudaAllocator, owned by the registry; others are NotFound unless
   // registered.
-  absl::StatusOr<Allocator*> Get(Device device);
+  [[nodiscard]] absl::StatusOr<Allocator*> Get(Device device);
 
  private:
   Mutex mu_;
@@ -123,8 +123,9 @@ class AllocatorRegistry {
 // devices. Host-accessible pairs (cpu, sim) are memcpy; pairs with a CUDA
 // device use cudaMemcpy (Unimplemented, naming both devices, in a build
 // without CUDA).
-absl::Status CopyBytes(void* dst, Device dst_device, const void* src,
-                       Device src_device, size_t bytes);
+[[nodiscard]] absl::Status CopyBytes(void* dst, Device dst_device,
+                                     const void* src, Device src_device,
+                                     size_t bytes);
 
 }  // namespace chunkzero
 

@@ -43,7 +43,7 @@ class CachingAllocator final : public Allocator {
   ~CachingAllocator() override;
 
   Device device() const override { return inner_->device(); }
-  absl::StatusOr<void*> Allocate(size_t bytes) override;
+  [[nodiscard]] absl::StatusOr<void*> Allocate(size_t bytes) override;
   void Deallocate(void* ptr, size_t bytes) override;
 
   Stats stats() const;

@@ -45,8 +45,8 @@ void CastBF16ToF16(uint16_t* out, const uint16_t* in, size_t n);
 // out[n] (of out_dtype) = in[n] (of in_dtype) converted as above; a plain
 // (multithreaded) copy when the dtypes are equal. Returns InvalidArgument for
 // a null pointer with n > 0 or a DType value outside the enum.
-absl::Status Cast(void* out, DType out_dtype, const void* in, DType in_dtype,
-                  size_t n);
+[[nodiscard]] absl::Status Cast(void* out, DType out_dtype, const void* in,
+                                DType in_dtype, size_t n);
 
 }  // namespace chunkzero
 

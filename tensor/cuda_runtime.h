@@ -26,12 +26,12 @@ bool BuiltWithCuda();
 // Number of visible GPUs; 0 without CUDA or without a driver.
 int CudaDeviceCount();
 
-absl::StatusOr<void*> CudaMalloc(int device_index, size_t bytes);
-absl::Status CudaFree(int device_index, void* ptr);
+[[nodiscard]] absl::StatusOr<void*> CudaMalloc(int device_index, size_t bytes);
+[[nodiscard]] absl::Status CudaFree(int device_index, void* ptr);
 
 // Copies between any two of host and device memory (unified addressing
 // decides the direction) and waits for the copy to finish.
-absl::Status CudaMemcpy(void* dst, const void* src, size_t bytes);
+[[nodiscard]] absl::Status CudaMemcpy(void* dst, const void* src, size_t bytes);
 
 }  // namespace chunkzero
 

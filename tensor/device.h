@@ -69,7 +69,7 @@ class Device {
 };
 
 // Parses "cpu", "cuda:N" or "sim:N" (N >= 0). InvalidArgument otherwise.
-absl::StatusOr<Device> ParseDevice(absl::string_view text);
+[[nodiscard]] absl::StatusOr<Device> ParseDevice(absl::string_view text);
 
 std::ostream& operator<<(std::ostream& os, Device device);
 

@@ -66,7 +66,7 @@ constexpr bool IsValidDType(DType dtype) {
 absl::string_view DTypeName(DType dtype);
 
 // Inverse of DTypeName. Returns InvalidArgument for any other string.
-absl::StatusOr<DType> ParseDType(absl::string_view name);
+[[nodiscard]] absl::StatusOr<DType> ParseDType(absl::string_view name);
 
 std::ostream& operator<<(std::ostream& os, DType dtype);
 

@@ -45,8 +45,9 @@ void AxpyBF16(uint16_t* y, float a, const uint16_t* x, size_t n);
 
 // The kernels above chosen by dtype (x and y share it). Return
 // InvalidArgument for a null pointer with n > 0 or an unknown DType value.
-absl::Status Scale(void* x, DType dtype, float a, size_t n);
-absl::Status Axpy(void* y, DType dtype, float a, const void* x, size_t n);
+[[nodiscard]] absl::Status Scale(void* x, DType dtype, float a, size_t n);
+[[nodiscard]] absl::Status Axpy(void* y, DType dtype, float a, const void* x,
+                                size_t n);
 
 }  // namespace chunkzero
 

@@ -41,8 +41,10 @@ double SumOfSquaresBF16(const uint16_t* x, size_t n);
 
 // The kernels above chosen by dtype. Return InvalidArgument for a null
 // pointer with n > 0 or an unknown DType value.
-absl::StatusOr<bool> HasInfOrNan(const void* x, DType dtype, size_t n);
-absl::StatusOr<double> SumOfSquares(const void* x, DType dtype, size_t n);
+[[nodiscard]] absl::StatusOr<bool> HasInfOrNan(const void* x, DType dtype,
+                                               size_t n);
+[[nodiscard]] absl::StatusOr<double> SumOfSquares(const void* x, DType dtype,
+                                                  size_t n);
 
 }  // namespace chunkzero
 

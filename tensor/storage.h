@@ -45,7 +45,7 @@ struct StorageOptions {
 class Storage {
  public:
   // Allocates `nbytes` on `device` (contents indeterminate).
-  static absl::StatusOr<std::shared_ptr<Storage>> Create(
+  [[nodiscard]] static absl::StatusOr<std::shared_ptr<Storage>> Create(
       size_t nbytes, Device device, const StorageOptions& options = {});
 
   // A storage of logical size `nbytes` that holds no memory yet.
@@ -67,7 +67,7 @@ class Storage {
 
   // Gets nbytes() of fresh memory on device(). Contents are indeterminate.
   // OK and nothing happens if already allocated.
-  absl::Status Allocate();
+  [[nodiscard]] absl::Status Allocate();
 
   // Returns the memory to the allocator. Nothing happens if not allocated.
   void Free();
@@ -75,7 +75,7 @@ class Storage {
   // Moves to `device`. If allocated, allocates there, copies, then frees the
   // old memory; on error nothing changes. If not allocated, only the device
   // changes.
-  absl::Status MoveTo(Device device);
+  [[nodiscard]] absl::Status MoveTo(Device device);
 
  private:
   Storage(size_t nbytes, Device device, const StorageOptions& options)
@@ -83,7 +83,7 @@ class Storage {
 
   AllocatorRegistry& allocators() const;
   // Allocates on `device` and accounts for it.
-  absl::StatusOr<void*> AllocateOn(Device device);
+  [[nodiscard]] absl::StatusOr<void*> AllocateOn(Device device);
   void FreeOn(void* data, Device device);
 
   const size_t nbytes_;

@@ -45,25 +45,24 @@ class Tensor {
   Tensor() = default;
 
   // New storage of the right size on `device`; contents indeterminate.
-  static absl::StatusOr<Tensor> Empty(Shape shape, DType dtype,
-                                      Device device = Device::Cpu(),
-                                      const StorageOptions& options = {});
+  [[nodiscard]] static absl::StatusOr<Tensor> Empty(
+      Shape shape, DType dtype, Device device = Device::Cpu(),
+      const StorageOptions& options = {});
   // Like Empty, filled with zeros.
-  static absl::StatusOr<Tensor> Zeros(Shape shape, DType dtype,
-                                      Device device = Device::Cpu(),
-                                      const StorageOptions& options = {});
+  [[nodiscard]] static absl::StatusOr<Tensor> Zeros(
+      Shape shape, DType dtype, Device device = Device::Cpu(),
+      const StorageOptions& options = {});
   // A CPU tensor holding `values` converted (round to nearest even) to
   // `dtype`. InvalidArgument if the counts differ.
-  static absl::StatusOr<Tensor> FromFloats(absl::Span<const float> values,
-                                           Shape shape,
-                                           DType dtype = DType::kF32);
+  [[nodiscard]] static absl::StatusOr<Tensor> FromFloats(
+      absl::Span<const float> values, Shape shape, DType dtype = DType::kF32);
 
   // A view of `storage` starting at `byte_offset`. InvalidArgument when it
   // does not fit, a dimension is negative or the offset is not a multiple of
   // the element size.
-  static absl::StatusOr<Tensor> View(std::shared_ptr<Storage> storage,
-                                     size_t byte_offset, Shape shape,
-                                     DType dtype);
+  [[nodiscard]] static absl::StatusOr<Tensor> View(
+      std::shared_ptr<Storage> storage, size_t byte_offset, Shape shape,
+      DType dtype);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
@@ -100,27 +99,29 @@ class Tensor {
   }
 
   // Rows [begin, end) of dimension 0, sharing storage.
-  absl::StatusOr<Tensor> Slice(int64_t begin, int64_t end) const;
+  [[nodiscard]] absl::StatusOr<Tensor> Slice(int64_t begin, int64_t end) const;
   // Same elements, another shape with the same element count.
-  absl::StatusOr<Tensor> Reshape(Shape shape) const;
+  [[nodiscard]] absl::StatusOr<Tensor> Reshape(Shape shape) const;
   // The same elements as a rank-1 tensor.
   Tensor Flatten() const;
   // Elements [offset, offset + NumElements(shape)) of the flattened tensor.
-  absl::StatusOr<Tensor> ViewRange(int64_t element_offset, Shape shape) const;
+  [[nodiscard]] absl::StatusOr<Tensor> ViewRange(int64_t element_offset,
+                                                 Shape shape) const;
 
   // A copy in new storage on `device` (default: this tensor's device).
-  absl::StatusOr<Tensor> Clone(const StorageOptions& options = {}) const;
-  absl::StatusOr<Tensor> To(Device device,
-                            const StorageOptions& options = {}) const;
+  [[nodiscard]] absl::StatusOr<Tensor> Clone(
+      const StorageOptions& options = {}) const;
+  [[nodiscard]] absl::StatusOr<Tensor> To(
+      Device device, const StorageOptions& options = {}) const;
 
   // Copies `src` into this tensor's memory, across devices. Both must be
   // materialised and have the same dtype and element count.
-  absl::Status CopyFrom(const Tensor& src);
+  [[nodiscard]] absl::Status CopyFrom(const Tensor& src);
 
   // The values widened to f32 (for tests and reports). FailedPrecondition
   // if not materialised or not on a host-accessible device, unless there
   // are no elements to read.
-  absl::StatusOr<std::vector<float>> ToFloats() const;
+  [[nodiscard]] absl::StatusOr<std::vector<float>> ToFloats() const;
 
   // "f16[768, 2304] on sim:0 (+128 B)".
   std::string DebugString() const;

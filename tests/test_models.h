@@ -42,10 +42,11 @@ class TestModel : public Module {
   virtual int input_width() const = 0;
   virtual int output_width() const = 0;
   // `rank` matters only for kBranch.
-  virtual absl::StatusOr<float> Forward(ParamHooks& hooks, const Batch& batch,
-                                        int rank) = 0;
+  [[nodiscard]] virtual absl::StatusOr<float> Forward(ParamHooks& hooks,
+                                                      const Batch& batch,
+                                                      int rank) = 0;
   // Backward of the last Forward.
-  virtual absl::Status Backward(ParamHooks& hooks) = 0;
+  [[nodiscard]] virtual absl::Status Backward(ParamHooks& hooks) = 0;
 };
 
 // Parameters drawn from a fixed-seed uniform(-0.5, 0.5).

@@ -840,7 +840,7 @@ bool GlooProcessGroup::SupportsDType(DType dtype) const {
   return IsValidDType(dtype);
 }
 
-std::unique_ptr<Work> GlooProcessGroup::Broadcast(
+std::unique_ptr<Work> GlooProcessGroup::DoBroadcast(
     MutableBuffer buffer, const BroadcastOptions& options) {
   if (absl::Status s = CheckBroadcastArgs(*this, buffer, options); !s.ok()) {
     return MakeCompletedWork(std::move(s));
@@ -849,9 +849,9 @@ std::unique_ptr<Work> GlooProcessGroup::Broadcast(
                           buffer.data, options.timeout);
 }
 
-std::unique_ptr<Work> GlooProcessGroup::Reduce(ConstBuffer send,
-                                               MutableBuffer recv,
-                                               const ReduceOptions& options) {
+std::unique_ptr<Work> GlooProcessGroup::DoReduce(ConstBuffer send,
+                                                 MutableBuffer recv,
+                                                 const ReduceOptions& options) {
   if (absl::Status s = CheckReduceArgs(*this, send, recv, options); !s.ok()) {
     return MakeCompletedWork(std::move(s));
   }
@@ -860,7 +860,7 @@ std::unique_ptr<Work> GlooProcessGroup::Reduce(ConstBuffer send,
                           options.timeout);
 }
 
-std::unique_ptr<Work> GlooProcessGroup::AllReduce(
+std::unique_ptr<Work> GlooProcessGroup::DoAllReduce(
     MutableBuffer buffer, const AllReduceOptions& options) {
   if (absl::Status s = CheckAllReduceArgs(*this, buffer, options); !s.ok()) {
     return MakeCompletedWork(std::move(s));
@@ -869,7 +869,7 @@ std::unique_ptr<Work> GlooProcessGroup::AllReduce(
                           buffer.data, options.timeout);
 }
 
-std::unique_ptr<Work> GlooProcessGroup::AllGather(
+std::unique_ptr<Work> GlooProcessGroup::DoAllGather(
     ConstBuffer send, MutableBuffer recv, const AllGatherOptions& options) {
   if (absl::Status s = CheckAllGatherArgs(*this, send, recv, options);
       !s.ok()) {
@@ -879,7 +879,7 @@ std::unique_ptr<Work> GlooProcessGroup::AllGather(
                           recv.data, options.timeout);
 }
 
-std::unique_ptr<Work> GlooProcessGroup::ReduceScatter(
+std::unique_ptr<Work> GlooProcessGroup::DoReduceScatter(
     ConstBuffer send, MutableBuffer recv, const ReduceScatterOptions& options) {
   if (absl::Status s = CheckReduceScatterArgs(*this, send, recv, options);
       !s.ok()) {
@@ -889,7 +889,8 @@ std::unique_ptr<Work> GlooProcessGroup::ReduceScatter(
                           recv.data, options.timeout);
 }
 
-std::unique_ptr<Work> GlooProcessGroup::Barrier(const BarrierOptions& options) {
+std::unique_ptr<Work> GlooProcessGroup::DoBarrier(
+    const BarrierOptions& options) {
   return worker_->Enqueue(DescribeBarrier(options), nullptr, nullptr,
                           options.timeout);
 }

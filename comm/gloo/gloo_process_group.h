@@ -124,7 +124,7 @@ class GlooProcessGroup final : public ProcessGroup {
   // this rank's key (a store left over from an earlier job); DeadlineExceeded
   // naming the ranks that did not join within options.timeout; Unavailable
   // if the connections cannot be made (e.g. an unreachable hostname).
-  static absl::StatusOr<std::unique_ptr<GlooProcessGroup>> Create(
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<GlooProcessGroup>> Create(
       int rank, int size, gloo::rendezvous::Store& store,
       const GlooOptions& options = {});
 
@@ -132,9 +132,9 @@ class GlooProcessGroup final : public ProcessGroup {
   // for ranks in separate processes on one machine or a shared filesystem.
   // Use a fresh directory per job: one holding an earlier job's keys is
   // refused (FailedPrecondition). Errors name the directory.
-  static absl::StatusOr<std::unique_ptr<GlooProcessGroup>> CreateWithFileStore(
-      int rank, int size, const std::string& directory,
-      const GlooOptions& options = {});
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<GlooProcessGroup>>
+  CreateWithFileStore(int rank, int size, const std::string& directory,
+                      const GlooOptions& options = {});
 
   ~GlooProcessGroup() override;
   GlooProcessGroup(const GlooProcessGroup&) = delete;
@@ -143,24 +143,25 @@ class GlooProcessGroup final : public ProcessGroup {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   absl::string_view backend_name() const override { return "gloo"; }
-  // f32, f16 and bf16.
+  // Every DType: data moves as bytes and reduces in comm's own kernels.
   bool SupportsDType(DType dtype) const override;
 
-  std::unique_ptr<Work> Broadcast(MutableBuffer buffer,
-                                  const BroadcastOptions& options) override;
-  std::unique_ptr<Work> Reduce(ConstBuffer send, MutableBuffer recv,
-                               const ReduceOptions& options) override;
-  std::unique_ptr<Work> AllReduce(MutableBuffer buffer,
-                                  const AllReduceOptions& options) override;
-  std::unique_ptr<Work> AllGather(ConstBuffer send, MutableBuffer recv,
-                                  const AllGatherOptions& options) override;
-  std::unique_ptr<Work> ReduceScatter(
+  // The status that aborted the group (its first failure), or OK.
+  [[nodiscard]] absl::Status abort_status() const;
+
+ protected:
+  std::unique_ptr<Work> DoBroadcast(MutableBuffer buffer,
+                                    const BroadcastOptions& options) override;
+  std::unique_ptr<Work> DoReduce(ConstBuffer send, MutableBuffer recv,
+                                 const ReduceOptions& options) override;
+  std::unique_ptr<Work> DoAllReduce(MutableBuffer buffer,
+                                    const AllReduceOptions& options) override;
+  std::unique_ptr<Work> DoAllGather(ConstBuffer send, MutableBuffer recv,
+                                    const AllGatherOptions& options) override;
+  std::unique_ptr<Work> DoReduceScatter(
       ConstBuffer send, MutableBuffer recv,
       const ReduceScatterOptions& options) override;
-  std::unique_ptr<Work> Barrier(const BarrierOptions& options) override;
-
-  // The status that aborted the group (its first failure), or OK.
-  absl::Status abort_status() const;
+  std::unique_ptr<Work> DoBarrier(const BarrierOptions& options) override;
 
  private:
   GlooProcessGroup(int rank, int size,

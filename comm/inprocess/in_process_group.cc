@@ -349,8 +349,9 @@ class InProcessGroup final : public ProcessGroup {
     return IsValidDType(dtype);  // The reduce kernels take every dtype.
   }
 
-  std::unique_ptr<Work> Broadcast(MutableBuffer buffer,
-                                  const BroadcastOptions& options) override {
+ protected:
+  std::unique_ptr<Work> DoBroadcast(MutableBuffer buffer,
+                                    const BroadcastOptions& options) override {
     if (absl::Status s = CheckBroadcastArgs(*this, buffer, options); !s.ok()) {
       return MakeCompletedWork(std::move(s));
     }
@@ -358,8 +359,8 @@ class InProcessGroup final : public ProcessGroup {
                    options.timeout);
   }
 
-  std::unique_ptr<Work> Reduce(ConstBuffer send, MutableBuffer recv,
-                               const ReduceOptions& options) override {
+  std::unique_ptr<Work> DoReduce(ConstBuffer send, MutableBuffer recv,
+                                 const ReduceOptions& options) override {
     if (absl::Status s = CheckReduceArgs(*this, send, recv, options); !s.ok()) {
       return MakeCompletedWork(std::move(s));
     }
@@ -368,8 +369,8 @@ class InProcessGroup final : public ProcessGroup {
                    options.timeout);
   }
 
-  std::unique_ptr<Work> AllReduce(MutableBuffer buffer,
-                                  const AllReduceOptions& options) override {
+  std::unique_ptr<Work> DoAllReduce(MutableBuffer buffer,
+                                    const AllReduceOptions& options) override {
     if (absl::Status s = CheckAllReduceArgs(*this, buffer, options); !s.ok()) {
       return MakeCompletedWork(std::move(s));
     }
@@ -378,8 +379,8 @@ class InProcessGroup final : public ProcessGroup {
         options.timeout);
   }
 
-  std::unique_ptr<Work> AllGather(ConstBuffer send, MutableBuffer recv,
-                                  const AllGatherOptions& options) override {
+  std::unique_ptr<Work> DoAllGather(ConstBuffer send, MutableBuffer recv,
+                                    const AllGatherOptions& options) override {
     if (absl::Status s = CheckAllGatherArgs(*this, send, recv, options);
         !s.ok()) {
       return MakeCompletedWork(std::move(s));
@@ -388,7 +389,7 @@ class InProcessGroup final : public ProcessGroup {
                    options.timeout);
   }
 
-  std::unique_ptr<Work> ReduceScatter(
+  std::unique_ptr<Work> DoReduceScatter(
       ConstBuffer send, MutableBuffer recv,
       const ReduceScatterOptions& options) override {
     if (absl::Status s = CheckReduceScatterArgs(*this, send, recv, options);
@@ -399,7 +400,7 @@ class InProcessGroup final : public ProcessGroup {
                    options.timeout);
   }
 
-  std::unique_ptr<Work> Barrier(const BarrierOptions& options) override {
+  std::unique_ptr<Work> DoBarrier(const BarrierOptions& options) override {
     return Enqueue({DescribeBarrier(options), nullptr, nullptr},
                    options.timeout);
   }

@@ -79,14 +79,14 @@ class InProcessWorld {
   // Rank `rank`'s ProcessGroup, backend_name() "inprocess"; supports f32,
   // f16 and bf16. InvalidArgument, naming the rank and the world size, for
   // a rank outside [0, size()).
-  absl::StatusOr<ProcessGroup*> group(int rank);
+  [[nodiscard]] absl::StatusOr<ProcessGroup*> group(int rank);
 
   // Aborts the world with `status` (if not aborted already): see above.
   // REQUIRES: !status.ok().
   void Abort(absl::Status status);
 
   // The status that aborted the world (the first failure), or OK.
-  absl::Status abort_status() const;
+  [[nodiscard]] absl::Status abort_status() const;
 
  private:
   const int world_size_;      // Ranks started (0 for a bad request).

@@ -94,10 +94,10 @@ absl::Status Compare(absl::string_view what, const std::vector<T>& got,
                      const std::vector<T>& want) {
   for (size_t i = 0; i < want.size(); ++i) {
     if (!SameBits(got[i], want[i])) {
-      return absl::InternalError(absl::StrCat(
-          what, " (", DTypeName(comm::NativeDType<T>::value), "): element ",
-          i, " is ", absl::StrCat(+got[i]), ", expected ",
-          absl::StrCat(+want[i])));
+      return absl::InternalError(
+          absl::StrCat(what, " (", DTypeName(comm::NativeDType<T>::value),
+                       "): element ", i, " is ", absl::StrCat(+got[i]),
+                       ", expected ", absl::StrCat(+want[i])));
     }
   }
   return absl::OkStatus();
@@ -158,8 +158,8 @@ absl::Status CheckType(comm::ProcessGroup& g) {
     want_gathered.insert(want_gathered.end(), theirs.begin(), theirs.end());
   }
   const std::vector<T> mine = Mine<T>(rank, kCount);
-  CZ_RETURN_IF_ERROR(comm::AllGather(g, ConstBuffer::Of(mine),
-                                     MutableBuffer::Of(gathered)));
+  CZ_RETURN_IF_ERROR(
+      comm::AllGather(g, ConstBuffer::Of(mine), MutableBuffer::Of(gathered)));
   CZ_RETURN_IF_ERROR(Compare("AllGather", gathered, want_gathered));
 
   std::vector<T> broadcast = Mine<T>(rank, kCount);

@@ -18,7 +18,7 @@
 namespace chunkzero {
 namespace comm_testing {
 
-absl::Status CheckEveryDTypeCollective(comm::ProcessGroup& group);
+[[nodiscard]] absl::Status CheckEveryDTypeCollective(comm::ProcessGroup& group);
 
 }  // namespace comm_testing
 }  // namespace chunkzero

@@ -9,14 +9,14 @@ using ::testing::Return;
 MockProcessGroup::MockProcessGroup(int rank, int size)
     : rank_(rank), size_(size) {
   ON_CALL(*this, SupportsDType(_)).WillByDefault(Return(true));
-  ON_CALL(*this, Broadcast(_, _)).WillByDefault(ReturnWork(absl::OkStatus()));
-  ON_CALL(*this, Reduce(_, _, _)).WillByDefault(ReturnWork(absl::OkStatus()));
-  ON_CALL(*this, AllReduce(_, _)).WillByDefault(ReturnWork(absl::OkStatus()));
-  ON_CALL(*this, AllGather(_, _, _))
+  ON_CALL(*this, DoBroadcast(_, _)).WillByDefault(ReturnWork(absl::OkStatus()));
+  ON_CALL(*this, DoReduce(_, _, _)).WillByDefault(ReturnWork(absl::OkStatus()));
+  ON_CALL(*this, DoAllReduce(_, _)).WillByDefault(ReturnWork(absl::OkStatus()));
+  ON_CALL(*this, DoAllGather(_, _, _))
       .WillByDefault(ReturnWork(absl::OkStatus()));
-  ON_CALL(*this, ReduceScatter(_, _, _))
+  ON_CALL(*this, DoReduceScatter(_, _, _))
       .WillByDefault(ReturnWork(absl::OkStatus()));
-  ON_CALL(*this, Barrier(_)).WillByDefault(ReturnWork(absl::OkStatus()));
+  ON_CALL(*this, DoBarrier(_)).WillByDefault(ReturnWork(absl::OkStatus()));
 }
 
 }  // namespace comm_testing

@@ -2,11 +2,12 @@
 // collectives a component issues, without running any ranks.
 //
 //   ::testing::NiceMock<MockProcessGroup> group(/*rank=*/1, /*size=*/4);
-//   EXPECT_CALL(group, AllReduce(BufferIs(grads.data(), 8, DType::kF32), _))
+//   EXPECT_CALL(group, DoAllReduce(BufferIs(grads.data(), 8, DType::kF32), _))
 //       .WillOnce(ReturnWork(absl::UnavailableError("link down")));
 //
-// Defaults (ON_CALL): every collective returns an already-completed OK Work
-// without touching its buffers; SupportsDType returns true. rank(), size()
+// Expectations name the Do* functions that ProcessGroup's public collectives
+// call. Defaults (ON_CALL): every collective returns an already-completed OK
+// Work without touching its buffers; SupportsDType returns true. rank(), size()
 // and backend_name() ("mock") are fixed at construction.
 // Thread-safety: as GoogleMock (expectations set before use).
 #ifndef CHUNKZERO_COMM_TESTING_MOCK_PROCESS_GROUP_H_
@@ -30,27 +31,27 @@ class MockProcessGroup : public comm::ProcessGroup {
   absl::string_view backend_name() const override { return "mock"; }
 
   MOCK_METHOD(bool, SupportsDType, (DType dtype), (const, override));
-  MOCK_METHOD(std::unique_ptr<comm::Work>, Broadcast,
+  MOCK_METHOD(std::unique_ptr<comm::Work>, DoBroadcast,
               (comm::MutableBuffer buffer,
                const comm::BroadcastOptions& options),
               (override));
-  MOCK_METHOD(std::unique_ptr<comm::Work>, Reduce,
+  MOCK_METHOD(std::unique_ptr<comm::Work>, DoReduce,
               (comm::ConstBuffer send, comm::MutableBuffer recv,
                const comm::ReduceOptions& options),
               (override));
-  MOCK_METHOD(std::unique_ptr<comm::Work>, AllReduce,
+  MOCK_METHOD(std::unique_ptr<comm::Work>, DoAllReduce,
               (comm::MutableBuffer buffer,
                const comm::AllReduceOptions& options),
               (override));
-  MOCK_METHOD(std::unique_ptr<comm::Work>, AllGather,
+  MOCK_METHOD(std::unique_ptr<comm::Work>, DoAllGather,
               (comm::ConstBuffer send, comm::MutableBuffer recv,
                const comm::AllGatherOptions& options),
               (override));
-  MOCK_METHOD(std::unique_ptr<comm::Work>, ReduceScatter,
+  MOCK_METHOD(std::unique_ptr<comm::Work>, DoReduceScatter,
               (comm::ConstBuffer send, comm::MutableBuffer recv,
                const comm::ReduceScatterOptions& options),
               (override));
-  MOCK_METHOD(std::unique_ptr<comm::Work>, Barrier,
+  MOCK_METHOD(std::unique_ptr<comm::Work>, DoBarrier,
               (const comm::BarrierOptions& options), (override));
 
  private:

@@ -40,21 +40,21 @@ TEST(MockProcessGroup, ChecksTheCallSequence) {
   std::vector<float> grads(16), params(16);
   {
     InSequence in_order;
-    EXPECT_CALL(g, ReduceScatter(BufferIs(grads.data(), 16, DType::kF32),
-                                 BufferIs(grads.data() + 4, 4, DType::kF32),
-                                 Field(&comm::ReduceScatterOptions::op,
-                                       comm::ReduceOp::kAvg)));
-    EXPECT_CALL(g, AllGather(BufferIs(params.data() + 4, 4, DType::kF32),
-                             BufferIs(params.data(), 16, DType::kF32), _));
+    EXPECT_CALL(g, DoReduceScatter(BufferIs(grads.data(), 16, DType::kF32),
+                                   BufferIs(grads.data() + 4, 4, DType::kF32),
+                                   Field(&comm::ReduceScatterOptions::op,
+                                         comm::ReduceOp::kAvg)));
+    EXPECT_CALL(g, DoAllGather(BufferIs(params.data() + 4, 4, DType::kF32),
+                               BufferIs(params.data(), 16, DType::kF32), _));
   }
   EXPECT_TRUE(ShardedStep(g, grads, params).ok());
 }
 
 TEST(MockProcessGroup, InjectsErrors) {
   NiceMock<MockProcessGroup> g(/*rank=*/0, /*size=*/2);
-  EXPECT_CALL(g, ReduceScatter(_, _, _))
+  EXPECT_CALL(g, DoReduceScatter(_, _, _))
       .WillOnce(ReturnWork(absl::UnavailableError("link down")));
-  EXPECT_CALL(g, AllGather(_, _, _)).Times(0);
+  EXPECT_CALL(g, DoAllGather(_, _, _)).Times(0);
   std::vector<float> grads(4), params(4);
   EXPECT_EQ(ShardedStep(g, grads, params).code(),
             absl::StatusCode::kUnavailable);

@@ -42,11 +42,12 @@ namespace chunkzero {
 class SafetensorsFile {
  public:
   // Reads `path` and checks its header and sizes.
-  static absl::StatusOr<SafetensorsFile> Read(const std::string& path);
+  [[nodiscard]] static absl::StatusOr<SafetensorsFile> Read(
+      const std::string& path);
   // The same checks on a file's bytes already in memory; `path` names it in
   // errors.
-  static absl::StatusOr<SafetensorsFile> FromBytes(std::string bytes,
-                                                   std::string path);
+  [[nodiscard]] static absl::StatusOr<SafetensorsFile> FromBytes(
+      std::string bytes, std::string path);
 
   const std::string& path() const { return path_; }
   // Tensor names in the order of their data in the file.
@@ -56,12 +57,13 @@ class SafetensorsFile {
   }
   // The dtype string as in the file ("F32", "I64", ...) and the shape.
   // NotFound naming the file and tensor if absent.
-  absl::StatusOr<std::string> dtype(const std::string& name) const;
-  absl::StatusOr<Shape> shape(const std::string& name) const;
+  [[nodiscard]] absl::StatusOr<std::string> dtype(
+      const std::string& name) const;
+  [[nodiscard]] absl::StatusOr<Shape> shape(const std::string& name) const;
   // A CPU copy of an F32, F16 or BF16 tensor (kept in its dtype).
   // NotFound if absent, Unimplemented for other dtypes; both name the file
   // and the tensor.
-  absl::StatusOr<Tensor> Get(const std::string& name) const;
+  [[nodiscard]] absl::StatusOr<Tensor> Get(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const {
     return metadata_;
   }
@@ -74,7 +76,8 @@ class SafetensorsFile {
     uint64_t end = 0;
   };
 
-  absl::StatusOr<const Entry*> Find(const std::string& name) const;
+  [[nodiscard]] absl::StatusOr<const Entry*> Find(
+      const std::string& name) const;
 
   std::string path_;
   std::string bytes_;  // The whole file.
@@ -90,7 +93,7 @@ class SafetensorsFile {
 // aligned. Writes `path`.tmp, fsyncs and renames it, so a failed write
 // leaves no partial file under `path`. Errors name the path (and the
 // tensor); file system errors carry errno's code and text.
-absl::Status WriteSafetensors(
+[[nodiscard]] absl::Status WriteSafetensors(
     const std::string& path,
     const std::vector<std::pair<std::string, Tensor>>& tensors,
     const std::map<std::string, std::string>& metadata = {});

@@ -43,18 +43,19 @@ struct GptCheckpoint {
 };
 
 // Reads a GPT-2 safetensors file; `heads` completes the config.
-absl::StatusOr<GptCheckpoint> ReadGptCheckpoint(const std::string& path,
-                                                int heads);
+[[nodiscard]] absl::StatusOr<GptCheckpoint> ReadGptCheckpoint(
+    const std::string& path, int heads);
 
 // Writes `state` (every GPT-2 parameter by name, any float dtype, readable
 // on the host; e.g. ZeroDdp::GatherStateDict's result) as f32 to `path`.
 // InvalidArgument, writing nothing, if a tensor holds Inf or NaN.
-absl::Status WriteGptCheckpoint(const std::string& path,
-                                const std::map<std::string, Tensor>& state);
+[[nodiscard]] absl::Status WriteGptCheckpoint(
+    const std::string& path, const std::map<std::string, Tensor>& state);
 
 // `model`'s parameters (materialised on the host) through
 // WriteGptCheckpoint.
-absl::Status SaveGptModel(GptModel& model, const std::string& path);
+[[nodiscard]] absl::Status SaveGptModel(GptModel& model,
+                                        const std::string& path);
 
 }  // namespace chunkzero
 

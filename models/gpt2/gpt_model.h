@@ -95,7 +95,7 @@ struct GptConfig {
 
   // InvalidArgument naming the field when a size is not positive or
   // d_model is not a multiple of heads.
-  absl::Status Validate() const;
+  [[nodiscard]] absl::Status Validate() const;
   int head_dim() const { return d_model / heads; }
 };
 
@@ -134,7 +134,7 @@ class GptModel final : public Module {
   // standard library's normal_distribution is not the same on every
   // platform), drawn parameter by parameter in declaration order, so a seed
   // gives the same values everywhere (before rounding to `dtype`).
-  static absl::StatusOr<std::unique_ptr<GptModel>> Create(
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<GptModel>> Create(
       const GptConfig& config, uint64_t seed, DType dtype = DType::kF32);
 
   GptModel(const GptModel&) = delete;
@@ -150,22 +150,24 @@ class GptModel final : public Module {
   // parameter's shape) into the parameters, converting to their dtype.
   // InvalidArgument naming the tensor when one is missing, extra or
   // mis-shaped; nothing is changed then. Parameters must be materialised.
-  absl::Status LoadStateDict(const std::map<std::string, Tensor>& state);
+  [[nodiscard]] absl::Status LoadStateDict(
+      const std::map<std::string, Tensor>& state);
 
   // Runs the model on `batch` sequences of `seq` tokens (tokens and
   // targets: [batch, seq] row-major, values in [0, V), seq <= P) and
   // returns the mean cross-entropy of predicting targets. Keeps what
   // Backward needs. InvalidArgument for bad sizes or token ids (naming the
   // position); hook errors are returned as they come.
-  absl::StatusOr<float> Forward(ParamHooks& hooks, int batch, int seq,
-                                absl::Span<const int32_t> tokens,
-                                absl::Span<const int32_t> targets);
+  [[nodiscard]] absl::StatusOr<float> Forward(
+      ParamHooks& hooks, int batch, int seq, absl::Span<const int32_t> tokens,
+      absl::Span<const int32_t> targets);
 
   // Backward of the last Forward with d(loss) = loss_grad_scale (a loss
   // scaler passes its scale; the grads are then scaled by it). Hands every
   // parameter's grad for each use to `hooks`. FailedPrecondition without a
   // Forward since the last Backward.
-  absl::Status Backward(ParamHooks& hooks, float loss_grad_scale = 1.0f);
+  [[nodiscard]] absl::Status Backward(ParamHooks& hooks,
+                                      float loss_grad_scale = 1.0f);
 
  private:
   struct Activations;
@@ -187,20 +189,22 @@ class GptModel final : public Module {
   // scope.index[i]): f32 data in place, 16-bit data widened into widen_.
   // FailedPrecondition naming a parameter that is not materialised on the
   // host or not of its shape.
-  absl::Status Weights(const ScopeParams& scope, const float** out);
+  [[nodiscard]] absl::Status Weights(const ScopeParams& scope,
+                                     const float** out);
   // One forward use: PreForward, fn(weights as in Weights), PostForward.
-  absl::Status RunForward(ParamHooks& hooks, const ScopeParams& scope,
-                          absl::FunctionRef<void(const float* const* w)> fn);
+  [[nodiscard]] absl::Status RunForward(
+      ParamHooks& hooks, const ScopeParams& scope,
+      absl::FunctionRef<void(const float* const* w)> fn);
   // One backward use: PreBackward, fn(weights, grads) where g[i] is the f32
   // grad buffer of scope.params[i] for fn to fill (w is all null unless
   // `read_weights`), then HandGrad of each in order, then PostBackward.
-  absl::Status RunBackward(
+  [[nodiscard]] absl::Status RunBackward(
       ParamHooks& hooks, const ScopeParams& scope, bool read_weights,
       absl::FunctionRef<void(const float* const* w, float* const* g)> fn);
   // The backward of a LayerNorm scope: dx += d/dx, grads handed over.
-  absl::Status LayerNormBackward(ParamHooks& hooks, const ScopeParams& scope,
-                                 float* dx, const float* dout, const float* x,
-                                 const float* mean, const float* rstd);
+  [[nodiscard]] absl::Status LayerNormBackward(
+      ParamHooks& hooks, const ScopeParams& scope, float* dx, const float* dout,
+      const float* x, const float* mean, const float* rstd);
   void ResizeBuffers(int batch, int seq);
 
   GptConfig config_;

@@ -49,9 +49,9 @@ size_t StreamingThresholdBytes();
 // Shared argument check of the dtype-dispatched kernels: InvalidArgument
 // naming `op` if a dtype is not a DType enumerator or a buffer is null while
 // n > 0.
-absl::Status CheckKernelArgs(absl::string_view op,
-                             std::initializer_list<DType> dtypes, size_t n,
-                             std::initializer_list<const void*> buffers);
+[[nodiscard]] absl::Status CheckKernelArgs(
+    absl::string_view op, std::initializer_list<DType> dtypes, size_t n,
+    std::initializer_list<const void*> buffers);
 
 // Copy has one implementation for every ISA: memcpy (which the C library
 // already specialises per CPU), split over threads.

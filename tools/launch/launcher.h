@@ -70,7 +70,7 @@ struct LaunchOptions {
 // `[--grace_period_s=S] NPROC BINARY [ARGS...]`. The launcher's flags come
 // before NPROC; everything after BINARY is ARGS, flags included.
 // InvalidArgument names what is wrong.
-absl::StatusOr<LaunchOptions> ParseLaunchArgs(
+[[nodiscard]] absl::StatusOr<LaunchOptions> ParseLaunchArgs(
     absl::Span<const std::string> args);
 
 // Runs the job to its end and returns the exit code the launcher should
@@ -91,7 +91,7 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(
 // stays ignored and is not passed on) and reaps only its own children. Call
 // it from a thread that outlives the job: PR_SET_PDEATHSIG fires when the
 // thread that forked a rank exits.
-absl::StatusOr<int> RunJob(const LaunchOptions& options);
+[[nodiscard]] absl::StatusOr<int> RunJob(const LaunchOptions& options);
 
 // The exit code a shell would give a process that ended with `wait_status`
 // (from waitpid): its exit code, or 128 + the number of the signal that

@@ -70,7 +70,7 @@ struct TrainMemoryEstimate {
 // InvalidArgument, naming the flags, when a size does not fit the integer
 // types the model and kernels index with (B * T rows, 4 * d_model, vocab
 // rows, elements of one tensor) or a field is out of range.
-absl::StatusOr<TrainMemoryEstimate> EstimateTrainMemory(
+[[nodiscard]] absl::StatusOr<TrainMemoryEstimate> EstimateTrainMemory(
     const TrainMemoryInput& in);
 
 }  // namespace chunkzero

@@ -42,10 +42,11 @@ class TokenData {
   // position of an id >= vocab, or for an odd byte count; NotFound for a
   // missing file; InvalidArgument for a directory or another file that is
   // not a regular one (base/file.h).
-  static absl::StatusOr<TokenData> FromTokenFile(const std::string& path,
-                                                 int vocab);
+  [[nodiscard]] static absl::StatusOr<TokenData> FromTokenFile(
+      const std::string& path, int vocab);
   // Every byte is a token (vocab 256).
-  static absl::StatusOr<TokenData> FromByteFile(const std::string& path);
+  [[nodiscard]] static absl::StatusOr<TokenData> FromByteFile(
+      const std::string& path);
   // The bytes of a few pages of English text compiled into the binary.
   static TokenData BuiltIn();
   static TokenData FromTokens(std::vector<int32_t> tokens);
@@ -57,9 +58,10 @@ class TokenData {
   // Fills this rank's micro-batch: inputs and targets hold batch * seq_len
   // ids each, row-major. InvalidArgument when the stream is not longer than
   // seq_len or the spans have the wrong size.
-  absl::Status FillBatch(const BatchOrder& order, int64_t step, int micro,
-                         int rank, absl::Span<int32_t> inputs,
-                         absl::Span<int32_t> targets) const;
+  [[nodiscard]] absl::Status FillBatch(const BatchOrder& order, int64_t step,
+                                       int micro, int rank,
+                                       absl::Span<int32_t> inputs,
+                                       absl::Span<int32_t> targets) const;
 
  private:
   explicit TokenData(std::vector<int32_t> tokens);

@@ -66,7 +66,8 @@ struct TrainPlan {
 //    that drive the largest part;
 //  - Unimplemented for --backend=nccl;
 //  - the input files' errors (NotFound, DataLoss, ...), naming the file.
-absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options);
+[[nodiscard]] absl::StatusOr<TrainPlan> PlanTraining(
+    const TrainOptions& options);
 
 // The checkpoint's record of the model and the data order: a resumed run
 // must match these (world size and layout may differ).
@@ -75,7 +76,7 @@ std::map<std::string, std::string> CheckpointConfig(const TrainPlan& plan);
 // Checks the destinations before step 1: the --export file's directory
 // exists and is writable (on the process running rank 0), and the --save
 // directory can be created and written. Errors carry errno's text.
-absl::Status CheckTrainOutputs(const TrainOptions& options);
+[[nodiscard]] absl::Status CheckTrainOutputs(const TrainOptions& options);
 
 // Ranks over Gloo hold a socket per peer: as threads of one process,
 // world_size * (world_size - 1) of them, plus a few per rank and for the
@@ -84,8 +85,8 @@ int64_t FileDescriptorsNeeded(const TrainOptions& options);
 
 // ResourceExhausted, naming --world_size and the numbers, if `limit` file
 // descriptors (RLIMIT_NOFILE) are fewer than FileDescriptorsNeeded.
-absl::Status CheckFileDescriptorLimit(const TrainOptions& options,
-                                      int64_t limit);
+[[nodiscard]] absl::Status CheckFileDescriptorLimit(const TrainOptions& options,
+                                                    int64_t limit);
 
 }  // namespace chunkzero
 

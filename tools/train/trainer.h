@@ -119,8 +119,8 @@ using StepCallback = std::function<absl::Status(const StepMetrics&)>;
 // shards it wrote: the previous checkpoint stays whole. With one rank per
 // process, the result's steps and at-rest bytes are filled in rank 0's
 // process only.
-absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
-                                        const StepCallback& on_step);
+[[nodiscard]] absl::StatusOr<TrainResult> RunTraining(
+    const TrainOptions& options, const StepCallback& on_step);
 
 }  // namespace chunkzero
 
