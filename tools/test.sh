@@ -3,11 +3,13 @@
 # the plain build), and ends with one line `N passed, N failed, N skipped`.
 #
 #   bash tools/test.sh                 # what the README's quick start runs
-#   bash tools/test.sh format default tsan asan ubsan fuzz   # what CI runs
+#   bash tools/test.sh format thread-safety default tsan asan ubsan fuzz
+#                                      # what CI runs (.ci/run)
 #   bash tools/test.sh asan ubsan
 #   bash tools/test.sh fuzz            # libFuzzer, 60 s per target
 #                                      # (CHUNKZERO_FUZZ_SECONDS)
 #   bash tools/test.sh format          # .clang-format (tools/format_check.sh)
+#   bash tools/test.sh thread-safety   # build //... with clang -Wthread-safety
 #
 # Counts are of GoogleTest test cases, read from the test.xml files Bazel
 # keeps; a test target that fails to build or times out counts as one failed.
@@ -27,6 +29,19 @@ for config in "${configs[@]}"; do
     # Every C++ file against .clang-format: one case.
     echo "=== format (tools/format_check.sh)" >&2
     if bash tools/format_check.sh; then
+      total_passed=$((total_passed + 1))
+    else
+      total_failed=$((total_failed + 1))
+    fi
+    continue
+  fi
+  if [[ "${config}" == thread-safety ]]; then
+    # A build, not a test run: clang's -Wthread-safety checks every lock
+    # annotation at compile time (.bazelrc), benchmarks included.
+    echo "=== bazel build --config=thread-safety //... (and manual targets)" >&2
+    manual="$(bazel query 'attr(tags, "manual", //...)' 2>/dev/null)"
+    # shellcheck disable=SC2086
+    if bazel build --config=thread-safety //... ${manual} >&2; then
       total_passed=$((total_passed + 1))
     else
       total_failed=$((total_failed + 1))

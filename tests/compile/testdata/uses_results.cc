@@ -19,6 +19,7 @@ absl::Status Use(chunkzero::comm::ProcessGroup& group,
       !s.ok()) {
     return s;
   }
-  absl::StatusOr<std::string> text = chunkzero::ReadFileToString("/etc/hostname");
+  absl::StatusOr<std::string> text =
+      chunkzero::ReadFileToString("/etc/hostname");
   return text.status();
 }

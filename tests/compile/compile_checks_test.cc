@@ -1,8 +1,10 @@
-// The compiler, not review, keeps collective handles and statuses from being
-// dropped: every drops_*.cc in testdata must fail to compile with the
-// project's warning flags, naming the discarded result, and uses_results.cc
-// (the same calls, results used) must compile. Runs each compiler the build
-// can use: g++ (the default toolchain) and clang++ when installed.
+// What the compiler, not review, enforces, checked by compiling small
+// programs in testdata with the project's warning flags:
+// - dropping a collective's Work or any Status / StatusOr fails to compile
+//   (drops_*.cc), with g++ (the default toolchain) and clang++ when
+//   installed; the same calls with results used compile (uses_results.cc);
+// - with clang's -Wthread-safety (the thread-safety config), touching an
+//   ABSL_GUARDED_BY member without its mutex fails to compile.
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -33,13 +35,14 @@ std::string SourceRoot() {
 
 // Syntax-checks `file` (relative to the root) with the project's warning
 // flags (bazel/chunkzero.bzl's CHUNKZERO_COPTS, -Werror included).
-Compiled Compile(const std::string& compiler, const std::string& file) {
+Compiled Compile(const std::string& compiler, const std::string& file,
+                 const std::string& extra_flags = "") {
   const std::string root = SourceRoot();
   const std::string command = absl::StrCat(
       compiler,
       " -std=c++17 -fsyntax-only -Wall -Wextra -Werror -Wno-unused-parameter "
-      "-Wno-sign-compare -Wno-missing-field-initializers -I",
-      root, " ", root, "/", file, " 2>&1");
+      "-Wno-sign-compare -Wno-missing-field-initializers ",
+      extra_flags, " -I", root, " ", root, "/", file, " 2>&1");
   Compiled result;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return result;
@@ -54,8 +57,7 @@ Compiled Compile(const std::string& compiler, const std::string& file) {
 }
 
 bool Installed(const std::string& compiler) {
-  return std::system(absl::StrCat("command -v ", compiler,
-                                  " >/dev/null 2>&1")
+  return std::system(absl::StrCat("command -v ", compiler, " >/dev/null 2>&1")
                          .c_str()) == 0;
 }
 
@@ -93,6 +95,20 @@ TEST(Nodiscard, DroppingAWorkOrAStatusFailsToCompile) {
       EXPECT_THAT(got.output, ::testing::HasSubstr(c.discarded));
     }
   }
+}
+
+TEST(ThreadSafetyAnalysis, GuardedMemberWithoutItsMutexFailsToCompile) {
+  if (!Installed("clang++")) GTEST_SKIP() << "clang++ is not installed";
+  const std::string flags = "-Wthread-safety -Wthread-safety-beta";
+  const Compiled locked = Compile(
+      "clang++", absl::StrCat(kTestdata, "reads_guarded_with_lock.cc"), flags);
+  EXPECT_EQ(locked.exit_code, 0) << locked.output;
+  const Compiled unlocked =
+      Compile("clang++",
+              absl::StrCat(kTestdata, "reads_guarded_without_lock.cc"), flags);
+  EXPECT_NE(unlocked.exit_code, 0) << unlocked.output;
+  EXPECT_THAT(unlocked.output,
+              ::testing::HasSubstr("requires holding mutex 'mu_'"));
 }
 
 }  // namespace
