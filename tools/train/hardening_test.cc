@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "io/safetensors/safetensors.h"
 #include "tensor/tensor.h"
+#include "tools/train/train_flags.h"
 #include "tools/train/train_plan.h"
 #include "tools/train/trainer.h"
 
@@ -143,7 +144,7 @@ TEST(Hardening, TooManyRanksAsThreadsIsRefused) {
 // Ranks over Gloo as threads hold world_size * (world_size - 1) sockets.
 TEST(Hardening, GlooRanksAsThreadsMustFitTheFileDescriptorLimit) {
   TrainOptions o = Tiny();
-  o.backend = "gloo";
+  o.backend = Backend::kGloo;
   o.world_size = 100;
   EXPECT_EQ(FileDescriptorsNeeded(o), 100 * 99 + 800 + 64);
   EXPECT_TRUE(CheckFileDescriptorLimit(o, 10764).ok());
@@ -247,7 +248,7 @@ TEST(Hardening, ADivergingRunFailsAndKeepsTheGoodCheckpoint) {
   for (const std::string precision : {"fp32", "fp16", "bf16"}) {
     SCOPED_TRACE(precision);
     TrainOptions good = Tiny();
-    good.precision = precision;
+    good.precision = *ParsePrecisionFlag(precision);
     good.save = TestDir("ckpt_" + precision);
     ASSERT_TRUE(RunJob(good).ok());
     const std::set<std::string> files = FileNames(good.save);

@@ -59,7 +59,7 @@ TEST(Launch, ProcessesEqualThreadsBitForBit) {
 
   TrainOptions o;
   o.world_size = 2;
-  o.backend = "gloo";
+  o.backend = Backend::kGloo;
   o.steps = 3;
   o.model.layers = 1;
   o.model.d_model = 32;

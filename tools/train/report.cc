@@ -7,17 +7,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "tools/train/train_flags.h"
 
 namespace chunkzero {
 namespace {
 
 int ComputeBytes(const TrainOptions& o) {
-  return o.precision == "fp32" ? 4 : 2;
+  return static_cast<int>(ElementSize(o.precision));
 }
 
 int StateCount(const TrainOptions& o) {
   // The train job's SGD is PyTorch's default (momentum 0): no state.
-  if (o.optimizer == "sgd") return 0;
+  if (o.optimizer == OptimizerKind::kSgd) return 0;
   return 2;  // exp_avg, exp_avg_sq
 }
 
@@ -47,9 +48,9 @@ double ExpectedCommBytesPerStep(const TrainOptions& o, int64_t psi) {
   const double n = o.world_size;
   const double c = ComputeBytes(o);
   double per_pass;
-  if (o.storage == "replicated") {
+  if (o.storage == ChunkLayout::kReplicated) {
     per_pass = 2 * c * psi * (n - 1) / n;
-  } else if (o.storage == "sharded") {
+  } else if (o.storage == ChunkLayout::kSharded) {
     per_pass = 3 * c * psi * (n - 1) / n;
   } else {
     per_pass = n > 1 ? 3 * c * psi : 0;
@@ -73,7 +74,9 @@ MemoryCheck CheckMemory(const TrainOptions& o, const TrainResult& r) {
   }
   check.sharded_bytes = static_cast<double>(ModelBytesPerParameter(o)) *
                         r.parameters / o.world_size;
-  if (o.storage == "replicated") check.sharded_bytes *= o.world_size;
+  if (o.storage == ChunkLayout::kReplicated) {
+    check.sharded_bytes *= o.world_size;
+  }
   check.in_flight_bytes = static_cast<double>(check.peak - check.at_rest);
   const double bound = check.sharded_bytes + check.in_flight_bytes;
   check.ratio = bound > 0 ? check.peak / bound : 0;
@@ -96,7 +99,8 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
       &s,
       "%d ranks, %s storage, %s, %s, chunks of %s elements "
       "(%.1f%% used)\n",
-      o.world_size, o.storage, o.precision, o.optimizer,
+      o.world_size, ChunkLayoutName(o.storage), PrecisionFlagValue(o.precision),
+      OptimizerKindName(o.optimizer),
       r.chunk_size > 0 ? absl::StrCat(r.chunk_size) : "one tensor",
       100 * r.chunk_utilisation);
   if (r.steps.empty()) {
@@ -130,15 +134,14 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
               r.parameters),
         Bytes(static_cast<double>(k) * r.parameters / o.world_size));
   }
-  if (o.offload == "optimizer") {
+  if (o.offload == OffloadPolicy::kOptimizer) {
     absl::StrAppendFormat(
         &s,
         "  offload: the device (sim:0) peaks at %s on rank 0 (compute "
         "chunks only; %dPsi/N of it would be %s); masters and optimizer "
         "states live in host memory\n",
-        Bytes(static_cast<double>(ranks[0].peak_device_bytes)),
-        o.precision == "fp32" ? 4 : 2,
-        Bytes((o.precision == "fp32" ? 4.0 : 2.0) * r.parameters /
+        Bytes(static_cast<double>(ranks[0].peak_device_bytes)), ComputeBytes(o),
+        Bytes(static_cast<double>(ComputeBytes(o)) * r.parameters /
               o.world_size));
   }
   absl::StrAppendFormat(

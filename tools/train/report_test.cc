@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tools/train/train_flags.h"
 #include "tools/train/trainer.h"
 
 namespace chunkzero {
@@ -19,8 +20,8 @@ using ::testing::Not;
 TrainOptions Options(const std::string& precision, const std::string& optimizer,
                      int grad_accum = 1) {
   TrainOptions o;
-  o.precision = precision;
-  o.optimizer = optimizer;
+  o.precision = *ParsePrecisionFlag(precision);
+  o.optimizer = *ParseOptimizerFlag(optimizer);
   o.grad_accum = grad_accum;
   return o;
 }
@@ -53,27 +54,27 @@ TEST(ExpectedCommBytesPerStepTest, EachLayout) {
   TrainOptions o = Options("fp16", "adamw");
   o.world_size = 4;
   constexpr int64_t kPsi = 1000;
-  o.storage = "replicated";
+  o.storage = ChunkLayout::kReplicated;
   EXPECT_DOUBLE_EQ(ExpectedCommBytesPerStep(o, kPsi), 2 * 2 * 1000 * 3 / 4.0);
-  o.storage = "sharded";
+  o.storage = ChunkLayout::kSharded;
   EXPECT_DOUBLE_EQ(ExpectedCommBytesPerStep(o, kPsi), 3 * 2 * 1000 * 3 / 4.0);
-  o.storage = "owner";
+  o.storage = ChunkLayout::kOwner;
   EXPECT_DOUBLE_EQ(ExpectedCommBytesPerStep(o, kPsi), 3 * 2 * 1000);
   // Times the micro-batches.
   o.grad_accum = 3;
   EXPECT_DOUBLE_EQ(ExpectedCommBytesPerStep(o, kPsi), 3 * 3 * 2 * 1000);
-  o.storage = "sharded";
+  o.storage = ChunkLayout::kSharded;
   EXPECT_DOUBLE_EQ(ExpectedCommBytesPerStep(o, kPsi),
                    3 * 3 * 2 * 1000 * 3 / 4.0);
   // fp32 moves 4 bytes per element.
   o.grad_accum = 1;
-  o.precision = "fp32";
+  o.precision = DType::kF32;
   o.world_size = 2;
   EXPECT_DOUBLE_EQ(ExpectedCommBytesPerStep(o, kPsi), 3 * 4 * 1000 / 2.0);
   // One rank moves nothing in any layout.
   o.world_size = 1;
   for (const std::string storage : {"replicated", "owner", "sharded"}) {
-    o.storage = storage;
+    o.storage = *ParseStorageFlag(storage);
     EXPECT_EQ(ExpectedCommBytesPerStep(o, kPsi), 0) << storage;
   }
 }
@@ -113,7 +114,7 @@ TrainResult Synthetic(int64_t peak, int64_t at_rest) {
 TrainOptions TwoRanks() {
   TrainOptions o = Options("fp16", "adamw");
   o.world_size = 2;
-  o.storage = "sharded";
+  o.storage = ChunkLayout::kSharded;
   o.batch = 1;
   return o;
 }
@@ -128,7 +129,7 @@ TEST(CheckMemoryTest, TakesTheRankWithTheLargestPeak) {
   EXPECT_DOUBLE_EQ(check.ratio, 9000.0 / 8000);
 
   TrainOptions replicated = TwoRanks();
-  replicated.storage = "replicated";
+  replicated.storage = ChunkLayout::kReplicated;
   EXPECT_DOUBLE_EQ(CheckMemory(replicated, Synthetic(9000, 8000)).sharded_bytes,
                    14000);
 }

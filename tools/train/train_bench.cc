@@ -63,12 +63,12 @@ void BM_ShardedVsReplicated(benchmark::State& state) {
   o.model.seq_len = 128;
   o.batch = 4;
   o.steps = 6;
-  o.precision = "fp16";
+  o.precision = DType::kF16;
   double replicated = 0, sharded = 0;
   for (auto _ : state) {
-    o.storage = "replicated";
+    o.storage = ChunkLayout::kReplicated;
     const double r = MeanStepSeconds(state, o);
-    o.storage = "sharded";
+    o.storage = ChunkLayout::kSharded;
     const double s = MeanStepSeconds(state, o);
     if (r < 0 || s < 0) return;
     replicated += r;
@@ -88,8 +88,8 @@ BENCHMARK(BM_ShardedVsReplicated)
 void BM_ModelVsSgemm(benchmark::State& state) {
   TrainOptions o;
   o.world_size = 1;
-  o.storage = "replicated";
-  o.precision = "fp32";
+  o.storage = ChunkLayout::kReplicated;
+  o.precision = DType::kF32;
   o.model.layers = 4;
   o.model.d_model = 512;
   o.model.heads = 8;

@@ -20,7 +20,9 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
+#include "base/status_macros.h"
 #include "tools/train/report.h"
+#include "tools/train/train_flags.h"
 #include "tools/train/trainer.h"
 
 namespace {
@@ -28,7 +30,8 @@ const chunkzero::TrainOptions kDefaults;
 }  // namespace
 
 ABSL_FLAG(int, world_size, kDefaults.world_size, "Data-parallel ranks.");
-ABSL_FLAG(std::string, backend, kDefaults.backend,
+ABSL_FLAG(std::string, backend,
+          std::string(chunkzero::BackendFlagValue(kDefaults.backend)),
           "inproc (ranks as threads sharing memory) or gloo (ranks as threads "
           "talking TCP through Gloo); nccl is not built.");
 ABSL_FLAG(int, layers, kDefaults.model.layers, "Transformer blocks.");
@@ -48,16 +51,22 @@ ABSL_FLAG(double, min_lr, kDefaults.min_lr,
 ABSL_FLAG(int, warmup, kDefaults.warmup, "Linear warm-up steps.");
 ABSL_FLAG(double, weight_decay, kDefaults.weight_decay,
           "Weight decay; negative: PyTorch's default (AdamW 0.01, else 0).");
-ABSL_FLAG(std::string, optimizer, kDefaults.optimizer, "adamw, adam or sgd.");
+ABSL_FLAG(std::string, optimizer,
+          std::string(chunkzero::OptimizerKindName(kDefaults.optimizer)),
+          "adamw, adam or sgd.");
 ABSL_FLAG(double, clip, kDefaults.clip, "Max global grad norm; 0 disables.");
 ABSL_FLAG(uint64_t, seed, kDefaults.seed, "Initialisation seed.");
 ABSL_FLAG(int64_t, chunk_size, kDefaults.chunk_size,
           "Elements per chunk; 0: one chunk per tensor; -1: the size with "
           "the least padding.");
-ABSL_FLAG(std::string, storage, kDefaults.storage,
+ABSL_FLAG(std::string, storage,
+          std::string(chunkzero::ChunkLayoutName(kDefaults.storage)),
           "replicated, owner or sharded.");
-ABSL_FLAG(std::string, precision, kDefaults.precision, "fp32, fp16 or bf16.");
-ABSL_FLAG(std::string, offload, kDefaults.offload,
+ABSL_FLAG(std::string, precision,
+          std::string(chunkzero::PrecisionFlagValue(kDefaults.precision)),
+          "fp32, fp16 or bf16.");
+ABSL_FLAG(std::string, offload,
+          std::string(chunkzero::OffloadFlagValue(kDefaults.offload)),
           "none, or optimizer: fp32 masters and optimizer states in host "
           "memory, compute chunks on the device (the simulated device here).");
 ABSL_FLAG(int, max_prefetch, kDefaults.max_prefetch,
@@ -122,6 +131,20 @@ class MetricsFile {
   std::unique_ptr<chunkzero::FileDescriptor> fd_;
 };
 
+absl::Status ParseEnumFlags(chunkzero::TrainOptions* o) {
+  CZ_ASSIGN_OR_RETURN(
+      o->backend, chunkzero::ParseBackendFlag(absl::GetFlag(FLAGS_backend)));
+  CZ_ASSIGN_OR_RETURN(o->optimizer, chunkzero::ParseOptimizerFlag(
+                                        absl::GetFlag(FLAGS_optimizer)));
+  CZ_ASSIGN_OR_RETURN(
+      o->storage, chunkzero::ParseStorageFlag(absl::GetFlag(FLAGS_storage)));
+  CZ_ASSIGN_OR_RETURN(o->precision, chunkzero::ParsePrecisionFlag(
+                                        absl::GetFlag(FLAGS_precision)));
+  CZ_ASSIGN_OR_RETURN(
+      o->offload, chunkzero::ParseOffloadFlag(absl::GetFlag(FLAGS_offload)));
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Trains a GPT-2 model with chunked ZeRO. With no flags: 4 ranks, "
@@ -133,8 +156,14 @@ int Main(int argc, char** argv) {
     return 2;
   }
   chunkzero::TrainOptions o;
+  // The enumerated flags are parsed here, once; nothing below compares
+  // strings.
+  if (absl::Status parsed = ParseEnumFlags(&o); !parsed.ok()) {
+    std::cerr << "error: " << parsed << "\n";
+    return 1;
+  }
   o.world_size = absl::GetFlag(FLAGS_world_size);
-  o.backend = absl::GetFlag(FLAGS_backend);
+
   o.model.layers = absl::GetFlag(FLAGS_layers);
   o.model.d_model = absl::GetFlag(FLAGS_d_model);
   o.model.heads = absl::GetFlag(FLAGS_heads);
@@ -149,13 +178,9 @@ int Main(int argc, char** argv) {
   o.min_lr = absl::GetFlag(FLAGS_min_lr);
   o.warmup = absl::GetFlag(FLAGS_warmup);
   o.weight_decay = absl::GetFlag(FLAGS_weight_decay);
-  o.optimizer = absl::GetFlag(FLAGS_optimizer);
   o.clip = absl::GetFlag(FLAGS_clip);
   o.seed = absl::GetFlag(FLAGS_seed);
   o.chunk_size = absl::GetFlag(FLAGS_chunk_size);
-  o.storage = absl::GetFlag(FLAGS_storage);
-  o.precision = absl::GetFlag(FLAGS_precision);
-  o.offload = absl::GetFlag(FLAGS_offload);
   o.max_prefetch = absl::GetFlag(FLAGS_max_prefetch);
   o.data = absl::GetFlag(FLAGS_data);
   o.tokens = absl::GetFlag(FLAGS_tokens);

@@ -1,20 +1,31 @@
 // TrainOptions: everything a train job is told (the train binary's flags,
-// README.md lists them). Checked by PlanTraining (train_plan.h).
+// README.md lists them; train_flags.h spells the enumerated ones). Checked
+// by PlanTraining (train_plan.h).
 #ifndef CHUNKZERO_TOOLS_TRAIN_TRAIN_OPTIONS_H_
 #define CHUNKZERO_TOOLS_TRAIN_TRAIN_OPTIONS_H_
 
 #include <cstdint>
 #include <string>
 
+#include "chunk/chunk_layout.h"
 #include "models/gpt2/gpt_model.h"
+#include "optim/zero_optimizer.h"
+#include "tensor/dtype.h"
 
 namespace chunkzero {
+
+// Where the ranks' collectives run (--backend).
+enum class Backend {
+  kInProcess,  // Threads sharing memory.
+  kGloo,       // Threads or processes over TCP.
+  kNccl,       // GPUs; not built into this CPU job.
+};
 
 struct TrainOptions {
   TrainOptions();
 
   int world_size = 4;
-  std::string backend = "inproc";  // inproc | gloo (nccl: Unimplemented)
+  Backend backend = Backend::kInProcess;
   // Defaults: 2 x 128, 4 heads, 64 positions, V 256. With `init`, the
   // shape comes from the file (heads from here).
   GptConfig model;
@@ -28,21 +39,23 @@ struct TrainOptions {
   double lr = 1e-3;
   double min_lr = 1e-4;
   int warmup = 5;
-  double weight_decay = -1;         // < 0: PyTorch's default for the optimizer.
-  std::string optimizer = "adamw";  // adamw | adam | sgd
-  double clip = 1.0;                // Max global grad norm; 0 disables.
+  double weight_decay = -1;  // < 0: PyTorch's default for the optimizer.
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
+  double clip = 1.0;  // Max global grad norm; 0 disables.
   uint64_t seed = 1234;
   // Elements per chunk; 0: one chunk per tensor; -1: the size with the
   // least padding (chunk/chunk_size_search.h).
   int64_t chunk_size = -1;
-  std::string storage = "sharded";  // replicated | owner | sharded
-  std::string precision = "fp16";   // fp32 | fp16 | bf16
-  std::string offload = "none";     // none | optimizer
-  std::string data;                 // File read as bytes (vocab 256).
-  std::string tokens;               // Little-endian uint16 token ids.
-  std::string init;                 // A GPT-2 safetensors file to start from.
-  std::string export_path;          // Where to write the final f32 weights.
-  std::string save;                 // Checkpoint directory.
+  ChunkLayout storage = ChunkLayout::kSharded;
+  DType precision = DType::kF16;  // The compute dtype.
+  // kOptimizer: masters and states in host memory, compute chunks on the
+  // (simulated) device.
+  OffloadPolicy offload = OffloadPolicy::kNone;
+  std::string data;         // File read as bytes (vocab 256).
+  std::string tokens;       // Little-endian uint16 token ids.
+  std::string init;         // A GPT-2 safetensors file to start from.
+  std::string export_path;  // Where to write the final f32 weights.
+  std::string save;         // Checkpoint directory.
   int save_every = 0;
   std::string resume;  // Checkpoint directory to continue from.
   int max_prefetch = 1;

@@ -10,26 +10,11 @@
 #include "base/system_memory.h"
 #include "chunk/chunk_size_search.h"
 #include "tensor/reduction_kernels.h"
+#include "tools/train/train_flags.h"
 
 namespace chunkzero {
 
-TrainOptions::TrainOptions() {
-  model.layers = 2;
-  model.d_model = 128;
-  model.heads = 4;
-  model.seq_len = 64;
-  model.vocab = 256;
-}
-
 namespace {
-
-absl::StatusOr<DType> ParsePrecision(const std::string& name) {
-  if (name == "fp32") return DType::kF32;
-  if (name == "fp16") return DType::kF16;
-  if (name == "bf16") return DType::kBF16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--precision=", name, " is not one of fp32, fp16, bf16"));
-}
 
 template <typename T>
 absl::Status Bad(absl::string_view flag, const T& value,
@@ -40,13 +25,35 @@ absl::Status Bad(absl::string_view flag, const T& value,
 
 // The flags one by one, and the ones that contradict each other.
 absl::Status CheckOptions(const TrainOptions& o) {
-  if (o.backend == "nccl") {
+  // The enumerated options arrive parsed (train_flags.h); a library caller
+  // can still pass a value outside its enum.
+  const struct {
+    const char* flag;
+    int value;
+    bool known;
+    const char* want;
+  } enums[] = {
+      {"backend", static_cast<int>(o.backend),
+       !BackendFlagValue(o.backend).empty(), "inproc or gloo"},
+      {"precision", static_cast<int>(o.precision),
+       !PrecisionFlagValue(o.precision).empty(), "fp32, fp16 or bf16"},
+      {"storage", static_cast<int>(o.storage),
+       ChunkLayoutName(o.storage) != "invalid", "replicated, owner or sharded"},
+      {"optimizer", static_cast<int>(o.optimizer),
+       OptimizerKindName(o.optimizer) != "unknown", "adamw, adam or sgd"},
+      {"offload", static_cast<int>(o.offload),
+       !OffloadFlagValue(o.offload).empty(), "none or optimizer"},
+  };
+  for (const auto& [flag, value, known, want] : enums) {
+    if (!known) {
+      return Bad(flag, absl::StrCat("<enum value ", value, ">"),
+                 absl::StrCat("want ", want));
+    }
+  }
+  if (o.backend == Backend::kNccl) {
     return absl::UnimplementedError(
         "--backend=nccl is not built: the model computes on the CPU, and "
         "NCCL needs GPUs (use inproc or gloo)");
-  }
-  if (o.backend != "inproc" && o.backend != "gloo") {
-    return Bad("backend", o.backend, "want inproc or gloo");
   }
   if (o.world_size < 1) return Bad("world_size", o.world_size, "want >= 1");
   if (o.rank < -1) {
@@ -54,8 +61,8 @@ absl::Status CheckOptions(const TrainOptions& o) {
                "want -1 (every rank as a thread of this process) or this "
                "process's rank in [0, world_size)");
   }
-  if (o.rank >= 0 &&
-      (o.rank >= o.world_size || o.backend != "gloo" || o.rendezvous.empty())) {
+  if (o.rank >= 0 && (o.rank >= o.world_size || o.backend != Backend::kGloo ||
+                      o.rendezvous.empty())) {
     return Bad("rank", o.rank,
                "one rank per process needs 0 <= rank < world_size, "
                "--backend=gloo and a --rendezvous directory");
@@ -92,9 +99,6 @@ absl::Status CheckOptions(const TrainOptions& o) {
   if (o.save_every < 0) return Bad("save_every", o.save_every, "want >= 0");
   if (o.chunk_size < -1) {
     return Bad("chunk_size", o.chunk_size, "want -1 (search), 0 or a size");
-  }
-  if (o.offload != "none" && o.offload != "optimizer") {
-    return Bad("offload", o.offload, "want none or optimizer");
   }
   if (o.max_prefetch < 0) return Bad("max_prefetch", o.max_prefetch, ">= 0");
   // NaN compares false with everything, so these are written to fail on it.
@@ -204,13 +208,14 @@ absl::Status CheckMemory(const TrainPlan& plan) {
 
 std::map<std::string, std::string> CheckpointConfig(const TrainPlan& plan) {
   const GptConfig& m = plan.model;
-  return {{"layers", absl::StrCat(m.layers)},
-          {"d_model", absl::StrCat(m.d_model)},
-          {"heads", absl::StrCat(m.heads)},
-          {"seq_len", absl::StrCat(m.seq_len)},
-          {"vocab", absl::StrCat(m.vocab)},
-          {"optimizer", plan.options.optimizer},
-          {"precision", plan.options.precision}};
+  return {
+      {"layers", absl::StrCat(m.layers)},
+      {"d_model", absl::StrCat(m.d_model)},
+      {"heads", absl::StrCat(m.heads)},
+      {"seq_len", absl::StrCat(m.seq_len)},
+      {"vocab", absl::StrCat(m.vocab)},
+      {"optimizer", std::string(OptimizerKindName(plan.options.optimizer))},
+      {"precision", std::string(PrecisionFlagValue(plan.options.precision))}};
 }
 
 absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options) {
@@ -218,19 +223,6 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options) {
   TrainPlan plan;
   plan.options = options;
   plan.model = options.model;
-  CZ_ASSIGN_OR_RETURN(plan.dtype, ParsePrecision(options.precision));
-  absl::StatusOr<ChunkLayout> layout = ParseChunkLayout(options.storage);
-  if (!layout.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--storage: ", layout.status().message()));
-  }
-  plan.layout = *layout;
-  absl::StatusOr<OptimizerKind> kind = ParseOptimizerKind(options.optimizer);
-  if (!kind.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--optimizer: ", kind.status().message()));
-  }
-  plan.optimizer = *kind;
   CZ_ASSIGN_OR_RETURN(plan.memory_available, MemoryAvailable(options));
 
   if (!options.init.empty()) {
@@ -263,9 +255,9 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options) {
   need.world_size = options.world_size;
   need.ranks_in_process = options.rank < 0 ? options.world_size : 1;
   need.grad_accum = options.grad_accum;
-  need.dtype = plan.dtype;
-  need.layout = plan.layout;
-  need.optimizer = plan.optimizer;
+  need.dtype = options.precision;
+  need.layout = options.storage;
+  need.optimizer = options.optimizer;
   need.chunk_size = options.chunk_size;
   need.max_prefetch = options.max_prefetch;
   if (!options.tokens.empty()) {

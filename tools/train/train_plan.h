@@ -41,9 +41,6 @@ struct TrainPlan {
   TrainOptions options;
   GptConfig model;  // The architecture; model.seq_len is P, the positions.
   int seq_len = 0;  // T, the context trained on (<= P).
-  DType dtype = DType::kF16;
-  ChunkLayout layout = ChunkLayout::kSharded;
-  OptimizerKind optimizer = OptimizerKind::kAdamW;
   std::optional<int64_t> chunk_size;  // nullopt: one chunk per tensor.
   double utilisation = 1;
   TokenData data = TokenData::FromTokens({});

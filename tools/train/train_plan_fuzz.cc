@@ -19,6 +19,7 @@
 #include "base/file.h"
 #include "models/gpt2/gpt_checkpoint.h"
 #include "models/gpt2/gpt_model.h"
+#include "tools/train/train_flags.h"
 #include "tools/train/train_plan.h"
 
 namespace {
@@ -53,6 +54,14 @@ class Reader {
   size_t size_;
   size_t at_ = 0;
 };
+
+// The flag's value, or (for a spelling train_main would refuse) an enum
+// value outside the enum, as a library caller might pass: PlanTraining must
+// refuse it without crashing.
+template <typename T>
+T ParsedOr(const absl::StatusOr<T>& parsed, int invalid) {
+  return parsed.ok() ? *parsed : static_cast<T>(invalid);
+}
 
 struct Fixtures {
   std::string dir, text, tokens, init, missing;
@@ -116,7 +125,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Reader in(data, size);
   chunkzero::TrainOptions o;
   o.world_size = in.Int();
-  o.backend = in.Pick({"inproc", "gloo", "nccl", "bogus"});
+  o.backend = ParsedOr(
+      chunkzero::ParseBackendFlag(in.Pick({"inproc", "gloo", "nccl", "bogus"})),
+      9);
   o.model.layers = in.Int();
   o.model.d_model = in.Int();
   o.model.heads = in.Int();
@@ -130,12 +141,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.min_lr = in.Raw<double>();
   o.warmup = in.Int();
   o.weight_decay = in.Raw<double>();
-  o.optimizer = in.Pick({"adamw", "adam", "sgd", ""});
+  o.optimizer = ParsedOr(
+      chunkzero::ParseOptimizerFlag(in.Pick({"adamw", "adam", "sgd", ""})), 9);
   o.clip = in.Raw<double>();
   o.chunk_size = in.Raw<uint8_t>() < 128 ? in.Int() : in.Raw<int64_t>();
-  o.storage = in.Pick({"sharded", "owner", "replicated", "x"});
-  o.precision = in.Pick({"fp16", "bf16", "fp32", "fp8"});
-  o.offload = in.Pick({"none", "optimizer", "params"});
+  o.storage = ParsedOr(chunkzero::ParseStorageFlag(
+                           in.Pick({"sharded", "owner", "replicated", "x"})),
+                       9);
+  // A bad spelling becomes i64: a DType that is not a compute dtype.
+  o.precision = ParsedOr(
+      chunkzero::ParsePrecisionFlag(in.Pick({"fp16", "bf16", "fp32", "fp8"})),
+      static_cast<int>(chunkzero::DType::kI64));
+  o.offload = ParsedOr(
+      chunkzero::ParseOffloadFlag(in.Pick({"none", "optimizer", "params"})), 9);
   o.max_prefetch = in.Int();
   o.data = in.Pick(paths);
   o.tokens = in.Pick(paths);

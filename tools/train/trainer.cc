@@ -35,6 +35,7 @@
 #include "optim/zero_optimizer.h"
 #include "tensor/memory_tracker.h"
 #include "tools/train/token_data.h"
+#include "tools/train/train_flags.h"
 #include "tools/train/train_plan.h"
 
 namespace chunkzero {
@@ -150,9 +151,9 @@ std::map<std::string, std::string> RendezvousConfig(const TrainPlan& plan) {
   config["batch"] = absl::StrCat(o.batch);
   config["grad_accum"] = absl::StrCat(o.grad_accum);
   config["steps"] = absl::StrCat(o.steps);
-  config["storage"] = o.storage;
+  config["storage"] = std::string(ChunkLayoutName(o.storage));
   config["chunk_size"] = absl::StrCat(plan.chunk_size.value_or(0));
-  config["offload"] = o.offload;
+  config["offload"] = std::string(OffloadFlagValue(o.offload));
   config["save"] = o.save;
   config["resume"] = o.resume;
   config["seed"] = absl::StrCat(o.seed);
@@ -235,12 +236,14 @@ class RankRunner {
   absl::Status SetUp() {
     ChunkManagerOptions chunk_options;
     chunk_options.chunk_size = plan_.chunk_size;
-    chunk_options.layout = plan_.layout;
+    chunk_options.layout = o_.storage;
     chunk_options.comm_timeout = timeout();
     // ZeRO-Offload: the compute-dtype chunks live on the "accelerator" (the
     // host-backed simulated device on machines without a GPU), the masters
     // and optimizer states in host memory.
-    if (o_.offload == "optimizer") chunk_options.device = Device::Simulated(0);
+    if (o_.offload == OffloadPolicy::kOptimizer) {
+      chunk_options.device = Device::Simulated(0);
+    }
     chunks_ =
         std::make_unique<ChunkManager>(&recorded_, chunk_options, &tracker_);
     CZ_ASSIGN_OR_RETURN(model_, GptModel::Create(plan_.model, o_.seed));
@@ -249,21 +252,22 @@ class RankRunner {
                          "--init=", o_.init);
     }
     ZeroDdpOptions ddp_options;
-    ddp_options.compute_dtype = plan_.dtype;
+    ddp_options.compute_dtype = o_.precision;
     ddp_options.max_prefetch = o_.max_prefetch;
     ddp_options.first_use_order = plan_.order;
-    if (o_.offload == "optimizer") ddp_options.master_device = Device::Cpu();
+    if (o_.offload == OffloadPolicy::kOptimizer) {
+      ddp_options.master_device = Device::Cpu();
+    }
     CZ_ASSIGN_OR_RETURN(
         ddp_, ZeroDdp::Create(model_.get(), chunks_.get(), ddp_options));
     ZeroOptimizerOptions opt;
-    opt.kind = plan_.optimizer;
+    opt.kind = o_.optimizer;
     CZ_ASSIGN_OR_RETURN(opt.lr,
                         LrSchedule::WarmupCosine(o_.lr, o_.min_lr, o_.warmup,
                                                  std::max(o_.steps, 1)));
     if (o_.weight_decay >= 0) opt.weight_decay = o_.weight_decay;
     opt.max_grad_norm = o_.clip;
-    opt.offload = o_.offload == "optimizer" ? OffloadPolicy::kOptimizer
-                                            : OffloadPolicy::kNone;
+    opt.offload = o_.offload;
     CZ_ASSIGN_OR_RETURN(optimizer_,
                         ZeroOptimizer::Create(ddp_.get(), chunks_.get(), opt));
     if (!o_.resume.empty()) {
@@ -400,7 +404,7 @@ class RankRunner {
       CheckpointMeta meta;
       meta.step = step;
       meta.world_size = o_.world_size;
-      meta.layout = o_.storage;
+      meta.layout = std::string(ChunkLayoutName(o_.storage));
       CopyOptimizerScalars(shard, &meta);
       meta.config = CheckpointConfig(plan_);
       std::vector<ShardIndex> indexes(serialized.size());
@@ -509,7 +513,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
     }
     save_lock = *std::move(locked);
   }
-  if (options.backend == "gloo") {
+  if (options.backend == Backend::kGloo) {
     CZ_RETURN_IF_ERROR(RaiseFileDescriptorLimit(options));
   }
   TrainResult result;
@@ -518,15 +522,15 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   result.parameters = GptParameterCount(plan.model);
   result.chunk_size = plan.chunk_size.value_or(0);
   result.chunk_utilisation = plan.utilisation;
-  result.chunk_bytes =
-      plan.chunk_size.value_or(plan.largest_tensor) * ElementSize(plan.dtype);
+  result.chunk_bytes = plan.chunk_size.value_or(plan.largest_tensor) *
+                       ElementSize(options.precision);
 
   // The ranks' process groups: one in-process world, or one Gloo group per
   // rank over TCP, rendezvousing through a shared in-memory store (threads)
   // or a FileStore directory (one rank per process).
   std::unique_ptr<comm::InProcessWorld> world;
   std::unique_ptr<gloo::rendezvous::HashStore> store;
-  if (options.backend == "inproc") {
+  if (options.backend == Backend::kInProcess) {
     world = std::make_unique<comm::InProcessWorld>(options.world_size);
   } else if (options.rank < 0) {
     store = std::make_unique<gloo::rendezvous::HashStore>();

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -21,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "models/gpt2/gpt_model.h"
 #include "tools/train/report.h"
+#include "tools/train/train_flags.h"
 
 namespace chunkzero {
 namespace {
@@ -51,7 +53,7 @@ TrainOptions AtWorld(TrainOptions o, int world, const std::string& storage) {
   EXPECT_EQ(global % world, 0);
   o.world_size = world;
   o.batch = global / world;
-  o.storage = storage;
+  o.storage = *ParseStorageFlag(storage);
   return o;
 }
 
@@ -128,7 +130,7 @@ std::string PseudoRandomBytes(int n, int vocab) {
 // sharded capacities are rounded up to a multiple of the world size.
 
 std::vector<int64_t> ChunkCapacities(const GptConfig& model, int64_t chunk_size,
-                                     int world, const std::string& storage) {
+                                     int world, ChunkLayout storage) {
   std::vector<int64_t> capacities;
   int64_t used = 0;
   for (const auto& [name, shape] : GptParameterShapes(model)) {
@@ -141,7 +143,7 @@ std::vector<int64_t> ChunkCapacities(const GptConfig& model, int64_t chunk_size,
     capacities.push_back(chunk_size > 0 ? chunk_size : n);
     used = n;
   }
-  if (storage == "sharded") {
+  if (storage == ChunkLayout::kSharded) {
     for (int64_t& c : capacities) c = (c + world - 1) / world * world;
   }
   return capacities;
@@ -160,11 +162,12 @@ int NumParameters(const GptConfig& model) {
 TEST(ChunkCapacitiesTest, TinyModelPacking) {
   // wte [8192] | wpe, ln_1, attn, ln_2 [4864] | c_fc [4224] | mlp.c_proj,
   // ln_f [4192].
-  EXPECT_EQ(ChunkCapacities(Tiny().model, 8192, 4, "sharded"),
+  EXPECT_EQ(ChunkCapacities(Tiny().model, 8192, 4, ChunkLayout::kSharded),
             std::vector<int64_t>(4, 8192));
-  EXPECT_EQ(ChunkCapacities(Tiny().model, 10000, 3, "sharded"),
+  EXPECT_EQ(ChunkCapacities(Tiny().model, 10000, 3, ChunkLayout::kSharded),
             std::vector<int64_t>(3, 10002));
-  EXPECT_EQ(Sum(ChunkCapacities(Tiny().model, 0, 1, "replicated")), 21472);
+  EXPECT_EQ(Sum(ChunkCapacities(Tiny().model, 0, 1, ChunkLayout::kReplicated)),
+            21472);
   EXPECT_EQ(GptParameterCount(Tiny().model), 21472);
 }
 
@@ -176,7 +179,7 @@ TEST(TrainerTest, ShardedWorld4MatchesWorld1) {
                                                    {"fp16", 2e-3}}) {
     SCOPED_TRACE(precision);
     TrainOptions four = Tiny();
-    four.precision = precision;
+    four.precision = *ParsePrecisionFlag(precision);
     const TrainResult sharded = Train(four);
     const TrainResult single = Train(AtWorld(four, 1, "sharded"));
     ASSERT_EQ(sharded.steps.size(), 20u);
@@ -188,7 +191,7 @@ TEST(TrainerTest, ShardedWorld4MatchesWorld1) {
 
 TEST(TrainerTest, ReplicatedAndOwnerAtWorld2MatchWorld1InFp32) {
   TrainOptions base = Tiny();
-  base.precision = "fp32";
+  base.precision = DType::kF32;
   const std::vector<double> single = Losses(Train(AtWorld(base, 1, "sharded")));
   for (const std::string storage : {"replicated", "owner"}) {
     SCOPED_TRACE(storage);
@@ -230,12 +233,12 @@ TEST(TrainerTest, ExportThenInitRoundTripsExactly) {
   for (const std::string precision : {"fp32", "fp16"}) {
     SCOPED_TRACE(precision);
     TrainOptions o = Tiny();
-    o.precision = precision;
+    o.precision = *ParsePrecisionFlag(precision);
     o.steps = 3;
     o.export_path = TestDir(precision + "_a.safetensors");
     Train(o);
     TrainOptions again = Tiny();
-    again.precision = precision;
+    again.precision = *ParsePrecisionFlag(precision);
     again.steps = 0;
     again.init = o.export_path;
     again.export_path = TestDir(precision + "_b.safetensors");
@@ -255,7 +258,7 @@ TEST(TrainerTest, ExportThenInitRoundTripsExactly) {
 // in its first step, the 4-step run's last loss bit for bit.
 TEST(TrainerTest, InitRunStartsFromTheExportedWeights) {
   TrainOptions o = Tiny();
-  o.precision = "fp32";
+  o.precision = DType::kF32;
   o.lr = o.min_lr = 1e-3;
   o.warmup = 0;
   o.data = TestDir("data.txt");
@@ -304,7 +307,7 @@ TEST(TrainerTest, ResumeEqualsUninterruptedBitForBit) {
   for (const std::string precision : {"fp32", "fp16"}) {
     SCOPED_TRACE(precision);
     TrainOptions o = Tiny();
-    o.precision = precision;
+    o.precision = *ParsePrecisionFlag(precision);
     o.steps = 10;
     const TrainResult plain = Train(o);
     const std::string snapshot = TestDir("step5_" + precision);
@@ -332,7 +335,7 @@ TEST(TrainerTest, ResumeEqualsUninterruptedBitForBit) {
 
 TEST(TrainerTest, ResumeAtAnotherWorldSizeAndLayout) {
   TrainOptions two = AtWorld(Tiny(), 2, "sharded");
-  two.precision = "fp32";
+  two.precision = DType::kF32;
   const std::string snapshot = TestDir("step5");
   const TrainResult plain = RunAndSnapshotStep5(two, snapshot);
   ASSERT_EQ(plain.steps.size(), 10u);
@@ -352,7 +355,7 @@ TEST(TrainerTest, ResumeAtAnotherWorldSizeAndLayout) {
 
 TEST(TrainerTest, DamagedCheckpointsFailNamingTheFile) {
   TrainOptions o = AtWorld(Tiny(), 2, "sharded");
-  o.precision = "fp32";
+  o.precision = DType::kF32;
   const std::string snapshot = TestDir("step5");
   RunAndSnapshotStep5(o, snapshot);
   const std::string shard = snapshot + "/shard-5-1-of-2.bin";
@@ -434,13 +437,14 @@ BytesRun RunBytesCase(const BytesCase& c) {
   TrainOptions& o = run.options;
   o = Tiny();
   o.steps = 2;
-  o.precision = c.precision;
-  o.optimizer = c.optimizer;
+  o.precision = *ParsePrecisionFlag(c.precision);
+  o.optimizer = *ParseOptimizerFlag(c.optimizer);
   o.grad_accum = c.grad_accum;
   o.chunk_size = c.chunk_size;
   run.result = Train(o);
-  run.shard =
-      Sum(ChunkCapacities(o.model, run.result.chunk_size, 4, "sharded")) / 4;
+  run.shard = Sum(ChunkCapacities(o.model, run.result.chunk_size, 4,
+                                  ChunkLayout::kSharded)) /
+              4;
   EXPECT_EQ(run.result.at_rest_bytes.size(), 4u);
   run.result.at_rest_bytes.resize(4);
   return run;
@@ -512,7 +516,7 @@ TEST(TrainerTest, Fp16ShardedMeetsTheMemoryTarget) {
 std::map<std::string, int64_t> ExpectedCommBytes(const TrainOptions& o,
                                                  int64_t chunk_size) {
   const int n = o.world_size;
-  const int64_t c = o.precision == "fp32" ? 4 : 2;
+  const int64_t c = ElementSize(o.precision);
   const int64_t a = o.grad_accum;
   const std::vector<int64_t> capacities =
       ChunkCapacities(o.model, chunk_size, n, o.storage);
@@ -521,11 +525,11 @@ std::map<std::string, int64_t> ExpectedCommBytes(const TrainOptions& o,
   // All-reduce bus factor 2(N - 1)/N.
   const int64_t small = NumParameters(o.model) * a * 4 + 8;
   std::map<std::string, int64_t> want;
-  if (o.storage == "sharded") {
+  if (o.storage == ChunkLayout::kSharded) {
     want["all_gather"] = a * c * gathered * (n - 1) / n;
     want["reduce_scatter"] = a * c * capacity * (n - 1) / n;
     want["all_reduce"] = small * 2 * (n - 1) / n;
-  } else if (o.storage == "replicated") {
+  } else if (o.storage == ChunkLayout::kReplicated) {
     want["all_reduce"] = (a * c * capacity + small) * 2 * (n - 1) / n;
   } else {
     want["broadcast"] = a * c * gathered;
@@ -552,7 +556,7 @@ TEST(TrainerTest, CommBytesPerStepAreExact) {
                               ", grad_accum ", c.grad_accum, ", chunk_size ",
                               c.chunk_size));
     TrainOptions o = AtWorld(Tiny(), c.world, c.storage);
-    o.precision = c.precision;
+    o.precision = *ParsePrecisionFlag(c.precision);
     o.grad_accum = c.grad_accum;
     o.chunk_size = c.chunk_size;
     o.steps = 3;
@@ -782,7 +786,7 @@ TEST(StepMetricsJsonTest, RealStepHasTheDocumentedKeys) {
 
 TEST(TrainerTest, NcclIsUnimplemented) {
   TrainOptions o = Tiny();
-  o.backend = "nccl";
+  o.backend = Backend::kNccl;
   absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("--backend=nccl"));
@@ -796,7 +800,7 @@ TEST(TrainerTest, GlooEqualsInProcessBitForBit) {
     TrainOptions o = AtWorld(Tiny(), 2, storage);
     o.steps = 4;
     const TrainResult inproc = Train(o);
-    o.backend = "gloo";
+    o.backend = Backend::kGloo;
     const TrainResult gloo = Train(o);
     ASSERT_EQ(gloo.steps.size(), inproc.steps.size());
     for (size_t i = 0; i < inproc.steps.size(); ++i) {
@@ -818,7 +822,7 @@ TEST(TrainerTest, OneRankPerProcessNeedsGlooARendezvousAndAValidRank) {
            {4, "gloo", "/tmp/x"}, {0, "inproc", "/tmp/x"}, {1, "gloo", ""}}) {
     TrainOptions o = Tiny();
     o.rank = c.rank;
-    o.backend = c.backend;
+    o.backend = *ParseBackendFlag(c.backend);
     o.rendezvous = c.rendezvous;
     absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
@@ -826,25 +830,39 @@ TEST(TrainerTest, OneRankPerProcessNeedsGlooARendezvousAndAValidRank) {
   }
 }
 
-TEST(TrainerTest, BadNamesAreInvalidArgumentsNamingTheFlag) {
+// Misspelled flags never get this far (train_flags_test); a library caller
+// can still pass a value outside an enum, or a DType that does not compute.
+TEST(TrainerTest, ValuesOutsideTheEnumsAreInvalidArgumentsNamingTheFlag) {
   struct Case {
     std::string flag;
-    std::string TrainOptions::*field;
+    std::function<void(TrainOptions&)> set;
+    std::string value;
   };
-  for (const Case& c :
-       std::vector<Case>{{"storage", &TrainOptions::storage},
-                         {"precision", &TrainOptions::precision},
-                         {"optimizer", &TrainOptions::optimizer},
-                         {"offload", &TrainOptions::offload},
-                         {"backend", &TrainOptions::backend}}) {
+  for (const Case& c : std::vector<Case>{
+           {"storage",
+            [](TrainOptions& o) { o.storage = static_cast<ChunkLayout>(7); },
+            "<enum value 7>"},
+           {"precision", [](TrainOptions& o) { o.precision = DType::kI64; },
+            "<enum value 5>"},
+           {"optimizer",
+            [](TrainOptions& o) {
+              o.optimizer = static_cast<OptimizerKind>(7);
+            },
+            "<enum value 7>"},
+           {"offload",
+            [](TrainOptions& o) { o.offload = static_cast<OffloadPolicy>(7); },
+            "<enum value 7>"},
+           {"backend",
+            [](TrainOptions& o) { o.backend = static_cast<Backend>(7); },
+            "<enum value 7>"}}) {
     SCOPED_TRACE(c.flag);
     TrainOptions o = Tiny();
-    o.*c.field = "bogus";
+    c.set(o);
     absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
     // trainer.h: "InvalidArgument naming the flag for bad options."
-    EXPECT_THAT(std::string(r.status().message()), HasSubstr("--" + c.flag));
-    EXPECT_THAT(std::string(r.status().message()), HasSubstr("bogus"));
+    EXPECT_THAT(std::string(r.status().message()),
+                HasSubstr(absl::StrCat("--", c.flag, "=", c.value)));
   }
 }
 

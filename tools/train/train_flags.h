@@ -1,0 +1,45 @@
+// The train job's enumerated flags, as the command line spells them:
+//
+//   CZ_ASSIGN_OR_RETURN(o.storage, ParseStorageFlag("sharded"));
+//   PrecisionFlagValue(DType::kBF16);  // "bf16"
+//
+// Parse* return InvalidArgument naming the flag and the values it takes;
+// train_main parses every flag once, and nothing below it compares strings.
+#ifndef CHUNKZERO_TOOLS_TRAIN_TRAIN_FLAGS_H_
+#define CHUNKZERO_TOOLS_TRAIN_TRAIN_FLAGS_H_
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "chunk/chunk_layout.h"
+#include "optim/zero_optimizer.h"
+#include "tensor/dtype.h"
+#include "tools/train/train_options.h"
+
+namespace chunkzero {
+
+// --backend: "inproc", "gloo" or "nccl" (parsed; PlanTraining refuses it
+// as Unimplemented on this CPU build).
+[[nodiscard]] absl::StatusOr<Backend> ParseBackendFlag(absl::string_view value);
+absl::string_view BackendFlagValue(Backend backend);
+
+// --precision: "fp32", "fp16" or "bf16" (the compute dtype).
+[[nodiscard]] absl::StatusOr<DType> ParsePrecisionFlag(absl::string_view value);
+// "fp32", "fp16" or "bf16"; "" for a dtype that is not a compute dtype.
+absl::string_view PrecisionFlagValue(DType dtype);
+
+// --storage: "replicated", "owner" or "sharded" (ChunkLayoutName).
+[[nodiscard]] absl::StatusOr<ChunkLayout> ParseStorageFlag(
+    absl::string_view value);
+
+// --optimizer: "adamw", "adam" or "sgd" (OptimizerKindName).
+[[nodiscard]] absl::StatusOr<OptimizerKind> ParseOptimizerFlag(
+    absl::string_view value);
+
+// --offload: "none" or "optimizer".
+[[nodiscard]] absl::StatusOr<OffloadPolicy> ParseOffloadFlag(
+    absl::string_view value);
+absl::string_view OffloadFlagValue(OffloadPolicy offload);
+
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_TOOLS_TRAIN_TRAIN_FLAGS_H_
