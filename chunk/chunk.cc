@@ -37,13 +37,10 @@ absl::StatusOr<std::unique_ptr<Chunk>> Chunk::Create(
         absl::StrCat("chunk ", name, ": owner rank ", options.owner,
                      " is outside a group of ", group->size()));
   }
-  const int64_t world = group->size();
-  const int64_t shard_size = options.layout == ChunkLayout::kSharded
-                                 ? (options.capacity + world - 1) / world
-                                 : options.capacity;
-  const int64_t capacity = options.layout == ChunkLayout::kSharded
-                               ? shard_size * world
-                               : options.capacity;
+  const int world = group->size();
+  const int64_t shard_size = ShardSize(options.layout, options.capacity, world);
+  const int64_t capacity =
+      PaddedCapacity(options.layout, options.capacity, world);
   std::unique_ptr<Chunk> chunk(new Chunk(options, group, capacity, shard_size));
   CZ_RETURN_IF_ERROR(chunk->AllocateFull(), "creating chunk ", name);
   return chunk;

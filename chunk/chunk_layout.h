@@ -25,6 +25,15 @@ enum class ChunkLayout : uint8_t {
   kSharded = 2,
 };
 
+// Elements each rank keeps of a chunk of `capacity` elements at rest in
+// `layout` over `world` ranks: ceil(capacity / world) when sharded, else the
+// whole chunk (on its holders). REQUIRES: capacity >= 1, world >= 1.
+int64_t ShardSize(ChunkLayout layout, int64_t capacity, int world);
+
+// The capacity a chunk of `capacity` elements really has: sharded chunks are
+// padded to world * ShardSize so that every rank's shard is the same size.
+int64_t PaddedCapacity(ChunkLayout layout, int64_t capacity, int world);
+
 // "replicated", "owner" or "sharded".
 absl::string_view ChunkLayoutName(ChunkLayout layout);
 [[nodiscard]] absl::StatusOr<ChunkLayout> ParseChunkLayout(

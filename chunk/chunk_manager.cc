@@ -179,21 +179,23 @@ absl::StatusOr<Tensor> ChunkManager::AppendTensor(absl::string_view group_name,
         " of group '", group->name, "'; use a chunk size of at least ", n,
         " (chunk/chunk_size_search.h picks one) or turn chunking off"));
   }
-  Chunk* chunk = group->chunks.empty() ? nullptr : group->chunks.back().get();
-  if (chunk != nullptr && options_.chunk_size.has_value()) {
-    absl::StatusOr<Tensor> view = chunk->Append(name, values);
-    if (view.ok()) return Record(*group, name, chunk, *std::move(view));
-    if (!IsChunkFull(view.status())) return view.status();
+  if (!group->packer.has_value()) group->packer.emplace(options_.chunk_size);
+  absl::StatusOr<PackedTensor> placed = group->packer->Add(n);
+  if (!placed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "' in group '", group->name,
+                     "': ", placed.status().message()));
   }
-  // Open a new chunk; the previous one is complete, so close it now and let
-  // non-holders drop its payload while the rest registers.
-  if (chunk != nullptr) CZ_RETURN_IF_ERROR(chunk->Close());
-  const int64_t capacity = options_.chunk_size.has_value()
-                               ? *options_.chunk_size
-                               : std::max<int64_t>(n, 1);
-  const int owner = NextOwner(*group);
-  CZ_ASSIGN_OR_RETURN(chunk, NewChunk(*group, capacity, owner));
-  group->elements_per_rank[owner] += capacity;
+  Chunk* chunk = group->chunks.empty() ? nullptr : group->chunks.back().get();
+  if (placed->opens_chunk) {
+    // The previous chunk is complete: close it now and let non-holders drop
+    // its payload while the rest registers.
+    if (chunk != nullptr) CZ_RETURN_IF_ERROR(chunk->Close());
+    const int64_t capacity = group->packer->plan().capacities[placed->chunk];
+    const int owner = NextOwner(*group);
+    CZ_ASSIGN_OR_RETURN(chunk, NewChunk(*group, capacity, owner));
+    group->elements_per_rank[owner] += capacity;
+  }
   CZ_ASSIGN_OR_RETURN(Tensor view, chunk->Append(name, values));
   return Record(*group, name, chunk, std::move(view));
 }

@@ -59,6 +59,7 @@
 #include "chunk/chunk.h"
 #include "chunk/chunk_config.pb.h"
 #include "chunk/chunk_layout.h"
+#include "chunk/chunk_packing.h"
 #include "comm/process_group.h"
 #include "tensor/allocator.h"
 #include "tensor/caching_allocator.h"
@@ -187,6 +188,8 @@ class ChunkManager {
     absl::flat_hash_map<std::string, TensorLocation> tensors;
     std::vector<std::string> order;          // Tensor names in append order.
     std::vector<int64_t> elements_per_rank;  // For least-loaded owners.
+    // Where the next tensor goes (unpaired groups; chunk_packing.h).
+    std::optional<ChunkPacker> packer;
   };
 
   [[nodiscard]] absl::StatusOr<Group*> FindGroup(absl::string_view name) const;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "chunk/chunk_packing.h"
 #include "comm/recording_process_group.h"
 #include "comm/testing/spawn_ranks.h"
 #include "gmock/gmock.h"
@@ -133,6 +134,42 @@ TEST(ChunkManager, PacksInOrderAndAssignsOwners) {
 // world size. Replicated: everyone all of it. Owner: the owner all of it,
 // others none (all of it while accessed). Sharded: the part in the rank's
 // shard at rest, all of it while accessed.
+// The manager packs by chunk_packing.h's rule in every layout. The sharded
+// layout pads a chunk of 9 to 10 at world 2, and a and b (4 + 6) would fit
+// in the padding; packing never uses it, so b opens chunk 1 everywhere.
+TEST(ChunkManager, PlacesTensorsExactlyAsPlanChunks) {
+  std::vector<int64_t> sizes;
+  for (const auto& [name, size] : Tensors()) sizes.push_back(size);
+  for (ChunkLayout layout : kLayouts) {
+    for (std::optional<int64_t> chunk_size :
+         {std::optional<int64_t>(9), {10}, {std::nullopt}}) {
+      for (int world : {1, 2, 3}) {
+        SCOPED_TRACE(testing::Message()
+                     << layout << " chunk size " << chunk_size.value_or(0)
+                     << " world " << world);
+        const absl::StatusOr<ChunkPlan> plan = PlanChunks(sizes, chunk_size);
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        EXPECT_TRUE(AllRanksOk(
+            SpawnRanks(world, [&](comm::ProcessGroup& g) -> absl::Status {
+              ChunkManager m(&g, Opts(layout, chunk_size));
+              CZ_RETURN_IF_ERROR(RegisterAll(m));
+              EXPECT_EQ(m.num_chunks("p"),
+                        static_cast<int>(plan->capacities.size()));
+              for (size_t t = 0; t < sizes.size(); ++t) {
+                const TensorLocation where = *m.Locate("p", Tensors()[t].first);
+                EXPECT_EQ(where.chunk, m.chunk("p", plan->tensors[t].chunk))
+                    << Tensors()[t].first;
+                EXPECT_EQ(where.chunk->tensor(where.index).offset,
+                          plan->tensors[t].offset)
+                    << Tensors()[t].first;
+              }
+              return absl::OkStatus();
+            })));
+      }
+    }
+  }
+}
+
 TEST(ChunkManager, WhoHoldsWhatAfterCloseAccessRelease) {
   for (ChunkLayout layout : kLayouts) {
     for (std::optional<int64_t> size :

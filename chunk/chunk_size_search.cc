@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "chunk/chunk_packing.h"
 
 namespace chunkzero {
 namespace {
@@ -55,32 +56,11 @@ absl::StatusOr<ChunkPacking> PackInOrder(absl::Span<const int64_t> sizes,
     return absl::InvalidArgumentError(
         absl::StrCat("chunk size must be positive, got ", chunk_size));
   }
+  CZ_ASSIGN_OR_RETURN(const ChunkPlan plan, PlanChunks(sizes, chunk_size));
   ChunkPacking packing;
   packing.chunk_size = chunk_size;
-  int64_t free_in_current = 0;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const int64_t size = sizes[i];
-    if (size < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor #", i, " has negative size ", size));
-    }
-    if (size > chunk_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor #", i, " has ", size,
-                       " elements and does not fit in a chunk of ", chunk_size,
-                       " elements"));
-    }
-    if (size > free_in_current || packing.num_chunks == 0) {
-      ++packing.num_chunks;
-      free_in_current = chunk_size;
-    }
-    free_in_current -= size;
-    if (__builtin_add_overflow(packing.used_elements, size,
-                               &packing.used_elements)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensors #0 to #", i, " hold more elements than an int64 counts"));
-    }
-  }
+  packing.num_chunks = static_cast<int64_t>(plan.capacities.size());
+  packing.used_elements = plan.used_elements;
   int64_t allocated = 0;
   if (__builtin_mul_overflow(packing.num_chunks, chunk_size, &allocated)) {
     return absl::InvalidArgumentError(

@@ -6,10 +6,10 @@
 //   r->best.chunk_size, r->best.utilisation, r->best.wasted_elements;
 //   r->sorted_by_size.utilisation;            // what reordering would gain
 //
-// Tensors are packed the way ChunkManager packs them: in the given
-// (registration) order, each into the current chunk if it fits, else into a
-// new chunk; a tensor never spans two chunks. Utilisation is the packed
-// elements over the allocated elements (chunks × chunk size). The search
+// Tensors are packed by the rule ChunkManager packs by (chunk_packing.h): in
+// the given (registration) order, each into the current chunk if it fits,
+// else into a new chunk; a tensor never spans two chunks. Utilisation is the
+// packed elements over the allocated elements (chunks × chunk size). The search
 // tries every size from max(min_chunk_size, largest tensor) up to
 // max_chunk_size in steps of `grid` (rounded up to `alignment`, e.g. the
 // world size for the sharded layout) and keeps the best utilisation,

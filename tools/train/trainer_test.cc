@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "chunk/chunk_packing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/gpt2/gpt_model.h"
@@ -124,27 +125,22 @@ std::string PseudoRandomBytes(int n, int vocab) {
   return bytes;
 }
 
-// ---- The chunk layout, reproduced from chunk/chunk_manager.h: parameters
-// in declaration order; a tensor that does not fit opens a new chunk of
-// chunk_size elements (chunk_size 0: one chunk per tensor, its size);
-// sharded capacities are rounded up to a multiple of the world size.
+// ---- The chunk layout the job will have: GPT-2's parameters in declaration
+// (= first-use) order, packed by ChunkManager's rule (chunk/chunk_packing.h;
+// chunk_size 0: one chunk per tensor), each chunk padded for the layout.
 
 std::vector<int64_t> ChunkCapacities(const GptConfig& model, int64_t chunk_size,
                                      int world, ChunkLayout storage) {
-  std::vector<int64_t> capacities;
-  int64_t used = 0;
+  std::vector<int64_t> sizes;
   for (const auto& [name, shape] : GptParameterShapes(model)) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    if (chunk_size > 0 && !capacities.empty() && used + n <= chunk_size) {
-      used += n;
-      continue;
-    }
-    capacities.push_back(chunk_size > 0 ? chunk_size : n);
-    used = n;
+    sizes.push_back(NumElements(shape));
   }
-  if (storage == ChunkLayout::kSharded) {
-    for (int64_t& c : capacities) c = (c + world - 1) / world * world;
+  absl::StatusOr<ChunkPlan> plan = PlanChunks(sizes, chunk_size);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return {};
+  std::vector<int64_t> capacities;
+  for (int64_t c : plan->capacities) {
+    capacities.push_back(PaddedCapacity(storage, c, world));
   }
   return capacities;
 }
