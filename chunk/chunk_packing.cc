@@ -9,7 +9,7 @@ namespace chunkzero {
 
 ChunkPacker::ChunkPacker(std::optional<int64_t> chunk_size)
     : chunk_size_(chunk_size.has_value() && *chunk_size == 0 ? std::nullopt
-                                                               : chunk_size) {}
+                                                             : chunk_size) {}
 
 absl::StatusOr<PackedTensor> ChunkPacker::Add(int64_t size) {
   const size_t index = plan_.tensors.size();
@@ -24,8 +24,8 @@ absl::StatusOr<PackedTensor> ChunkPacker::Add(int64_t size) {
   if (chunk_size_.has_value() && size > *chunk_size_) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor #", index, " has ", size,
-                     " elements and does not fit in a chunk of ",
-                     *chunk_size_, " elements"));
+                     " elements and does not fit in a chunk of ", *chunk_size_,
+                     " elements"));
   }
   int64_t used = 0;
   if (__builtin_add_overflow(plan_.used_elements, size, &used)) {
@@ -39,9 +39,8 @@ absl::StatusOr<PackedTensor> ChunkPacker::Add(int64_t size) {
     placed.chunk = static_cast<int64_t>(plan_.capacities.size()) - 1;
     placed.offset = used_in_open_chunk_;
   } else {
-    plan_.capacities.push_back(chunk_size_.has_value()
-                                   ? *chunk_size_
-                                   : std::max<int64_t>(size, 1));
+    plan_.capacities.push_back(
+        chunk_size_.has_value() ? *chunk_size_ : std::max<int64_t>(size, 1));
     placed.chunk = static_cast<int64_t>(plan_.capacities.size()) - 1;
     placed.opens_chunk = true;
     used_in_open_chunk_ = 0;

@@ -31,8 +31,8 @@ namespace chunkzero {
 
 // Where one tensor goes.
 struct PackedTensor {
-  int64_t chunk = 0;   // Index of its chunk.
-  int64_t offset = 0;  // Its first element in the chunk.
+  int64_t chunk = 0;         // Index of its chunk.
+  int64_t offset = 0;        // Its first element in the chunk.
   bool opens_chunk = false;  // True when it is the first of a new chunk.
 };
 

@@ -63,7 +63,8 @@ TEST(ChunkPacker, ErrorsNameTheTensorAndPlaceNothing) {
   EXPECT_EQ(packer.Add(11).status().message(),
             "tensor #1 has 11 elements and does not fit in a chunk of 10 "
             "elements");
-  EXPECT_EQ(packer.Add(-2).status().message(), "tensor #1 has negative size -2");
+  EXPECT_EQ(packer.Add(-2).status().message(),
+            "tensor #1 has negative size -2");
   EXPECT_EQ(packer.plan().tensors.size(), 1u);
   absl::StatusOr<PackedTensor> next = packer.Add(6);
   ASSERT_TRUE(next.ok());

@@ -168,6 +168,8 @@ class ZeroDdp final : public ParamHooks {
   void ClearGrads();
 
   DType compute_dtype() const { return options_.compute_dtype; }
+  // The manager holding this model's chunks (given to Create).
+  ChunkManager& chunks() const { return *chunks_; }
   // The current chunk groups of the compute-dtype parameters and of their
   // fp32 masters (paired: same tensors, offsets and shards). Declaration
   // order until step 1's backward, first-use order from then on.

@@ -137,11 +137,9 @@ absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name) {
 }
 
 absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(
-    ZeroDdp* ddp, ChunkManager* chunks, const ZeroOptimizerOptions& options) {
-  if (ddp == nullptr || chunks == nullptr) {
-    return absl::InvalidArgumentError(
-        "ZeroOptimizer needs a ZeroDdp and its "
-        "ChunkManager");
+    ZeroDdp* ddp, const ZeroOptimizerOptions& options) {
+  if (ddp == nullptr) {
+    return absl::InvalidArgumentError("ZeroOptimizer needs a ZeroDdp");
   }
   const double wd =
       options.weight_decay.value_or(DefaultWeightDecay(options.kind));
@@ -153,7 +151,7 @@ absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(
     scaler = s;
   }
   return std::unique_ptr<ZeroOptimizer>(
-      new ZeroOptimizer(ddp, chunks, options, scaler));
+      new ZeroOptimizer(ddp, &ddp->chunks(), options, scaler));
 }
 
 ZeroOptimizer::ZeroOptimizer(ZeroDdp* ddp, ChunkManager* chunks,

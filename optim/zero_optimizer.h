@@ -4,7 +4,7 @@
 //   ZeroOptimizerOptions options;                  // AdamW, lr 1e-3
 //   options.max_grad_norm = 1.0;
 //   CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroOptimizer> opt,
-//                       ZeroOptimizer::Create(ddp.get(), &chunks, options));
+//                       ZeroOptimizer::Create(ddp.get(), options));
 //   for (int step = 0; step < steps; ++step) {
 //     for (int m = 0; m < micro_batches; ++m) {
 //       model.Forward(*ddp, batch[m]);
@@ -148,10 +148,11 @@ class ZeroOptimizer {
  public:
   // InvalidArgument for options PyTorch refuses (a negative rate, betas
   // outside [0, 1), negative eps, weight decay, momentum, dampening or
-  // max_grad_norm, Nesterov without momentum or with dampening). `ddp` and
-  // `chunks` (the manager `ddp` uses) must outlive the optimizer.
+  // max_grad_norm, Nesterov without momentum or with dampening), or a null
+  // `ddp`. The optimizer keeps its masters and states in ddp's chunk
+  // manager; `ddp` (and so that manager) must outlive it.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<ZeroOptimizer>> Create(
-      ZeroDdp* ddp, ChunkManager* chunks, const ZeroOptimizerOptions& options);
+      ZeroDdp* ddp, const ZeroOptimizerOptions& options);
 
   // The factor to multiply the loss (its gradient seed) by before backward:
   // the dynamic loss scale in f16, 1 otherwise.

@@ -160,7 +160,7 @@ std::vector<absl::Status> RunZero(const RunConfig& c, RunResult* out) {
         CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
                             ZeroDdp::Create(model.get(), &chunks, ddp_options));
         CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroOptimizer> opt,
-                            ZeroOptimizer::Create(ddp.get(), &chunks, c.opt));
+                            ZeroOptimizer::Create(ddp.get(), c.opt));
         if (c.at_start) CZ_RETURN_IF_ERROR(c.at_start(*ddp, *opt));
         for (int step = c.first_step; step < c.steps; ++step) {
           const Batch global =
@@ -796,8 +796,7 @@ absl::StatusOr<Rank> SetUpRank(comm::ProcessGroup& g, TestModelKind kind) {
   rank.chunks = std::make_unique<ChunkManager>(&g, options);
   CZ_ASSIGN_OR_RETURN(rank.ddp,
                       ZeroDdp::Create(rank.model.get(), rank.chunks.get(), {}));
-  CZ_ASSIGN_OR_RETURN(
-      rank.opt, ZeroOptimizer::Create(rank.ddp.get(), rank.chunks.get(), {}));
+  CZ_ASSIGN_OR_RETURN(rank.opt, ZeroOptimizer::Create(rank.ddp.get(), {}));
   return rank;
 }
 
@@ -1021,9 +1020,10 @@ TEST(ZeroOptimizer, CreateRefusesBadOptions) {
         auto code = [&](std::function<void(ZeroOptimizerOptions&)> edit) {
           ZeroOptimizerOptions o;
           edit(o);
-          return ZeroOptimizer::Create(ddp.get(), &chunks, o).status().code();
+          return ZeroOptimizer::Create(ddp.get(), o).status().code();
         };
         constexpr auto kBad = absl::StatusCode::kInvalidArgument;
+        EXPECT_EQ(ZeroOptimizer::Create(nullptr, {}).status().code(), kBad);
         EXPECT_EQ(code([](auto& o) { o.beta1 = 1.0; }), kBad);
         EXPECT_EQ(code([](auto& o) { o.beta2 = -0.1; }), kBad);
         EXPECT_EQ(code([](auto& o) { o.eps = -1; }), kBad);

@@ -268,8 +268,7 @@ class RankRunner {
     if (o_.weight_decay >= 0) opt.weight_decay = o_.weight_decay;
     opt.max_grad_norm = o_.clip;
     opt.offload = o_.offload;
-    CZ_ASSIGN_OR_RETURN(optimizer_,
-                        ZeroOptimizer::Create(ddp_.get(), chunks_.get(), opt));
+    CZ_ASSIGN_OR_RETURN(optimizer_, ZeroOptimizer::Create(ddp_.get(), opt));
     if (!o_.resume.empty()) {
       // Only the pieces this rank holds are read (and verified).
       CZ_ASSIGN_OR_RETURN(
