@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,13 +13,10 @@
 #include <system_error>
 #include <utility>
 
-#if defined(__x86_64__)
-#include <nmmintrin.h>
-#endif
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/crc32c.h"
 #include "base/file.h"
 #include "base/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -34,69 +30,8 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "checkpoint shard files are little-endian");
 
 namespace chunkzero {
-namespace checkpoint_internal {
-namespace {
-
-// CRC-32C uses the Castagnoli polynomial 0x1EDC6F41 (RFC 3720, iSCSI), here
-// bit-reflected, as the SSE4.2 crc32 instruction computes it.
-constexpr uint32_t kCastagnoliReflected = 0x82F63B78u;
-
-constexpr std::array<uint32_t, 256> MakeCrc32cTable() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t byte = 0; byte < 256; ++byte) {
-    uint32_t crc = byte;
-    for (int bit = 0; bit < 8; ++bit) {
-      crc = (crc >> 1) ^ ((crc & 1) ? kCastagnoliReflected : 0);
-    }
-    table[byte] = crc;
-  }
-  return table;
-}
-
-constexpr std::array<uint32_t, 256> kCrc32cTable = MakeCrc32cTable();
-
-#if defined(__x86_64__)
-// Eight bytes per instruction: several GB/s, so checksumming costs little
-// beside the disk.
-__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(const void* data,
-                                                       size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  uint64_t crc = 0xFFFFFFFFu;
-  for (; n >= 8; p += 8, n -= 8) {
-    uint64_t word;
-    std::memcpy(&word, p, sizeof(word));
-    crc = _mm_crc32_u64(crc, word);
-  }
-  auto crc32 = static_cast<uint32_t>(crc);
-  for (; n > 0; ++p, --n) crc32 = _mm_crc32_u8(crc32, *p);
-  return ~crc32;
-}
-#endif
-
-}  // namespace
-
-uint32_t Crc32cPortable(const void* data, size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  uint32_t crc = 0xFFFFFFFFu;
-  for (size_t i = 0; i < n; ++i) {
-    crc = (crc >> 8) ^ kCrc32cTable[(crc ^ p[i]) & 0xFF];
-  }
-  return ~crc;
-}
-
-uint32_t Crc32c(const void* data, size_t n) {
-#if defined(__x86_64__)
-  static const bool kHaveSse42 = __builtin_cpu_supports("sse4.2");
-  if (kHaveSse42) return Crc32cSse42(data, n);
-#endif
-  return Crc32cPortable(data, n);
-}
-
-}  // namespace checkpoint_internal
 
 namespace {
-
-using checkpoint_internal::Crc32c;
 
 // Shard files start with this, so that a file of something else is refused
 // before its pieces are read.

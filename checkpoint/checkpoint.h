@@ -146,15 +146,6 @@ using CheckpointPieceFilter =
 [[nodiscard]] absl::StatusOr<Checkpoint> ReadCheckpoint(
     const std::string& dir, const CheckpointPieceFilter& filter);
 
-namespace checkpoint_internal {
-
-// CRC-32C (Castagnoli) of `n` bytes: the SSE4.2 instruction where the CPU has
-// it, else Crc32cPortable. Both give the same value.
-uint32_t Crc32c(const void* data, size_t n);
-// The table-driven version, for any CPU.
-uint32_t Crc32cPortable(const void* data, size_t n);
-
-}  // namespace checkpoint_internal
 }  // namespace chunkzero
 
 #endif  // CHUNKZERO_CHECKPOINT_CHECKPOINT_H_

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/crc32c.h"
 #include "checkpoint/checkpoint.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -174,26 +175,6 @@ void FlipByte(const std::string& path, int64_t offset, uint8_t mask = 0x01) {
 std::string ReadFile(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(file), {});
-}
-
-TEST(Crc32c, MatchesTheStandardCheckValue) {
-  // The CRC-32C check value of "123456789" (RFC 3720, B.4).
-  EXPECT_EQ(checkpoint_internal::Crc32c("123456789", 9), 0xE3069283u);
-  EXPECT_EQ(checkpoint_internal::Crc32cPortable("123456789", 9), 0xE3069283u);
-  EXPECT_EQ(checkpoint_internal::Crc32c("", 0), 0u);
-}
-
-TEST(Crc32c, HardwareAndPortableAgreeAtEveryLengthAndAlignment) {
-  std::string bytes(100, '\0');
-  for (size_t i = 0; i < bytes.size(); ++i)
-    bytes[i] = static_cast<char>(i * 37);
-  for (size_t begin = 0; begin < 8; ++begin) {
-    for (size_t n = 0; begin + n <= bytes.size(); ++n) {
-      ASSERT_EQ(checkpoint_internal::Crc32c(bytes.data() + begin, n),
-                checkpoint_internal::Crc32cPortable(bytes.data() + begin, n))
-          << "begin " << begin << " n " << n;
-    }
-  }
 }
 
 TEST(Checkpoint, RoundTripsPiecesScalarsAndConfigBitForBit) {
@@ -436,8 +417,7 @@ TEST(Checkpoint, UnknownFormatVersionIsFailedPrecondition) {
   manifest.set_format_version(kCheckpointFormatVersion + 1);
   ManifestFile file;
   manifest.SerializeToString(file.mutable_manifest());
-  file.set_crc32c(checkpoint_internal::Crc32c(file.manifest().data(),
-                                              file.manifest().size()));
+  file.set_crc32c(Crc32c(file.manifest().data(), file.manifest().size()));
   std::ofstream(dir + "/manifest.pb", std::ios::binary)
       << file.SerializeAsString();
   const absl::StatusOr<Checkpoint> read = ReadCheckpoint(dir);
