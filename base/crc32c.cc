@@ -65,5 +65,4 @@ uint32_t Crc32c(const void* data, size_t n) {
   return Crc32cPortable(data, n);
 }
 
-
 }  // namespace chunkzero

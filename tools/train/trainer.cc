@@ -1,7 +1,6 @@
 #include "tools/train/trainer.h"
 
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +12,6 @@
 #include <thread>
 #include <utility>
 
-#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -23,8 +21,9 @@
 #include "base/file_lock.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
-#include "checkpoint/checkpoint.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "chunk/chunk_manager.h"
+#include "comm/agree.h"
 #include "comm/gather.h"
 #include "comm/gloo/gloo_process_group.h"
 #include "comm/inprocess/in_process_group.h"
@@ -121,10 +120,6 @@ RankStepMetrics Measure(const MemoryTracker& tracker,
   return m;
 }
 
-// Marks a status that only echoes another rank's failure (see Agree): the
-// job reports the rank whose status is the cause.
-constexpr char kEchoPayload[] = "chunkzero.train/echo";
-
 // The lock file --save's directory holds while a job saves into it.
 constexpr char kSaveLockName[] = "lock";
 
@@ -212,25 +207,9 @@ class RankRunner {
   int rank() const { return raw_.rank(); }
   absl::Duration timeout() const { return absl::Seconds(o_.comm_timeout_s); }
 
-  // Every rank learns whether every rank's `mine` is OK, so that all of them
-  // go on or fail together (a rank that returned alone would leave the
-  // others waiting in their next collective). Returns `mine` if it failed,
-  // else the lowest failing rank's code with `others` and that rank.
+  // All ranks go on or fail together (comm/agree.h).
   absl::Status Agree(const absl::Status& mine, absl::string_view others) {
-    CZ_ASSIGN_OR_RETURN(
-        std::vector<std::vector<int64_t>> codes,
-        comm::AllGatherInt64(raw_, {static_cast<int64_t>(mine.code())},
-                             timeout()));
-    if (!mine.ok()) return mine;
-    for (size_t r = 0; r < codes.size(); ++r) {
-      if (codes[r][0] != 0) {
-        absl::Status echo(static_cast<absl::StatusCode>(codes[r][0]),
-                          absl::StrCat(others, " (rank ", r, ")"));
-        echo.SetPayload(kEchoPayload, absl::Cord("1"));
-        return echo;
-      }
-    }
-    return absl::OkStatus();
+    return comm::AgreeOnStatus(raw_, mine, others, timeout());
   }
 
   absl::Status SetUp() {
@@ -270,15 +249,7 @@ class RankRunner {
     opt.offload = o_.offload;
     CZ_ASSIGN_OR_RETURN(optimizer_, ZeroOptimizer::Create(ddp_.get(), opt));
     if (!o_.resume.empty()) {
-      // Only the pieces this rank holds are read (and verified).
-      CZ_ASSIGN_OR_RETURN(
-          Checkpoint ckpt,
-          ReadCheckpoint(o_.resume,
-                         [&](const std::string& param, const std::string&,
-                             int64_t begin, int64_t numel) {
-                           return optimizer_->HoldsAny(param, begin, numel);
-                         }));
-      CZ_RETURN_IF_ERROR(optimizer_->LoadState(ckpt.state),
+      CZ_RETURN_IF_ERROR(LoadShardedCheckpoint(o_.resume, *optimizer_).status(),
                          "--resume=", o_.resume);
     }
     tokens_per_rank_ = static_cast<size_t>(o_.batch) * plan_.seq_len;
@@ -367,77 +338,12 @@ class RankRunner {
     return Agree(reported, "the step could not be reported");
   }
 
-  // Saves a checkpoint: every rank writes its shard, all agree that every
-  // shard is written, rank 0 commits the manifest, all agree on that. A save
-  // that fails anywhere removes the shards it wrote (the manifest still names
-  // the previous checkpoint, which stays whole), and fails on every rank.
+  // Saves a checkpoint collectively (checkpoint/sharded_checkpoint.h): a
+  // save that fails anywhere fails on every rank and leaves the previous
+  // checkpoint whole.
   absl::Status Save(int64_t step) {
-    CZ_ASSIGN_OR_RETURN(OptimizerState shard, optimizer_->SaveShard());
-    ChunkPlacementMap placement;
-    for (const std::string& name : plan_.order) {
-      CZ_ASSIGN_OR_RETURN(TensorLocation where,
-                          chunks_->Locate(ddp_->master_group(), name));
-      placement[name] = {where.chunk->name(),
-                         where.chunk->tensor(where.index).offset};
-    }
-    absl::StatusOr<ShardIndex> index = [&]() -> absl::StatusOr<ShardIndex> {
-      // A diverged state would resume into NaNs: refuse it before writing.
-      CZ_RETURN_IF_ERROR(CheckPiecesFinite(shard),
-                         "a checkpoint of it could not resume, so none was "
-                         "written");
-      return WriteCheckpointShard(o_.save, step, rank(), o_.world_size, shard,
-                                  &placement);
-    }();
-    const absl::Status written =
-        Agree(index.status(), "a shard could not be written");
-    CZ_ASSIGN_OR_RETURN(
-        std::vector<std::string> serialized,
-        comm::AllGatherBytes(raw_, index.ok() ? index->SerializeAsString() : "",
-                             timeout()));
-    if (!written.ok()) {
-      if (index.ok()) RemoveShard(index->file());
-      return written;
-    }
-    absl::Status committed;
-    if (rank() == 0) {
-      CheckpointMeta meta;
-      meta.step = step;
-      meta.world_size = o_.world_size;
-      meta.layout = std::string(ChunkLayoutName(o_.storage));
-      CopyOptimizerScalars(shard, &meta);
-      meta.config = CheckpointConfig(plan_);
-      std::vector<ShardIndex> indexes(serialized.size());
-      for (size_t r = 0; r < serialized.size(); ++r) {
-        if (!indexes[r].ParseFromString(serialized[r])) {
-          committed = absl::InternalError(
-              absl::StrCat("rank ", r, "'s shard index did not arrive intact"));
-        }
-      }
-      if (committed.ok()) {
-        committed = WriteCheckpointManifest(o_.save, meta, indexes);
-      }
-    }
-    committed =
-        Agree(committed, "the checkpoint manifest could not be committed");
-    if (!committed.ok()) {
-      // The manifest may have been renamed into place before a later step
-      // (the directory's fsync) failed: then it names this shard, which
-      // must stay.
-      absl::StatusOr<std::vector<std::string>> named =
-          CheckpointShardFiles(o_.save);
-      if (!named.ok() || std::find(named->begin(), named->end(),
-                                   index->file()) == named->end()) {
-        RemoveShard(index->file());
-      }
-    }
-    return committed;
-  }
-
-  // Removes this rank's shard of a save that did not commit. Best effort:
-  // a shard file left behind is unreferenced and a later save deletes it.
-  void RemoveShard(const std::string& file) {
-    const std::string path = JoinPath(o_.save, file);
-    ::unlink(path.c_str());
+    return SaveShardedCheckpoint(raw_, *ddp_, *optimizer_, o_.save, step,
+                                 CheckpointConfig(plan_), timeout());
   }
 
   const TrainPlan& plan_;
@@ -544,12 +450,12 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
     absl::Status cause;
     {
       MutexLock lock(&failure_mu);
-      const bool echo = status.GetPayload(kEchoPayload).has_value();
+      const bool echo = comm::IsEchoedFailure(status);
       if (first_failure.ok() ||
-          (!echo && first_failure.GetPayload(kEchoPayload).has_value())) {
+          (!echo && comm::IsEchoedFailure(first_failure))) {
         first_failure = absl::Status(
             status.code(), absl::StrCat("rank ", r, ": ", status.message()));
-        if (echo) first_failure.SetPayload(kEchoPayload, absl::Cord("1"));
+        if (echo) comm::MarkEchoedFailure(first_failure);
       }
       // A copy sharing nothing with first_failure, which another rank may
       // replace meanwhile (base/detached_status.h).
