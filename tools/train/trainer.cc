@@ -33,6 +33,7 @@
 #include "models/gpt2/gpt_checkpoint.h"
 #include "optim/zero_optimizer.h"
 #include "tensor/memory_tracker.h"
+#include "tools/train/step_metrics.h"
 #include "tools/train/token_data.h"
 #include "tools/train/train_flags.h"
 #include "tools/train/train_plan.h"
@@ -42,83 +43,6 @@ namespace chunkzero {
 namespace {
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
-
-// "AllGather" -> "all_gather".
-std::string SnakeCase(absl::string_view camel) {
-  std::string out;
-  for (char c : camel) {
-    if (c >= 'A' && c <= 'Z') {
-      if (!out.empty()) out += '_';
-      out += static_cast<char>(c - 'A' + 'a');
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-// RankStepMetrics as a fixed list of integers, to gather on rank 0: the peak
-// of every category, the two totals, then (present, bytes) per collective.
-std::vector<int64_t> Encode(const RankStepMetrics& m) {
-  std::vector<int64_t> v;
-  for (int k = 0; k < kNumMemoryCategories; ++k) {
-    auto it = m.peak_bytes.find(
-        std::string(MemoryCategoryName(static_cast<MemoryCategory>(k))));
-    v.push_back(it == m.peak_bytes.end() ? 0 : it->second);
-  }
-  v.push_back(m.peak_total_bytes);
-  v.push_back(m.peak_device_bytes);
-  for (int k = 0; k < comm::kNumCollectiveKinds; ++k) {
-    auto it = m.comm_bytes.find(SnakeCase(
-        comm::CollectiveKindName(static_cast<comm::CollectiveKind>(k))));
-    v.push_back(it != m.comm_bytes.end());
-    v.push_back(it == m.comm_bytes.end() ? 0 : it->second);
-  }
-  return v;
-}
-
-RankStepMetrics Decode(const std::vector<int64_t>& v) {
-  RankStepMetrics m;
-  size_t i = 0;
-  for (int k = 0; k < kNumMemoryCategories; ++k) {
-    m.peak_bytes[std::string(
-        MemoryCategoryName(static_cast<MemoryCategory>(k)))] = v[i++];
-  }
-  m.peak_total_bytes = v[i++];
-  m.peak_device_bytes = v[i++];
-  for (int k = 0; k < comm::kNumCollectiveKinds; ++k) {
-    const bool present = v[i++] != 0;
-    const int64_t bytes = v[i++];
-    if (present) {
-      m.comm_bytes[SnakeCase(comm::CollectiveKindName(
-          static_cast<comm::CollectiveKind>(k)))] = bytes;
-    }
-  }
-  return m;
-}
-
-RankStepMetrics Measure(const MemoryTracker& tracker,
-                        const comm::RecordingSnapshot& comm) {
-  RankStepMetrics m;
-  for (Device d : {Device::Cpu(), Device::Simulated(0)}) {
-    for (int k = 0; k < kNumMemoryCategories; ++k) {
-      const auto category = static_cast<MemoryCategory>(k);
-      const int64_t peak = tracker.Peak(d, category);
-      if (peak > 0 || d == Device::Cpu()) {
-        m.peak_bytes[std::string(MemoryCategoryName(category))] += peak;
-      }
-    }
-    m.peak_total_bytes += tracker.PeakTotal(d);
-    if (d != Device::Cpu()) m.peak_device_bytes += tracker.PeakTotal(d);
-  }
-  for (int k = 0; k < comm::kNumCollectiveKinds; ++k) {
-    const auto kind = static_cast<comm::CollectiveKind>(k);
-    if (comm[kind].calls == 0) continue;
-    m.comm_bytes[SnakeCase(comm::CollectiveKindName(kind))] =
-        std::llround(comm[kind].bus_bytes);
-  }
-  return m;
-}
 
 // The lock file --save's directory holds while a job saves into it.
 constexpr char kSaveLockName[] = "lock";
@@ -310,7 +234,9 @@ class RankRunner {
     }
     CZ_ASSIGN_OR_RETURN(
         std::vector<std::vector<int64_t>> figures,
-        comm::AllGatherInt64(raw_, Encode(Measure(tracker_, comm)), timeout()));
+        comm::AllGatherInt64(
+            raw_, EncodeRankStepMetrics(MeasureRankStep(tracker_, comm)),
+            timeout()));
     absl::Status reported;
     if (rank() == 0) {
       StepMetrics m;
@@ -329,7 +255,7 @@ class RankRunner {
       m.optimizer_s = Seconds(optimizer);
       m.comm_wait_s = Seconds(comm.blocked);
       for (const std::vector<int64_t>& f : figures)
-        m.ranks.push_back(Decode(f));
+        m.ranks.push_back(DecodeRankStepMetrics(f));
       result_->steps.push_back(m);
       if (on_step_) reported = on_step_(m);
     }
@@ -361,42 +287,7 @@ class RankRunner {
   std::vector<int32_t> inputs_, targets_;
 };
 
-// JSON has no NaN or infinities: a non-finite figure (the grad norm of a
-// skipped fp16 step) is null, as Python's json.dumps(allow_nan=False)
-// callers and JSON.parse expect.
-std::string JsonNumber(double x) {
-  if (!std::isfinite(x)) return "null";
-  return absl::StrFormat("%.9g", x);
-}
-
-std::string JsonMap(const std::map<std::string, int64_t>& m) {
-  std::vector<std::string> parts;
-  for (const auto& [k, v] : m) parts.push_back(absl::StrCat("\"", k, "\":", v));
-  return absl::StrCat("{", absl::StrJoin(parts, ","), "}");
-}
-
 }  // namespace
-
-std::string StepMetricsJson(const StepMetrics& m) {
-  std::vector<std::string> ranks;
-  for (const RankStepMetrics& r : m.ranks) {
-    ranks.push_back(absl::StrCat("{\"peak_bytes\":", JsonMap(r.peak_bytes),
-                                 ",\"comm_bytes\":", JsonMap(r.comm_bytes),
-                                 "}"));
-  }
-  return absl::StrCat("{\"step\":", m.step, ",\"loss\":", JsonNumber(m.loss),
-                      ",\"lr\":", JsonNumber(m.lr),
-                      ",\"loss_scale\":", JsonNumber(m.loss_scale),
-                      ",\"skipped\":", m.skipped ? "true" : "false",
-                      ",\"grad_norm\":", JsonNumber(m.grad_norm),
-                      ",\"step_time_s\":", JsonNumber(m.step_time_s),
-                      ",\"tokens_per_s\":", JsonNumber(m.tokens_per_s),
-                      ",\"time_s\":{\"forward\":", JsonNumber(m.forward_s),
-                      ",\"backward\":", JsonNumber(m.backward_s),
-                      ",\"optimizer\":", JsonNumber(m.optimizer_s),
-                      ",\"comm_wait\":", JsonNumber(m.comm_wait_s),
-                      "},\"ranks\":[", absl::StrJoin(ranks, ","), "]}");
-}
 
 absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
                                         const StepCallback& on_step) {

@@ -44,46 +44,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "models/gpt2/gpt_model.h"
+#include "tools/train/step_metrics.h"
 #include "tools/train/train_options.h"
 
 namespace chunkzero {
-
-// One rank's figures for one step.
-struct RankStepMetrics {
-  // Peak payload bytes since the start, by category ("param", "master",
-  // "optim_state", "grad_accum", "comm", ...), summed over devices.
-  std::map<std::string, int64_t> peak_bytes;
-  // The peak of all categories together (per device, summed over devices).
-  int64_t peak_total_bytes = 0;
-  // The peak on the device (not host memory): with --offload=optimizer,
-  // what the compute chunks cost the accelerator. Not in the JSON.
-  int64_t peak_device_bytes = 0;
-  // Bus bytes (DESIGN.md §7) this rank sent and received in this step, by
-  // collective ("all_gather", "reduce_scatter", ...).
-  std::map<std::string, int64_t> comm_bytes;
-};
-
-struct StepMetrics {
-  int64_t step = 0;  // 1-based: the number of steps done after this one.
-  int64_t steps = 0;
-  double loss = 0;
-  double lr = 0;
-  double loss_scale = 1;
-  bool skipped = false;
-  double grad_norm = 0;
-  double step_time_s = 0;
-  double tokens_per_s = 0;
-  // Rank 0's time in forward, backward (FinishBackward included), the
-  // optimizer (AccumulateGrads included) and blocked in collectives.
-  double forward_s = 0, backward_s = 0, optimizer_s = 0, comm_wait_s = 0;
-  std::vector<RankStepMetrics> ranks;
-};
-
-// The metrics as one line of JSON with the keys scripts read: step, loss,
-// lr, loss_scale, skipped, grad_norm, step_time_s, tokens_per_s, time_s
-// {forward, backward, optimizer, comm_wait}, ranks [{peak_bytes,
-// comm_bytes}]. A non-finite number (a skipped step's grad norm) is null.
-std::string StepMetricsJson(const StepMetrics& m);
 
 struct TrainResult {
   GptConfig model;

@@ -1,0 +1,51 @@
+#include "tools/train/step_metrics.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace chunkzero {
+namespace {
+
+TEST(RankStepMetrics, EncodingRoundTripsAndHasAFixedLength) {
+  RankStepMetrics m;
+  m.peak_bytes = {{"param", 4096}, {"master", 8192}};
+  m.peak_total_bytes = 12288;
+  m.peak_device_bytes = 17;
+  m.comm_bytes = {{"all_gather", 1397760}, {"reduce_scatter", 698880}};
+  const std::vector<int64_t> encoded = EncodeRankStepMetrics(m);
+  EXPECT_EQ(encoded.size(), EncodeRankStepMetrics(RankStepMetrics()).size());
+  const RankStepMetrics back = DecodeRankStepMetrics(encoded);
+  // Every category comes back, absent ones as 0; only the collectives that
+  // were present come back.
+  for (const auto& [category, bytes] : back.peak_bytes) {
+    const auto it = m.peak_bytes.find(category);
+    EXPECT_EQ(bytes, it == m.peak_bytes.end() ? 0 : it->second) << category;
+  }
+  EXPECT_EQ(back.peak_bytes.at("master"), 8192);
+  EXPECT_EQ(back.peak_total_bytes, 12288);
+  EXPECT_EQ(back.peak_device_bytes, 17);
+  EXPECT_EQ(back.comm_bytes, m.comm_bytes);
+}
+
+TEST(RankStepMetrics, MeasureCountsPeaksAndOnlyCollectivesThatRan) {
+  MemoryTracker tracker;
+  tracker.Add(Device::Cpu(), MemoryCategory::kParam, 1000);
+  tracker.Add(Device::Cpu(), MemoryCategory::kMaster, 300);
+  tracker.Subtract(Device::Cpu(), MemoryCategory::kParam, 1000);
+  comm::RecordingSnapshot snapshot;
+  snapshot.per_kind[static_cast<int>(comm::CollectiveKind::kAllReduce)].calls =
+      2;
+  snapshot.per_kind[static_cast<int>(comm::CollectiveKind::kAllReduce)]
+      .bus_bytes = 180.4;
+  const RankStepMetrics m = MeasureRankStep(tracker, snapshot);
+  EXPECT_EQ(m.peak_bytes.at("param"), 1000);
+  EXPECT_EQ(m.peak_bytes.at("master"), 300);
+  EXPECT_EQ(m.peak_total_bytes, 1300);
+  EXPECT_EQ(m.peak_device_bytes, 0);
+  EXPECT_EQ(m.comm_bytes, (std::map<std::string, int64_t>{{"all_reduce", 180}}));
+}
+
+}  // namespace
+}  // namespace chunkzero
