@@ -41,8 +41,7 @@ absl::StatusOr<ChunkPlacementMap> MasterPlacement(const ZeroDdp& ddp) {
 absl::Status SaveShardedCheckpoint(
     comm::ProcessGroup& group, const ZeroDdp& ddp, ZeroOptimizer& optimizer,
     const std::string& dir, int64_t step,
-    const std::map<std::string, std::string>& config,
-    absl::Duration timeout) {
+    const std::map<std::string, std::string>& config, absl::Duration timeout) {
   CZ_ASSIGN_OR_RETURN(OptimizerState shard, optimizer.SaveShard());
   const absl::StatusOr<ShardIndex> index = [&]() -> absl::StatusOr<ShardIndex> {
     CZ_ASSIGN_OR_RETURN(const ChunkPlacementMap placement,
@@ -69,8 +68,7 @@ absl::Status SaveShardedCheckpoint(
     CheckpointMeta meta;
     meta.step = step;
     meta.world_size = group.size();
-    meta.layout = std::string(
-        ChunkLayoutName(ddp.chunks().options().layout));
+    meta.layout = std::string(ChunkLayoutName(ddp.chunks().options().layout));
     CopyOptimizerScalars(shard, &meta);
     meta.config = config;
     std::vector<ShardIndex> indexes(serialized.size());
@@ -90,8 +88,8 @@ absl::Status SaveShardedCheckpoint(
     // (the directory's fsync) failed: then it names this shard, which must
     // stay.
     absl::StatusOr<std::vector<std::string>> named = CheckpointShardFiles(dir);
-    if (!named.ok() || std::find(named->begin(), named->end(),
-                                 index->file()) == named->end()) {
+    if (!named.ok() || std::find(named->begin(), named->end(), index->file()) ==
+                           named->end()) {
       RemoveShard(dir, index->file());
     }
   }

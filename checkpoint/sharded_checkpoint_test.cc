@@ -32,8 +32,8 @@ namespace fs = std::filesystem;
 
 std::string TestDir(const std::string& name) {
   const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(
-      tmp != nullptr ? tmp : "/tmp", "/sharded_checkpoint_test/", name);
+  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp",
+                                       "/sharded_checkpoint_test/", name);
   fs::remove_all(dir);
   return dir;
 }
@@ -60,9 +60,8 @@ absl::StatusOr<Rank> MakeRank(comm::ProcessGroup& g, ChunkLayout layout,
   for (Parameter* p : r.model->Parameters()) {
     ddp_options.first_use_order.push_back(p->name());
   }
-  CZ_ASSIGN_OR_RETURN(r.ddp,
-                      ZeroDdp::Create(r.model.get(), r.chunks.get(),
-                                      ddp_options));
+  CZ_ASSIGN_OR_RETURN(
+      r.ddp, ZeroDdp::Create(r.model.get(), r.chunks.get(), ddp_options));
   CZ_ASSIGN_OR_RETURN(r.optimizer, ZeroOptimizer::Create(r.ddp.get(), {}));
   return r;
 }
@@ -105,8 +104,8 @@ TEST(ShardedCheckpoint, AResumedStepEqualsTheUninterruptedOneBitForBit) {
       AllRanksOk(SpawnRanks(2, [&](comm::ProcessGroup& g) -> absl::Status {
         CZ_ASSIGN_OR_RETURN(Rank r, MakeRank(g, ChunkLayout::kSharded, 1));
         CZ_RETURN_IF_ERROR(TrainOneStep(g, r));
-        CZ_RETURN_IF_ERROR(SaveShardedCheckpoint(
-            g, *r.ddp, *r.optimizer, dir, 1, {{"model", "mlp"}}));
+        CZ_RETURN_IF_ERROR(SaveShardedCheckpoint(g, *r.ddp, *r.optimizer, dir,
+                                                 1, {{"model", "mlp"}}));
         CZ_ASSIGN_OR_RETURN(auto at_save, Gathered(*r.optimizer));
         CZ_RETURN_IF_ERROR(TrainOneStep(g, r));
         CZ_ASSIGN_OR_RETURN(auto after, Gathered(*r.optimizer));

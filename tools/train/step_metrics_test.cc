@@ -44,7 +44,8 @@ TEST(RankStepMetrics, MeasureCountsPeaksAndOnlyCollectivesThatRan) {
   EXPECT_EQ(m.peak_bytes.at("master"), 300);
   EXPECT_EQ(m.peak_total_bytes, 1300);
   EXPECT_EQ(m.peak_device_bytes, 0);
-  EXPECT_EQ(m.comm_bytes, (std::map<std::string, int64_t>{{"all_reduce", 180}}));
+  EXPECT_EQ(m.comm_bytes,
+            (std::map<std::string, int64_t>{{"all_reduce", 180}}));
 }
 
 }  // namespace

@@ -1,0 +1,98 @@
+// ZeroDdp's state dict (consolidated f32 values, gathered and loaded one
+// master chunk at a time) and the restore of the compute weights from the
+// masters.
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "ddp/zero_ddp.h"
+#include "ddp/zero_ddp_internal.h"
+#include "tensor/cast_kernels.h"
+
+namespace chunkzero {
+
+using zero_ddp_internal::CastTo;
+
+absl::Status ZeroDdp::VisitFullParameters(
+    bool all_ranks,
+    const std::function<absl::Status(const std::string&, const Tensor&)>& fn) {
+  const bool visit = all_ranks || chunks_->process_group().rank() == 0;
+  for (int c = 0; c < chunks_->num_chunks(master_group_); ++c) {
+    Chunk* chunk = chunks_->chunk(master_group_, c);
+    CZ_RETURN_IF_ERROR(chunks_->AccessChunk(chunk));
+    for (int i = 0; visit && i < chunk->num_tensors(); ++i) {
+      CZ_ASSIGN_OR_RETURN(Tensor value, chunk->TensorView(i).Clone());
+      CZ_RETURN_IF_ERROR(fn(chunk->tensor(i).name, value));
+    }
+    CZ_RETURN_IF_ERROR(chunks_->ReleaseChunk(chunk));
+  }
+  for (ParamInfo& info : params_) {
+    if (info.registered || !visit) continue;
+    CZ_ASSIGN_OR_RETURN(Tensor value, CastTo(info.param->data(), DType::kF32));
+    CZ_RETURN_IF_ERROR(fn(info.param->name(), value));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, Tensor>> ZeroDdp::GatherStateDict(
+    bool all_ranks) {
+  std::map<std::string, Tensor> dict;
+  CZ_RETURN_IF_ERROR(VisitFullParameters(
+      all_ranks, [&](const std::string& name, const Tensor& value) {
+        dict[name] = value;
+        return absl::OkStatus();
+      }));
+  return dict;
+}
+
+absl::Status ZeroDdp::LoadStateDict(
+    const std::map<std::string, Tensor>& values) {
+  // Check everything before writing anything.
+  for (const ParamInfo& info : params_) {
+    auto it = values.find(info.param->name());
+    if (it == values.end()) {
+      return absl::NotFoundError(absl::StrCat("state dict has no parameter '",
+                                              info.param->name(), "'"));
+    }
+    if (it->second.shape() != info.param->shape()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("state dict value of '", info.param->name(), "' is ",
+                       it->second.DebugString(), ", the parameter is ",
+                       ShapeToString(info.param->shape())));
+    }
+  }
+  for (ParamInfo& info : params_) {
+    const Tensor& value = values.at(info.param->name());
+    CZ_ASSIGN_OR_RETURN(Tensor f32, CastTo(value, DType::kF32));
+    CZ_ASSIGN_OR_RETURN(Tensor compute, CastTo(value, options_.compute_dtype));
+    if (!info.registered) {  // Kept out of chunks: no rank uses it.
+      info.param->set_data(std::move(compute));
+      continue;
+    }
+    CZ_RETURN_IF_ERROR(chunks_->CopyTensorToChunkSlice(
+        master_group_, info.param->name(), f32));
+    CZ_RETURN_IF_ERROR(chunks_->CopyTensorToChunkSlice(
+        param_group_, info.param->name(), compute));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroDdp::RestoreParamsFromMasters() {
+  for (int i = 0; i < chunks_->num_chunks(param_group_); ++i) {
+    Chunk* param = chunks_->chunk(param_group_, i);
+    Chunk* master = chunks_->chunk(master_group_, i);
+    if (param->layout() == ChunkLayout::kOwner && !param->is_holder()) continue;
+    // The payload each rank keeps at rest: the shard, or the whole chunk.
+    Tensor to = param->ShardStorageView();
+    Tensor from = master->ShardStorageView();
+    if (!to.is_materialized() || !from.is_materialized()) continue;
+    CZ_RETURN_IF_ERROR(Cast(to.raw_data(), to.dtype(), from.raw_data(),
+                            from.dtype(), to.numel()),
+                       "restoring chunk ", param->name(), " from its masters");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace chunkzero

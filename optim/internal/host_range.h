@@ -1,0 +1,80 @@
+// HostRange: a range of a chunk's payload at rest through a host pointer,
+// for the optimizer's update and its state I/O (internal to optim/).
+#ifndef CHUNKZERO_OPTIM_INTERNAL_HOST_RANGE_H_
+#define CHUNKZERO_OPTIM_INTERNAL_HOST_RANGE_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "base/status_macros.h"
+#include "chunk/chunk.h"
+#include "tensor/allocator.h"
+#include "tensor/device.h"
+
+namespace chunkzero {
+namespace optim_internal {
+
+// A range of a chunk's payload at rest, readable and writable through a
+// host pointer: the payload itself on host-accessible devices, else a host
+// copy that Finish() writes back.
+class HostRange {
+ public:
+  static absl::StatusOr<HostRange> Open(Chunk* chunk, int64_t begin,
+                                        int64_t end) {
+    HostRange r;
+    r.chunk_ = chunk;
+    r.bytes_ = static_cast<size_t>(end - begin) * ElementSize(chunk->dtype());
+    Tensor held = chunk->ShardStorageView();
+    r.device_pointer_ =
+        static_cast<char*>(held.raw_data()) +
+        (begin - chunk->shard_begin()) * ElementSize(chunk->dtype());
+    if (chunk->device().is_host_accessible()) return r;
+    r.copy_.resize(r.bytes_);
+    CZ_RETURN_IF_ERROR(CopyBytes(r.get(), Device::Cpu(), r.device_pointer_,
+                                 chunk->device(), r.bytes_),
+                       "staging chunk ", chunk->name(), " in host memory");
+    return r;
+  }
+  // The staged copy lives in copy_, so the pointer is recomputed (a moved
+  // HostRange stays valid).
+  void* get() const {
+    return copy_.empty() ? static_cast<void*>(device_pointer_)
+                         : static_cast<void*>(copy_.data());
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(get());
+  }
+  // Writes a staged copy back to the device.
+  absl::Status Finish() {
+    if (copy_.empty()) return absl::OkStatus();
+    CZ_RETURN_IF_ERROR(CopyBytes(device_pointer_, chunk_->device(), get(),
+                                 Device::Cpu(), bytes_),
+                       "writing chunk ", chunk_->name(), " back from host");
+    return absl::OkStatus();
+  }
+
+ private:
+  Chunk* chunk_ = nullptr;
+  char* device_pointer_ = nullptr;
+  size_t bytes_ = 0;
+  mutable std::vector<char> copy_;  // Host copy of a non-host payload.
+};
+
+// The overlap of two element ranges [first, second): empty (lo, lo) when
+// they do not overlap.
+inline std::pair<int64_t, int64_t> Intersect(std::pair<int64_t, int64_t> a,
+                                      std::pair<int64_t, int64_t> b) {
+  const int64_t lo = std::max(a.first, b.first);
+  const int64_t hi = std::min(a.second, b.second);
+  return lo < hi ? std::make_pair(lo, hi) : std::make_pair(lo, lo);
+}
+
+}  // namespace optim_internal
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_OPTIM_INTERNAL_HOST_RANGE_H_
