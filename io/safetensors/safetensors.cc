@@ -1,17 +1,20 @@
 #include "io/safetensors/safetensors.h"
 
 #include <algorithm>
-#include <cctype>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <set>
 
-#include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "base/file.h"
 #include "base/status_macros.h"
+#include "nlohmann/json.hpp"
 
 namespace chunkzero {
 namespace {
@@ -19,209 +22,207 @@ namespace {
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors data is little-endian; this reads it in place");
 
-// The header's JSON: objects (members in file order), arrays, strings and
-// numbers (kept as text, parsed where used); true, false and null parse
-// and are rejected where a value is used.
-struct Json {
-  enum Kind { kNull, kBool, kNumber, kString, kArray, kObject };
-  Kind kind = kNull;
-  std::string text;  // kString: the decoded string; kNumber: its text.
-  std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;
-};
+// The header's JSON. Ordered: objects keep their members in file order,
+// which the checks below report errors in.
+using Json = nlohmann::ordered_json;
 
-class JsonParser {
+// Parses the header through nlohmann's SAX interface rather than
+// Json::parse, for what parse does not give: a depth limit on hostile
+// input, the reason a parse failed (parse with allow_exceptions = false only
+// says that it did; this code does not use exceptions), and repeated keys.
+// Json::parse keeps one value per key; this reader has always seen every
+// member of an object, repeats included, in file order (FromBytes reports a
+// tensor listed twice, checks every __metadata__ value, and takes the first
+// of a repeated key within a tensor entry). So objects here are ordered_json
+// objects (a vector of members) with repeated keys appended, and are read
+// only by iterating over them.
+class HeaderParser final : public Json::json_sax_t {
  public:
-  explicit JsonParser(absl::string_view in) : in_(in) {}
-
-  absl::StatusOr<Json> ParseDocument() {
-    CZ_ASSIGN_OR_RETURN(Json value, ParseValue(0));
-    SkipSpace();
-    if (pos_ != in_.size()) return Error("trailing characters");
-    return value;
-  }
-
- private:
-  // Deep enough for any safetensors header; bounds the recursion on
-  // hostile input.
-  static constexpr int kMaxDepth = 32;
-
-  absl::Status Error(absl::string_view what) const {
-    return absl::DataLossError(
-        absl::StrCat("bad JSON header: ", what, " at byte ", pos_));
-  }
-
-  void SkipSpace() {
-    while (pos_ < in_.size() && (in_[pos_] == ' ' || in_[pos_] == '\t' ||
-                                 in_[pos_] == '\n' || in_[pos_] == '\r')) {
-      ++pos_;
+  // The root value of the JSON text [begin, end), or DataLoss saying what is
+  // wrong and (for syntax errors) at which byte.
+  static absl::StatusOr<Json> Parse(const char* begin, const char* end) {
+    const absl::string_view text(begin, end - begin);
+    // nlohmann's lexer skips a UTF-8 byte order mark and stops at a NUL byte
+    // as at the end of the input (for C strings). JSON allows neither; a
+    // NUL after the root value would otherwise go unnoticed.
+    if (absl::StartsWith(text, "\xEF\xBB\xBF")) {
+      return Error("unexpected character", 0);
     }
+    HeaderParser parser(text);
+    // strict: nothing but whitespace may follow the root value.
+    if (!Json::sax_parse(begin, end, &parser, Json::input_format_t::json,
+                         /*strict=*/true, /*ignore_comments=*/false)) {
+      return absl::DataLossError(
+          absl::StrCat("bad JSON header: ", parser.error_));
+    }
+    // A NUL inside a string or before the root value ends is a syntax error
+    // above; here it can only follow the root value.
+    if (const size_t nul = text.find('\0'); nul != absl::string_view::npos) {
+      return Error("trailing characters", nul);
+    }
+    return std::move(parser.root_);
   }
 
-  bool Consume(char c) {
-    SkipSpace();
-    if (pos_ < in_.size() && in_[pos_] == c) {
-      ++pos_;
-      return true;
-    }
+  bool null() override { return Add(nullptr, false); }
+  bool boolean(bool value) override { return Add(value, false); }
+  bool number_integer(number_integer_t value) override {
+    return Add(value, false);
+  }
+  bool number_unsigned(number_unsigned_t value) override {
+    return Add(value, false);
+  }
+  bool number_float(number_float_t value, const string_t& text) override {
+    return Add(value, false);
+  }
+  bool string(string_t& value) override { return Add(std::move(value), false); }
+  bool binary(binary_t& value) override {
+    // Only the binary formats (CBOR, ...) produce these.
+    error_ = "unexpected binary value";
+    return false;
+  }
+  bool start_object(std::size_t size) override {
+    return Add(Json::value_t::object, true);
+  }
+  bool start_array(std::size_t size) override {
+    return Add(Json::value_t::array, true);
+  }
+  bool key(string_t& key) override {
+    key_ = std::move(key);
+    return true;
+  }
+  bool end_object() override {
+    open_.pop_back();
+    return true;
+  }
+  bool end_array() override {
+    open_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string& last_token,
+                   const Json::exception& ex) override {
+    // `position` counts the bytes read, the offending one included.
+    const size_t at = position > 0 ? position - 1 : 0;
+    error_ = absl::StrCat(Describe(ex, text_, at), " at byte ", at);
     return false;
   }
 
-  absl::StatusOr<Json> ParseValue(int depth) {
-    if (depth > kMaxDepth) return Error("nested too deeply");
-    SkipSpace();
-    if (pos_ >= in_.size()) return Error("unexpected end");
-    const char c = in_[pos_];
-    Json v;
-    if (c == '{') {
-      ++pos_;
-      v.kind = Json::kObject;
-      if (Consume('}')) return v;
-      do {
-        SkipSpace();
-        CZ_ASSIGN_OR_RETURN(std::string key, ParseString());
-        if (!Consume(':')) return Error("expected ':'");
-        CZ_ASSIGN_OR_RETURN(Json member, ParseValue(depth + 1));
-        v.members.emplace_back(std::move(key), std::move(member));
-      } while (Consume(','));
-      if (!Consume('}')) return Error("expected ',' or '}'");
-      return v;
-    }
-    if (c == '[') {
-      ++pos_;
-      v.kind = Json::kArray;
-      if (Consume(']')) return v;
-      do {
-        CZ_ASSIGN_OR_RETURN(Json item, ParseValue(depth + 1));
-        v.items.push_back(std::move(item));
-      } while (Consume(','));
-      if (!Consume(']')) return Error("expected ',' or ']'");
-      return v;
-    }
-    if (c == '"') {
-      v.kind = Json::kString;
-      CZ_ASSIGN_OR_RETURN(v.text, ParseString());
-      return v;
-    }
-    if (c == '-' || (c >= '0' && c <= '9')) {
-      const size_t start = pos_++;
-      while (pos_ < in_.size() &&
-             (std::isdigit(static_cast<unsigned char>(in_[pos_])) ||
-              in_[pos_] == '.' || in_[pos_] == 'e' || in_[pos_] == 'E' ||
-              in_[pos_] == '+' || in_[pos_] == '-')) {
-        ++pos_;
-      }
-      v.kind = Json::kNumber;
-      v.text = std::string(in_.substr(start, pos_ - start));
-      return v;
-    }
-    for (auto [word, kind] :
-         {std::pair{"true", Json::kBool}, std::pair{"false", Json::kBool},
-          std::pair{"null", Json::kNull}}) {
-      if (in_.substr(pos_, std::strlen(word)) == word) {
-        pos_ += std::strlen(word);
-        v.kind = kind;
-        v.text = word;
-        return v;
-      }
-    }
-    return Error("unexpected character");
+ private:
+  // Deep enough for any safetensors header; bounds the work on hostile
+  // input.
+  static constexpr size_t kMaxDepth = 32;
+
+  explicit HeaderParser(absl::string_view text) : text_(text) {}
+
+  static absl::Status Error(absl::string_view what, size_t at) {
+    return absl::DataLossError(
+        absl::StrCat("bad JSON header: ", what, " at byte ", at));
   }
 
-  absl::StatusOr<std::string> ParseString() {
-    if (pos_ >= in_.size() || in_[pos_] != '"') return Error("expected '\"'");
-    ++pos_;
-    std::string out;
-    while (true) {
-      if (pos_ >= in_.size()) return Error("unterminated string");
-      const char c = in_[pos_++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) {
-        return Error("control character in string");
-      }
-      if (c != '\\') {
-        out.push_back(c);
-        continue;
-      }
-      if (pos_ >= in_.size()) return Error("unterminated escape");
-      const char e = in_[pos_++];
-      switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-          out.push_back(e);
-          break;
-        case 'b':
-          out.push_back('\b');
-          break;
-        case 'f':
-          out.push_back('\f');
-          break;
-        case 'n':
-          out.push_back('\n');
-          break;
-        case 'r':
-          out.push_back('\r');
-          break;
-        case 't':
-          out.push_back('\t');
-          break;
-        case 'u': {
-          CZ_ASSIGN_OR_RETURN(uint32_t cp, ParseHex4());
-          if (cp >= 0xD800 && cp < 0xDC00) {  // A surrogate pair.
-            if (in_.substr(pos_, 2) != "\\u") return Error("lone surrogate");
-            pos_ += 2;
-            CZ_ASSIGN_OR_RETURN(uint32_t lo, ParseHex4());
-            if (lo < 0xDC00 || lo >= 0xE000) return Error("bad surrogate");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          AppendUtf8(cp, out);
-          break;
-        }
-        default:
-          return Error("bad escape");
-      }
+  // Says what a parse error is in this reader's words, which predate the
+  // library (callers and tests match on them). nlohmann's messages read
+  // "[json.exception.parse_error.101] parse error at line 1, column 7:
+  // syntax error while parsing object - unexpected end of input; expected
+  // '}'": where the parser was, then the lexer's complaint or the token it
+  // did not expect, then what it expected. The input's own text can follow
+  // ("last read: '...'"), so only fixed parts are matched. `at` is the
+  // byte of `text` where the parser stopped (text.size() at its end; an
+  // "end of input" before that is a NUL byte).
+  static std::string Describe(const Json::exception& ex, absl::string_view text,
+                              size_t at) {
+    const bool at_end = at >= text.size();
+    const absl::string_view what = ex.what();
+    if (ex.id == 406) return "number out of range";  // Beyond double.
+    // Only the check after the root value expects the end.
+    if (absl::EndsWith(what, "; expected end of input")) {
+      return "trailing characters";
     }
+    constexpr absl::string_view kParsing = "while parsing ";
+    const size_t parsing = what.find(kParsing);
+    const size_t dash = what.find(" - ", parsing);
+    if (parsing == absl::string_view::npos || dash == absl::string_view::npos) {
+      return std::string(what);
+    }
+    const size_t context_start = parsing + kParsing.size();
+    const absl::string_view context =
+        what.substr(context_start, dash - context_start);
+    absl::string_view detail = what.substr(dash + 3);
+    // After a key, a member or an item, the next character is wrong,
+    // whatever token it starts.
+    if (context == "object separator") return "expected ':'";
+    if (context == "object") return "expected ',' or '}'";
+    if (context == "array") return "expected ',' or ']'";
+    // A key or a value was to start here.
+    if (absl::ConsumePrefix(&detail, "invalid string: ")) {
+      if (absl::StartsWith(detail, "forbidden character after backslash")) {
+        return at_end ? "unterminated escape" : "bad escape";
+      }
+      if (absl::StartsWith(detail, "missing closing quote")) {
+        return "unterminated string";
+      }
+      if (absl::StartsWith(detail, "control character")) {
+        return "control character in string";
+      }
+      if (absl::StartsWith(detail, "'\\u' must be followed by 4 hex")) {
+        return at_end ? "short \\u escape" : "bad \\u escape";
+      }
+      if (absl::StartsWith(detail, "surrogate U+D800..U+DBFF")) {
+        // Followed by another \u escape (nlohmann stops at its last digit)
+        // or by none.
+        return at >= 5 && text.substr(at - 5, 2) == "\\u" ? "bad surrogate"
+                                                          : "lone surrogate";
+      }
+      if (absl::StartsWith(detail, "surrogate U+DC00..U+DFFF")) {
+        return "lone surrogate";
+      }
+      if (absl::StartsWith(detail, "ill-formed UTF-8")) {
+        return "string is not UTF-8";
+      }
+      return absl::StrCat("invalid string: ", detail);
+    }
+    if (context == "object key") return "expected '\"'";
+    if (absl::StartsWith(detail, "unexpected end of input")) {
+      return at_end ? "unexpected end" : "unexpected character";
+    }
+    if (absl::StartsWith(detail, "invalid number")) return "bad number";
+    return "unexpected character";
   }
 
-  absl::StatusOr<uint32_t> ParseHex4() {
-    if (pos_ + 4 > in_.size()) return Error("short \\u escape");
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char h = in_[pos_++];
-      v <<= 4;
-      if (h >= '0' && h <= '9')
-        v |= h - '0';
-      else if (h >= 'a' && h <= 'f')
-        v |= h - 'a' + 10;
-      else if (h >= 'A' && h <= 'F')
-        v |= h - 'A' + 10;
-      else
-        return Error("bad \\u escape");
+  // Adds a value (or a container, then open until its end event) to the
+  // tree.
+  bool Add(Json value, bool opens) {
+    // The depth is the number of containers around the value.
+    if (open_.size() > kMaxDepth) {
+      error_ =
+          absl::StrCat("nested too deeply (more than ", kMaxDepth, " levels)");
+      return false;
     }
-    return v;
-  }
-
-  static void AppendUtf8(uint32_t cp, std::string& out) {
-    if (cp < 0x80) {
-      out.push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    Json* added;
+    if (open_.empty()) {
+      root_ = std::move(value);
+      added = &root_;
+    } else if (open_.back()->is_array()) {
+      Json::array_t& items = *open_.back()->get_ptr<Json::array_t*>();
+      items.push_back(std::move(value));
+      added = &items.back();
     } else {
-      out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+      // Appended even if the key repeats (ordered_map::emplace would keep
+      // the first value and drop this one); see the class comment.
+      Json::object_t& members = *open_.back()->get_ptr<Json::object_t*>();
+      members.Json::object_t::Container::emplace_back(std::move(key_),
+                                                      std::move(value));
+      added = &members.back().second;
     }
+    // Stable while open: nothing is added to a container's parent until
+    // the container ends.
+    if (opens) open_.push_back(added);
+    return true;
   }
 
-  absl::string_view in_;
-  size_t pos_ = 0;
+  absl::string_view text_;
+  Json root_;
+  std::vector<Json*> open_;  // The containers being parsed, outermost first.
+  std::string key_;          // The key of the next object member.
+  std::string error_;
 };
 
 // Bytes per element of a safetensors dtype; 0 if unknown.
@@ -266,40 +267,60 @@ const char* SafetensorsDType(DType dtype) {
   return "?";
 }
 
-absl::StatusOr<uint64_t> ToUint(const Json& v) {
-  uint64_t out;
-  if (v.kind != Json::kNumber || v.text.empty() || v.text[0] == '-' ||
-      !absl::SimpleAtoi(v.text, &out) ||
-      v.text.find_first_of(".eE") != std::string::npos) {
-    return absl::DataLossError(
-        absl::StrCat("expected a non-negative integer, got '", v.text, "'"));
-  }
-  return out;
+// A shape dimension or data offset: written without a sign, fraction or
+// exponent, within uint64 (nlohmann reads larger integers as doubles and
+// negative ones as signed).
+std::optional<uint64_t> ToUint(const Json& v) {
+  if (!v.is_number_unsigned()) return std::nullopt;
+  return *v.get_ptr<const Json::number_unsigned_t*>();
 }
 
+// The members of an object, in file order with repeated keys.
+const Json::object_t& Members(const Json& object) {
+  return *object.get_ptr<const Json::object_t*>();
+}
+
+// The first member named `key` of `object`; nullptr if there is none or
+// `object` is not an object.
 const Json* Member(const Json& object, absl::string_view key) {
-  for (const auto& [k, v] : object.members) {
+  if (!object.is_object()) return nullptr;
+  for (const auto& [k, v] : Members(object)) {
     if (k == key) return &v;
   }
   return nullptr;
 }
 
-// Writes `s` as a JSON string.
-void AppendJsonString(absl::string_view s, std::string& out) {
-  out.push_back('"');
+// `v` as a T (Json::string_t, Json::array_t); nullptr if it is null or
+// another type.
+template <typename T>
+const T* As(const Json* v) {
+  return v == nullptr ? nullptr : v->get_ptr<const T*>();
+}
+
+// Appends `s` as a JSON string. False, appending nothing, if `s` is not
+// UTF-8: JSON text must be, and readers (this one too) reject the file.
+// Escapes only what JSON requires (exported files are compared byte for
+// byte, so the escapes must not change).
+bool AppendJsonString(absl::string_view s, std::string& out) {
+  std::string quoted = "\"";
   for (char c : s) {
     if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
+      quoted.push_back('\\');
+      quoted.push_back(c);
     } else if (static_cast<unsigned char>(c) < 0x20) {
       char buf[8];
       std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
+      quoted += buf;
     } else {
-      out.push_back(c);
+      quoted.push_back(c);
     }
   }
-  out.push_back('"');
+  quoted.push_back('"');
+  // Read back by the library that reads the header: true iff the bytes are
+  // UTF-8, the escapes being valid.
+  if (!nlohmann::json::accept(quoted)) return false;
+  out += quoted;
+  return true;
 }
 
 // The header of safetensors' own reference: at most 100 MB.
@@ -341,24 +362,24 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::FromBytes(std::string bytes_in,
   file.data_start_ = 8 + header_size;
   const uint64_t data_size = bytes.size() - file.data_start_;
   absl::StatusOr<Json> header =
-      JsonParser(absl::string_view(bytes).substr(8, header_size))
-          .ParseDocument();
+      HeaderParser::Parse(bytes.data() + 8, bytes.data() + file.data_start_);
   if (!header.ok()) return corrupt(header.status().message());
-  if (header->kind != Json::kObject) {
+  if (!header->is_object()) {
     return corrupt("the header is not a JSON object");
   }
   std::vector<std::pair<uint64_t, std::string>> by_offset;
-  for (const auto& [name, value] : header->members) {
+  for (const auto& [name, value] : Members(*header)) {
     if (name == "__metadata__") {
-      if (value.kind != Json::kObject) {
+      if (!value.is_object()) {
         return corrupt("__metadata__ is not an object");
       }
-      for (const auto& [key, v] : value.members) {
-        if (v.kind != Json::kString) {
+      for (const auto& [key, v] : Members(value)) {
+        const Json::string_t* text = As<Json::string_t>(&v);
+        if (text == nullptr) {
           return corrupt(
               absl::StrCat("__metadata__ '", key, "' is not a string"));
         }
-        file.metadata_[key] = v.text;
+        file.metadata_[key] = *text;
       }
       continue;
     }
@@ -368,26 +389,27 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::FromBytes(std::string bytes_in,
       return corrupt(absl::StrCat("tensor '", tensor_name, "': ", what));
     };
     if (file.entries_.count(name) > 0) return bad("listed twice");
-    const Json* dtype = Member(value, "dtype");
-    const Json* shape = Member(value, "shape");
-    const Json* offsets = Member(value, "data_offsets");
-    if (value.kind != Json::kObject || dtype == nullptr ||
-        dtype->kind != Json::kString || shape == nullptr ||
-        shape->kind != Json::kArray || offsets == nullptr ||
-        offsets->kind != Json::kArray || offsets->items.size() != 2) {
+    const Json::string_t* dtype = As<Json::string_t>(Member(value, "dtype"));
+    const Json::array_t* shape = As<Json::array_t>(Member(value, "shape"));
+    const Json::array_t* offsets =
+        As<Json::array_t>(Member(value, "data_offsets"));
+    if (dtype == nullptr || shape == nullptr || offsets == nullptr ||
+        offsets->size() != 2) {
       return bad("needs dtype, shape and data_offsets [begin, end]");
     }
     Entry e;
-    e.dtype = dtype->text;
+    e.dtype = *dtype;
     const size_t element = DTypeBytes(e.dtype);
     if (element == 0) return bad(absl::StrCat("unknown dtype ", e.dtype));
     // The element count, saturated above the data size (a hostile shape
     // must not overflow); a zero dimension makes it 0 whatever the rest.
     uint64_t numel = 1;
     bool zero = false, too_big = false;
-    for (const Json& d : shape->items) {
-      absl::StatusOr<uint64_t> dim = ToUint(d);
-      if (!dim.ok() || *dim > (uint64_t{1} << 62)) return bad("bad shape");
+    for (const Json& d : *shape) {
+      const std::optional<uint64_t> dim = ToUint(d);
+      if (!dim.has_value() || *dim > (uint64_t{1} << 62)) {
+        return bad("bad shape");
+      }
       e.shape.push_back(static_cast<int64_t>(*dim));
       if (*dim == 0) {
         zero = true;
@@ -404,9 +426,9 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::FromBytes(std::string bytes_in,
                               " needs more than the file's ", data_size,
                               " data bytes"));
     }
-    absl::StatusOr<uint64_t> begin = ToUint(offsets->items[0]);
-    absl::StatusOr<uint64_t> end = ToUint(offsets->items[1]);
-    if (!begin.ok() || !end.ok() || *begin > *end) {
+    const std::optional<uint64_t> begin = ToUint((*offsets)[0]);
+    const std::optional<uint64_t> end = ToUint((*offsets)[1]);
+    if (!begin.has_value() || !end.has_value() || *begin > *end) {
       return bad("bad data_offsets");
     }
     e.begin = *begin;
@@ -479,13 +501,20 @@ absl::Status WriteSafetensors(
   std::string header = "{";
   if (!metadata.empty()) {
     header += "\"__metadata__\":{";
+    auto not_utf8 = [&](absl::string_view what) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("writing safetensors file ", path, ": __metadata__ ",
+                       what, " is not UTF-8"));
+    };
     bool first = true;
     for (const auto& [key, value] : metadata) {
       if (!first) header += ",";
       first = false;
-      AppendJsonString(key, header);
+      if (!AppendJsonString(key, header)) return not_utf8("key");
       header += ":";
-      AppendJsonString(value, header);
+      if (!AppendJsonString(value, header)) {
+        return not_utf8(absl::StrCat("'", key, "'"));
+      }
     }
     header += "}";
   }
@@ -507,7 +536,7 @@ absl::Status WriteSafetensors(
           absl::StrCat("is not readable on the host: ", t.DebugString()));
     }
     if (header.size() > 1) header += ",";
-    AppendJsonString(name, header);
+    if (!AppendJsonString(name, header)) return bad("is not UTF-8");
     absl::StrAppend(&header, ":{\"dtype\":\"", SafetensorsDType(t.dtype()),
                     "\",\"shape\":[", absl::StrJoin(t.shape(), ","),
                     "],\"data_offsets\":[", offset, ",", offset + t.nbytes(),

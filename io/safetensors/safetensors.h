@@ -13,9 +13,9 @@
 // end]} (byte offsets into the data, little-endian elements), plus an
 // optional "__metadata__" object of strings.
 //
-// Reading checks the whole header (the JSON is parsed here; a small strict
-// parser, as no JSON library is among the build's dependencies): every
-// entry's byte range lies inside the file and matches its dtype and shape.
+// Reading checks the whole header (strict JSON, parsed with nlohmann/json,
+// at most 32 levels deep): every entry's byte range lies inside the file and
+// matches its dtype and shape.
 // A short, truncated or corrupt file is DataLoss, a missing file NotFound
 // and a directory or other non-regular file InvalidArgument, with the path
 // and (where one is to blame) the tensor named.
@@ -87,12 +87,13 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// Writes `tensors` (F32, F16 or BF16, readable on the host; unique names,
-// "__metadata__" excluded) in this order, with `metadata`, to `path`. The
-// header is padded with spaces to a multiple of 8 bytes so the data is
-// aligned. Writes `path`.tmp, fsyncs and renames it, so a failed write
-// leaves no partial file under `path`. Errors name the path (and the
-// tensor); file system errors carry errno's code and text.
+// Writes `tensors` (F32, F16 or BF16, readable on the host; unique UTF-8
+// names, "__metadata__" excluded) in this order, with `metadata` (UTF-8
+// keys and values), to `path`. The header is padded with spaces to a
+// multiple of 8 bytes so the data is aligned. Writes `path`.tmp, fsyncs and
+// renames it, so a failed write leaves no partial file under `path`. Errors
+// name the path (and the tensor); file system errors carry errno's code and
+// text.
 [[nodiscard]] absl::Status WriteSafetensors(
     const std::string& path,
     const std::vector<std::pair<std::string, Tensor>>& tensors,

@@ -211,6 +211,156 @@ TEST(SafetensorsTest, CorruptHeadersAreErrorsNamingTheFile) {
               HasSubstr("header of"));
 }
 
+// Exported files are compared byte for byte: the header's keys, order,
+// spacing and escapes are fixed.
+TEST(SafetensorsTest, WrittenHeaderIsByteExact) {
+  const std::string path = TempPath("golden.safetensors");
+  ASSERT_TRUE(
+      WriteSafetensors(
+          path,
+          {{"w\"\\\n\x01\xC3\xA9", *Tensor::FromFloats({1.0f}, {1})},
+           {"h", *Tensor::Zeros({2, 0}, DType::kF16)},
+           {"b", *Tensor::FromFloats({2.0f, 3.0f}, {2, 1}, DType::kBF16)}},
+          {{"z", "1"}, {"a", "q\"\t/"}})
+          .ok());
+  const std::string bytes = ReadBytes(path);
+  const std::string header =
+      "{\"__metadata__\":{\"a\":\"q\\\"\\u0009/\",\"z\":\"1\"},"
+      "\"w\\\"\\\\\\u000a\\u0001\xC3\xA9\":{\"dtype\":\"F32\",\"shape\":[1],"
+      "\"data_offsets\":[0,4]},"
+      "\"h\":{\"dtype\":\"F16\",\"shape\":[2,0],\"data_offsets\":[4,4]},"
+      "\"b\":{\"dtype\":\"BF16\",\"shape\":[2,1],\"data_offsets\":[4,8]}}";
+  const std::string padded =
+      header + std::string((8 - header.size() % 8) % 8, ' ');
+  ASSERT_GE(bytes.size(), 8u);
+  uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  EXPECT_EQ(n, padded.size());
+  EXPECT_EQ(bytes.substr(8, n), padded);
+  EXPECT_EQ(bytes.size(), 8 + padded.size() + 8);
+}
+
+// What the reader has always refused beyond the corrupt headers above: each
+// is DataLoss naming the file.
+TEST(SafetensorsTest, HeaderChecks) {
+  auto entry = [](const std::string& fields) {
+    return "{\"x\":{\"dtype\":\"F32\"," + fields + "}}";
+  };
+  const std::string nested31 = std::string(31, '[') + std::string(31, ']');
+  const std::string nested32 = std::string(32, '[') + std::string(32, ']');
+  struct Case {
+    std::string header;
+    const char* names;
+  };
+  const Case cases[] = {
+      {"{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+       "\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+       "tensor 'x': listed twice"},
+      {entry("\"shape\":[1],\"data_offsets\":[-0,4]"), "bad data_offsets"},
+      {entry("\"shape\":[1],\"data_offsets\":[-1,4]"), "bad data_offsets"},
+      {entry("\"shape\":[1],\"data_offsets\":[0,4.0]"), "bad data_offsets"},
+      {entry("\"shape\":[1],\"data_offsets\":[0,4e0]"), "bad data_offsets"},
+      {entry("\"shape\":[1],\"data_offsets\":[0,4E0]"), "bad data_offsets"},
+      {entry("\"shape\":[1],\"data_offsets\":[0,\"4\"]"), "bad data_offsets"},
+      {entry("\"shape\":[1],\"data_offsets\":[0,18446744073709551616]"),
+       "bad data_offsets"},
+      {entry("\"shape\":[1],\"data_offsets\":[0,18446744073709551615]"),
+       "truncated"},
+      {entry("\"shape\":[1],\"data_offsets\":[4,0]"), "bad data_offsets"},
+      {entry("\"shape\":[1],\"data_offsets\":[0,4,8]"), "data_offsets"},
+      {entry("\"shape\":[1],\"data_offsets\":{}"), "data_offsets"},
+      {entry("\"shape\":[1.0],\"data_offsets\":[0,4]"), "bad shape"},
+      {entry("\"shape\":[1e0],\"data_offsets\":[0,4]"), "bad shape"},
+      {entry("\"shape\":[-0],\"data_offsets\":[0,4]"), "bad shape"},
+      {entry("\"shape\":[null],\"data_offsets\":[0,4]"), "bad shape"},
+      {entry("\"shape\":[[1]],\"data_offsets\":[0,4]"), "bad shape"},
+      {entry("\"shape\":[4611686018427387905],\"data_offsets\":[0,4]"),
+       "bad shape"},
+      {entry("\"shape\":[18446744073709551616],\"data_offsets\":[0,4]"),
+       "bad shape"},
+      {entry("\"shape\":[4611686018427387904],\"data_offsets\":[0,4]"),
+       "truncated: shape"},
+      {entry("\"shape\":1,\"data_offsets\":[0,4]"), "needs dtype"},
+      {"{\"x\":{\"dtype\":7,\"shape\":[1],\"data_offsets\":[0,4]}}",
+       "needs dtype"},
+      {"{\"x\":[1]}", "tensor 'x': needs dtype"},
+      {"{\"x\":null}", "tensor 'x': needs dtype"},
+      {"{\"__metadata__\":\"a\"}", "__metadata__ is not an object"},
+      {"{\"__metadata__\":{\"a\":\"b\",\"a\":1}}",
+       "__metadata__ 'a' is not a string"},
+      {"{\"__metadata__\":{\"a\":null}}", "__metadata__ 'a' is not a string"},
+      {"null", "not a JSON object"},
+      {"\"x\"", "not a JSON object"},
+      {"7", "not a JSON object"},
+      {std::string("{}\0", 3), "trailing characters"},
+      {std::string("{\"x\":\0}", 7), "bad JSON header"},
+      {"{} x", "trailing characters"},
+      {"{}{}", "trailing characters"},
+      {"\xEF\xBB\xBF{}", "unexpected character"},
+      {"{\"x\":1.2.3}", "bad JSON header"},
+      {"{\"x\":01}", "bad JSON header"},
+      {"{\"x\":+1}", "unexpected character"},
+      {"{\"x\":tru}", "bad JSON header"},
+      {"{\"x\":\"\x01\"}", "control character in string"},
+      {"{\"x\":\"abc", "unterminated string"},
+      {"{\"x\":\"\\u12\"}", "bad JSON header"},
+      {"{\"x\":\"\\ud800\"}", "lone surrogate"},
+      {"{\"x\":\"\\ud800\\u0041\"}", "bad surrogate"},
+      {"{\"a\",1}", "expected ':'"},
+      {"{\"a\":1,}", "expected '\"'"},
+      {"{1:2}", "expected '\"'"},
+      {"[1 2]", "expected ',' or ']'"},
+      {"{\"a\":}", "unexpected character"},
+      {"{\"a\":", "unexpected end"},
+      {entry("\"shape\":[1],\"data_offsets\":[0,4],\"e\":" + nested32),
+       "nested too deeply"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.header);
+    const std::string path = TempPath("checks.safetensors");
+    WriteBytes(path, MakeFile(c.header, std::string(4, '\0')));
+    const absl::Status s = SafetensorsFile::Read(path).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(s.message(), HasSubstr(path));
+    EXPECT_THAT(s.message(), HasSubstr(c.names));
+  }
+  // As deep as the reader goes: 32 levels.
+  const std::string path = TempPath("deep.safetensors");
+  WriteBytes(path, MakeFile(entry("\"shape\":[1],\"data_offsets\":[0,4],"
+                                  "\"e\":" +
+                                  nested31),
+                            std::string(4, '\0')));
+  EXPECT_TRUE(SafetensorsFile::Read(path).ok());
+}
+
+// Repeated keys (which JSON permits and writers do not produce) read as they
+// always have: a tensor listed twice is an error (above); within a tensor
+// entry the first of a repeated key counts; every __metadata__ value must be
+// a string and the last of a repeated one counts, across repeated
+// __metadata__ objects too. Unknown members and literals are ignored.
+TEST(SafetensorsTest, RepeatedKeysAndUnknownMembers) {
+  const std::string header =
+      "{\"__metadata__\":{\"k\":\"a\",\"k\":\"b\",\"j\":\"c\"},"
+      "\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],"
+      "\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,2],"
+      "\"extra\":[true,false,null,-1.5e3,{\"\":{}}]},"
+      "\"__metadata__\":{\"j\":\"d\",\"\\u0000\":\"\\/\"}}";
+  const std::string path = TempPath("repeats.safetensors");
+  const float one = 1.0f;
+  WriteBytes(
+      path,
+      MakeFile(header, std::string(reinterpret_cast<const char*>(&one), 4)));
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Read(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(*file->dtype("x"), "F32");
+  EXPECT_THAT(*file->shape("x"), ElementsAre(1));
+  EXPECT_EQ(*file->Get("x")->ToFloats(), std::vector<float>{1.0f});
+  EXPECT_EQ(file->metadata().size(), 3u);
+  EXPECT_EQ(file->metadata().at("k"), "b");
+  EXPECT_EQ(file->metadata().at("j"), "d");
+  EXPECT_EQ(file->metadata().at(std::string(1, '\0')), "/");
+}
+
 TEST(SafetensorsTest, WriteRejectsBadInput) {
   const std::string path = TempPath("bad_write.safetensors");
   Tensor t = *Tensor::Zeros({2}, DType::kF32);
@@ -220,6 +370,33 @@ TEST(SafetensorsTest, WriteRejectsBadInput) {
   EXPECT_FALSE(WriteSafetensors(path, {{"__metadata__", t}}).ok());
   s = WriteSafetensors("/nonexistent_dir/x.safetensors", {{"x", t}});
   EXPECT_THAT(s.message(), HasSubstr("/nonexistent_dir/x.safetensors"));
+}
+
+// JSON text is UTF-8 and the reader rejects anything else, so the writer
+// refuses to write what could not be read back.
+TEST(SafetensorsTest, WriteRejectsNamesThatAreNotUtf8) {
+  const std::string path = TempPath("not_utf8.safetensors");
+  Tensor t = *Tensor::Zeros({2}, DType::kF32);
+  for (const std::string& name : {std::string("a\xff"), std::string("\xC3"),
+                                  std::string("\xED\xA0\x80")}) {
+    const absl::Status s = WriteSafetensors(path, {{name, t}});
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.message(), HasSubstr("'" + name + "' is not UTF-8"));
+  }
+  absl::Status s = WriteSafetensors(path, {{"x", t}}, {{"k", "\xff"}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("__metadata__ 'k' is not UTF-8"));
+  s = WriteSafetensors(path, {{"x", t}}, {{"\xff", "v"}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("__metadata__ key is not UTF-8"));
+  EXPECT_FALSE(SafetensorsFile::Read(path).ok());  // Nothing was written.
+  // Control characters, NUL included, are escaped and read back.
+  const std::string odd("\0\x1f\x7f\xF0\x9F\x98\x80", 7);
+  ASSERT_TRUE(WriteSafetensors(path, {{odd, t}}, {{odd, odd}}).ok());
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Read(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_THAT(file->names(), ElementsAre(odd));
+  EXPECT_EQ(file->metadata().at(odd), odd);
 }
 
 }  // namespace
