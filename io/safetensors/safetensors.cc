@@ -11,7 +11,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
 #include "base/file.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -22,208 +21,80 @@ namespace {
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors data is little-endian; this reads it in place");
 
-// The header's JSON. Ordered: objects keep their members in file order,
-// which the checks below report errors in.
+// The header's JSON. Ordered: objects keep their members in file order, so
+// the checks in FromBytes report the first bad entry in the file.
 using Json = nlohmann::ordered_json;
 
-// Parses the header through nlohmann's SAX interface rather than
-// Json::parse, for what parse does not give: a depth limit on hostile
-// input, the reason a parse failed (parse with allow_exceptions = false only
-// says that it did; this code does not use exceptions), and repeated keys.
-// Json::parse keeps one value per key; this reader has always seen every
-// member of an object, repeats included, in file order (FromBytes reports a
-// tensor listed twice, checks every __metadata__ value, and takes the first
-// of a repeated key within a tensor entry). So objects here are ordered_json
-// objects (a vector of members) with repeated keys appended, and are read
-// only by iterating over them.
-class HeaderParser final : public Json::json_sax_t {
- public:
-  // The root value of the JSON text [begin, end), or DataLoss saying what is
-  // wrong and (for syntax errors) at which byte.
-  static absl::StatusOr<Json> Parse(const char* begin, const char* end) {
-    const absl::string_view text(begin, end - begin);
-    // nlohmann's lexer skips a UTF-8 byte order mark and stops at a NUL byte
-    // as at the end of the input (for C strings). JSON allows neither; a
-    // NUL after the root value would otherwise go unnoticed.
-    if (absl::StartsWith(text, "\xEF\xBB\xBF")) {
-      return Error("unexpected character", 0);
-    }
-    HeaderParser parser(text);
-    // strict: nothing but whitespace may follow the root value.
-    if (!Json::sax_parse(begin, end, &parser, Json::input_format_t::json,
-                         /*strict=*/true, /*ignore_comments=*/false)) {
-      return absl::DataLossError(
-          absl::StrCat("bad JSON header: ", parser.error_));
-    }
-    // A NUL inside a string or before the root value ends is a syntax error
-    // above; here it can only follow the root value.
-    if (const size_t nul = text.find('\0'); nul != absl::string_view::npos) {
-      return Error("trailing characters", nul);
-    }
-    return std::move(parser.root_);
-  }
+// Deep enough for any safetensors header; bounds the work on hostile input.
+constexpr int kMaxDepth = 32;
 
-  bool null() override { return Add(nullptr, false); }
-  bool boolean(bool value) override { return Add(value, false); }
-  bool number_integer(number_integer_t value) override {
-    return Add(value, false);
+// The JSON text `text` parsed, or DataLoss saying why not (the message goes
+// after "safetensors file <path>: "). Beyond strict JSON (RFC 8259, UTF-8):
+// - No byte order mark and no NUL byte: nlohmann would skip the one and
+//   take the other, outside a string, for the end of the input.
+// - At most kMaxDepth containers around any value.
+// - No object repeats a key. JSON permits it and nlohmann would keep the
+//   last value; a header that lists a tensor twice, or a key twice within
+//   an entry or __metadata__, is corrupt rather than read one way or the
+//   other. One rule for every object is simpler than deciding per object.
+// Json::parse throws; nothing thrown leaves this function (the project does
+// not use exceptions). The callback throws an absl::Status to stop at the
+// first problem: returning false would only discard the value, and the
+// parse would go on, its stacks growing with a hostile header's nesting.
+absl::StatusOr<Json> ParseHeader(absl::string_view text) {
+  if (absl::StartsWith(text, "\xEF\xBB\xBF")) {
+    return absl::DataLossError("bad JSON header: byte order mark");
   }
-  bool number_unsigned(number_unsigned_t value) override {
-    return Add(value, false);
-  }
-  bool number_float(number_float_t value, const string_t& text) override {
-    return Add(value, false);
-  }
-  bool string(string_t& value) override { return Add(std::move(value), false); }
-  bool binary(binary_t& value) override {
-    // Only the binary formats (CBOR, ...) produce these.
-    error_ = "unexpected binary value";
-    return false;
-  }
-  bool start_object(std::size_t size) override {
-    return Add(Json::value_t::object, true);
-  }
-  bool start_array(std::size_t size) override {
-    return Add(Json::value_t::array, true);
-  }
-  bool key(string_t& key) override {
-    key_ = std::move(key);
-    return true;
-  }
-  bool end_object() override {
-    open_.pop_back();
-    return true;
-  }
-  bool end_array() override {
-    open_.pop_back();
-    return true;
-  }
-  bool parse_error(std::size_t position, const std::string& last_token,
-                   const Json::exception& ex) override {
-    // `position` counts the bytes read, the offending one included.
-    const size_t at = position > 0 ? position - 1 : 0;
-    error_ = absl::StrCat(Describe(ex, text_, at), " at byte ", at);
-    return false;
-  }
-
- private:
-  // Deep enough for any safetensors header; bounds the work on hostile
-  // input.
-  static constexpr size_t kMaxDepth = 32;
-
-  explicit HeaderParser(absl::string_view text) : text_(text) {}
-
-  static absl::Status Error(absl::string_view what, size_t at) {
+  if (const size_t nul = text.find('\0'); nul != absl::string_view::npos) {
     return absl::DataLossError(
-        absl::StrCat("bad JSON header: ", what, " at byte ", at));
+        absl::StrCat("bad JSON header: NUL byte at byte ", nul));
   }
-
-  // Says what a parse error is in this reader's words, which predate the
-  // library (callers and tests match on them). nlohmann's messages read
-  // "[json.exception.parse_error.101] parse error at line 1, column 7:
-  // syntax error while parsing object - unexpected end of input; expected
-  // '}'": where the parser was, then the lexer's complaint or the token it
-  // did not expect, then what it expected. The input's own text can follow
-  // ("last read: '...'"), so only fixed parts are matched. `at` is the
-  // byte of `text` where the parser stopped (text.size() at its end; an
-  // "end of input" before that is a NUL byte).
-  static std::string Describe(const Json::exception& ex, absl::string_view text,
-                              size_t at) {
-    const bool at_end = at >= text.size();
-    const absl::string_view what = ex.what();
-    if (ex.id == 406) return "number out of range";  // Beyond double.
-    // Only the check after the root value expects the end.
-    if (absl::EndsWith(what, "; expected end of input")) {
-      return "trailing characters";
+  std::vector<std::set<std::string>> keys;  // Of each open object.
+  std::string where = "the header";  // The top-level member being parsed.
+  auto check = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    // `depth` counts the containers around the value (or, for a key, its
+    // value).
+    if (depth > kMaxDepth) {
+      throw absl::DataLossError(
+          absl::StrCat("bad JSON header: nested too deeply (more than ",
+                       kMaxDepth, " levels)"));
     }
-    constexpr absl::string_view kParsing = "while parsing ";
-    const size_t parsing = what.find(kParsing);
-    const size_t dash = what.find(" - ", parsing);
-    if (parsing == absl::string_view::npos || dash == absl::string_view::npos) {
-      return std::string(what);
+    if (event == Json::parse_event_t::object_start) keys.emplace_back();
+    if (event == Json::parse_event_t::object_end) keys.pop_back();
+    if (event == Json::parse_event_t::key) {
+      const std::string& key = *parsed.get_ptr<const Json::string_t*>();
+      if (depth == 1) {
+        where =
+            key == "__metadata__" ? key : absl::StrCat("tensor '", key, "'");
+      }
+      if (!keys.back().insert(key).second) {
+        throw absl::DataLossError(absl::StrCat(
+            where, ": ", depth == 1 ? "" : absl::StrCat("key '", key, "' "),
+            "listed twice"));
+      }
     }
-    const size_t context_start = parsing + kParsing.size();
-    const absl::string_view context =
-        what.substr(context_start, dash - context_start);
-    absl::string_view detail = what.substr(dash + 3);
-    // After a key, a member or an item, the next character is wrong,
-    // whatever token it starts.
-    if (context == "object separator") return "expected ':'";
-    if (context == "object") return "expected ',' or '}'";
-    if (context == "array") return "expected ',' or ']'";
-    // A key or a value was to start here.
-    if (absl::ConsumePrefix(&detail, "invalid string: ")) {
-      if (absl::StartsWith(detail, "forbidden character after backslash")) {
-        return at_end ? "unterminated escape" : "bad escape";
-      }
-      if (absl::StartsWith(detail, "missing closing quote")) {
-        return "unterminated string";
-      }
-      if (absl::StartsWith(detail, "control character")) {
-        return "control character in string";
-      }
-      if (absl::StartsWith(detail, "'\\u' must be followed by 4 hex")) {
-        return at_end ? "short \\u escape" : "bad \\u escape";
-      }
-      if (absl::StartsWith(detail, "surrogate U+D800..U+DBFF")) {
-        // Followed by another \u escape (nlohmann stops at its last digit)
-        // or by none.
-        return at >= 5 && text.substr(at - 5, 2) == "\\u" ? "bad surrogate"
-                                                          : "lone surrogate";
-      }
-      if (absl::StartsWith(detail, "surrogate U+DC00..U+DFFF")) {
-        return "lone surrogate";
-      }
-      if (absl::StartsWith(detail, "ill-formed UTF-8")) {
-        return "string is not UTF-8";
-      }
-      return absl::StrCat("invalid string: ", detail);
+    return true;  // Keep every value.
+  };
+  try {
+    return Json::parse(text.begin(), text.end(), check);
+  } catch (const absl::Status& status) {
+    return status;
+  } catch (const Json::exception& e) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 7:
+    // syntax error while parsing ...; last read: '...'": the id is of no use
+    // to a reader, and what was last read can be a whole (hostile) string.
+    absl::string_view what = e.what();
+    if (const size_t id_end = what.find("] ");
+        absl::StartsWith(what, "[json.exception.") &&
+        id_end != absl::string_view::npos) {
+      what.remove_prefix(id_end + 2);
     }
-    if (context == "object key") return "expected '\"'";
-    if (absl::StartsWith(detail, "unexpected end of input")) {
-      return at_end ? "unexpected end" : "unexpected character";
-    }
-    if (absl::StartsWith(detail, "invalid number")) return "bad number";
-    return "unexpected character";
+    constexpr size_t kMaxMessage = 256;
+    return absl::DataLossError(
+        absl::StrCat("bad JSON header: ", what.substr(0, kMaxMessage),
+                     what.size() > kMaxMessage ? "..." : ""));
   }
-
-  // Adds a value (or a container, then open until its end event) to the
-  // tree.
-  bool Add(Json value, bool opens) {
-    // The depth is the number of containers around the value.
-    if (open_.size() > kMaxDepth) {
-      error_ =
-          absl::StrCat("nested too deeply (more than ", kMaxDepth, " levels)");
-      return false;
-    }
-    Json* added;
-    if (open_.empty()) {
-      root_ = std::move(value);
-      added = &root_;
-    } else if (open_.back()->is_array()) {
-      Json::array_t& items = *open_.back()->get_ptr<Json::array_t*>();
-      items.push_back(std::move(value));
-      added = &items.back();
-    } else {
-      // Appended even if the key repeats (ordered_map::emplace would keep
-      // the first value and drop this one); see the class comment.
-      Json::object_t& members = *open_.back()->get_ptr<Json::object_t*>();
-      members.Json::object_t::Container::emplace_back(std::move(key_),
-                                                      std::move(value));
-      added = &members.back().second;
-    }
-    // Stable while open: nothing is added to a container's parent until
-    // the container ends.
-    if (opens) open_.push_back(added);
-    return true;
-  }
-
-  absl::string_view text_;
-  Json root_;
-  std::vector<Json*> open_;  // The containers being parsed, outermost first.
-  std::string key_;          // The key of the next object member.
-  std::string error_;
-};
+}
 
 // Bytes per element of a safetensors dtype; 0 if unknown.
 size_t DTypeBytes(absl::string_view dtype) {
@@ -275,13 +146,13 @@ std::optional<uint64_t> ToUint(const Json& v) {
   return *v.get_ptr<const Json::number_unsigned_t*>();
 }
 
-// The members of an object, in file order with repeated keys.
+// The members of an object, in file order.
 const Json::object_t& Members(const Json& object) {
   return *object.get_ptr<const Json::object_t*>();
 }
 
-// The first member named `key` of `object`; nullptr if there is none or
-// `object` is not an object.
+// The member named `key` of `object`; nullptr if there is none or `object`
+// is not an object.
 const Json* Member(const Json& object, absl::string_view key) {
   if (!object.is_object()) return nullptr;
   for (const auto& [k, v] : Members(object)) {
@@ -362,7 +233,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::FromBytes(std::string bytes_in,
   file.data_start_ = 8 + header_size;
   const uint64_t data_size = bytes.size() - file.data_start_;
   absl::StatusOr<Json> header =
-      HeaderParser::Parse(bytes.data() + 8, bytes.data() + file.data_start_);
+      ParseHeader(absl::string_view(bytes).substr(8, header_size));
   if (!header.ok()) return corrupt(header.status().message());
   if (!header->is_object()) {
     return corrupt("the header is not a JSON object");
@@ -388,7 +259,6 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::FromBytes(std::string bytes_in,
     auto bad = [&](absl::string_view what) {
       return corrupt(absl::StrCat("tensor '", tensor_name, "': ", what));
     };
-    if (file.entries_.count(name) > 0) return bad("listed twice");
     const Json::string_t* dtype = As<Json::string_t>(Member(value, "dtype"));
     const Json::array_t* shape = As<Json::array_t>(Member(value, "shape"));
     const Json::array_t* offsets =

@@ -14,8 +14,8 @@
 // optional "__metadata__" object of strings.
 //
 // Reading checks the whole header (strict JSON, parsed with nlohmann/json,
-// at most 32 levels deep): every entry's byte range lies inside the file and
-// matches its dtype and shape.
+// at most 32 levels deep, no key repeated within an object): every entry's
+// byte range lies inside the file and matches its dtype and shape.
 // A short, truncated or corrupt file is DataLoss, a missing file NotFound
 // and a directory or other non-regular file InvalidArgument, with the path
 // and (where one is to blame) the tensor named.
