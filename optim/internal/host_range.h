@@ -68,7 +68,7 @@ class HostRange {
 // The overlap of two element ranges [first, second): empty (lo, lo) when
 // they do not overlap.
 inline std::pair<int64_t, int64_t> Intersect(std::pair<int64_t, int64_t> a,
-                                      std::pair<int64_t, int64_t> b) {
+                                             std::pair<int64_t, int64_t> b) {
   const int64_t lo = std::max(a.first, b.first);
   const int64_t hi = std::min(a.second, b.second);
   return lo < hi ? std::make_pair(lo, hi) : std::make_pair(lo, lo);

@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/gpt2/gpt_model.h"
+#include "nlohmann/json.hpp"
 #include "tools/train/report.h"
 #include "tools/train/train_flags.h"
 
@@ -568,101 +569,20 @@ TEST(TrainerTest, CommBytesPerStepAreExact) {
 
 // ---- 6. Metrics as JSON.
 
-// A minimal JSON reader: enough for StepMetricsJson's output.
-struct Json {
-  enum Kind { kNumber, kBool, kObject, kArray } kind = kNumber;
-  double number = 0;
-  bool boolean = false;
-  std::vector<std::pair<std::string, Json>> object;  // In file order.
-  std::vector<Json> array;
+using Json = nlohmann::ordered_json;
 
-  std::vector<std::string> Keys() const {
-    std::vector<std::string> keys;
-    for (const auto& [k, v] : object) keys.push_back(k);
-    return keys;
-  }
-  const Json& operator[](const std::string& key) const {
-    for (const auto& [k, v] : object) {
-      if (k == key) return v;
-    }
-    ADD_FAILURE() << "no key " << key;
-    static const Json* const kMissing = new Json;
-    return *kMissing;
-  }
-};
+// The object's keys in file order.
+std::vector<std::string> Keys(const Json& object) {
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : object.items()) keys.push_back(key);
+  return keys;
+}
 
-class JsonReader {
- public:
-  explicit JsonReader(const std::string& text) : s_(text) {}
-
-  // Parses the whole text; false on any syntax error or trailing byte.
-  bool Parse(Json* out) { return Value(out) && pos_ == s_.size(); }
-
- private:
-  bool Eat(char c) {
-    if (pos_ >= s_.size() || s_[pos_] != c) return false;
-    ++pos_;
-    return true;
-  }
-  bool String(std::string* out) {
-    if (!Eat('"')) return false;
-    const size_t end = s_.find('"', pos_);
-    if (end == std::string::npos) return false;
-    *out = s_.substr(pos_, end - pos_);
-    pos_ = end + 1;
-    return true;
-  }
-  bool Value(Json* out) {
-    if (Eat('{')) {
-      out->kind = Json::kObject;
-      if (Eat('}')) return true;
-      do {
-        std::string key;
-        Json value;
-        if (!String(&key) || !Eat(':') || !Value(&value)) return false;
-        out->object.emplace_back(key, std::move(value));
-      } while (Eat(','));
-      return Eat('}');
-    }
-    if (Eat('[')) {
-      out->kind = Json::kArray;
-      if (Eat(']')) return true;
-      do {
-        Json value;
-        if (!Value(&value)) return false;
-        out->array.push_back(std::move(value));
-      } while (Eat(','));
-      return Eat(']');
-    }
-    for (const bool b : {true, false}) {
-      const std::string word = b ? "true" : "false";
-      if (s_.compare(pos_, word.size(), word) == 0) {
-        pos_ += word.size();
-        out->kind = Json::kBool;
-        out->boolean = b;
-        return true;
-      }
-    }
-    const char* begin = s_.c_str() + pos_;
-    if (pos_ >= s_.size() ||
-        !(std::isdigit(static_cast<unsigned char>(*begin)) || *begin == '-')) {
-      return false;
-    }
-    char* end = nullptr;
-    out->kind = Json::kNumber;
-    out->number = std::strtod(begin, &end);
-    pos_ += end - begin;
-    return end != begin;
-  }
-
-  const std::string& s_;
-  size_t pos_ = 0;
-};
-
+// Parses `text`; a parse error fails the test and gives null.
 Json ParseJson(const std::string& text) {
-  Json json;
-  EXPECT_TRUE(JsonReader(text).Parse(&json)) << text;
-  return json;
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(j.is_discarded()) << text;
+  return j;
 }
 
 std::vector<std::string> TopLevelKeys() {
@@ -701,34 +621,34 @@ TEST(StepMetricsJsonTest, SyntheticMetricsExactly) {
   EXPECT_EQ(json.find('\n'), std::string::npos);
 
   const Json j = ParseJson(json);
-  EXPECT_EQ(j.Keys(), TopLevelKeys());
-  EXPECT_EQ(j["step"].number, 7);
-  EXPECT_EQ(j["loss"].number, 2.5);
-  EXPECT_EQ(j["lr"].number, 0.00025);
-  EXPECT_EQ(j["loss_scale"].number, 65536);
-  EXPECT_EQ(j["skipped"].kind, Json::kBool);
-  EXPECT_TRUE(j["skipped"].boolean);
-  EXPECT_EQ(j["grad_norm"].number, 0.75);
-  EXPECT_EQ(j["step_time_s"].number, 0.125);
-  EXPECT_EQ(j["tokens_per_s"].number, 4096);
-  const Json& time = j["time_s"];
-  EXPECT_EQ(time.Keys(), (std::vector<std::string>{"forward", "backward",
-                                                   "optimizer", "comm_wait"}));
-  EXPECT_EQ(time["forward"].number, 0.0625);
-  EXPECT_EQ(time["backward"].number, 0.03125);
-  EXPECT_EQ(time["optimizer"].number, 0.015625);
-  EXPECT_EQ(time["comm_wait"].number, 0.5);
-  ASSERT_EQ(j["ranks"].array.size(), 2u);
-  const Json& r0 = j["ranks"].array[0];
-  EXPECT_EQ(r0.Keys(), (std::vector<std::string>{"peak_bytes", "comm_bytes"}));
-  EXPECT_EQ(r0["peak_bytes"]["param"].number, 100);
-  EXPECT_EQ(r0["peak_bytes"]["master"].number, 200);
-  EXPECT_EQ(r0["comm_bytes"]["all_gather"].number, 12);
-  EXPECT_EQ(r0["comm_bytes"]["reduce_scatter"].number, 6);
-  EXPECT_TRUE(j["ranks"].array[1]["peak_bytes"].object.empty());
+  EXPECT_EQ(Keys(j), TopLevelKeys());
+  EXPECT_EQ(j.at("step").get<double>(), 7);
+  EXPECT_EQ(j.at("loss").get<double>(), 2.5);
+  EXPECT_EQ(j.at("lr").get<double>(), 0.00025);
+  EXPECT_EQ(j.at("loss_scale").get<double>(), 65536);
+  EXPECT_TRUE(j.at("skipped").is_boolean());
+  EXPECT_TRUE(j.at("skipped").get<bool>());
+  EXPECT_EQ(j.at("grad_norm").get<double>(), 0.75);
+  EXPECT_EQ(j.at("step_time_s").get<double>(), 0.125);
+  EXPECT_EQ(j.at("tokens_per_s").get<double>(), 4096);
+  const Json& time = j.at("time_s");
+  EXPECT_EQ(Keys(time), (std::vector<std::string>{"forward", "backward",
+                                                  "optimizer", "comm_wait"}));
+  EXPECT_EQ(time.at("forward").get<double>(), 0.0625);
+  EXPECT_EQ(time.at("backward").get<double>(), 0.03125);
+  EXPECT_EQ(time.at("optimizer").get<double>(), 0.015625);
+  EXPECT_EQ(time.at("comm_wait").get<double>(), 0.5);
+  ASSERT_EQ(j.at("ranks").size(), 2u);
+  const Json& r0 = j.at("ranks").at(0);
+  EXPECT_EQ(Keys(r0), (std::vector<std::string>{"peak_bytes", "comm_bytes"}));
+  EXPECT_EQ(r0.at("peak_bytes").at("param").get<double>(), 100);
+  EXPECT_EQ(r0.at("peak_bytes").at("master").get<double>(), 200);
+  EXPECT_EQ(r0.at("comm_bytes").at("all_gather").get<double>(), 12);
+  EXPECT_EQ(r0.at("comm_bytes").at("reduce_scatter").get<double>(), 6);
+  EXPECT_TRUE(j.at("ranks").at(1).at("peak_bytes").empty());
 
   m.skipped = false;
-  EXPECT_FALSE(ParseJson(StepMetricsJson(m))["skipped"].boolean);
+  EXPECT_FALSE(ParseJson(StepMetricsJson(m)).at("skipped").get<bool>());
 
   // JSON has no NaN or Infinity: a skipped fp16 step's norm is null.
   m.grad_norm = std::numeric_limits<double>::quiet_NaN();
@@ -748,29 +668,28 @@ TEST(StepMetricsJsonTest, RealStepHasTheDocumentedKeys) {
   ASSERT_EQ(r.steps.size(), 2u);
   const StepMetrics& m = r.steps.back();
   const Json j = ParseJson(StepMetricsJson(m));
-  EXPECT_EQ(j.Keys(), TopLevelKeys());
-  EXPECT_EQ(j["step"].number, 2);
-  EXPECT_NEAR(j["loss"].number, m.loss, 1e-8 * m.loss);
-  EXPECT_NEAR(j["lr"].number, m.lr, 1e-8 * m.lr);
-  EXPECT_EQ(j["time_s"].Keys(),
+  EXPECT_EQ(Keys(j), TopLevelKeys());
+  EXPECT_EQ(j.at("step").get<double>(), 2);
+  EXPECT_NEAR(j.at("loss").get<double>(), m.loss, 1e-8 * m.loss);
+  EXPECT_NEAR(j.at("lr").get<double>(), m.lr, 1e-8 * m.lr);
+  EXPECT_EQ(Keys(j.at("time_s")),
             (std::vector<std::string>{"forward", "backward", "optimizer",
                                       "comm_wait"}));
-  ASSERT_EQ(j["ranks"].array.size(), 4u);
+  ASSERT_EQ(j.at("ranks").size(), 4u);
   for (int rank = 0; rank < 4; ++rank) {
-    const Json& jr = j["ranks"].array[rank];
-    EXPECT_EQ(jr.Keys(),
-              (std::vector<std::string>{"peak_bytes", "comm_bytes"}));
+    const Json& jr = j.at("ranks").at(rank);
+    EXPECT_EQ(Keys(jr), (std::vector<std::string>{"peak_bytes", "comm_bytes"}));
     std::set<std::string> peak_keys, comm_keys;
     for (const auto& [k, v] : m.ranks[rank].peak_bytes) {
       peak_keys.insert(k);
-      EXPECT_EQ(jr["peak_bytes"][k].number, v) << k;
+      EXPECT_EQ(jr.at("peak_bytes").at(k).get<double>(), v) << k;
     }
     for (const auto& [k, v] : m.ranks[rank].comm_bytes) {
       comm_keys.insert(k);
-      EXPECT_EQ(jr["comm_bytes"][k].number, v) << k;
+      EXPECT_EQ(jr.at("comm_bytes").at(k).get<double>(), v) << k;
     }
-    const std::vector<std::string> peak = jr["peak_bytes"].Keys();
-    const std::vector<std::string> comm = jr["comm_bytes"].Keys();
+    const std::vector<std::string> peak = Keys(jr.at("peak_bytes"));
+    const std::vector<std::string> comm = Keys(jr.at("comm_bytes"));
     EXPECT_EQ(std::set<std::string>(peak.begin(), peak.end()), peak_keys);
     EXPECT_EQ(
         std::set<std::string>(comm.begin(), comm.end()),
