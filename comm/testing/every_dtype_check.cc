@@ -34,7 +34,9 @@ uint8_t Value<uint8_t>(int r, size_t i) {
 }
 template <>
 int32_t Value<int32_t>(int r, size_t i) {
-  const int64_t v = std::numeric_limits<int32_t>::max() - 3 + 5 * r + i;
+  // In int64: the point is values past the int32 range before the wrap.
+  const int64_t v = int64_t{std::numeric_limits<int32_t>::max()} - 3 +
+                    5 * int64_t{r} + static_cast<int64_t>(i);
   return static_cast<int32_t>(i % 2 == 0 ? static_cast<uint32_t>(v)
                                          : static_cast<uint32_t>(-v));
 }
