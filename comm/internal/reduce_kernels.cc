@@ -16,47 +16,75 @@ namespace {
 // input is added into it, so each output element is written once.
 constexpr size_t kTile = 2048;
 
-// Plain loops over a local accumulator (which cannot alias the inputs), so
-// the compiler vectorises them at -O2/-O3 without runtime alias checks.
-void ReduceF32(void* const* out, int num_out, const void* const* in, int n,
-               size_t count, ReduceOp op) {
-  alignas(64) float acc[kTile];
-  const float divisor = static_cast<float>(n);
-  for (size_t base = 0; base < count; base += kTile) {
-    const size_t len = std::min(kTile, count - base);
-    const float* p0 = static_cast<const float*>(in[0]) + base;
-    const float* p1 = static_cast<const float*>(in[1]) + base;
+// Integer sums wrap around (computed unsigned, so overflow is defined) and
+// kAvg divides the wrapped sum by n, truncating toward zero; floats divide
+// in their own type.
+template <typename T>
+T Add(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(
+        static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  } else {
+    return a + b;
+  }
+}
+
+template <typename T>
+T DivideByCount(T sum, int n) {
+  if constexpr (std::is_integral_v<T>) {
+    using Wide = std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>;
+    return static_cast<T>(static_cast<Wide>(sum) / static_cast<Wide>(n));
+  } else {
+    return sum / static_cast<T>(n);
+  }
+}
+
+// Types that reduce in themselves: f32, f64 and the integers. Plain loops
+// over a local accumulator (which cannot alias the inputs), so the compiler
+// vectorises them at -O2/-O3 without runtime alias checks. The first two
+// inputs are combined in one pass. REQUIRES: n >= 2.
+template <typename T>
+void ReduceNative(void* const* out, int num_out, const void* const* in, int n,
+                  size_t count, ReduceOp op) {
+  // An 8 KiB accumulator whatever the type.
+  constexpr size_t kNativeTile = kTile * sizeof(float) / sizeof(T);
+  alignas(64) T acc[kNativeTile];
+  for (size_t base = 0; base < count; base += kNativeTile) {
+    const size_t len = std::min(kNativeTile, count - base);
+    const T* p0 = static_cast<const T*>(in[0]) + base;
+    const T* p1 = static_cast<const T*>(in[1]) + base;
     if (op == ReduceOp::kMax) {
       for (size_t j = 0; j < len; ++j) acc[j] = p0[j] < p1[j] ? p1[j] : p0[j];
       for (int k = 2; k < n; ++k) {
-        const float* p = static_cast<const float*>(in[k]) + base;
+        const T* p = static_cast<const T*>(in[k]) + base;
         for (size_t j = 0; j < len; ++j) acc[j] = acc[j] < p[j] ? p[j] : acc[j];
       }
     } else if (op == ReduceOp::kMin) {
       for (size_t j = 0; j < len; ++j) acc[j] = p1[j] < p0[j] ? p1[j] : p0[j];
       for (int k = 2; k < n; ++k) {
-        const float* p = static_cast<const float*>(in[k]) + base;
+        const T* p = static_cast<const T*>(in[k]) + base;
         for (size_t j = 0; j < len; ++j) acc[j] = p[j] < acc[j] ? p[j] : acc[j];
       }
     } else {
-      for (size_t j = 0; j < len; ++j) acc[j] = p0[j] + p1[j];
+      for (size_t j = 0; j < len; ++j) acc[j] = Add(p0[j], p1[j]);
       for (int k = 2; k < n; ++k) {
-        const float* p = static_cast<const float*>(in[k]) + base;
-        for (size_t j = 0; j < len; ++j) acc[j] += p[j];
+        const T* p = static_cast<const T*>(in[k]) + base;
+        for (size_t j = 0; j < len; ++j) acc[j] = Add(acc[j], p[j]);
       }
       if (op == ReduceOp::kAvg) {
-        for (size_t j = 0; j < len; ++j) acc[j] /= divisor;
+        for (size_t j = 0; j < len; ++j) acc[j] = DivideByCount(acc[j], n);
       }
     }
     for (int o = 0; o < num_out; ++o) {
-      std::memcpy(static_cast<float*>(out[o]) + base, acc, len * sizeof(float));
+      std::memcpy(static_cast<T*>(out[o]) + base, acc, len * sizeof(T));
     }
   }
 }
 
 // 16-bit inputs are widened a tile at a time with the vectorised cast
-// kernels (bit-exact with tensor/half.h), reduced in f32 like ReduceF32, and
-// narrowed once.
+// kernels (bit-exact with tensor/half.h), reduced in f32 like
+// ReduceNative<float>, and narrowed once.
 template <void (*Widen)(float*, const uint16_t*, size_t),
           void (*Narrow)(uint16_t*, const float*, size_t)>
 void Reduce16(void* const* out, int num_out, const void* const* in, int n,
@@ -89,67 +117,6 @@ void Reduce16(void* const* out, int num_out, const void* const* in, int n,
   }
 }
 
-// Integers and f64 reduce in their own type. Integer sums wrap around
-// (computed unsigned, so overflow is defined) and kAvg divides the wrapped
-// sum by n, truncating toward zero; f64 sums in f64.
-template <typename T>
-T Add(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(
-        static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
-  } else {
-    return a + b;
-  }
-}
-
-template <typename T>
-T DivideByCount(T sum, int n) {
-  if constexpr (std::is_integral_v<T>) {
-    using Wide = std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>;
-    return static_cast<T>(static_cast<Wide>(sum) / static_cast<Wide>(n));
-  } else {
-    return sum / static_cast<T>(n);
-  }
-}
-
-template <typename T>
-void ReduceNative(void* const* out, int num_out, const void* const* in, int n,
-                  size_t count, ReduceOp op) {
-  // An 8 KiB accumulator, as for f32.
-  constexpr size_t kNativeTile = kTile * sizeof(float) / sizeof(T);
-  alignas(64) T acc[kNativeTile];
-  for (size_t base = 0; base < count; base += kNativeTile) {
-    const size_t len = std::min(kNativeTile, count - base);
-    std::memcpy(acc, static_cast<const T*>(in[0]) + base, len * sizeof(T));
-    for (int k = 1; k < n; ++k) {
-      const T* p = static_cast<const T*>(in[k]) + base;
-      switch (op) {
-        case ReduceOp::kMax:
-          for (size_t j = 0; j < len; ++j) {
-            acc[j] = acc[j] < p[j] ? p[j] : acc[j];
-          }
-          break;
-        case ReduceOp::kMin:
-          for (size_t j = 0; j < len; ++j) {
-            acc[j] = p[j] < acc[j] ? p[j] : acc[j];
-          }
-          break;
-        case ReduceOp::kSum:
-        case ReduceOp::kAvg:
-          for (size_t j = 0; j < len; ++j) acc[j] = Add(acc[j], p[j]);
-          break;
-      }
-    }
-    if (op == ReduceOp::kAvg) {
-      for (size_t j = 0; j < len; ++j) acc[j] = DivideByCount(acc[j], n);
-    }
-    for (int o = 0; o < num_out; ++o) {
-      std::memcpy(static_cast<T*>(out[o]) + base, acc, len * sizeof(T));
-    }
-  }
-}
-
 }  // namespace
 
 void ReduceIntoEach(void* const* out, int num_out, const void* const* in, int n,
@@ -165,7 +132,7 @@ void ReduceIntoEach(void* const* out, int num_out, const void* const* in, int n,
   }
   switch (dtype) {
     case DType::kF32:
-      ReduceF32(out, num_out, in, n, count, op);
+      ReduceNative<float>(out, num_out, in, n, count, op);
       return;
     case DType::kF16:
       Reduce16<CastF16ToF32, CastF32ToF16>(out, num_out, in, n, count, op);
