@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "base/status_macros.h"
 #include "optim/internal/fused_kernels_isa.h"
 
 namespace chunkzero {
@@ -24,14 +25,7 @@ absl::Status CheckArgs(absl::string_view op, KernelIsa isa, size_t n,
         absl::StrCat(op, ": this CPU cannot run ", KernelIsaName(isa)));
   }
   for (DType dtype : {grad_dtype, out_dtype}) {
-    if (!IsValidDType(dtype)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op, ": unknown dtype value ", static_cast<int>(dtype)));
-    }
-    if (!IsComputeDType(dtype)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op, ": ", DTypeName(dtype), " is not f32, f16 or bf16"));
-    }
+    CZ_RETURN_IF_ERROR(CheckComputeDType(dtype, op));
   }
   if (n == 0) return absl::OkStatus();
   for (const void* array : required) {

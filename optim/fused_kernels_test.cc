@@ -639,6 +639,9 @@ TEST(FusedKernels, RejectsBadArguments) {
   EXPECT_EQ(code(FusedAdam(adam, f, f, f, h, DType::kF16, nullptr,
                            static_cast<DType>(9), 0)),
             kInvalid);
+  EXPECT_EQ(FusedAdam(adam, f, f, f, h, DType::kI64, nullptr, DType::kF16, 0)
+                .message(),
+            "FusedAdam: i64 is not f32, f16 or bf16");
   // param_out aliasing grad: same dtype only, and exactly the same array.
   EXPECT_EQ(code(FusedAdam(adam, f, f + 2, f + 4, h, DType::kF16, h,
                            DType::kBF16, 2)),

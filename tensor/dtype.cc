@@ -34,6 +34,25 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
                    "' (expected f32, f16, bf16, u8, i32, i64 or f64)"));
 }
 
+absl::Status CheckValidDType(DType dtype, absl::string_view what) {
+  if (!IsValidDType(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": unknown dtype value ", static_cast<int>(dtype)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckComputeDType(DType dtype, absl::string_view what) {
+  if (absl::Status valid = CheckValidDType(dtype, what); !valid.ok()) {
+    return valid;
+  }
+  if (!IsComputeDType(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", DTypeName(dtype), " is not f32, f16 or bf16"));
+  }
+  return absl::OkStatus();
+}
+
 std::ostream& operator<<(std::ostream& os, DType dtype) {
   return os << DTypeName(dtype);
 }

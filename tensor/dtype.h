@@ -62,6 +62,16 @@ constexpr bool IsValidDType(DType dtype) {
   return static_cast<int>(dtype) < kNumDTypes;
 }
 
+// OK for a named DType value; else InvalidArgument
+// "<what>: unknown dtype value N".
+[[nodiscard]] absl::Status CheckValidDType(DType dtype, absl::string_view what);
+
+// OK for f32, f16 and bf16; else InvalidArgument "<what>: unknown dtype value
+// N" or "<what>: i64 is not f32, f16 or bf16". Kernels, tensors' float
+// conversions and the optimizer refuse other dtypes with it.
+[[nodiscard]] absl::Status CheckComputeDType(DType dtype,
+                                             absl::string_view what);
+
 // "f32", "f16", "bf16", "u8", "i32", "i64" or "f64".
 absl::string_view DTypeName(DType dtype);
 

@@ -51,6 +51,19 @@ TEST(DType, UnknownNameIsInvalidArgument) {
   EXPECT_NE(parsed.status().message().find("'f8'"), absl::string_view::npos);
 }
 
+TEST(DType, ChecksNameWhatAndTheDType) {
+  EXPECT_TRUE(CheckValidDType(DType::kI64, "op").ok());
+  EXPECT_EQ(CheckValidDType(static_cast<DType>(9), "op"),
+            absl::InvalidArgumentError("op: unknown dtype value 9"));
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) {
+    EXPECT_TRUE(CheckComputeDType(d, "op").ok()) << d;
+  }
+  EXPECT_EQ(CheckComputeDType(DType::kU8, "Scale"),
+            absl::InvalidArgumentError("Scale: u8 is not f32, f16 or bf16"));
+  EXPECT_EQ(CheckComputeDType(static_cast<DType>(kNumDTypes), "Scale"),
+            absl::InvalidArgumentError("Scale: unknown dtype value 7"));
+}
+
 TEST(DType, Streams) {
   std::ostringstream os;
   os << DType::kF16;

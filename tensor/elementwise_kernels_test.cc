@@ -206,6 +206,13 @@ TEST(Elementwise, RejectsBadArguments) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Scale(nullptr, DType::kF16, 2.0f, 0).ok());
   EXPECT_EQ(x, 1.0f);
+  // Named dtypes that do not compute are refused by name.
+  EXPECT_EQ(Scale(&x, bad, 2.0f, 1).message(), "Scale: unknown dtype value 9");
+  EXPECT_EQ(Scale(&x, DType::kI32, 2.0f, 1).message(),
+            "Scale: i32 is not f32, f16 or bf16");
+  EXPECT_EQ(Axpy(&x, DType::kF64, 2.0f, &x, 1).message(),
+            "Axpy: f64 is not f32, f16 or bf16");
+  EXPECT_EQ(x, 1.0f);
 }
 
 }  // namespace

@@ -20,24 +20,6 @@ absl::Status CheckShape(absl::Span<const int64_t> shape) {
   return absl::OkStatus();
 }
 
-absl::Status CheckDType(DType dtype) {
-  if (!IsValidDType(dtype)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown dtype value ", static_cast<int>(dtype)));
-  }
-  return absl::OkStatus();
-}
-
-// Float conversions exist for the compute types only.
-absl::Status CheckFloatConvertible(DType dtype, absl::string_view what) {
-  CZ_RETURN_IF_ERROR(CheckDType(dtype));
-  if (!IsComputeDType(dtype)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": ", DTypeName(dtype), " is not f32, f16 or bf16"));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 int64_t NumElements(absl::Span<const int64_t> shape) {
@@ -53,7 +35,7 @@ std::string ShapeToString(absl::Span<const int64_t> shape) {
 absl::StatusOr<Tensor> Tensor::Empty(Shape shape, DType dtype, Device device,
                                      const StorageOptions& options) {
   CZ_RETURN_IF_ERROR(CheckShape(shape));
-  CZ_RETURN_IF_ERROR(CheckDType(dtype));
+  CZ_RETURN_IF_ERROR(CheckValidDType(dtype, "Tensor::Empty"));
   const size_t nbytes = NumElements(shape) * ElementSize(dtype);
   CZ_ASSIGN_OR_RETURN(std::shared_ptr<Storage> storage,
                       Storage::Create(nbytes, device, options));
@@ -79,7 +61,7 @@ absl::StatusOr<Tensor> Tensor::FromFloats(absl::Span<const float> values,
     return absl::InvalidArgumentError(absl::StrCat(
         values.size(), " values do not fill shape ", ShapeToString(shape)));
   }
-  CZ_RETURN_IF_ERROR(CheckFloatConvertible(dtype, "Tensor::FromFloats"));
+  CZ_RETURN_IF_ERROR(CheckComputeDType(dtype, "Tensor::FromFloats"));
   CZ_ASSIGN_OR_RETURN(Tensor t, Empty(std::move(shape), dtype));
   switch (dtype) {
     case DType::kF32:
@@ -113,7 +95,7 @@ absl::StatusOr<Tensor> Tensor::View(std::shared_ptr<Storage> storage,
     return absl::InvalidArgumentError("view of a null storage");
   }
   CZ_RETURN_IF_ERROR(CheckShape(shape));
-  CZ_RETURN_IF_ERROR(CheckDType(dtype));
+  CZ_RETURN_IF_ERROR(CheckValidDType(dtype, "Tensor::View"));
   const size_t nbytes = NumElements(shape) * ElementSize(dtype);
   if (byte_offset % ElementSize(dtype) != 0) {
     return absl::InvalidArgumentError(
@@ -224,7 +206,7 @@ absl::Status Tensor::CopyFrom(const Tensor& src) {
 }
 
 absl::StatusOr<std::vector<float>> Tensor::ToFloats() const {
-  CZ_RETURN_IF_ERROR(CheckFloatConvertible(dtype_, DebugString()));
+  CZ_RETURN_IF_ERROR(CheckComputeDType(dtype_, DebugString()));
   if (numel() == 0) return std::vector<float>();
   if (!is_materialized() || !device().is_host_accessible()) {
     return absl::FailedPreconditionError(

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tensor/half.h"
@@ -65,6 +66,27 @@ TEST(Tensor, FromFloatsRoundsTo16Bit) {
   EXPECT_THAT(*b->ToFloats(), ElementsAre(1.0f, -2.0f));
   EXPECT_EQ(Tensor::FromFloats({1.0f}, {2}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Tensors hold every DType; only the compute types convert to and from
+// floats.
+TEST(Tensor, HoldsEveryDTypeButConvertsOnlyComputeTypes) {
+  absl::StatusOr<Tensor> ids = Tensor::Zeros({3}, DType::kI64);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(ids->nbytes(), 24u);
+  ids->data<int64_t>()[2] = int64_t{1} << 60;
+  EXPECT_EQ(ids->data<int64_t>()[2], int64_t{1} << 60);
+  EXPECT_EQ(ids->ToFloats().status(),
+            absl::InvalidArgumentError(absl::StrCat(
+                ids->DebugString(), ": i64 is not f32, f16 or bf16")));
+  EXPECT_EQ(Tensor::FromFloats({1.0f}, {1}, DType::kF64).status(),
+            absl::InvalidArgumentError(
+                "Tensor::FromFloats: f64 is not f32, f16 or bf16"));
+  const DType bad = static_cast<DType>(9);
+  EXPECT_EQ(Tensor::Empty({2}, bad).status(),
+            absl::InvalidArgumentError("Tensor::Empty: unknown dtype value 9"));
+  EXPECT_EQ(Tensor::View(ids->storage(), 0, {1}, bad).status(),
+            absl::InvalidArgumentError("Tensor::View: unknown dtype value 9"));
 }
 
 TEST(Tensor, ZerosIsZero) {

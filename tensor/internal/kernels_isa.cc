@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/parallel_for.h"
+#include "base/status_macros.h"
 #include "tensor/internal/kernel_table.h"
 
 namespace chunkzero {
@@ -127,14 +128,7 @@ absl::Status CheckKernelArgs(absl::string_view op,
                              std::initializer_list<DType> dtypes, size_t n,
                              std::initializer_list<const void*> buffers) {
   for (DType dtype : dtypes) {
-    if (!IsValidDType(dtype)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op, ": unknown dtype value ", static_cast<int>(dtype)));
-    }
-    if (!IsComputeDType(dtype)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op, ": ", DTypeName(dtype), " is not f32, f16 or bf16"));
-    }
+    CZ_RETURN_IF_ERROR(CheckComputeDType(dtype, op));
   }
   for (const void* buffer : buffers) {
     if (n > 0 && buffer == nullptr) {
