@@ -152,13 +152,11 @@ const Json::object_t& Members(const Json& object) {
 }
 
 // The member named `key` of `object`; nullptr if there is none or `object`
-// is not an object.
-const Json* Member(const Json& object, absl::string_view key) {
-  if (!object.is_object()) return nullptr;
-  for (const auto& [k, v] : Members(object)) {
-    if (k == key) return &v;
-  }
-  return nullptr;
+// is not an object (find gives end() then). Keys are unique: ParseHeader
+// refuses repeats.
+const Json* Member(const Json& object, const char* key) {
+  const auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
 }
 
 // `v` as a T (Json::string_t, Json::array_t); nullptr if it is null or

@@ -26,7 +26,8 @@ absl::Status Bad(absl::string_view flag, const T& value,
 // The flags one by one, and the ones that contradict each other.
 absl::Status CheckOptions(const TrainOptions& o) {
   // The enumerated options arrive parsed (train_flags.h); a library caller
-  // can still pass a value outside its enum.
+  // can still pass a value outside its enum. A value is known when its
+  // spelling parses back.
   const struct {
     const char* flag;
     int value;
@@ -34,15 +35,18 @@ absl::Status CheckOptions(const TrainOptions& o) {
     const char* want;
   } enums[] = {
       {"backend", static_cast<int>(o.backend),
-       !BackendFlagValue(o.backend).empty(), "inproc or gloo"},
+       ParseBackendFlag(BackendFlagValue(o.backend)).ok(), "inproc or gloo"},
       {"precision", static_cast<int>(o.precision),
-       !PrecisionFlagValue(o.precision).empty(), "fp32, fp16 or bf16"},
+       ParsePrecisionFlag(PrecisionFlagValue(o.precision)).ok(),
+       "fp32, fp16 or bf16"},
       {"storage", static_cast<int>(o.storage),
-       ChunkLayoutName(o.storage) != "invalid", "replicated, owner or sharded"},
+       ParseStorageFlag(ChunkLayoutName(o.storage)).ok(),
+       "replicated, owner or sharded"},
       {"optimizer", static_cast<int>(o.optimizer),
-       OptimizerKindName(o.optimizer) != "unknown", "adamw, adam or sgd"},
+       ParseOptimizerFlag(OptimizerKindName(o.optimizer)).ok(),
+       "adamw, adam or sgd"},
       {"offload", static_cast<int>(o.offload),
-       !OffloadFlagValue(o.offload).empty(), "none or optimizer"},
+       ParseOffloadFlag(OffloadFlagValue(o.offload)).ok(), "none or optimizer"},
   };
   for (const auto& [flag, value, known, want] : enums) {
     if (!known) {
