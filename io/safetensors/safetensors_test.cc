@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <vector>
@@ -38,6 +39,21 @@ std::string MakeFile(const std::string& header, const std::string& data) {
   std::string bytes(8, '\0');
   std::memcpy(bytes.data(), &n, 8);
   return bytes + header + data;
+}
+
+// Reads a file of `header` and 4 data bytes and expects DataLoss naming the
+// file and containing each of `parts`; returns the message.
+std::string ExpectCorruptHeader(
+    const std::string& header, std::initializer_list<absl::string_view> parts) {
+  const std::string path = TempPath("corrupt.safetensors");
+  WriteBytes(path, MakeFile(header, std::string(4, '\0')));
+  const absl::Status s = SafetensorsFile::Read(path).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr(path));
+  for (absl::string_view part : parts) {
+    EXPECT_THAT(s.message(), HasSubstr(part));
+  }
+  return std::string(s.message());
 }
 
 std::string Bytes(const Tensor& t) {
@@ -197,13 +213,7 @@ TEST(SafetensorsTest, CorruptHeadersAreErrorsNamingTheFile) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.header);
-    const std::string path = TempPath("corrupt.safetensors");
-    WriteBytes(path, MakeFile(c.header, std::string(4, '\0')));
-    const absl::Status s = SafetensorsFile::Read(path).status();
-    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
-    EXPECT_THAT(s.message(), HasSubstr(path));
-    EXPECT_THAT(s.message(), HasSubstr(c.names));
-    EXPECT_THAT(s.message(), HasSubstr(c.also));
+    ExpectCorruptHeader(c.header, {c.names, c.also});
   }
   // A header length beyond the file.
   const std::string path = TempPath("huge.safetensors");
@@ -329,14 +339,9 @@ TEST(SafetensorsTest, HeaderChecks) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.header);
-    const std::string path = TempPath("checks.safetensors");
-    WriteBytes(path, MakeFile(c.header, std::string(4, '\0')));
-    const absl::Status s = SafetensorsFile::Read(path).status();
-    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
-    EXPECT_THAT(s.message(), HasSubstr(path));
-    EXPECT_THAT(s.message(), HasSubstr(c.names));
-    EXPECT_THAT(s.message(), HasSubstr(c.also));
-    EXPECT_LT(s.message().size(), path.size() + 300);
+    const std::string message =
+        ExpectCorruptHeader(c.header, {c.names, c.also});
+    EXPECT_LT(message.size(), TempPath("corrupt.safetensors").size() + 300);
   }
   // As deep as the reader goes: 32 levels.
   const std::string path = TempPath("deep.safetensors");
@@ -380,12 +385,7 @@ TEST(SafetensorsTest, RepeatedKeysAreErrors) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.header);
-    const std::string path = TempPath("repeats.safetensors");
-    WriteBytes(path, MakeFile(c.header, std::string(4, '\0')));
-    const absl::Status s = SafetensorsFile::Read(path).status();
-    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
-    EXPECT_THAT(s.message(), HasSubstr(path));
-    EXPECT_THAT(s.message(), HasSubstr(c.names));
+    ExpectCorruptHeader(c.header, {c.names});
   }
 }
 
