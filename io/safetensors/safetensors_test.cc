@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -71,6 +72,15 @@ TEST(SafetensorsTest, RoundTripIsBitExact) {
       {"empty", *Tensor::Zeros({0, 3}, DType::kF32)},
       {"we\"ird\\name\n", *Tensor::FromFloats({2.0f}, {1})},
   };
+  // The non-compute dtypes travel as their bytes (U8, I32, I64, F64).
+  for (DType dtype : {DType::kU8, DType::kI32, DType::kI64, DType::kF64}) {
+    Tensor t = *Tensor::Zeros({3}, dtype);
+    for (size_t b = 0; b < t.nbytes(); ++b) {
+      static_cast<unsigned char*>(t.raw_data())[b] =
+          static_cast<unsigned char>(37 * b + 1);
+    }
+    tensors.emplace_back(absl::StrCat("as_", DTypeName(dtype)), std::move(t));
+  }
   const std::string path = TempPath("round_trip.safetensors");
   ASSERT_TRUE(WriteSafetensors(path, tensors,
                                {{"format", "pt"}, {"note", "a\"b\\c\td"}})
