@@ -1,15 +1,13 @@
 #include "models/gpt2/gpt_kernels.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <thread>
 
-#include "base/mutex.h"
 #include "base/parallel_for.h"
+#include "models/gpt2/gemm.h"
 
 // The row loops are compiled three times (AVX-512, AVX2+FMA, baseline
 // x86-64) and picked at load time by the CPU (GCC function multiversioning):
@@ -37,53 +35,10 @@ size_t RowGrain(int width) {
   return std::max<size_t>(1, kGrainElements / std::max(width, 1));
 }
 
-// OpenBLAS (the pthread build) hands each call work buffers from a fixed
-// table sized by its compile-time thread limit; callers beyond that crash
-// inside it (seen with 160 ranks as threads). Every sgemm therefore passes
-// this gate, which admits at most kMaxConcurrentSgemm callers at once, or
-// fewer on a smaller machine: more concurrent callers than cores would only
-// time-slice them.
-constexpr unsigned kMaxConcurrentSgemm = 16;
-
-class SgemmGate {
- public:
-  SgemmGate()
-      : free_(std::clamp(std::thread::hardware_concurrency(), 1u,
-                         kMaxConcurrentSgemm)) {}
-
-  void Enter() {
-    MutexLock lock(&mu_);
-    while (free_ == 0) released_.Wait(&mu_);
-    --free_;
-  }
-  void Leave() {
-    {
-      MutexLock lock(&mu_);
-      ++free_;
-    }
-    released_.Signal();
-  }
-
- private:
-  Mutex mu_;
-  CondVar released_;
-  unsigned free_ ABSL_GUARDED_BY(mu_);
-};
-
-SgemmGate& Gate() {
-  static SgemmGate* gate = new SgemmGate();  // Never destroyed: used at exit.
-  return *gate;
-}
-
-// cblas_sgemm (row-major) through the gate.
-void Sgemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n,
-           int k, float alpha, const float* a, int lda, const float* b, int ldb,
-           float beta, float* c, int ldc) {
-  Gate().Enter();
-  cblas_sgemm(CblasRowMajor, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
-              beta, c, ldc);
-  Gate().Leave();
-}
+using gemm::Gemm;
+using gemm::GemmOnThisThread;
+constexpr gemm::Transpose kNo = gemm::Transpose::kNo;
+constexpr gemm::Transpose kYes = gemm::Transpose::kYes;
 
 // Reductions keep kLanes partial results so the compiler can vectorise
 // them without reassociating (which it may not do for floats): lane j sums
@@ -408,16 +363,13 @@ void MatmulForward(float* out, const float* x, const float* w,
     });
     beta = 1.0f;
   }
-  Sgemm(CblasNoTrans, CblasNoTrans, N, OC, IC, 1.0f, x, IC, w, OC, beta, out,
-        OC);
+  Gemm(kNo, kNo, N, OC, IC, 1.0f, x, IC, w, OC, beta, out, OC);
 }
 
 void MatmulBackward(float* dx, float* dw, float* dbias, const float* dout,
                     const float* x, const float* w, int N, int IC, int OC) {
-  Sgemm(CblasNoTrans, CblasTrans, N, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dx,
-        IC);
-  Sgemm(CblasTrans, CblasNoTrans, IC, OC, N, 1.0f, x, IC, dout, OC, 0.0f, dw,
-        OC);
+  Gemm(kNo, kYes, N, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dx, IC);
+  Gemm(kYes, kNo, IC, OC, N, 1.0f, x, IC, dout, OC, 0.0f, dw, OC);
   if (dbias != nullptr) {
     ForColumns(OC, [&](size_t c0, size_t c1) {
       ColumnSums(c0, c1, dbias, dout, N, OC);
@@ -427,16 +379,14 @@ void MatmulBackward(float* dx, float* dw, float* dbias, const float* dout,
 
 void MatmulTransposedForward(float* out, const float* x, const float* w, int N,
                              int IC, int OC) {
-  Sgemm(CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, x, IC, w, IC, 0.0f, out, OC);
+  Gemm(kNo, kYes, N, OC, IC, 1.0f, x, IC, w, IC, 0.0f, out, OC);
 }
 
 void MatmulTransposedBackward(float* dx, float* dw, const float* dout,
                               const float* x, const float* w, int N, int IC,
                               int OC) {
-  Sgemm(CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dx,
-        IC);
-  Sgemm(CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, x, IC, 0.0f, dw,
-        IC);
+  Gemm(kNo, kNo, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dx, IC);
+  Gemm(kYes, kNo, OC, IC, N, 1.0f, dout, OC, x, IC, 0.0f, dw, IC);
 }
 
 void GeluForward(float* out, const float* x, size_t n) {
@@ -458,72 +408,59 @@ void Add(float* out, const float* a, const float* b, size_t n) {
 
 // Per (b, h), with Q, K, V the head's [T, hd] column blocks of qkv (leading
 // dimension 3C): att = softmax(Q K^T / sqrt(hd)), out block = att V. The
-// gemms run one head at a time (OpenBLAS threads each); the softmax of all
-// heads' rows runs in one ParallelFor between them.
+// heads run in parallel, each on one thread from its scores to its output,
+// so a head's T x T block stays in that thread's cache.
 void AttentionForward(float* out, float* att, const float* qkv, int B, int T,
                       int C, int NH) {
   const int hd = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const size_t tt = static_cast<size_t>(T) * T;
-  for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < NH; ++h) {
-      const float* q = qkv + static_cast<size_t>(b) * T * 3 * C + h * hd;
-      Sgemm(CblasNoTrans, CblasTrans, T, T, hd, scale, q, 3 * C, q + C, 3 * C,
-            0.0f, att + (b * NH + h) * tt, T);
+  ParallelFor(static_cast<size_t>(B) * NH, 1, [&](size_t begin, size_t end) {
+    for (size_t bh = begin; bh < end; ++bh) {
+      const size_t b = bh / NH, h = bh % NH;
+      const float* q = qkv + b * T * 3 * C + h * hd;
+      const float* v = q + 2 * C;
+      float* head_att = att + bh * tt;
+      GemmOnThisThread(kNo, kYes, T, T, hd, scale, q, 3 * C, q + C, 3 * C, 0.0f,
+                       head_att, T);
+      CausalSoftmaxRows(bh * T, (bh + 1) * T, att, T);
+      GemmOnThisThread(kNo, kNo, T, hd, T, 1.0f, head_att, T, v, 3 * C, 0.0f,
+                       out + b * T * C + h * hd, C);
     }
-  }
-  ParallelFor(
-      static_cast<size_t>(B) * NH * T, RowGrain(T),
-      [&](size_t begin, size_t end) { CausalSoftmaxRows(begin, end, att, T); });
-  for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < NH; ++h) {
-      const float* v =
-          qkv + static_cast<size_t>(b) * T * 3 * C + 2 * C + h * hd;
-      Sgemm(CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, att + (b * NH + h) * tt,
-            T, v, 3 * C, 0.0f, out + static_cast<size_t>(b) * T * C + h * hd,
-            C);
-    }
-  }
+  });
 }
 
 // From S = Q K^T * scale, P = softmax(S), Y = P V:
 //   dP = dY V^T, dV = P^T dY, dS = P * (dP - rowsum(P * dP)) (times scale
 //   here, folding in the score scale), dQ = dS K, dK = dS^T Q.
+// Each head writes only its own columns of dqkv and its own datt block, so
+// the heads run in parallel like the forward's.
 void AttentionBackward(float* dqkv, float* datt, const float* dout,
                        const float* qkv, const float* att, int B, int T, int C,
                        int NH) {
   const int hd = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const size_t tt = static_cast<size_t>(T) * T;
-  for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < NH; ++h) {
-      const size_t row0 = static_cast<size_t>(b) * T;
+  ParallelFor(static_cast<size_t>(B) * NH, 1, [&](size_t begin, size_t end) {
+    for (size_t bh = begin; bh < end; ++bh) {
+      const size_t b = bh / NH, h = bh % NH;
+      const size_t row0 = b * T;
       const float* dy = dout + row0 * C + h * hd;
-      const float* v = qkv + row0 * 3 * C + 2 * C + h * hd;
-      float* dv = dqkv + row0 * 3 * C + 2 * C + h * hd;
-      const float* p = att + (b * NH + h) * tt;
-      Sgemm(CblasNoTrans, CblasTrans, T, T, hd, 1.0f, dy, C, v, 3 * C, 0.0f,
-            datt + (b * NH + h) * tt, T);
-      Sgemm(CblasTrans, CblasNoTrans, T, hd, T, 1.0f, p, T, dy, C, 0.0f, dv,
-            3 * C);
-    }
-  }
-  ParallelFor(static_cast<size_t>(B) * NH * T, RowGrain(T),
-              [&](size_t begin, size_t end) {
-                CausalSoftmaxBackwardRows(begin, end, datt, att, T, scale);
-              });
-  for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < NH; ++h) {
-      const size_t row0 = static_cast<size_t>(b) * T;
       const float* q = qkv + row0 * 3 * C + h * hd;
+      const float* v = q + 2 * C;
       float* dq = dqkv + row0 * 3 * C + h * hd;
-      const float* ds = datt + (b * NH + h) * tt;
-      Sgemm(CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, ds, T, q + C, 3 * C,
-            0.0f, dq, 3 * C);
-      Sgemm(CblasTrans, CblasNoTrans, T, hd, T, 1.0f, ds, T, q, 3 * C, 0.0f,
-            dq + C, 3 * C);
+      const float* p = att + bh * tt;
+      float* ds = datt + bh * tt;
+      GemmOnThisThread(kNo, kYes, T, T, hd, 1.0f, dy, C, v, 3 * C, 0.0f, ds, T);
+      GemmOnThisThread(kYes, kNo, T, hd, T, 1.0f, p, T, dy, C, 0.0f, dq + 2 * C,
+                       3 * C);
+      CausalSoftmaxBackwardRows(bh * T, (bh + 1) * T, datt, att, T, scale);
+      GemmOnThisThread(kNo, kNo, T, hd, T, 1.0f, ds, T, q + C, 3 * C, 0.0f, dq,
+                       3 * C);
+      GemmOnThisThread(kYes, kNo, T, hd, T, 1.0f, ds, T, q, 3 * C, 0.0f, dq + C,
+                       3 * C);
     }
-  }
+  });
 }
 
 double CrossEntropyForward(float* logits, const int32_t* targets, int N, int V,

@@ -9,14 +9,13 @@
 // hd = C / NH head size, V vocabulary, P max positions, N = B * T rows.
 // Every array is dense and row-major, and all pointers are non-null.
 //
-// Matmuls run through OpenBLAS cblas_sgemm, whose own threads do the work.
-// Concurrent callers (ranks as threads) pass a gate that admits at most as
-// many sgemm calls at once as there are cores (16 at most): OpenBLAS's
-// pthread build keeps a fixed table of work buffers and crashes when too
-// many threads call it at once. Everything else is split over rows (or
-// columns) with base/parallel_for.h. Results do not depend on the thread
-// count: every reduction over rows (bias and LayerNorm weight grads) runs in
-// a fixed order per column, and per-row losses are summed in row order.
+// Matmuls run through Gemm (models/gpt2/gemm.h, oneDNN); the attention
+// runs its heads in parallel, each head's products on one thread. Everything
+// else is split over rows (or columns) with base/parallel_for.h. Results do
+// not depend on the thread count: Gemm cuts its products the same way for
+// any count, every reduction over rows (bias and LayerNorm weight grads)
+// runs in a fixed order per column, and per-row losses are summed in row
+// order.
 //
 // Thread-safety: the functions may be called from any number of threads at
 // once (on distinct outputs).

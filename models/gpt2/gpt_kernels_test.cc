@@ -53,13 +53,10 @@ TEST(GptKernelsTest, GeluMatchesTanhFormula) {
   }
 }
 
-// Ranks as threads call the matmuls all at once. OpenBLAS crashed when more
-// threads than its buffer table called sgemm concurrently (160 in-process
-// ranks did); every call goes through a gate, so any number of threads get
-// the single-threaded result.
+// Ranks as threads call the matmuls all at once; any number of threads get
+// the single-threaded result. (OpenBLAS 0.3.21, used before oneDNN,
+// segfaulted when 300 threads started 256-wide sgemms together.)
 TEST(GptKernelsTest, MatmulFromManyThreadsAtOnce) {
-  // Without the gate, 300 threads starting 256-wide sgemms together
-  // segfault in OpenBLAS 0.3.21.
   constexpr int kThreads = 300, N = 256, IC = 256, OC = 256;
   std::vector<float> x(N * IC), w(IC * OC), bias(OC);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * i);

@@ -52,13 +52,11 @@
 // scope, 16-bit weights are widened into a scratch buffer; f32 weights are
 // read in place. Grads are f32.
 //
-// Threads: matmuls go through OpenBLAS (its own pthread pool, sized by
-// OPENBLAS_NUM_THREADS or openblas_set_num_threads, default all cores) and
-// are called from the thread running Forward/Backward; the other layers run
-// on base/parallel_for.h's pool (CHUNKZERO_NUM_THREADS). Within one model
-// the two pools take turns, so each may use every core; models on several
-// threads (ranks as threads) share a gate on concurrent sgemm calls (see
-// gpt_kernels.h). Results are the same for any thread count.
+// Threads: every layer, matmuls included (models/gpt2/gemm.h), runs on
+// base/parallel_for.h's one pool (CHUNKZERO_NUM_THREADS), from the thread
+// running Forward/Backward. Models on several threads (ranks as threads)
+// share that pool; each caller uses at most its ScopedParallelThreads share
+// of it. Results are the same for any thread count.
 //
 // Memory: activations for Backward are kept per layer (16 N C + NH T^2 B
 // floats per block, N = B T) plus N V floats of probabilities; they and

@@ -8,19 +8,23 @@
 //   with sharded storage (RunTraining, built-in data) and compares the mean
 //   step time over the steps after the first (which builds the optimizer
 //   states). Counter sharded_vs_replicated: target <= 1.15.
-// BM_ModelVsSgemm: a replicated f32 step at d_model 512 (4 layers, 8 heads,
-//   seq 256, vocab 8192, batch 4, world size 1: ZeroDdp and the optimizer
-//   included) in model FLOP/s (GptModelFlopsPerStep) beside OpenBLAS sgemm
-//   (M = N = K = 1024) timed right after it. Counter model_flops_vs_sgemm:
-//   target >= 0.50.
-#include <cblas.h>
-
+// BM_ModelVsGemm: a replicated f32 step of GPT-2 6 x 512 (8 heads, seq 256,
+//   vocab 8192, batch 4, world size 1: ZeroDdp and the optimizer included)
+//   in model FLOP/s (GptModelFlopsPerStep) beside the best rate of Gemm
+//   (models/gpt2/gemm.h, M = N = K = 1024, every thread) timed right after
+//   it. Counter model_flops_vs_gemm: target >= 0.75.
+// BM_TwoRanksVsOne: the same model, sharded, as 2 in-process ranks with
+//   batch 2 each against 1 rank with batch 4 (the same work). Counter
+//   two_ranks_vs_one (throughput ratio, one rank's step time over two
+//   ranks'): target >= 0.90.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "models/gpt2/gemm.h"
 #include "models/gpt2/gpt_model.h"
 #include "tools/train/trainer.h"
 
@@ -54,82 +58,128 @@ double MeanStepSeconds(benchmark::State& state, const TrainOptions& o) {
   return total / static_cast<double>(r->steps.size() - 1);
 }
 
-void BM_ShardedVsReplicated(benchmark::State& state) {
-  TrainOptions o;
-  o.world_size = 2;
-  o.model.layers = 4;
-  o.model.d_model = 256;
-  o.model.heads = 4;
-  o.model.seq_len = 128;
-  o.batch = 4;
-  o.steps = 6;
-  o.precision = DType::kF16;
-  double replicated = 0, sharded = 0;
+// Trains `a` then `b` once per iteration and sets their mean step times
+// over the iterations; false (with the error reported) if a run failed.
+bool TimeBoth(benchmark::State& state, const TrainOptions& a,
+              const TrainOptions& b, double* a_s, double* b_s) {
+  double total_a = 0, total_b = 0;
   for (auto _ : state) {
-    o.storage = ChunkLayout::kReplicated;
-    const double r = MeanStepSeconds(state, o);
-    o.storage = ChunkLayout::kSharded;
-    const double s = MeanStepSeconds(state, o);
-    if (r < 0 || s < 0) return;
-    replicated += r;
-    sharded += s;
-    state.SetIterationTime(r + s);
+    const double ta = MeanStepSeconds(state, a);
+    const double tb = MeanStepSeconds(state, b);
+    if (ta < 0 || tb < 0) return false;
+    total_a += ta;
+    total_b += tb;
+    state.SetIterationTime(ta + tb);
   }
   const double n = static_cast<double>(state.iterations());
-  state.counters["replicated_step_s"] = replicated / n;
-  state.counters["sharded_step_s"] = sharded / n;
-  state.counters["sharded_vs_replicated"] = sharded / replicated;
+  *a_s = total_a / n;
+  *b_s = total_b / n;
+  return true;
+}
+
+void BM_ShardedVsReplicated(benchmark::State& state) {
+  TrainOptions replicated;
+  replicated.world_size = 2;
+  replicated.model.layers = 4;
+  replicated.model.d_model = 256;
+  replicated.model.heads = 4;
+  replicated.model.seq_len = 128;
+  replicated.batch = 4;
+  replicated.steps = 6;
+  replicated.precision = DType::kF16;
+  replicated.storage = ChunkLayout::kReplicated;
+  TrainOptions sharded = replicated;
+  sharded.storage = ChunkLayout::kSharded;
+  double r = 0, s = 0;
+  if (!TimeBoth(state, replicated, sharded, &r, &s)) return;
+  state.counters["replicated_step_s"] = r;
+  state.counters["sharded_step_s"] = s;
+  state.counters["sharded_vs_replicated"] = s / r;
 }
 BENCHMARK(BM_ShardedVsReplicated)
     ->UseManualTime()
     ->Iterations(2)
     ->Unit(benchmark::kMillisecond);
 
-void BM_ModelVsSgemm(benchmark::State& state) {
+// The GPT-2 shape the f32 and ranks targets are set on: 6 x 512, 8 heads,
+// context 256, vocab 8192 (byte data: ids index the larger vocabulary).
+TrainOptions TargetShape() {
   TrainOptions o;
-  o.world_size = 1;
-  o.storage = ChunkLayout::kReplicated;
-  o.precision = DType::kF32;
-  o.model.layers = 4;
+  o.model.layers = 6;
   o.model.d_model = 512;
   o.model.heads = 8;
   o.model.seq_len = 256;
   o.model.vocab = 8192;
-  o.batch = 4;
   o.steps = 4;
   o.chunk_size = 0;
-  // Byte data (vocab 256 < 8192) is fine: ids index the larger vocabulary.
-  constexpr int kN = 1024, kSgemmReps = 8;
+  o.precision = DType::kF32;
+  return o;
+}
+
+// The best rate of an M = N = K = 1024 Gemm on every thread, in FLOP/s.
+double BestGemmFlops() {
+  constexpr int kN = 1024, kReps = 8;
   std::vector<float> a(kN * kN, 0.5f), b(kN * kN, 0.25f), c(kN * kN);
-  double step = 0, sgemm = 0;
+  double best = 0;
+  for (int r = 0; r < kReps; ++r) {
+    const auto t0 = Clock::now();
+    gemm::Gemm(gemm::Transpose::kNo, gemm::Transpose::kNo, kN, kN, kN, 1.0f,
+               a.data(), kN, b.data(), kN, 0.0f, c.data(), kN);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, 2.0 * kN * kN * kN / s);
+  }
+  return c[0] == 0.5f * 0.25f * kN ? best : -1;
+}
+
+void BM_ModelVsGemm(benchmark::State& state) {
+  TrainOptions o = TargetShape();
+  o.world_size = 1;
+  o.storage = ChunkLayout::kReplicated;
+  o.batch = 4;
+  double step = 0, best_gemm = 0;
   for (auto _ : state) {
     const double s = MeanStepSeconds(state, o);
     if (s < 0) return;
-    const auto t0 = Clock::now();
-    for (int i = 0; i < kSgemmReps; ++i) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kN, kN, kN, 1.0f,
-                  a.data(), kN, b.data(), kN, 0.0f, c.data(), kN);
+    const double g = BestGemmFlops();
+    if (g < 0) {
+      state.SkipWithError("Gemm result is wrong");
+      return;
     }
-    benchmark::DoNotOptimize(c.data());
-    sgemm +=
-        std::chrono::duration<double>(Clock::now() - t0).count() / kSgemmReps;
+    best_gemm = std::max(best_gemm, g);
     step += s;
     state.SetIterationTime(s);
-  }
-  if (c[0] != 0.5f * 0.25f * kN) {
-    state.SkipWithError("sgemm result is wrong");
-    return;
   }
   const double n = static_cast<double>(state.iterations());
   const double tokens = static_cast<double>(o.batch) * o.model.seq_len;
   const double model_flops =
       GptModelFlopsPerStep(o.model, static_cast<int64_t>(tokens)) / (step / n);
-  const double sgemm_flops = 2.0 * kN * kN * kN / (sgemm / n);
   state.counters["model_GFLOP/s"] = model_flops / 1e9;
-  state.counters["sgemm_GFLOP/s"] = sgemm_flops / 1e9;
-  state.counters["model_flops_vs_sgemm"] = model_flops / sgemm_flops;
+  state.counters["gemm_GFLOP/s"] = best_gemm / 1e9;
+  state.counters["model_flops_vs_gemm"] = model_flops / best_gemm;
+  state.SetLabel(gemm::GemmKernelName());
 }
-BENCHMARK(BM_ModelVsSgemm)
+BENCHMARK(BM_ModelVsGemm)
+    ->UseManualTime()
+    ->Iterations(2)
+    ->Unit(benchmark::kMillisecond);
+
+// 2 in-process ranks with batch 2 each (sharded) against 1 rank with batch
+// 4: the same work on the same cores.
+void BM_TwoRanksVsOne(benchmark::State& state) {
+  TrainOptions one = TargetShape();
+  one.world_size = 1;
+  one.storage = ChunkLayout::kSharded;
+  one.batch = 4;
+  TrainOptions two = one;
+  two.world_size = 2;
+  two.batch = 2;
+  double t1 = 0, t2 = 0;
+  if (!TimeBoth(state, one, two, &t1, &t2)) return;
+  state.counters["one_rank_step_s"] = t1;
+  state.counters["two_ranks_step_s"] = t2;
+  state.counters["two_ranks_vs_one"] = t1 / t2;
+}
+BENCHMARK(BM_TwoRanksVsOne)
     ->UseManualTime()
     ->Iterations(2)
     ->Unit(benchmark::kMillisecond);

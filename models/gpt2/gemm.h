@@ -1,0 +1,67 @@
+// Gemm: the model's matrix products, through oneDNN.
+//
+//   Gemm(Transpose::kNo, Transpose::kYes, m, n, k, 1.0f, a, lda, b, ldb,
+//        0.0f, c, ldc);  // c[m, n] = a[m, k] b[n, k]^T
+//
+// One code path for every matrix product of the model. oneDNN (Debian's
+// libdnnl) picks its kernels from the instruction sets the processor
+// reports (cpuid), not from a table of known processor models, so a new
+// processor gets the widest kernels it supports; docs/PERFORMANCE.md has
+// the measurements behind the choice. GemmKernelName() says what runs, and
+// the train job's summary prints it.
+//
+// Threads: a product is cut into fixed tiles of C whose shape depends only
+// on m and n. The tiles run on ParallelFor (base/parallel_for.h), each on
+// one thread with oneDNN's own OpenMP threading off, so there is one thread
+// pool in the process and results do not depend on the number of threads
+// (or on which thread ran a tile). GemmOnThisThread runs a product on the
+// calling thread alone, for callers that parallelise over many small
+// products themselves (attention heads).
+//
+// Errors: the shapes are the caller's contract (REQUIRES below). oneDNN
+// running out of memory throws std::bad_alloc; any other oneDNN failure
+// throws std::runtime_error naming the call. Nothing is thrown out of a
+// ParallelFor piece: a tile's failure is rethrown on the calling thread
+// after every tile has finished.
+//
+// Thread-safety: any number of threads may call these at once (on distinct
+// outputs).
+#ifndef CHUNKZERO_MODELS_GPT2_GEMM_H_
+#define CHUNKZERO_MODELS_GPT2_GEMM_H_
+
+#include <string>
+
+namespace chunkzero {
+namespace gemm {
+
+enum class Transpose { kNo, kYes };
+
+// Row-major C[m, n] = alpha * op(A) op(B) + beta * C, where op(A) is m x k
+// (A is stored k x m when transposed) and op(B) is k x n. With beta == 0, C
+// is only written (NaN or garbage in it does not propagate). k == 0 scales C
+// by beta.
+// REQUIRES: m, n, k >= 0; each leading dimension >= the stored row length
+// (and >= 1); the pointers cover the stored matrices; C does not overlap A
+// or B.
+void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
+          float alpha, const float* a, int lda, const float* b, int ldb,
+          float beta, float* c, int ldc);
+
+// Gemm on the calling thread only. Results are bit-identical to Gemm's.
+void GemmOnThisThread(Transpose trans_a, Transpose trans_b, int m, int n,
+                      int k, float alpha, const float* a, int lda,
+                      const float* b, int ldb, float beta, float* c, int ldc);
+
+// The instruction set oneDNN's kernels use on this processor, as oneDNN
+// names it: "avx512_core_amx", "avx512_core_bf16", "avx512_core", "avx2",
+// ... ("sse41" or "default" means no AVX kernel at all).
+std::string GemmIsa();
+
+// What runs the products, for the job's summary: e.g.
+// "onednn 2.6.3 sgemm avx512_core".
+std::string GemmKernelName();
+
+}  // namespace gemm
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_MODELS_GPT2_GEMM_H_

@@ -1,0 +1,199 @@
+#include "models/gpt2/gemm.h"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/parallel_for.h"
+#include "gtest/gtest.h"
+
+namespace chunkzero {
+namespace gemm {
+namespace {
+
+// A stored matrix of `rows` x `cols` with leading dimension `ld`, filled
+// with values from a fixed recipe; the padding holds NaN, so a read past a
+// row shows in the result.
+std::vector<float> Matrix(int rows, int cols, int ld, float seed) {
+  std::vector<float> x(static_cast<size_t>(rows) * ld,
+                       std::numeric_limits<float>::quiet_NaN());
+  for (int i = 0; i < rows; ++i) {
+    for (int j = 0; j < cols; ++j) {
+      x[static_cast<size_t>(i) * ld + j] = std::sin(seed * (i * 131 + j + 1));
+    }
+  }
+  return x;
+}
+
+// alpha op(A) op(B) + beta C in double, row by row.
+std::vector<double> Reference(Transpose ta, Transpose tb, int m, int n, int k,
+                              double alpha, const std::vector<float>& a,
+                              int lda, const std::vector<float>& b, int ldb,
+                              double beta, const std::vector<float>& c,
+                              int ldc) {
+  std::vector<double> out(static_cast<size_t>(m) * n);
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int p = 0; p < k; ++p) {
+        const float av = ta == Transpose::kNo ? a[size_t(i) * lda + p]
+                                              : a[size_t(p) * lda + i];
+        const float bv = tb == Transpose::kNo ? b[size_t(p) * ldb + j]
+                                              : b[size_t(j) * ldb + p];
+        sum += double(av) * bv;
+      }
+      out[size_t(i) * n + j] =
+          alpha * sum + (beta == 0 ? 0.0 : beta * c[size_t(i) * ldc + j]);
+    }
+  }
+  return out;
+}
+
+struct Case {
+  Transpose ta, tb;
+  int m, n, k;
+  float alpha, beta;
+};
+
+std::string Name(const Case& c) {
+  return absl::StrCat(c.ta == Transpose::kYes ? "T" : "N",
+                      c.tb == Transpose::kYes ? "T" : "N", " m=", c.m,
+                      " n=", c.n, " k=", c.k, " alpha=", c.alpha,
+                      " beta=", c.beta);
+}
+
+// Every transpose pair, with shapes that cut the tiles unevenly (m and n
+// past one tile, not multiples of it), leading dimensions past the row
+// length, and alpha/beta other than 1/0.
+TEST(GemmTest, MatchesADoubleReferenceForEveryTransposePair) {
+  const Case cases[] = {
+      {Transpose::kNo, Transpose::kNo, 300, 1100, 37, 1.0f, 0.0f},
+      {Transpose::kNo, Transpose::kYes, 257, 1025, 64, 0.5f, 1.0f},
+      {Transpose::kYes, Transpose::kNo, 513, 70, 129, -2.0f, 0.25f},
+      {Transpose::kYes, Transpose::kYes, 1, 1, 1000, 1.0f, -1.0f},
+      {Transpose::kNo, Transpose::kNo, 5, 3, 1, 1.0f, 0.0f},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(Name(c));
+    const int a_rows = c.ta == Transpose::kNo ? c.m : c.k;
+    const int a_cols = c.ta == Transpose::kNo ? c.k : c.m;
+    const int b_rows = c.tb == Transpose::kNo ? c.k : c.n;
+    const int b_cols = c.tb == Transpose::kNo ? c.n : c.k;
+    const int lda = a_cols + 3, ldb = b_cols + 5, ldc = c.n + 2;
+    const std::vector<float> a = Matrix(a_rows, a_cols, lda, 0.37f);
+    const std::vector<float> b = Matrix(b_rows, b_cols, ldb, 0.11f);
+    std::vector<float> out = Matrix(c.m, c.n, ldc, 0.07f);
+    const std::vector<double> want = Reference(
+        c.ta, c.tb, c.m, c.n, c.k, c.alpha, a, lda, b, ldb, c.beta, out, ldc);
+    Gemm(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a.data(), lda, b.data(), ldb,
+         c.beta, out.data(), ldc);
+    // f32 accumulation of k products of magnitude <= 1: within k ulps of the
+    // sum of magnitudes, plus beta C's rounding.
+    const double bound = 4.0 * c.k * std::numeric_limits<float>::epsilon() *
+                             std::abs(c.alpha) +
+                         1e-6;
+    for (int i = 0; i < c.m; ++i) {
+      for (int j = 0; j < c.n; ++j) {
+        ASSERT_NEAR(out[size_t(i) * ldc + j], want[size_t(i) * c.n + j],
+                    bound)
+            << "at " << i << ", " << j;
+      }
+      // The padding past n is untouched (still NaN).
+      for (int j = c.n; j < ldc; ++j) {
+        ASSERT_TRUE(std::isnan(out[size_t(i) * ldc + j])) << i << ", " << j;
+      }
+    }
+  }
+}
+
+TEST(GemmTest, BetaZeroIgnoresWhatCHeld) {
+  const int m = 4, n = 3, k = 2;
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<float> b = {1, 0, 2, 0, 1, 3};
+  std::vector<float> c(m * n, std::numeric_limits<float>::quiet_NaN());
+  Gemm(Transpose::kNo, Transpose::kNo, m, n, k, 1.0f, a.data(), k, b.data(),
+       n, 0.0f, c.data(), n);
+  EXPECT_EQ(c, (std::vector<float>{1, 2, 8, 3, 4, 18, 5, 6, 28, 7, 8, 38}));
+}
+
+TEST(GemmTest, EmptyProductsScaleOrLeaveC) {
+  std::vector<float> c = {1, 2, 3, 4, 5, 6};
+  const float unused = 0;
+  // k == 0: C = beta C.
+  Gemm(Transpose::kNo, Transpose::kNo, 2, 3, 0, 1.0f, &unused, 1, &unused, 3,
+       0.5f, c.data(), 3);
+  EXPECT_EQ(c, (std::vector<float>{0.5, 1, 1.5, 2, 2.5, 3}));
+  c[0] = std::numeric_limits<float>::quiet_NaN();
+  GemmOnThisThread(Transpose::kNo, Transpose::kNo, 2, 3, 0, 1.0f, &unused, 1,
+                   &unused, 3, 0.0f, c.data(), 3);
+  EXPECT_EQ(c, std::vector<float>(6, 0.0f));
+  // m == 0 or n == 0: nothing is read or written.
+  c.assign(6, 7.0f);
+  Gemm(Transpose::kNo, Transpose::kNo, 0, 3, 4, 1.0f, nullptr, 4, nullptr, 3,
+       0.0f, c.data(), 3);
+  Gemm(Transpose::kNo, Transpose::kNo, 2, 0, 4, 1.0f, nullptr, 4, nullptr, 1,
+       0.0f, c.data(), 1);
+  EXPECT_EQ(c, std::vector<float>(6, 7.0f));
+}
+
+// The tiles are fixed by the shape, so the bits do not depend on how many
+// threads ran them, nor on which entry point.
+TEST(GemmTest, BitsDoNotDependOnTheThreadCount) {
+  const int m = 700, n = 2100, k = 96;
+  const std::vector<float> a = Matrix(m, k, k, 0.3f);
+  const std::vector<float> b = Matrix(n, k, k, 0.7f);
+  std::vector<float> want(size_t(m) * n);
+  GemmOnThisThread(Transpose::kNo, Transpose::kYes, m, n, k, 1.0f, a.data(),
+                   k, b.data(), k, 0.0f, want.data(), n);
+  for (const int threads : {1, 2, 3, 8}) {
+    SetParallelThreadsForTesting(threads);
+    std::vector<float> got(size_t(m) * n);
+    Gemm(Transpose::kNo, Transpose::kYes, m, n, k, 1.0f, a.data(), k,
+         b.data(), k, 0.0f, got.data(), n);
+    EXPECT_TRUE(got == want) << threads << " threads";
+  }
+  SetParallelThreadsForTesting(0);
+}
+
+TEST(GemmTest, RejectedArgumentsThrowNamingTheCall) {
+  const std::vector<float> a(16, 1.0f), b(16, 1.0f);
+  std::vector<float> c(16);
+  // lda 2 < k 4: oneDNN refuses it.
+  try {
+    Gemm(Transpose::kNo, Transpose::kNo, 2, 2, 4, 1.0f, a.data(), 2, b.data(),
+         2, 0.0f, c.data(), 2);
+    FAIL() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "dnnl_sgemm(N, N, m=2, n=2, k=4, lda=2, ldb=2, ldc=2) failed: "
+              "invalid arguments");
+  }
+  EXPECT_THROW(GemmOnThisThread(Transpose::kNo, Transpose::kNo, 2, 2, 4, 1.0f,
+                                a.data(), 2, b.data(), 2, 0.0f, c.data(), 2),
+               std::runtime_error);
+}
+
+// Never a generic kernel where the processor has vector units: oneDNN's
+// instruction set is at least the widest one the CPU reports.
+TEST(GemmTest, UsesTheWidestInstructionSetTheProcessorHas) {
+  const std::string isa = GemmIsa();
+  EXPECT_NE(isa, "default");
+  if (__builtin_cpu_supports("avx2")) {
+    EXPECT_TRUE(isa == "avx2" || isa == "avx2_vnni" ||
+                absl::StartsWith(isa, "avx512"))
+        << isa;
+  }
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+    EXPECT_TRUE(absl::StartsWith(isa, "avx512_core")) << isa;
+  }
+  EXPECT_EQ(GemmKernelName(), absl::StrCat("onednn 2.6.3 sgemm ", isa));
+}
+
+}  // namespace
+}  // namespace gemm
+}  // namespace chunkzero
