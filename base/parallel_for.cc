@@ -26,6 +26,9 @@ int DefaultThreads() {
 // 0 = no override.
 std::atomic<int> g_threads_override{0};
 
+// This thread's ScopedParallelThreads cap; 0 = none.
+thread_local int t_thread_cap = 0;
+
 // Pieces per thread: more than one lets idle threads take over pieces from
 // a thread that is slow or busy elsewhere.
 constexpr size_t kPiecesPerThread = 4;
@@ -137,10 +140,17 @@ class ThreadPool {
 int GetParallelThreads() {
   const int override_threads =
       g_threads_override.load(std::memory_order_relaxed);
-  if (override_threads > 0) return override_threads;
   static const int default_threads = DefaultThreads();
-  return default_threads;
+  const int threads = override_threads > 0 ? override_threads : default_threads;
+  return t_thread_cap > 0 ? std::min(threads, t_thread_cap) : threads;
 }
+
+ScopedParallelThreads::ScopedParallelThreads(int max_threads)
+    : previous_(t_thread_cap) {
+  t_thread_cap = std::max(max_threads, 1);
+}
+
+ScopedParallelThreads::~ScopedParallelThreads() { t_thread_cap = previous_; }
 
 void SetParallelThreadsForTesting(int num_threads) {
   g_threads_override.store(std::max(num_threads, 0), std::memory_order_relaxed);

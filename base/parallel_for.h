@@ -35,9 +35,29 @@ namespace chunkzero {
 void ParallelFor(size_t n, size_t grain,
                  absl::FunctionRef<void(size_t begin, size_t end)> fn);
 
-// The number of threads ParallelFor splits work over (>= 1), the caller
-// included.
+// The number of threads ParallelFor splits this thread's work over (>= 1),
+// the caller included: the process-wide count, capped by this thread's
+// ScopedParallelThreads.
 int GetParallelThreads();
+
+// Caps the threads ParallelFor uses for calls made by the constructing
+// thread while the scope lives (the caller included), so that several
+// threads sharing the pool each get their share of the cores: in-process
+// ranks each hold ScopedParallelThreads(cores / ranks). A cap of 1 runs every
+// piece on the calling thread. Scopes nest; the innermost cap applies, and
+// the destructor restores the one before it. Other threads are unaffected,
+// including pool threads running this thread's pieces.
+class ScopedParallelThreads {
+ public:
+  // REQUIRES: max_threads >= 1.
+  explicit ScopedParallelThreads(int max_threads);
+  ~ScopedParallelThreads();
+  ScopedParallelThreads(const ScopedParallelThreads&) = delete;
+  ScopedParallelThreads& operator=(const ScopedParallelThreads&) = delete;
+
+ private:
+  const int previous_;
+};
 
 // Overrides the thread count for the rest of the process (tests and
 // benchmarks); `num_threads <= 0` restores the default. Safe to call at any

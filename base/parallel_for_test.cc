@@ -65,8 +65,8 @@ TEST(ParallelFor, UsesSeveralThreadsWhenAllowed) {
   EXPECT_GT(calls, 1);  // Split into pieces even if one thread ran them all.
 }
 
-TEST(ParallelFor, SingleThreadRunsInlineAsOneRange) {
-  ThreadsOverride override_threads(1);
+// ParallelFor(1000) runs as one call of the whole range on this thread.
+void ExpectRunsInlineAsOneRange() {
   const std::thread::id caller = std::this_thread::get_id();
   int calls = 0;
   ParallelFor(1000, 1, [&](size_t begin, size_t end) {
@@ -76,6 +76,38 @@ TEST(ParallelFor, SingleThreadRunsInlineAsOneRange) {
     EXPECT_EQ(std::this_thread::get_id(), caller);
   });
   EXPECT_EQ(calls, 1);
+}
+
+TEST(ParallelFor, SingleThreadRunsInlineAsOneRange) {
+  ThreadsOverride override_threads(1);
+  ExpectRunsInlineAsOneRange();
+}
+
+// A thread's cap applies to its own calls only, nests, and is undone when
+// the scope ends.
+TEST(ParallelFor, ScopedThreadsCapsThisThreadOnly) {
+  ThreadsOverride override_threads(4);
+  {
+    ScopedParallelThreads outer(2);
+    EXPECT_EQ(GetParallelThreads(), 2);
+    {
+      ScopedParallelThreads inner(1);
+      EXPECT_EQ(GetParallelThreads(), 1);
+      ExpectRunsInlineAsOneRange();
+      // Another thread keeps the process-wide count.
+      int other = 0;
+      std::thread([&] { other = GetParallelThreads(); }).join();
+      EXPECT_EQ(other, 4);
+    }
+    EXPECT_EQ(GetParallelThreads(), 2);
+    // A cap above the process-wide count does not raise it.
+    ScopedParallelThreads wide(16);
+    EXPECT_EQ(GetParallelThreads(), 4);
+  }
+  EXPECT_EQ(GetParallelThreads(), 4);
+  // Zero or a negative cap counts as 1.
+  ScopedParallelThreads zero(0);
+  EXPECT_EQ(GetParallelThreads(), 1);
 }
 
 TEST(ParallelFor, ConcurrentCallersFromEightThreads) {

@@ -103,6 +103,9 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
       OptimizerKindName(o.optimizer),
       r.chunk_size > 0 ? absl::StrCat(r.chunk_size) : "one tensor",
       100 * r.chunk_utilisation);
+  absl::StrAppendFormat(&s, "matmuls: f32 on %s, %d thread%s per rank\n",
+                        r.gemm_kernel.empty() ? "?" : r.gemm_kernel,
+                        r.threads_per_rank, r.threads_per_rank == 1 ? "" : "s");
   if (r.steps.empty()) {
     s += "no steps run\n";
     return s;

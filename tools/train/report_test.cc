@@ -108,6 +108,8 @@ TrainResult Synthetic(int64_t peak, int64_t at_rest) {
     r.steps.push_back(m);
   }
   r.at_rest_bytes = {at_rest - 10, at_rest};
+  r.threads_per_rank = 2;
+  r.gemm_kernel = "onednn 9.9.9 sgemm avx9";
   return r;
 }
 
@@ -139,7 +141,9 @@ TEST(FormatSummaryTest, TargetMet) {
   const std::string s = FormatSummary(TwoRanks(), Synthetic(9000, 7000));
   EXPECT_THAT(s, HasSubstr("Psi = 1000 parameters"));
   EXPECT_THAT(s, HasSubstr("2 ranks, sharded storage, fp16, adamw"));
-  EXPECT_THAT(s, HasSubstr("chunks of 512 elements (50.0% used)"));
+  EXPECT_THAT(s, HasSubstr("chunks of 512 elements (50.0% used)\n"
+                           "matmuls: f32 on onednn 9.9.9 sgemm avx9, "
+                           "2 threads per rank\n"));
   EXPECT_THAT(s, HasSubstr("loss 3.0000 (step 1) -> 1.0000 (step 3)"));
   EXPECT_THAT(s, HasSubstr("1.000, met\n"));
   EXPECT_THAT(s, Not(HasSubstr("NOT MET")));
@@ -161,7 +165,10 @@ TEST(FormatSummaryTest, TargetNotMet) {
 TEST(FormatSummaryTest, NoSteps) {
   TrainResult r = Synthetic(9000, 7000);
   r.steps.clear();
+  r.threads_per_rank = 1;
+  r.gemm_kernel.clear();
   const std::string s = FormatSummary(TwoRanks(), r);
+  EXPECT_THAT(s, HasSubstr("matmuls: f32 on ?, 1 thread per rank\n"));
   EXPECT_THAT(s, HasSubstr("no steps run\n"));
   EXPECT_THAT(s, Not(HasSubstr("target peak")));
 }

@@ -20,6 +20,7 @@
 #include "base/file.h"
 #include "base/file_lock.h"
 #include "base/mutex.h"
+#include "base/parallel_for.h"
 #include "base/status_macros.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "chunk/chunk_manager.h"
@@ -30,6 +31,7 @@
 #include "comm/recording_process_group.h"
 #include "ddp/zero_ddp.h"
 #include "gloo/rendezvous/hash_store.h"
+#include "models/gpt2/gemm.h"
 #include "models/gpt2/gpt_checkpoint.h"
 #include "optim/zero_optimizer.h"
 #include "tensor/memory_tracker.h"
@@ -357,7 +359,15 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
     // it is destroyed.
     if (world) world->Abort(cause);
   };
+  // In-process ranks split the cores: each rank's kernels use its share of
+  // ParallelFor's one pool (a process that is one rank has them all; the
+  // launcher gives each such process its share through
+  // CHUNKZERO_NUM_THREADS).
+  const int ranks_here = options.rank >= 0 ? 1 : options.world_size;
+  result.threads_per_rank = std::max(1, GetParallelThreads() / ranks_here);
+  result.gemm_kernel = gemm::GemmKernelName();
   auto run_rank = [&](int r) {
+    ScopedParallelThreads share(result.threads_per_rank);
     absl::Status status;
     std::unique_ptr<comm::GlooProcessGroup> gloo_group;
     comm::ProcessGroup* group = nullptr;

@@ -63,6 +63,10 @@ struct TrainResult {
   // Each rank's payload bytes between steps, when every chunk is at rest
   // (after the last step): shards, masters, states, buffers.
   std::vector<int64_t> at_rest_bytes;
+  // ParallelFor threads each rank's kernels use (this process's share).
+  int threads_per_rank = 1;
+  // What runs the matrix products (gemm::GemmKernelName()).
+  std::string gemm_kernel;
 };
 
 // Called after every step on rank 0; an error ends the run with it (for
