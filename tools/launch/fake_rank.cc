@@ -6,6 +6,8 @@
 //   --rank=R          this process's rank (the launcher sets it)
 //   --world_size=N    the number of ranks (the launcher sets it)
 //   --ignore_term     ignore SIGTERM (before the pid file is written)
+//   --print_env=NAME  print `fake_rank R: NAME=VALUE` (or `=(unset)`) after
+//                     the arguments
 //   --pid_dir=D       first write this process's pid to D/rank<R>.pid
 //   --await_all       with --pid_dir: wait (at most 10 s) until all N ranks
 //                     have written their pid files
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
   double fail_after_s = 0;
   int signal_rank = -1;
   double sleep_s = 0;
+  std::string print_env;
   std::string all_args;
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
@@ -83,6 +86,8 @@ int main(int argc, char** argv) {
       ok = absl::SimpleAtod(arg, &fail_after_s);
     } else if (absl::ConsumePrefix(&arg, "--signal_rank=")) {
       ok = absl::SimpleAtoi(arg, &signal_rank);
+    } else if (absl::ConsumePrefix(&arg, "--print_env=")) {
+      print_env = std::string(arg);
     } else if (absl::ConsumePrefix(&arg, "--sleep_s=")) {
       ok = absl::SimpleAtod(arg, &sleep_s);
     }
@@ -106,6 +111,11 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("fake_rank %d:%s\n", rank, all_args.c_str());
+  if (!print_env.empty()) {
+    const char* value = std::getenv(print_env.c_str());
+    std::printf("fake_rank %d: %s=%s\n", rank, print_env.c_str(),
+                value != nullptr ? value : "(unset)");
+  }
   std::fflush(stdout);
 
   if (await_all && !pid_dir.empty()) {

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -18,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -209,6 +211,8 @@ class SignalScope {
 // that the child only makes async-signal-safe calls.
 struct ChildPlan {
   char* const* argv;
+  // The rank's environment: the launcher's, plus its thread share.
+  char* const* envp;
   // The write end of the rank's output pipe; -1 keeps the launcher's stdout
   // and stderr (rank 0).
   int output_fd;
@@ -266,7 +270,7 @@ bool IsStopped(pid_t pid) {
                               dup2(plan.output_fd, STDERR_FILENO) < 0)) {
     FailChild(plan, ChildStage::kDup2, errno);
   }
-  execvp(plan.argv[0], plan.argv);
+  execvpe(plan.argv[0], plan.argv, plan.envp);
   FailChild(plan, ChildStage::kExec, errno);
 }
 
@@ -297,6 +301,23 @@ struct Rank {
   size_t dropped = 0;
 };
 
+// The launcher's environment, with CHUNKZERO_NUM_THREADS set to the ranks'
+// share of the cores (RankThreads) unless the user set it.
+std::vector<std::string> RankEnvironment(int nproc) {
+  std::vector<std::string> env;
+  bool has_threads = false;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    has_threads |= absl::StartsWith(*entry, "CHUNKZERO_NUM_THREADS=");
+    env.emplace_back(*entry);
+  }
+  if (!has_threads) {
+    env.push_back(
+        absl::StrCat("CHUNKZERO_NUM_THREADS=",
+                     RankThreads(std::thread::hardware_concurrency(), nproc)));
+  }
+  return env;
+}
+
 // One job: starts the ranks, then runs the poll loop over the signal pipe
 // and the ranks' output pipes until every rank has been reaped.
 class Job {
@@ -306,7 +327,11 @@ class Job {
       : options_(options),
         rendezvous_(std::move(rendezvous)),
         signals_(signals),
-        ranks_(options.nproc) {}
+        ranks_(options.nproc),
+        environment_(RankEnvironment(options.nproc)) {
+    for (std::string& entry : environment_) envp_.push_back(entry.data());
+    envp_.push_back(nullptr);
+  }
 
   // Starts rank 0, 1, ... in turn. Stops early (and OK) when a rank fails
   // or the launcher gets a signal meanwhile: the loop then stops the rest.
@@ -366,6 +391,7 @@ class Job {
 
     ChildPlan plan;
     plan.argv = argv.data();
+    plan.envp = envp_.data();
     plan.output_fd = output_write.get();
     plan.status_fd = status_write.get();
     plan.launcher = getpid();
@@ -614,6 +640,10 @@ class Job {
   int exit_code_ = 0;
   // When the ranks still running get SIGKILL.
   std::optional<Clock::time_point> kill_at_;
+  // Every rank's environment, and the pointers execvpe takes (built before
+  // fork(): the child may only make async-signal-safe calls).
+  std::vector<std::string> environment_;
+  std::vector<char*> envp_;
   std::array<char, 64 * 1024> buffer_;
 };
 
@@ -630,6 +660,11 @@ absl::StatusOr<std::string> MakeRendezvousDir() {
 }
 
 }  // namespace
+
+int RankThreads(unsigned cores, int nproc) {
+  if (nproc < 1) return 1;
+  return std::max(1, static_cast<int>(cores / static_cast<unsigned>(nproc)));
+}
 
 absl::StatusOr<LaunchOptions> ParseLaunchArgs(
     absl::Span<const std::string> args) {
