@@ -5,10 +5,12 @@
 #include <cstddef>
 #include <new>
 #include <stdexcept>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/parallel_for.h"
 #include "oneapi/dnnl/dnnl.h"
+#include "tensor/cast_kernels.h"
 
 // libgomp's; declared here rather than through <omp.h>, which clang does not
 // ship without libomp-dev.
@@ -58,11 +60,11 @@ std::string StatusName(dnnl_status_t status) {
                                Transpose trans_b, int m, int n, int k, int lda,
                                int ldb, int ldc) {
   if (status == dnnl_out_of_memory) throw std::bad_alloc();
-  throw std::runtime_error(absl::StrCat(
-      "dnnl_sgemm(", std::string(1, TransChar(trans_a)), ", ",
-      std::string(1, TransChar(trans_b)), ", m=", m, ", n=", n, ", k=", k,
-      ", lda=", lda, ", ldb=", ldb, ", ldc=", ldc,
-      ") failed: ", StatusName(status)));
+  throw std::runtime_error(
+      absl::StrCat("dnnl_sgemm(", std::string(1, TransChar(trans_a)), ", ",
+                   std::string(1, TransChar(trans_b)), ", m=", m, ", n=", n,
+                   ", k=", k, ", lda=", lda, ", ldb=", ldb, ", ldc=", ldc,
+                   ") failed: ", StatusName(status)));
 }
 
 // k == 0: C = beta C (BLAS leaves the product out).
@@ -119,17 +121,68 @@ struct TiledProduct {
   }
 };
 
+// Writes the stored matrix x (rows x cols, leading dimension ld) rounded to
+// bf16 values into `out`, densely (leading dimension cols), and returns it.
+// `run_rows(rows, fn)` runs fn(begin, end) over [0, rows): ParallelFor or a
+// plain call.
+template <typename Rows>
+const float* RoundRowsToBf16(const float* x, int rows, int cols, int ld,
+                             std::vector<float>* out,
+                             std::vector<uint16_t>* bits, Rows&& run_rows) {
+  const size_t n = static_cast<size_t>(rows) * cols;
+  out->resize(n);
+  bits->resize(n);
+  uint16_t* b = bits->data();
+  float* o = out->data();
+  run_rows(static_cast<size_t>(rows), [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      CastF32ToBF16(b + i * cols, x + i * ld, cols);
+      CastBF16ToF32(o + i * cols, b + i * cols, cols);
+    }
+  });
+  return o;
+}
+
+// `p` with A and B replaced by bf16-rounded copies in this thread's scratch.
+// The leading dimensions are checked first (oneDNN checks them for the f32
+// path), since the copies read what they say.
+template <typename Rows>
+TiledProduct RoundToBf16(const TiledProduct& p, Rows&& run_rows) {
+  thread_local std::vector<float> a_scratch, b_scratch;
+  thread_local std::vector<uint16_t> a_bits, b_bits;
+  const int a_rows = p.trans_a == Transpose::kNo ? p.m : p.k;
+  const int a_cols = p.trans_a == Transpose::kNo ? p.k : p.m;
+  const int b_rows = p.trans_b == Transpose::kNo ? p.k : p.n;
+  const int b_cols = p.trans_b == Transpose::kNo ? p.n : p.k;
+  if (p.lda < std::max(1, a_cols) || p.ldb < std::max(1, b_cols) ||
+      p.ldc < std::max(1, p.n)) {
+    p.Throw(dnnl_invalid_arguments);
+  }
+  TiledProduct rounded = p;
+  rounded.a = RoundRowsToBf16(p.a, a_rows, a_cols, p.lda, &a_scratch, &a_bits,
+                              run_rows);
+  rounded.lda = a_cols;
+  rounded.b = RoundRowsToBf16(p.b, b_rows, b_cols, p.ldb, &b_scratch, &b_bits,
+                              run_rows);
+  rounded.ldb = b_cols;
+  return rounded;
+}
+
 }  // namespace
 
-void GemmOnThisThread(Transpose trans_a, Transpose trans_b, int m, int n,
-                      int k, float alpha, const float* a, int lda,
-                      const float* b, int ldb, float beta, float* c, int ldc) {
+void GemmOnThisThread(Transpose trans_a, Transpose trans_b, int m, int n, int k,
+                      float alpha, const float* a, int lda, const float* b,
+                      int ldb, float beta, float* c, int ldc,
+                      Precision precision) {
   if (m == 0 || n == 0) return;
   if (k == 0) return ScaleC(m, n, beta, c, ldc);
   // The same tiles as Gemm, so that both give the same bits.
-  const TiledProduct product{trans_a, trans_b, m,    n, k,   alpha,
-                             a,       lda,     b,    ldb, beta, c,
-                             ldc};
+  TiledProduct product{trans_a, trans_b, m,   n,    k, alpha, a,
+                       lda,     b,       ldb, beta, c, ldc};
+  if (precision == Precision::kBf16) {
+    product = RoundToBf16(product,
+                          [](size_t rows, auto&& fn) { fn(size_t{0}, rows); });
+  }
   for (size_t t = 0; t < product.tiles(); ++t) {
     const dnnl_status_t status = product.Tile(t);
     if (status != dnnl_success) product.Throw(status);
@@ -138,12 +191,15 @@ void GemmOnThisThread(Transpose trans_a, Transpose trans_b, int m, int n,
 
 void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
           float alpha, const float* a, int lda, const float* b, int ldb,
-          float beta, float* c, int ldc) {
+          float beta, float* c, int ldc, Precision precision) {
   if (m == 0 || n == 0) return;
   if (k == 0) return ScaleC(m, n, beta, c, ldc);
-  const TiledProduct product{trans_a, trans_b, m,    n, k,   alpha,
-                             a,       lda,     b,    ldb, beta, c,
-                             ldc};
+  TiledProduct product{trans_a, trans_b, m,   n,    k, alpha, a,
+                       lda,     b,       ldb, beta, c, ldc};
+  if (precision == Precision::kBf16) {
+    product = RoundToBf16(
+        product, [](size_t rows, auto&& fn) { ParallelFor(rows, 16, fn); });
+  }
   // The first failure; the others are alike.
   std::atomic<dnnl_status_t> failure{dnnl_success};
   ParallelFor(product.tiles(), 1, [&](size_t begin, size_t end) {

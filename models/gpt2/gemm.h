@@ -36,6 +36,17 @@ namespace gemm {
 
 enum class Transpose { kNo, kYes };
 
+// What the products multiply. kBf16 is torch.autocast's bf16 matmul: A and B
+// rounded to bf16 (to nearest, ties to even), the products accumulated in
+// f32, C in f32 (not rounded). The products of two bf16 values are exact in
+// f32, so the f32 kernels compute it exactly as bf16 dot-product
+// instructions would, up to the order of the additions; they run it here,
+// on bf16-rounded copies of A and B. (On the processors measured so far
+// that is also the fastest way: their bf16 dot products run at half the
+// f32 FMA rate, docs/PERFORMANCE.md. AMX tiles are faster and are the
+// place for oneDNN's bf16 kernels.)
+enum class Precision { kF32, kBf16 };
+
 // Row-major C[m, n] = alpha * op(A) op(B) + beta * C, where op(A) is m x k
 // (A is stored k x m when transposed) and op(B) is k x n. With beta == 0, C
 // is only written (NaN or garbage in it does not propagate). k == 0 scales C
@@ -45,20 +56,21 @@ enum class Transpose { kNo, kYes };
 // or B.
 void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
           float alpha, const float* a, int lda, const float* b, int ldb,
-          float beta, float* c, int ldc);
+          float beta, float* c, int ldc, Precision precision = Precision::kF32);
 
 // Gemm on the calling thread only. Results are bit-identical to Gemm's.
-void GemmOnThisThread(Transpose trans_a, Transpose trans_b, int m, int n,
-                      int k, float alpha, const float* a, int lda,
-                      const float* b, int ldb, float beta, float* c, int ldc);
+void GemmOnThisThread(Transpose trans_a, Transpose trans_b, int m, int n, int k,
+                      float alpha, const float* a, int lda, const float* b,
+                      int ldb, float beta, float* c, int ldc,
+                      Precision precision = Precision::kF32);
 
 // The instruction set oneDNN's kernels use on this processor, as oneDNN
 // names it: "avx512_core_amx", "avx512_core_bf16", "avx512_core", "avx2",
 // ... ("sse41" or "default" means no AVX kernel at all).
 std::string GemmIsa();
 
-// What runs the products, for the job's summary: e.g.
-// "onednn 2.6.3 sgemm avx512_core".
+// What runs the products (of either precision), for the job's summary:
+// e.g. "onednn 2.6.3 sgemm avx512_core".
 std::string GemmKernelName();
 
 }  // namespace gemm

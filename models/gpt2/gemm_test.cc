@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/parallel_for.h"
 #include "gtest/gtest.h"
+#include "tensor/half.h"
 
 namespace chunkzero {
 namespace gemm {
@@ -60,10 +61,9 @@ struct Case {
 };
 
 std::string Name(const Case& c) {
-  return absl::StrCat(c.ta == Transpose::kYes ? "T" : "N",
-                      c.tb == Transpose::kYes ? "T" : "N", " m=", c.m,
-                      " n=", c.n, " k=", c.k, " alpha=", c.alpha,
-                      " beta=", c.beta);
+  return absl::StrCat(
+      c.ta == Transpose::kYes ? "T" : "N", c.tb == Transpose::kYes ? "T" : "N",
+      " m=", c.m, " n=", c.n, " k=", c.k, " alpha=", c.alpha, " beta=", c.beta);
 }
 
 // Every transpose pair, with shapes that cut the tiles unevenly (m and n
@@ -93,13 +93,12 @@ TEST(GemmTest, MatchesADoubleReferenceForEveryTransposePair) {
          c.beta, out.data(), ldc);
     // f32 accumulation of k products of magnitude <= 1: within k ulps of the
     // sum of magnitudes, plus beta C's rounding.
-    const double bound = 4.0 * c.k * std::numeric_limits<float>::epsilon() *
-                             std::abs(c.alpha) +
-                         1e-6;
+    const double bound =
+        4.0 * c.k * std::numeric_limits<float>::epsilon() * std::abs(c.alpha) +
+        1e-6;
     for (int i = 0; i < c.m; ++i) {
       for (int j = 0; j < c.n; ++j) {
-        ASSERT_NEAR(out[size_t(i) * ldc + j], want[size_t(i) * c.n + j],
-                    bound)
+        ASSERT_NEAR(out[size_t(i) * ldc + j], want[size_t(i) * c.n + j], bound)
             << "at " << i << ", " << j;
       }
       // The padding past n is untouched (still NaN).
@@ -115,8 +114,8 @@ TEST(GemmTest, BetaZeroIgnoresWhatCHeld) {
   const std::vector<float> a = {1, 2, 3, 4, 5, 6, 7, 8};
   const std::vector<float> b = {1, 0, 2, 0, 1, 3};
   std::vector<float> c(m * n, std::numeric_limits<float>::quiet_NaN());
-  Gemm(Transpose::kNo, Transpose::kNo, m, n, k, 1.0f, a.data(), k, b.data(),
-       n, 0.0f, c.data(), n);
+  Gemm(Transpose::kNo, Transpose::kNo, m, n, k, 1.0f, a.data(), k, b.data(), n,
+       0.0f, c.data(), n);
   EXPECT_EQ(c, (std::vector<float>{1, 2, 8, 3, 4, 18, 5, 6, 28, 7, 8, 38}));
 }
 
@@ -147,13 +146,13 @@ TEST(GemmTest, BitsDoNotDependOnTheThreadCount) {
   const std::vector<float> a = Matrix(m, k, k, 0.3f);
   const std::vector<float> b = Matrix(n, k, k, 0.7f);
   std::vector<float> want(size_t(m) * n);
-  GemmOnThisThread(Transpose::kNo, Transpose::kYes, m, n, k, 1.0f, a.data(),
-                   k, b.data(), k, 0.0f, want.data(), n);
+  GemmOnThisThread(Transpose::kNo, Transpose::kYes, m, n, k, 1.0f, a.data(), k,
+                   b.data(), k, 0.0f, want.data(), n);
   for (const int threads : {1, 2, 3, 8}) {
     SetParallelThreadsForTesting(threads);
     std::vector<float> got(size_t(m) * n);
-    Gemm(Transpose::kNo, Transpose::kYes, m, n, k, 1.0f, a.data(), k,
-         b.data(), k, 0.0f, got.data(), n);
+    Gemm(Transpose::kNo, Transpose::kYes, m, n, k, 1.0f, a.data(), k, b.data(),
+         k, 0.0f, got.data(), n);
     EXPECT_TRUE(got == want) << threads << " threads";
   }
   SetParallelThreadsForTesting(0);
@@ -177,6 +176,70 @@ TEST(GemmTest, RejectedArgumentsThrowNamingTheCall) {
                std::runtime_error);
 }
 
+// Rounds every element of x to the nearest bf16 value (ties to even), in
+// place; tensor/half.h's scalar conversion.
+void RoundToBf16(std::vector<float>* x) {
+  for (float& v : *x) {
+    if (!std::isnan(v)) v = BFloat16BitsToFloat(FloatToBFloat16Bits(v));
+  }
+}
+
+// kBf16 is the f32 product of the bf16-rounded inputs, bit for bit, on both
+// entry points; it differs from the f32 product of the originals.
+TEST(GemmTest, Bf16MultipliesTheBf16RoundedInputs) {
+  const int m = 300, n = 1030, k = 70;
+  const int lda = m + 3, ldb = k + 1, ldc = n + 2;  // A^T and B^T stored.
+  std::vector<float> a = Matrix(k, m, lda, 0.37f);
+  std::vector<float> b = Matrix(n, k, ldb, 0.11f);
+  std::vector<float> bf16(size_t(m) * ldc, 1.0f), here = bf16, want = bf16,
+                                                  f32 = bf16;
+  Gemm(Transpose::kYes, Transpose::kYes, m, n, k, 0.5f, a.data(), lda, b.data(),
+       ldb, 1.0f, bf16.data(), ldc, Precision::kBf16);
+  GemmOnThisThread(Transpose::kYes, Transpose::kYes, m, n, k, 0.5f, a.data(),
+                   lda, b.data(), ldb, 1.0f, here.data(), ldc,
+                   Precision::kBf16);
+  Gemm(Transpose::kYes, Transpose::kYes, m, n, k, 0.5f, a.data(), lda, b.data(),
+       ldb, 1.0f, f32.data(), ldc);
+  RoundToBf16(&a);
+  RoundToBf16(&b);
+  Gemm(Transpose::kYes, Transpose::kYes, m, n, k, 0.5f, a.data(), lda, b.data(),
+       ldb, 1.0f, want.data(), ldc);
+  EXPECT_TRUE(bf16 == want);
+  EXPECT_TRUE(here == want);
+  EXPECT_FALSE(bf16 == f32);
+  // bf16 has 8 significant bits: the products move by about 2^-8 of a
+  // term, never by more than k of them.
+  double largest = 0;
+  for (size_t i = 0; i < f32.size(); ++i) {
+    largest = std::max(largest, double(std::abs(bf16[i] - f32[i])));
+  }
+  EXPECT_GT(largest, 1e-4);
+  EXPECT_LT(largest, 0.5 * k * 2 * std::ldexp(1.0, -8));
+}
+
+TEST(GemmTest, Bf16ChecksTheLeadingDimensionsBeforeCopying) {
+  const std::vector<float> a(16, 1.0f), b(16, 1.0f);
+  std::vector<float> c(16);
+  const std::string message =
+      "dnnl_sgemm(N, N, m=2, n=2, k=4, lda=2, ldb=2, ldc=2) failed: "
+      "invalid arguments";
+  for (const bool on_this_thread : {false, true}) {
+    try {
+      if (on_this_thread) {
+        GemmOnThisThread(Transpose::kNo, Transpose::kNo, 2, 2, 4, 1.0f,
+                         a.data(), 2, b.data(), 2, 0.0f, c.data(), 2,
+                         Precision::kBf16);
+      } else {
+        Gemm(Transpose::kNo, Transpose::kNo, 2, 2, 4, 1.0f, a.data(), 2,
+             b.data(), 2, 0.0f, c.data(), 2, Precision::kBf16);
+      }
+      FAIL() << "no exception";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()), message);
+    }
+  }
+}
+
 // Never a generic kernel where the processor has vector units: oneDNN's
 // instruction set is at least the widest one the CPU reports.
 TEST(GemmTest, UsesTheWidestInstructionSetTheProcessorHas) {
@@ -188,7 +251,8 @@ TEST(GemmTest, UsesTheWidestInstructionSetTheProcessorHas) {
         << isa;
   }
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+      __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq")) {
     EXPECT_TRUE(absl::StartsWith(isa, "avx512_core")) << isa;
   }
   EXPECT_EQ(GemmKernelName(), absl::StrCat("onednn 2.6.3 sgemm ", isa));

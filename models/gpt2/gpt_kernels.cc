@@ -355,7 +355,8 @@ void LayerNormBackward(float* dx, float* dw, float* db, const float* dout,
 }
 
 void MatmulForward(float* out, const float* x, const float* w,
-                   const float* bias, int N, int IC, int OC) {
+                   const float* bias, int N, int IC, int OC,
+                   gemm::Precision precision) {
   float beta = 0.0f;
   if (bias != nullptr) {
     ParallelFor(N, RowGrain(OC), [&](size_t begin, size_t end) {
@@ -363,13 +364,14 @@ void MatmulForward(float* out, const float* x, const float* w,
     });
     beta = 1.0f;
   }
-  Gemm(kNo, kNo, N, OC, IC, 1.0f, x, IC, w, OC, beta, out, OC);
+  Gemm(kNo, kNo, N, OC, IC, 1.0f, x, IC, w, OC, beta, out, OC, precision);
 }
 
 void MatmulBackward(float* dx, float* dw, float* dbias, const float* dout,
-                    const float* x, const float* w, int N, int IC, int OC) {
-  Gemm(kNo, kYes, N, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dx, IC);
-  Gemm(kYes, kNo, IC, OC, N, 1.0f, x, IC, dout, OC, 0.0f, dw, OC);
+                    const float* x, const float* w, int N, int IC, int OC,
+                    gemm::Precision precision) {
+  Gemm(kNo, kYes, N, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dx, IC, precision);
+  Gemm(kYes, kNo, IC, OC, N, 1.0f, x, IC, dout, OC, 0.0f, dw, OC, precision);
   if (dbias != nullptr) {
     ForColumns(OC, [&](size_t c0, size_t c1) {
       ColumnSums(c0, c1, dbias, dout, N, OC);
@@ -378,15 +380,15 @@ void MatmulBackward(float* dx, float* dw, float* dbias, const float* dout,
 }
 
 void MatmulTransposedForward(float* out, const float* x, const float* w, int N,
-                             int IC, int OC) {
-  Gemm(kNo, kYes, N, OC, IC, 1.0f, x, IC, w, IC, 0.0f, out, OC);
+                             int IC, int OC, gemm::Precision precision) {
+  Gemm(kNo, kYes, N, OC, IC, 1.0f, x, IC, w, IC, 0.0f, out, OC, precision);
 }
 
 void MatmulTransposedBackward(float* dx, float* dw, const float* dout,
                               const float* x, const float* w, int N, int IC,
-                              int OC) {
-  Gemm(kNo, kNo, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dx, IC);
-  Gemm(kYes, kNo, OC, IC, N, 1.0f, dout, OC, x, IC, 0.0f, dw, IC);
+                              int OC, gemm::Precision precision) {
+  Gemm(kNo, kNo, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dx, IC, precision);
+  Gemm(kYes, kNo, OC, IC, N, 1.0f, dout, OC, x, IC, 0.0f, dw, IC, precision);
 }
 
 void GeluForward(float* out, const float* x, size_t n) {
@@ -411,7 +413,7 @@ void Add(float* out, const float* a, const float* b, size_t n) {
 // heads run in parallel, each on one thread from its scores to its output,
 // so a head's T x T block stays in that thread's cache.
 void AttentionForward(float* out, float* att, const float* qkv, int B, int T,
-                      int C, int NH) {
+                      int C, int NH, gemm::Precision precision) {
   const int hd = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const size_t tt = static_cast<size_t>(T) * T;
@@ -422,10 +424,10 @@ void AttentionForward(float* out, float* att, const float* qkv, int B, int T,
       const float* v = q + 2 * C;
       float* head_att = att + bh * tt;
       GemmOnThisThread(kNo, kYes, T, T, hd, scale, q, 3 * C, q + C, 3 * C, 0.0f,
-                       head_att, T);
+                       head_att, T, precision);
       CausalSoftmaxRows(bh * T, (bh + 1) * T, att, T);
       GemmOnThisThread(kNo, kNo, T, hd, T, 1.0f, head_att, T, v, 3 * C, 0.0f,
-                       out + b * T * C + h * hd, C);
+                       out + b * T * C + h * hd, C, precision);
     }
   });
 }
@@ -437,7 +439,7 @@ void AttentionForward(float* out, float* att, const float* qkv, int B, int T,
 // the heads run in parallel like the forward's.
 void AttentionBackward(float* dqkv, float* datt, const float* dout,
                        const float* qkv, const float* att, int B, int T, int C,
-                       int NH) {
+                       int NH, gemm::Precision precision) {
   const int hd = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const size_t tt = static_cast<size_t>(T) * T;
@@ -451,14 +453,15 @@ void AttentionBackward(float* dqkv, float* datt, const float* dout,
       float* dq = dqkv + row0 * 3 * C + h * hd;
       const float* p = att + bh * tt;
       float* ds = datt + bh * tt;
-      GemmOnThisThread(kNo, kYes, T, T, hd, 1.0f, dy, C, v, 3 * C, 0.0f, ds, T);
+      GemmOnThisThread(kNo, kYes, T, T, hd, 1.0f, dy, C, v, 3 * C, 0.0f, ds, T,
+                       precision);
       GemmOnThisThread(kYes, kNo, T, hd, T, 1.0f, p, T, dy, C, 0.0f, dq + 2 * C,
-                       3 * C);
+                       3 * C, precision);
       CausalSoftmaxBackwardRows(bh * T, (bh + 1) * T, datt, att, T, scale);
       GemmOnThisThread(kNo, kNo, T, hd, T, 1.0f, ds, T, q + C, 3 * C, 0.0f, dq,
-                       3 * C);
+                       3 * C, precision);
       GemmOnThisThread(kYes, kNo, T, hd, T, 1.0f, ds, T, q, 3 * C, 0.0f, dq + C,
-                       3 * C);
+                       3 * C, precision);
     }
   });
 }

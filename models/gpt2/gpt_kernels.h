@@ -9,7 +9,10 @@
 // hd = C / NH head size, V vocabulary, P max positions, N = B * T rows.
 // Every array is dense and row-major, and all pointers are non-null.
 //
-// Matmuls run through Gemm (models/gpt2/gemm.h, oneDNN); the attention
+// Matmuls run through Gemm (models/gpt2/gemm.h, oneDNN), in f32 or, with
+// `precision` kBf16, on bf16-rounded inputs with f32 accumulation (every
+// product of the layer: forward and both backward products, and the
+// attention's scores and weighted sums); the attention
 // runs its heads in parallel, each head's products on one thread. Everything
 // else is split over rows (or columns) with base/parallel_for.h. Results do
 // not depend on the thread count: Gemm cuts its products the same way for
@@ -24,6 +27,8 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "models/gpt2/gemm.h"
 
 namespace chunkzero {
 namespace gpt_kernels {
@@ -49,20 +54,23 @@ void LayerNormBackward(float* dx, float* dw, float* db, const float* dout,
 // out[N, OC] = x[N, IC] w[IC, OC] + bias[OC] (Hugging Face Conv1D layout).
 // `bias` may be null.
 void MatmulForward(float* out, const float* x, const float* w,
-                   const float* bias, int N, int IC, int OC);
+                   const float* bias, int N, int IC, int OC,
+                   gemm::Precision precision = gemm::Precision::kF32);
 // From out = x w + b: dx[N, IC] = dout w^T, dw[IC, OC] = x^T dout,
 // dbias[OC] = column sums of dout; all overwritten. `dbias` may be null.
 void MatmulBackward(float* dx, float* dw, float* dbias, const float* dout,
-                    const float* x, const float* w, int N, int IC, int OC);
+                    const float* x, const float* w, int N, int IC, int OC,
+                    gemm::Precision precision = gemm::Precision::kF32);
 
 // out[N, OC] = x[N, IC] w[OC, IC]^T (PyTorch Linear layout, no bias): the
 // tied output projection, logits = h wte^T.
 void MatmulTransposedForward(float* out, const float* x, const float* w, int N,
-                             int IC, int OC);
+                             int IC, int OC,
+                             gemm::Precision precision = gemm::Precision::kF32);
 // dx[N, IC] = dout w, dw[OC, IC] = dout^T x; both overwritten.
-void MatmulTransposedBackward(float* dx, float* dw, const float* dout,
-                              const float* x, const float* w, int N, int IC,
-                              int OC);
+void MatmulTransposedBackward(
+    float* dx, float* dw, const float* dout, const float* x, const float* w,
+    int N, int IC, int OC, gemm::Precision precision = gemm::Precision::kF32);
 
 // out[n] = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 void GeluForward(float* out, const float* x, size_t n);
@@ -77,11 +85,13 @@ void Add(float* out, const float* a, const float* b, size_t n);
 // + causal mask) v per (b, h). att[B, NH, T, T] receives the probabilities
 // (zero above the diagonal), kept for the backward.
 void AttentionForward(float* out, float* att, const float* qkv, int B, int T,
-                      int C, int NH);
+                      int C, int NH,
+                      gemm::Precision precision = gemm::Precision::kF32);
 // dqkv[N, 3C] overwritten; datt[B, NH, T, T] is scratch.
 void AttentionBackward(float* dqkv, float* datt, const float* dout,
                        const float* qkv, const float* att, int B, int T, int C,
-                       int NH);
+                       int NH,
+                       gemm::Precision precision = gemm::Precision::kF32);
 
 // Softmax cross-entropy over logits[N, V], in place: logits become the
 // probabilities, and row_losses[N] the rows' -log p[target]. Returns their

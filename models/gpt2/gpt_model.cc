@@ -457,9 +457,10 @@ absl::StatusOr<float> GptModel::Forward(ParamHooks& hooks, int batch, int seq,
         }));
     CZ_RETURN_IF_ERROR(
         RunForward(hooks, block.attn, [&](const float* const* w) {
-          k::MatmulForward(qkv, ln1, w[0], w[1], N, C, 3 * C);
-          k::AttentionForward(atty, att, qkv, B, T, C, NH);
-          k::MatmulForward(res2, atty, w[2], w[3], N, C, C);
+          k::MatmulForward(qkv, ln1, w[0], w[1], N, C, 3 * C,
+                           matmul_precision_);
+          k::AttentionForward(atty, att, qkv, B, T, C, NH, matmul_precision_);
+          k::MatmulForward(res2, atty, w[2], w[3], N, C, C, matmul_precision_);
           k::Add(res2, res2, x, NC);
         }));
     CZ_RETURN_IF_ERROR(
@@ -469,9 +470,10 @@ absl::StatusOr<float> GptModel::Forward(ParamHooks& hooks, int batch, int seq,
                               C);
         }));
     CZ_RETURN_IF_ERROR(RunForward(hooks, block.mlp, [&](const float* const* w) {
-      k::MatmulForward(fch, ln2, w[0], w[1], N, C, 4 * C);
+      k::MatmulForward(fch, ln2, w[0], w[1], N, C, 4 * C, matmul_precision_);
       k::GeluForward(fch_gelu, fch, 4 * NC);
-      k::MatmulForward(res3, fch_gelu, w[2], w[3], N, 4 * C, C);
+      k::MatmulForward(res3, fch_gelu, w[2], w[3], N, 4 * C, C,
+                       matmul_precision_);
       k::Add(res3, res3, res2, NC);
     }));
   }
@@ -481,7 +483,8 @@ absl::StatusOr<float> GptModel::Forward(ParamHooks& hooks, int batch, int seq,
                         last, w[0], w[1], N, C);
   }));
   CZ_RETURN_IF_ERROR(RunForward(hooks, lm_head_, [&](const float* const* w) {
-    k::MatmulTransposedForward(a.probs.data(), a.lnf.data(), w[0], N, C, V);
+    k::MatmulTransposedForward(a.probs.data(), a.lnf.data(), w[0], N, C, V,
+                               matmul_precision_);
   }));
   const double loss = k::CrossEntropyForward(a.probs.data(), a.targets.data(),
                                              N, V, a.row_losses.data());
@@ -507,14 +510,14 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
   float* dln = s.dln.data();
 
   // logits = lnf wte^T, loss = mean over rows of the row losses.
-  CZ_RETURN_IF_ERROR(
-      RunBackward(hooks, lm_head_, /*read_weights=*/true,
-                  [&](const float* const* w, float* const* g) {
-                    k::CrossEntropyBackward(a.probs.data(), a.targets.data(),
-                                            loss_grad_scale / N, N, V);
-                    k::MatmulTransposedBackward(dln, g[0], a.probs.data(),
-                                                a.lnf.data(), w[0], N, C, V);
-                  }));
+  CZ_RETURN_IF_ERROR(RunBackward(
+      hooks, lm_head_, /*read_weights=*/true,
+      [&](const float* const* w, float* const* g) {
+        k::CrossEntropyBackward(a.probs.data(), a.targets.data(),
+                                loss_grad_scale / N, N, V);
+        k::MatmulTransposedBackward(dln, g[0], a.probs.data(), a.lnf.data(),
+                                    w[0], N, C, V, matmul_precision_);
+      }));
   const float* last = a.res3.data() + (cfg.layers - 1) * NC;
   std::memset(dres, 0, sizeof(float) * NC);
   CZ_RETURN_IF_ERROR(LayerNormBackward(hooks, ln_f_, dres, dln, last,
@@ -532,15 +535,16 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
     const float* fch = a.fch.data() + l * 4 * NC;
     const float* fch_gelu = a.fch_gelu.data() + l * 4 * NC;
     // res3 = res2 + c_proj(gelu(c_fc(ln2))).
-    CZ_RETURN_IF_ERROR(RunBackward(
-        hooks, block.mlp, /*read_weights=*/true,
-        [&](const float* const* w, float* const* g) {
-          float* dfch = s.dfch.data();
-          k::MatmulBackward(dfch, g[2], g[3], dres, fch_gelu, w[2], N, 4 * C,
-                            C);
-          k::GeluBackward(dfch, fch, dfch, 4 * NC);
-          k::MatmulBackward(dln, g[0], g[1], dfch, ln2, w[0], N, C, 4 * C);
-        }));
+    CZ_RETURN_IF_ERROR(
+        RunBackward(hooks, block.mlp, /*read_weights=*/true,
+                    [&](const float* const* w, float* const* g) {
+                      float* dfch = s.dfch.data();
+                      k::MatmulBackward(dfch, g[2], g[3], dres, fch_gelu, w[2],
+                                        N, 4 * C, C, matmul_precision_);
+                      k::GeluBackward(dfch, fch, dfch, 4 * NC);
+                      k::MatmulBackward(dln, g[0], g[1], dfch, ln2, w[0], N, C,
+                                        4 * C, matmul_precision_);
+                    }));
     CZ_RETURN_IF_ERROR(LayerNormBackward(hooks, block.ln_2, dres, dln, res2,
                                          a.ln2_mean.data() + l * N,
                                          a.ln2_rstd.data() + l * N));
@@ -549,11 +553,11 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
         hooks, block.attn, /*read_weights=*/true,
         [&](const float* const* w, float* const* g) {
           k::MatmulBackward(s.datty.data(), g[2], g[3], dres, atty, w[2], N, C,
-                            C);
+                            C, matmul_precision_);
           k::AttentionBackward(s.dqkv.data(), s.datt.data(), s.datty.data(),
-                               qkv, att, B, T, C, NH);
+                               qkv, att, B, T, C, NH, matmul_precision_);
           k::MatmulBackward(dln, g[0], g[1], s.dqkv.data(), ln1, w[0], N, C,
-                            3 * C);
+                            3 * C, matmul_precision_);
         }));
     CZ_RETURN_IF_ERROR(LayerNormBackward(hooks, block.ln_1, dres, dln, x,
                                          a.ln1_mean.data() + l * N,

@@ -79,6 +79,7 @@
 #include "absl/types/span.h"
 #include "ddp/param_hooks.h"
 #include "ddp/parameter.h"
+#include "models/gpt2/gemm.h"
 #include "tensor/dtype.h"
 #include "tensor/tensor.h"
 
@@ -140,6 +141,16 @@ class GptModel final : public Module {
   ~GptModel() override;
 
   const GptConfig& config() const { return config_; }
+
+  // What the matrix products multiply (models/gpt2/gemm.h): f32 (the
+  // default), or bf16-rounded inputs with f32 accumulation, which is
+  // torch.autocast's bf16 on the CPU: every product of the model, forward
+  // and backward, attention included, while embeddings, LayerNorm, GELU,
+  // softmax, the loss and the grads handed to the hooks stay f32.
+  void set_matmul_precision(gemm::Precision precision) {
+    matmul_precision_ = precision;
+  }
+  gemm::Precision matmul_precision() const { return matmul_precision_; }
   std::vector<Parameter*> Parameters() override;
   // The parameter called `name` (as listed above), or nullptr.
   Parameter* FindParameter(const std::string& name);
@@ -206,6 +217,7 @@ class GptModel final : public Module {
   void ResizeBuffers(int batch, int seq);
 
   GptConfig config_;
+  gemm::Precision matmul_precision_ = gemm::Precision::kF32;
   std::vector<std::unique_ptr<Parameter>> params_;  // Declaration order.
   std::vector<Shape> shapes_;                       // params_' shapes.
   ScopeParams embedding_, lm_head_, ln_f_;

@@ -464,6 +464,55 @@ TEST(GptModelTest, HalfStorageComputesLikeF32WithRoundedWeights) {
   }
 }
 
+// bf16 matmuls (autocast): the loss and every grad move by about bf16's
+// precision, no more, and the results still do not depend on the threads.
+TEST(GptModelTest, Bf16MatmulsStayCloseToF32) {
+  GptConfig cfg = TinyConfig();
+  cfg.d_model = 64;
+  cfg.vocab = 300;
+  cfg.seq_len = 8;
+  const std::vector<int32_t> tokens = RandomTokens(16, cfg.vocab, 3);
+  const std::vector<int32_t> targets = RandomTokens(16, cfg.vocab, 4);
+  struct Run {
+    float loss;
+    std::map<std::string, std::vector<float>> grads;
+  };
+  auto run = [&](gemm::Precision precision, int threads) {
+    SetParallelThreadsForTesting(threads);
+    auto model = *GptModel::Create(cfg, 11);
+    model->set_matmul_precision(precision);
+    EXPECT_EQ(model->matmul_precision(), precision);
+    LocalHooks hooks;
+    Run r;
+    r.loss = *model->Forward(hooks, 2, 8, tokens, targets);
+    EXPECT_TRUE(model->Backward(hooks).ok());
+    EXPECT_TRUE(hooks.EndStep().ok());
+    for (Parameter* p : model->Parameters()) {
+      r.grads[p->name()] = *p->grad().ToFloats();
+    }
+    SetParallelThreadsForTesting(0);
+    return r;
+  };
+  const Run f32 = run(gemm::Precision::kF32, 1);
+  const Run bf16 = run(gemm::Precision::kBf16, 1);
+  const Run bf16_threads = run(gemm::Precision::kBf16, 3);
+  EXPECT_NE(bf16.loss, f32.loss);
+  EXPECT_NEAR(bf16.loss, f32.loss, 1e-2 * f32.loss);
+  EXPECT_EQ(bf16_threads.loss, bf16.loss);
+  for (const auto& [name, g32] : f32.grads) {
+    const std::vector<float>& g16 = bf16.grads.at(name);
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < g32.size(); ++i) {
+      diff += (double(g16[i]) - g32[i]) * (double(g16[i]) - g32[i]);
+      norm += double(g32[i]) * g32[i];
+    }
+    // bf16 keeps 8 significant bits (relative rounding 2^-9); a few
+    // products in a row stay within a few percent.
+    EXPECT_LT(std::sqrt(diff), 0.05 * std::sqrt(norm)) << name;
+    EXPECT_EQ(bf16_threads.grads.at(name), g16) << name;
+  }
+}
+
 TEST(GptModelTest, SameResultsForAnyThreadCount) {
   GptConfig cfg = TinyConfig();
   cfg.d_model = 128;  // Wide enough that the loops split.

@@ -97,9 +97,9 @@ double MeasurePeak() {
   for (int rep = 0; rep < 5; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
     const double flop = RunPeak(int64_t{1} << 21);
-    const double s = std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - t0)
-                         .count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
     best = std::max(best, flop / s / 1e9);
   }
   return best;
@@ -161,8 +161,7 @@ void BM_Gemm(benchmark::State& state) {
   if (n >= 1024 && vs_peak < kFloorVsPeak) {
     state.SkipWithError(absl::StrCat("Gemm runs at ", vs_peak,
                                      " of the FMA peak, below the floor ",
-                                     kFloorVsPeak, ": ",
-                                     gemm::GemmKernelName())
+                                     kFloorVsPeak, ": ", gemm::GemmKernelName())
                             .c_str());
   }
 }
@@ -175,5 +174,3 @@ BENCHMARK(BM_Gemm)
 
 }  // namespace
 }  // namespace chunkzero
-
-

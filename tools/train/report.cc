@@ -103,7 +103,10 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
       OptimizerKindName(o.optimizer),
       r.chunk_size > 0 ? absl::StrCat(r.chunk_size) : "one tensor",
       100 * r.chunk_utilisation);
-  absl::StrAppendFormat(&s, "matmuls: f32 on %s, %d thread%s per rank\n",
+  absl::StrAppendFormat(&s, "matmuls: %s on %s, %d thread%s per rank\n",
+                        MatmulPrecision(o.precision) == gemm::Precision::kBf16
+                            ? "bf16 (inputs rounded to bf16, f32 accumulation)"
+                            : "f32",
                         r.gemm_kernel.empty() ? "?" : r.gemm_kernel,
                         r.threads_per_rank, r.threads_per_rank == 1 ? "" : "s");
   if (r.steps.empty()) {

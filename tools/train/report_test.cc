@@ -153,6 +153,18 @@ TEST(FormatSummaryTest, TargetMet) {
   EXPECT_EQ(s.back(), '\n');
 }
 
+TEST(FormatSummaryTest, NamesBf16Matmuls) {
+  TrainOptions o = TwoRanks();
+  o.precision = DType::kBF16;
+  EXPECT_THAT(FormatSummary(o, Synthetic(9000, 7000)),
+              HasSubstr("matmuls: bf16 (inputs rounded to bf16, f32 "
+                        "accumulation) on onednn 9.9.9 sgemm avx9, 2 threads "
+                        "per rank\n"));
+  EXPECT_EQ(MatmulPrecision(DType::kBF16), gemm::Precision::kBf16);
+  EXPECT_EQ(MatmulPrecision(DType::kF16), gemm::Precision::kF32);
+  EXPECT_EQ(MatmulPrecision(DType::kF32), gemm::Precision::kF32);
+}
+
 TEST(FormatSummaryTest, TargetNotMet) {
   // 1000 bytes at rest beyond K Ψ / N: 9000 / 8000.
   const std::string s = FormatSummary(TwoRanks(), Synthetic(9000, 8000));

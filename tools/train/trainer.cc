@@ -152,6 +152,7 @@ class RankRunner {
     chunks_ =
         std::make_unique<ChunkManager>(&recorded_, chunk_options, &tracker_);
     CZ_ASSIGN_OR_RETURN(model_, GptModel::Create(plan_.model, o_.seed));
+    model_->set_matmul_precision(MatmulPrecision(o_.precision));
     if (plan_.init.has_value()) {
       CZ_RETURN_IF_ERROR(model_->LoadStateDict(plan_.init->state),
                          "--init=", o_.init);
@@ -290,6 +291,11 @@ class RankRunner {
 };
 
 }  // namespace
+
+gemm::Precision MatmulPrecision(DType precision) {
+  return precision == DType::kBF16 ? gemm::Precision::kBf16
+                                   : gemm::Precision::kF32;
+}
 
 absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
                                         const StepCallback& on_step) {

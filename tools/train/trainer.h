@@ -43,6 +43,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "models/gpt2/gemm.h"
 #include "models/gpt2/gpt_model.h"
 #include "tools/train/step_metrics.h"
 #include "tools/train/train_options.h"
@@ -87,6 +88,12 @@ using StepCallback = std::function<absl::Status(const StepMetrics&)>;
 // shards it wrote: the previous checkpoint stays whole. With one rank per
 // process, the result's steps and at-rest bytes are filled in rank 0's
 // process only.
+// What the model's matrix products multiply for `precision` (the chunks'
+// dtype): bf16 runs them as torch.autocast's bf16 does (bf16 inputs, f32
+// accumulation); f32 and f16 multiply f32 (f16 inputs would need AVX512-FP16
+// kernels that oneDNN 2.6 does not have for matmuls).
+gemm::Precision MatmulPrecision(DType precision);
+
 [[nodiscard]] absl::StatusOr<TrainResult> RunTraining(
     const TrainOptions& options, const StepCallback& on_step);
 

@@ -197,6 +197,22 @@ TEST(TrainerTest, ReplicatedAndOwnerAtWorld2MatchWorld1InFp32) {
   }
 }
 
+// bf16 runs its matmuls on bf16-rounded inputs (autocast) and stores bf16
+// chunks; over 20 steps its losses follow f32's within 1e-3 (the tolerance
+// docs/PERFORMANCE.md states).
+TEST(TrainerTest, Bf16FollowsF32Within1e3) {
+  TrainOptions f32 = AtWorld(Tiny(), 2, "sharded");
+  f32.precision = DType::kF32;
+  TrainOptions bf16 = f32;
+  bf16.precision = DType::kBF16;
+  const std::vector<double> reference = Losses(Train(f32));
+  const TrainResult run = Train(bf16);
+  ExpectRelativelyNear(Losses(run), reference, 1e-3);
+  EXPECT_NE(Losses(run), reference);
+  EXPECT_LT(run.steps.back().loss, run.steps.front().loss - 0.1);
+  EXPECT_EQ(MatmulPrecision(bf16.precision), gemm::Precision::kBf16);
+}
+
 TEST(TrainerTest, ReportsEveryStepToTheCallback) {
   TrainOptions o = Tiny();
   o.steps = 3;
