@@ -7,6 +7,8 @@
 // CPU has (AVX-512, else AVX2 + FMA, else SSE multiply and add), on one
 // thread: what one core can do at all, with no memory traffic. Counter
 // GFLOP/s.
+// BM_Bf16DotPeak: the same for AVX512-BF16 dot products (vdpbf16ps), one
+// thread; an error where the CPU lacks them.
 // BM_Gemm/threads:T/size:S: Gemm of S x S x S on T threads (ParallelFor),
 // GFLOP/s = 2 S^3 / time, and vs_fma_peak = GFLOP/s / (T x the FMA peak
 // measured first). Target: vs_fma_peak >= 0.5 at size 1024; below it the
@@ -116,6 +118,41 @@ void BM_FmaPeak(benchmark::State& state) {
   if (g_peak_gflops == 0) g_peak_gflops = MeasurePeak();
 }
 BENCHMARK(BM_FmaPeak);
+
+// vdpbf16ps (AVX512-BF16) on independent accumulators: each instruction
+// multiplies 32 pairs of bf16 values and adds them into 16 f32 lanes, 64
+// FLOP. Beside BM_FmaPeak it says whether bf16 arithmetic can outrun f32
+// on this processor (docs/PERFORMANCE.md: half the FMA rate on the Xeon
+// measured).
+__attribute__((target("avx512f,avx512bf16"))) double PeakBf16Dot(
+    int64_t iterations) {
+  __m512 acc[kAccumulators];
+  for (int i = 0; i < kAccumulators; ++i) acc[i] = _mm512_set1_ps(0.001f * i);
+  // 1.0 and 2^-24 as bf16 bit patterns.
+  const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80);
+  const __m512bh y = (__m512bh)_mm512_set1_epi16(0x3380);
+  for (int64_t it = 0; it < iterations; ++it) {
+    for (int i = 0; i < kAccumulators; ++i) {
+      acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
+    }
+  }
+  __m512 sum = acc[0];
+  for (int i = 1; i < kAccumulators; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  benchmark::DoNotOptimize(sum);
+  return 64.0 * kAccumulators * iterations;
+}
+
+void BM_Bf16DotPeak(benchmark::State& state) {
+  if (!__builtin_cpu_supports("avx512bf16")) {
+    state.SkipWithError("no AVX512-BF16 on this processor");
+    return;
+  }
+  double flop = 0;
+  for (auto _ : state) flop += PeakBf16Dot(int64_t{1} << 20);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flop / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Bf16DotPeak);
 
 void BM_Gemm(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));

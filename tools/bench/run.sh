@@ -18,7 +18,7 @@ full=0
 [[ "${1:-}" == --full ]] && full=1
 
 bazel build --config=opt //tools/bench:cast_bench //tools/bench:collectives_bench \
-  //tools/bench:chunk_bench //tools/bench:optim_bench
+  //tools/bench:chunk_bench //tools/bench:optim_bench //tools/bench:gemm_bench
 bin="$(bazel info --config=opt bazel-bin)/tools/bench"
 
 run() {  # name filter
@@ -34,6 +34,7 @@ run cast_bench '(Copy|Cast).*/bytes:67108864/'
 run collectives_bench '(AllReduce|AllGather|ReduceScatter|Broadcast)/ranks:2/bytes:67108864/'
 run chunk_bench 'bytes:(4194304|67108864)/'
 run optim_bench 'FusedAdam/params:67108864/'
+run gemm_bench 'FmaPeak|Gemm/threads:[12]/size:1024'
 
 bazel shutdown >/dev/null 2>&1 || true
 python3 tools/bench/summarize.py "${out}"

@@ -2,7 +2,8 @@
 """Prints chunkzero's performance targets from Google Benchmark JSON files.
 
 Usage: summarize.py DIR   (DIR holds cast_bench.json, collectives_bench.json,
-chunk_bench.json, optim_bench.json as written by tools/bench/run.sh). Uses
+chunk_bench.json, optim_bench.json, gemm_bench.json as written by
+tools/bench/run.sh). Uses
 the median of the repetitions. Every figure is a ratio to a baseline measured
 in the same run, except the fused Adam target, which is absolute (params/s)
 and shown beside its ratio to memcpy.
@@ -40,8 +41,9 @@ def main():
     coll = medians(os.path.join(out, "collectives_bench.json"))
     chunk = medians(os.path.join(out, "chunk_bench.json"))
     optim = medians(os.path.join(out, "optim_bench.json"))
-    errors = [n for d in (cast, coll, chunk, optim) for n, b in d.items()
-              if "error" in b]
+    gemm = medians(os.path.join(out, "gemm_bench.json"))
+    errors = [n for d in (cast, coll, chunk, optim, gemm)
+              for n, b in d.items() if "error" in b]
 
     print("\nchunkzero performance targets (ratios to baselines from this run)")
     for name, b in sorted(cast.items()):
@@ -81,8 +83,17 @@ def main():
         else:  # Reported beside the target; it has none of its own.
             print(f"  {'fused mixed-precision Adam 64M params, 1 thread':<66} "
                   f"{rate:>7.2f}G  {'-':<7}  {detail}")
+    for name, b in sorted(gemm.items()):
+        m = re.match(r"BM_Gemm/threads:(\d)/size:1024", name)
+        if not m or "error" in b:
+            continue
+        ratio = b["vs_fma_peak"]
+        row(f"Gemm 1024^3, {m.group(1)} thread(s): >= 0.50 x FMA peak",
+            f"{ratio:.2f}", ratio >= 0.5,
+            f"{b['GFLOP/s']:.0f} GFLOP/s, {b.get('label', '')}")
     if errors:
-        print("benchmarks that failed their result check:", ", ".join(errors))
+        print("benchmarks that failed their result check or floor:",
+              ", ".join(errors))
         sys.exit(1)
 
 
