@@ -145,6 +145,10 @@ int GetParallelThreads() {
   return t_thread_cap > 0 ? std::min(threads, t_thread_cap) : threads;
 }
 
+int ParallelThreadsShare(int callers) {
+  return std::max(1, GetParallelThreads() / std::max(callers, 1));
+}
+
 ScopedParallelThreads::ScopedParallelThreads(int max_threads)
     : previous_(t_thread_cap) {
   t_thread_cap = std::max(max_threads, 1);

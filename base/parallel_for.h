@@ -40,13 +40,18 @@ void ParallelFor(size_t n, size_t grain,
 // ScopedParallelThreads.
 int GetParallelThreads();
 
+// Each of `callers` threads' share of GetParallelThreads() when they run at
+// once (in-process ranks, or rank processes on one machine):
+// GetParallelThreads() / callers, at least 1.
+int ParallelThreadsShare(int callers);
+
 // Caps the threads ParallelFor uses for calls made by the constructing
 // thread while the scope lives (the caller included), so that several
 // threads sharing the pool each get their share of the cores: in-process
-// ranks each hold ScopedParallelThreads(cores / ranks). A cap of 1 runs every
-// piece on the calling thread. Scopes nest; the innermost cap applies, and
-// the destructor restores the one before it. Other threads are unaffected,
-// including pool threads running this thread's pieces.
+// ranks each hold ScopedParallelThreads(ParallelThreadsShare(ranks)). A cap of
+// 1 runs every piece on the calling thread. Scopes nest; the innermost cap
+// applies, and the destructor restores the one before it. Other threads are
+// unaffected, including pool threads running this thread's pieces.
 class ScopedParallelThreads {
  public:
   // REQUIRES: max_threads >= 1.

@@ -110,6 +110,22 @@ TEST(ParallelFor, ScopedThreadsCapsThisThreadOnly) {
   EXPECT_EQ(GetParallelThreads(), 1);
 }
 
+TEST(ParallelFor, ThreadsShareSplitsTheCountAmongCallers) {
+  {
+    ThreadsOverride override_threads(16);
+    EXPECT_EQ(ParallelThreadsShare(1), 16);
+    EXPECT_EQ(ParallelThreadsShare(4), 4);
+    EXPECT_EQ(ParallelThreadsShare(3), 5);
+    EXPECT_EQ(ParallelThreadsShare(0), 16);
+    // The share is of this thread's count, cap included.
+    ScopedParallelThreads cap(8);
+    EXPECT_EQ(ParallelThreadsShare(2), 4);
+  }
+  ThreadsOverride override_threads(2);
+  EXPECT_EQ(ParallelThreadsShare(2), 1);
+  EXPECT_EQ(ParallelThreadsShare(8), 1);
+}
+
 TEST(ParallelFor, ConcurrentCallersFromEightThreads) {
   ThreadsOverride override_threads(4);
   constexpr int kCallers = 8;

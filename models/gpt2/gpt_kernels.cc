@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <thread>
 
 #include "base/parallel_for.h"
 #include "models/gpt2/gemm.h"

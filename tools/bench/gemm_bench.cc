@@ -90,8 +90,8 @@ double RunPeak(int64_t iterations) {
   return PeakSse(iterations);
 }
 
-// The single-thread peak, GFLOP/s; measured once, by BM_FmaPeak or by the
-// first BM_Gemm (best of 5 runs of ~50 ms).
+// The single-thread peak, GFLOP/s; measured once, by the first BM_Gemm
+// (best of 5 runs of ~50 ms).
 double g_peak_gflops = 0;
 
 double MeasurePeak() {
@@ -115,7 +115,6 @@ void BM_FmaPeak(benchmark::State& state) {
   state.SetLabel(GetCpuFeatures().avx512 ? "avx512"
                  : GetCpuFeatures().avx2 ? "avx2"
                                          : "sse");
-  if (g_peak_gflops == 0) g_peak_gflops = MeasurePeak();
 }
 BENCHMARK(BM_FmaPeak);
 

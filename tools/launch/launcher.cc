@@ -9,7 +9,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -19,7 +18,6 @@
 #include <optional>
 #include <string>
 #include <system_error>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -30,6 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "base/file.h"
+#include "base/parallel_for.h"
 #include "base/status_macros.h"
 
 namespace chunkzero {
@@ -302,7 +301,7 @@ struct Rank {
 };
 
 // The launcher's environment, with CHUNKZERO_NUM_THREADS set to the ranks'
-// share of the cores (RankThreads) unless the user set it.
+// share of the cores (ParallelThreadsShare) unless the user set it.
 std::vector<std::string> RankEnvironment(int nproc) {
   std::vector<std::string> env;
   bool has_threads = false;
@@ -312,8 +311,7 @@ std::vector<std::string> RankEnvironment(int nproc) {
   }
   if (!has_threads) {
     env.push_back(
-        absl::StrCat("CHUNKZERO_NUM_THREADS=",
-                     RankThreads(std::thread::hardware_concurrency(), nproc)));
+        absl::StrCat("CHUNKZERO_NUM_THREADS=", ParallelThreadsShare(nproc)));
   }
   return env;
 }
@@ -660,11 +658,6 @@ absl::StatusOr<std::string> MakeRendezvousDir() {
 }
 
 }  // namespace
-
-int RankThreads(unsigned cores, int nproc) {
-  if (nproc < 1) return 1;
-  return std::max(1, static_cast<int>(cores / static_cast<unsigned>(nproc)));
-}
 
 absl::StatusOr<LaunchOptions> ParseLaunchArgs(
     absl::Span<const std::string> args) {

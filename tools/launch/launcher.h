@@ -13,9 +13,9 @@
 // shows them if that rank fails.
 //
 // Cores. The ranks share the machine: each gets CHUNKZERO_NUM_THREADS =
-// RankThreads(cores, NPROC) in its environment (the ParallelFor threads its
-// kernels use, base/parallel_for.h), unless the launcher's environment sets
-// it already.
+// ParallelThreadsShare(NPROC) (base/parallel_for.h: the cores / NPROC) in
+// its environment, the ParallelFor threads its kernels use, unless the
+// launcher's environment sets it already.
 //
 // Stopping. The first rank to exit non-zero or by a signal fails the job:
 // RunJob reports it (`launch: rank R failed (exit code C)` or `(killed by
@@ -70,10 +70,6 @@ struct LaunchOptions {
   // Rank 0's output goes to this process's stdout and stderr regardless.
   int report_fd = STDERR_FILENO;
 };
-
-// Each rank's share of `cores` when `nproc` ranks run on them: cores / nproc,
-// at least 1.
-int RankThreads(unsigned cores, int nproc);
 
 // Parses the launcher's command line, without the program name:
 // `[--grace_period_s=S] NPROC BINARY [ARGS...]`. The launcher's flags come

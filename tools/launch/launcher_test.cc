@@ -16,13 +16,13 @@
 #include <fstream>
 #include <iterator>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/parallel_for.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tools/launch/redact_rendezvous.h"
@@ -240,16 +240,6 @@ TEST_F(RunJobTest, KeepsTheLast64KiBOfAFailedRanksOutput) {
   EXPECT_TRUE(report == expected) << DescribeMismatch(report, expected);
 }
 
-TEST(RankThreads, SplitsTheCoresAmongTheRanks) {
-  EXPECT_EQ(RankThreads(16, 1), 16);
-  EXPECT_EQ(RankThreads(16, 4), 4);
-  EXPECT_EQ(RankThreads(16, 3), 5);
-  EXPECT_EQ(RankThreads(2, 2), 1);
-  EXPECT_EQ(RankThreads(2, 8), 1);
-  EXPECT_EQ(RankThreads(0, 2), 1);
-  EXPECT_EQ(RankThreads(4, 0), 1);
-}
-
 // Each rank gets its share of the cores as CHUNKZERO_NUM_THREADS, unless the
 // launcher's environment sets it; the rest of the environment passes on.
 TEST_F(RunJobTest, GivesEachRankItsShareOfTheCores) {
@@ -258,10 +248,9 @@ TEST_F(RunJobTest, GivesEachRankItsShareOfTheCores) {
                                          "--print_env=CHUNKZERO_NUM_THREADS"};
   absl::StatusOr<int> code = RunJob(Options(2, args));
   ASSERT_TRUE(code.ok()) << code.status();
-  EXPECT_THAT(Report(),
-              testing::HasSubstr(absl::StrCat(
-                  "fake_rank 1: CHUNKZERO_NUM_THREADS=",
-                  RankThreads(std::thread::hardware_concurrency(), 2), "\n")));
+  EXPECT_THAT(Report(), testing::HasSubstr(
+                            absl::StrCat("fake_rank 1: CHUNKZERO_NUM_THREADS=",
+                                         ParallelThreadsShare(2), "\n")));
 
   ASSERT_EQ(setenv("CHUNKZERO_NUM_THREADS", "7", 1), 0);
   code = RunJob(Options(2, args));

@@ -370,7 +370,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   // launcher gives each such process its share through
   // CHUNKZERO_NUM_THREADS).
   const int ranks_here = options.rank >= 0 ? 1 : options.world_size;
-  result.threads_per_rank = std::max(1, GetParallelThreads() / ranks_here);
+  result.threads_per_rank = ParallelThreadsShare(ranks_here);
   result.gemm_kernel = gemm::GemmKernelName();
   auto run_rank = [&](int r) {
     ScopedParallelThreads share(result.threads_per_rank);
