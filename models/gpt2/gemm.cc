@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/parallel_for.h"
+#include "models/gpt2/bf16_matmul.h"
 #include "oneapi/dnnl/dnnl.h"
 #include "tensor/cast_kernels.h"
 
@@ -56,12 +59,13 @@ std::string StatusName(dnnl_status_t status) {
   }
 }
 
-[[noreturn]] void ThrowFailure(dnnl_status_t status, Transpose trans_a,
-                               Transpose trans_b, int m, int n, int k, int lda,
-                               int ldb, int ldc) {
+// `call` names what failed: "dnnl_sgemm" or "bf16 matmul".
+[[noreturn]] void ThrowFailure(const char* call, dnnl_status_t status,
+                               Transpose trans_a, Transpose trans_b, int m,
+                               int n, int k, int lda, int ldb, int ldc) {
   if (status == dnnl_out_of_memory) throw std::bad_alloc();
   throw std::runtime_error(
-      absl::StrCat("dnnl_sgemm(", std::string(1, TransChar(trans_a)), ", ",
+      absl::StrCat(call, "(", std::string(1, TransChar(trans_a)), ", ",
                    std::string(1, TransChar(trans_b)), ", m=", m, ", n=", n,
                    ", k=", k, ", lda=", lda, ", ldb=", ldb, ", ldc=", ldc,
                    ") failed: ", StatusName(status)));
@@ -81,13 +85,16 @@ void ScaleC(int m, int n, float beta, float* c, int ldc) {
 
 // Element (row, col) of the stored matrix X (row-major, leading dimension
 // ld), for op(X) = X or X^T.
-const float* At(const float* x, int ld, Transpose t, int row, int col) {
+template <typename T>
+const T* At(const T* x, int ld, Transpose t, int row, int col) {
   return t == Transpose::kNo ? x + static_cast<size_t>(row) * ld + col
                              : x + static_cast<size_t>(col) * ld + row;
 }
 
 // One product, cut into kTileRows x kTileCols tiles of C, numbered row by
-// row.
+// row. It runs either as f32 (dnnl_sgemm on a and b, which may be
+// bf16-rounded copies) or as bf16 (a matmul on a_bits and b_bits, stored
+// as a and b are, with leading dimensions lda and ldb).
 struct TiledProduct {
   Transpose trans_a, trans_b;
   int m, n, k;
@@ -99,6 +106,8 @@ struct TiledProduct {
   float beta;
   float* c;
   int ldc;
+  const uint16_t* a_bits = nullptr;
+  const uint16_t* b_bits = nullptr;
 
   int tile_cols() const { return (n + kTileCols - 1) / kTileCols; }
   size_t tiles() const {
@@ -109,22 +118,54 @@ struct TiledProduct {
   dnnl_status_t Tile(size_t t) const {
     const int row = static_cast<int>(t / tile_cols()) * kTileRows;
     const int col = static_cast<int>(t % tile_cols()) * kTileCols;
-    return SgemmHere(trans_a, trans_b, std::min(kTileRows, m - row),
-                     std::min(kTileCols, n - col), k, alpha,
+    const int rows = std::min(kTileRows, m - row);
+    const int cols = std::min(kTileCols, n - col);
+    float* c_tile = c + static_cast<size_t>(row) * ldc + col;
+    if (a_bits != nullptr) {
+      return internal::Bf16MatmulHere(
+          trans_a == Transpose::kYes, trans_b == Transpose::kYes, rows, cols, k,
+          alpha, At(a_bits, lda, trans_a, row, 0), lda,
+          At(b_bits, ldb, trans_b, 0, col), ldb, beta, c_tile, ldc);
+    }
+    return SgemmHere(trans_a, trans_b, rows, cols, k, alpha,
                      At(a, lda, trans_a, row, 0), lda,
-                     At(b, ldb, trans_b, 0, col), ldb, beta,
-                     c + static_cast<size_t>(row) * ldc + col, ldc);
+                     At(b, ldb, trans_b, 0, col), ldb, beta, c_tile, ldc);
   }
 
   [[noreturn]] void Throw(dnnl_status_t status) const {
-    ThrowFailure(status, trans_a, trans_b, m, n, k, lda, ldb, ldc);
+    ThrowFailure(a_bits != nullptr ? "bf16 matmul" : "dnnl_sgemm", status,
+                 trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  }
+
+  // The leading dimensions, checked before anything reads what they say
+  // (oneDNN checks them itself when it gets the caller's matrices).
+  void CheckLeadingDimensions(const char* call) const {
+    const int a_cols = trans_a == Transpose::kNo ? k : m;
+    const int b_cols = trans_b == Transpose::kNo ? n : k;
+    if (lda < std::max(1, a_cols) || ldb < std::max(1, b_cols) ||
+        ldc < std::max(1, n)) {
+      ThrowFailure(call, dnnl_invalid_arguments, trans_a, trans_b, m, n, k, lda,
+                   ldb, ldc);
+    }
   }
 };
 
 // Writes the stored matrix x (rows x cols, leading dimension ld) rounded to
+// bf16 (to nearest, ties to even) into `out`, densely (leading dimension
+// cols). `run_rows(rows, fn)` runs fn(begin, end) over [0, rows): ParallelFor
+// or a plain call.
+template <typename Rows>
+void PackBf16(const float* x, int rows, int cols, int ld, uint16_t* out,
+              Rows&& run_rows) {
+  run_rows(static_cast<size_t>(rows), [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      CastF32ToBF16(out + i * cols, x + i * ld, cols);
+    }
+  });
+}
+
+// Writes the stored matrix x (rows x cols, leading dimension ld) rounded to
 // bf16 values into `out`, densely (leading dimension cols), and returns it.
-// `run_rows(rows, fn)` runs fn(begin, end) over [0, rows): ParallelFor or a
-// plain call.
 template <typename Rows>
 const float* RoundRowsToBf16(const float* x, int rows, int cols, int ld,
                              std::vector<float>* out,
@@ -143,32 +184,66 @@ const float* RoundRowsToBf16(const float* x, int rows, int cols, int ld,
   return o;
 }
 
-// `p` with A and B replaced by bf16-rounded copies in this thread's scratch.
-// The leading dimensions are checked first (oneDNN checks them for the f32
-// path), since the copies read what they say.
+// `p` made ready for bf16, with A and B copied densely into this thread's
+// scratch: on the matmul route as bf16, on the f32 route as bf16-rounded
+// f32 values.
 template <typename Rows>
-TiledProduct RoundToBf16(const TiledProduct& p, Rows&& run_rows) {
+TiledProduct PrepareBf16(const TiledProduct& p, Rows&& run_rows) {
   thread_local std::vector<float> a_scratch, b_scratch;
   thread_local std::vector<uint16_t> a_bits, b_bits;
+  const Bf16Route route = Bf16RouteHere();
+  p.CheckLeadingDimensions(route == Bf16Route::kBf16Matmul ? "bf16 matmul"
+                                                           : "dnnl_sgemm");
   const int a_rows = p.trans_a == Transpose::kNo ? p.m : p.k;
   const int a_cols = p.trans_a == Transpose::kNo ? p.k : p.m;
   const int b_rows = p.trans_b == Transpose::kNo ? p.k : p.n;
   const int b_cols = p.trans_b == Transpose::kNo ? p.n : p.k;
-  if (p.lda < std::max(1, a_cols) || p.ldb < std::max(1, b_cols) ||
-      p.ldc < std::max(1, p.n)) {
-    p.Throw(dnnl_invalid_arguments);
+  TiledProduct ready = p;
+  ready.lda = a_cols;
+  ready.ldb = b_cols;
+  if (route == Bf16Route::kBf16Matmul) {
+    a_bits.resize(static_cast<size_t>(a_rows) * a_cols);
+    b_bits.resize(static_cast<size_t>(b_rows) * b_cols);
+    PackBf16(p.a, a_rows, a_cols, p.lda, a_bits.data(), run_rows);
+    PackBf16(p.b, b_rows, b_cols, p.ldb, b_bits.data(), run_rows);
+    ready.a_bits = a_bits.data();
+    ready.b_bits = b_bits.data();
+    return ready;
   }
-  TiledProduct rounded = p;
-  rounded.a = RoundRowsToBf16(p.a, a_rows, a_cols, p.lda, &a_scratch, &a_bits,
-                              run_rows);
-  rounded.lda = a_cols;
-  rounded.b = RoundRowsToBf16(p.b, b_rows, b_cols, p.ldb, &b_scratch, &b_bits,
-                              run_rows);
-  rounded.ldb = b_cols;
-  return rounded;
+  ready.a = RoundRowsToBf16(p.a, a_rows, a_cols, p.lda, &a_scratch, &a_bits,
+                            run_rows);
+  ready.b = RoundRowsToBf16(p.b, b_rows, b_cols, p.ldb, &b_scratch, &b_bits,
+                            run_rows);
+  return ready;
 }
 
+std::atomic<int> g_route_for_testing{-1};
+
 }  // namespace
+
+Bf16Route ChooseBf16Route(const std::string& isa, bool amd,
+                          const std::string& bf16_implementation) {
+  // Only oneDNN's brgemm kernels are worth it; its reference or
+  // gemm-emulated bf16 is slower than f32 FMAs.
+  if (bf16_implementation.rfind("brg:", 0) != 0) {
+    return Bf16Route::kF32OnRoundedInputs;
+  }
+  if (isa == "avx512_core_amx") return Bf16Route::kBf16Matmul;
+  if (isa == "avx512_core_bf16" && amd) return Bf16Route::kBf16Matmul;
+  return Bf16Route::kF32OnRoundedInputs;
+}
+
+Bf16Route Bf16RouteHere() {
+  const int forced = g_route_for_testing.load(std::memory_order_relaxed);
+  if (forced >= 0) return static_cast<Bf16Route>(forced);
+  static const Bf16Route route = ChooseBf16Route(
+      GemmIsa(), __builtin_cpu_is("amd"), internal::Bf16MatmulImplementation());
+  return route;
+}
+
+void SetBf16RouteForTesting(std::optional<Bf16Route> route) {
+  g_route_for_testing.store(route ? static_cast<int>(*route) : -1);
+}
 
 void GemmOnThisThread(Transpose trans_a, Transpose trans_b, int m, int n, int k,
                       float alpha, const float* a, int lda, const float* b,
@@ -180,7 +255,7 @@ void GemmOnThisThread(Transpose trans_a, Transpose trans_b, int m, int n, int k,
   TiledProduct product{trans_a, trans_b, m,   n,    k, alpha, a,
                        lda,     b,       ldb, beta, c, ldc};
   if (precision == Precision::kBf16) {
-    product = RoundToBf16(product,
+    product = PrepareBf16(product,
                           [](size_t rows, auto&& fn) { fn(size_t{0}, rows); });
   }
   for (size_t t = 0; t < product.tiles(); ++t) {
@@ -197,7 +272,7 @@ void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
   TiledProduct product{trans_a, trans_b, m,   n,    k, alpha, a,
                        lda,     b,       ldb, beta, c, ldc};
   if (precision == Precision::kBf16) {
-    product = RoundToBf16(
+    product = PrepareBf16(
         product, [](size_t rows, auto&& fn) { ParallelFor(rows, 16, fn); });
   }
   // The first failure; the others are alike.
@@ -241,10 +316,17 @@ std::string GemmIsa() {
   }
 }
 
-std::string GemmKernelName() {
+std::string GemmKernelName(Precision precision) {
   const dnnl_version_t* version = dnnl_version();
-  return absl::StrCat("onednn ", version->major, ".", version->minor, ".",
-                      version->patch, " sgemm ", GemmIsa());
+  const std::string onednn = absl::StrCat("onednn ", version->major, ".",
+                                          version->minor, ".", version->patch);
+  if (precision == Precision::kBf16 &&
+      Bf16RouteHere() == Bf16Route::kBf16Matmul) {
+    return absl::StrCat(onednn, " matmul ",
+                        internal::Bf16MatmulImplementation());
+  }
+  return absl::StrCat(onednn, " sgemm ", GemmIsa(),
+                      precision == Precision::kBf16 ? " (f32 FMAs)" : "");
 }
 
 }  // namespace gemm

@@ -29,6 +29,7 @@
 #ifndef CHUNKZERO_MODELS_GPT2_GEMM_H_
 #define CHUNKZERO_MODELS_GPT2_GEMM_H_
 
+#include <optional>
 #include <string>
 
 namespace chunkzero {
@@ -38,14 +39,38 @@ enum class Transpose { kNo, kYes };
 
 // What the products multiply. kBf16 is torch.autocast's bf16 matmul: A and B
 // rounded to bf16 (to nearest, ties to even), the products accumulated in
-// f32, C in f32 (not rounded). The products of two bf16 values are exact in
-// f32, so the f32 kernels compute it exactly as bf16 dot-product
-// instructions would, up to the order of the additions; they run it here,
-// on bf16-rounded copies of A and B. (On the processors measured so far
-// that is also the fastest way: their bf16 dot products run at half the
-// f32 FMA rate, docs/PERFORMANCE.md. AMX tiles are faster and are the
-// place for oneDNN's bf16 kernels.)
+// f32, C in f32 (not rounded). Bf16RouteHere() says how it runs.
 enum class Precision { kF32, kBf16 };
+
+// How kBf16 products run. Both compute the same exact products of bf16
+// values (a product of two bf16 values is exact in f32) and add them in f32;
+// they differ in the order of the additions, so in the last bits.
+enum class Bf16Route {
+  // oneDNN's matmul on bf16 operands: AVX512-BF16 dot products or AMX
+  // tiles, twice the f32 FMA rate or more where they are fast.
+  kBf16Matmul,
+  // dnnl_sgemm on bf16-rounded f32 copies of A and B: for processors whose
+  // bf16 dot products are slower than their f32 FMAs.
+  kF32OnRoundedInputs,
+};
+
+// The route for a processor: the bf16 matmul where oneDNN runs it with
+// brgemm kernels (`bf16_implementation`, e.g. "brg:avx512_core_bf16") and
+// those are known to outrun f32 FMAs: AMX ("avx512_core_amx"), or AMD's
+// AVX512-BF16 (Zen 4 and later; measured on Zen 5 at 1.8x the FMA peak).
+// Intel's AVX512-BF16 without AMX ran its dot products at half the FMA rate
+// on the Xeon measured, so f32 on rounded inputs is faster there.
+// docs/PERFORMANCE.md has the numbers.
+Bf16Route ChooseBf16Route(const std::string& isa, bool amd,
+                          const std::string& bf16_implementation);
+
+// ChooseBf16Route for this processor, decided once per process (so that a
+// run's bits never depend on timing), or the route set for testing.
+Bf16Route Bf16RouteHere();
+
+// Forces Bf16RouteHere() (nullopt: back to the processor's route). Tests
+// only; not to be called while products run.
+void SetBf16RouteForTesting(std::optional<Bf16Route> route);
 
 // Row-major C[m, n] = alpha * op(A) op(B) + beta * C, where op(A) is m x k
 // (A is stored k x m when transposed) and op(B) is k x n. With beta == 0, C
@@ -69,9 +94,11 @@ void GemmOnThisThread(Transpose trans_a, Transpose trans_b, int m, int n, int k,
 // ... ("sse41" or "default" means no AVX kernel at all).
 std::string GemmIsa();
 
-// What runs the products (of either precision), for the job's summary:
-// e.g. "onednn 2.6.3 sgemm avx512_core".
-std::string GemmKernelName();
+// What runs the products of `precision`, for the job's summary: e.g.
+// "onednn 2.6.3 sgemm avx512_core", "onednn 2.6.3 matmul
+// brg:avx512_core_bf16", or for bf16 on the f32 route "onednn 2.6.3 sgemm
+// avx512_core_bf16 (f32 FMAs)".
+std::string GemmKernelName(Precision precision = Precision::kF32);
 
 }  // namespace gemm
 }  // namespace chunkzero

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/parallel_for.h"
 #include "gtest/gtest.h"
+#include "models/gpt2/bf16_matmul.h"
 #include "tensor/half.h"
 
 namespace chunkzero {
@@ -67,26 +69,44 @@ std::string Name(const Case& c) {
 }
 
 // Every transpose pair, with shapes that cut the tiles unevenly (m and n
-// past one tile, not multiples of it), leading dimensions past the row
-// length, and alpha/beta other than 1/0.
+// past one tile, not multiples of it) or are smaller than one, and
+// alpha/beta other than 1/0.
+constexpr Case kEveryTransposePair[] = {
+    {Transpose::kNo, Transpose::kNo, 300, 1100, 37, 1.0f, 0.0f},
+    {Transpose::kNo, Transpose::kYes, 257, 1025, 64, 0.5f, 1.0f},
+    {Transpose::kYes, Transpose::kNo, 513, 70, 129, -2.0f, 0.25f},
+    {Transpose::kYes, Transpose::kYes, 1, 1, 1000, 1.0f, -1.0f},
+    {Transpose::kNo, Transpose::kNo, 5, 3, 1, 1.0f, 0.0f},
+    {Transpose::kYes, Transpose::kYes, 33, 17, 19, 1.0f, 0.0f},
+};
+
+// A case's A, B and C as stored, with leading dimensions past the row
+// length (the padding holds NaN).
+struct Stored {
+  int lda, ldb, ldc;
+  std::vector<float> a, b, c;
+};
+
+Stored StoredOperands(const Case& c) {
+  const int a_rows = c.ta == Transpose::kNo ? c.m : c.k;
+  const int a_cols = c.ta == Transpose::kNo ? c.k : c.m;
+  const int b_rows = c.tb == Transpose::kNo ? c.k : c.n;
+  const int b_cols = c.tb == Transpose::kNo ? c.n : c.k;
+  Stored s{a_cols + 3, b_cols + 5, c.n + 2, {}, {}, {}};
+  s.a = Matrix(a_rows, a_cols, s.lda, 0.37f);
+  s.b = Matrix(b_rows, b_cols, s.ldb, 0.11f);
+  s.c = Matrix(c.m, c.n, s.ldc, 0.07f);
+  return s;
+}
+
 TEST(GemmTest, MatchesADoubleReferenceForEveryTransposePair) {
-  const Case cases[] = {
-      {Transpose::kNo, Transpose::kNo, 300, 1100, 37, 1.0f, 0.0f},
-      {Transpose::kNo, Transpose::kYes, 257, 1025, 64, 0.5f, 1.0f},
-      {Transpose::kYes, Transpose::kNo, 513, 70, 129, -2.0f, 0.25f},
-      {Transpose::kYes, Transpose::kYes, 1, 1, 1000, 1.0f, -1.0f},
-      {Transpose::kNo, Transpose::kNo, 5, 3, 1, 1.0f, 0.0f},
-  };
-  for (const Case& c : cases) {
+  for (const Case& c : kEveryTransposePair) {
     SCOPED_TRACE(Name(c));
-    const int a_rows = c.ta == Transpose::kNo ? c.m : c.k;
-    const int a_cols = c.ta == Transpose::kNo ? c.k : c.m;
-    const int b_rows = c.tb == Transpose::kNo ? c.k : c.n;
-    const int b_cols = c.tb == Transpose::kNo ? c.n : c.k;
-    const int lda = a_cols + 3, ldb = b_cols + 5, ldc = c.n + 2;
-    const std::vector<float> a = Matrix(a_rows, a_cols, lda, 0.37f);
-    const std::vector<float> b = Matrix(b_rows, b_cols, ldb, 0.11f);
-    std::vector<float> out = Matrix(c.m, c.n, ldc, 0.07f);
+    const Stored stored = StoredOperands(c);
+    const int lda = stored.lda, ldb = stored.ldb, ldc = stored.ldc;
+    const std::vector<float>& a = stored.a;
+    const std::vector<float>& b = stored.b;
+    std::vector<float> out = stored.c;
     const std::vector<double> want = Reference(
         c.ta, c.tb, c.m, c.n, c.k, c.alpha, a, lda, b, ldb, c.beta, out, ldc);
     Gemm(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a.data(), lda, b.data(), ldb,
@@ -184,9 +204,22 @@ void RoundToBf16(std::vector<float>* x) {
   }
 }
 
-// kBf16 is the f32 product of the bf16-rounded inputs, bit for bit, on both
-// entry points; it differs from the f32 product of the originals.
-TEST(GemmTest, Bf16MultipliesTheBf16RoundedInputs) {
+// Runs a test body with Bf16RouteHere() forced to one route.
+class ScopedBf16Route {
+ public:
+  explicit ScopedBf16Route(Bf16Route route) { SetBf16RouteForTesting(route); }
+  ~ScopedBf16Route() { SetBf16RouteForTesting(std::nullopt); }
+};
+
+// Whether this processor's oneDNN has a bf16 matmul at all (it has none
+// below AVX-512); tests of that route skip without one.
+bool HasBf16Matmul() { return !internal::Bf16MatmulImplementation().empty(); }
+
+// On the f32 route, kBf16 is the f32 product of the bf16-rounded inputs, bit
+// for bit, on both entry points; it differs from the f32 product of the
+// originals.
+TEST(GemmTest, Bf16OnTheF32RouteMultipliesTheBf16RoundedInputs) {
+  ScopedBf16Route route(Bf16Route::kF32OnRoundedInputs);
   const int m = 300, n = 1030, k = 70;
   const int lda = m + 3, ldb = k + 1, ldc = n + 2;  // A^T and B^T stored.
   std::vector<float> a = Matrix(k, m, lda, 0.37f);
@@ -217,25 +250,152 @@ TEST(GemmTest, Bf16MultipliesTheBf16RoundedInputs) {
   EXPECT_LT(largest, 0.5 * k * 2 * std::ldexp(1.0, -8));
 }
 
+// On the matmul route, kBf16 is the product of the bf16-rounded inputs
+// accumulated in f32 in oneDNN's order: within f32 rounding of the exact
+// product of the rounded inputs, for every transpose pair (packing op(A)
+// and op(B) transposes), unevenly cut tiles, padded leading dimensions and
+// alpha/beta; the padding of C is not written.
+TEST(GemmTest, Bf16MatmulMultipliesTheBf16RoundedInputs) {
+  if (!HasBf16Matmul()) GTEST_SKIP() << "oneDNN has no bf16 matmul here";
+  ScopedBf16Route route(Bf16Route::kBf16Matmul);
+  for (const Case& c : kEveryTransposePair) {
+    SCOPED_TRACE(Name(c));
+    const Stored stored = StoredOperands(c);
+    const int lda = stored.lda, ldb = stored.ldb, ldc = stored.ldc;
+    const std::vector<float>& a = stored.a;
+    const std::vector<float>& b = stored.b;
+    std::vector<float> out = stored.c;
+    std::vector<float> here = out;
+    std::vector<float> rounded_a = a, rounded_b = b;
+    RoundToBf16(&rounded_a);
+    RoundToBf16(&rounded_b);
+    const std::vector<double> want =
+        Reference(c.ta, c.tb, c.m, c.n, c.k, c.alpha, rounded_a, lda, rounded_b,
+                  ldb, c.beta, out, ldc);
+    Gemm(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a.data(), lda, b.data(), ldb,
+         c.beta, out.data(), ldc, Precision::kBf16);
+    GemmOnThisThread(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a.data(), lda,
+                     b.data(), ldb, c.beta, here.data(), ldc, Precision::kBf16);
+    const double bound =
+        4.0 * c.k * std::numeric_limits<float>::epsilon() * std::abs(c.alpha) +
+        1e-6;
+    for (int i = 0; i < c.m; ++i) {
+      for (int j = 0; j < c.n; ++j) {
+        const size_t at = size_t(i) * ldc + j;
+        ASSERT_NEAR(out[at], want[size_t(i) * c.n + j], bound)
+            << "at " << i << ", " << j;
+        ASSERT_EQ(here[at], out[at]) << "at " << i << ", " << j;
+      }
+      for (int j = c.n; j < ldc; ++j) {
+        ASSERT_TRUE(std::isnan(out[size_t(i) * ldc + j])) << i << ", " << j;
+      }
+    }
+  }
+}
+
+// Small integers are bf16 values and their sums are exact in f32, so every
+// order of addition gives the exact product; beta == 0 ignores a NaN C.
+TEST(GemmTest, Bf16MatmulIsExactOnSmallIntegers) {
+  if (!HasBf16Matmul()) GTEST_SKIP() << "oneDNN has no bf16 matmul here";
+  ScopedBf16Route route(Bf16Route::kBf16Matmul);
+  const int m = 4, n = 3, k = 2;
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<float> b = {1, 0, 2, 0, 1, 3};
+  std::vector<float> c(m * n, std::numeric_limits<float>::quiet_NaN());
+  Gemm(Transpose::kNo, Transpose::kNo, m, n, k, 1.0f, a.data(), k, b.data(), n,
+       0.0f, c.data(), n, Precision::kBf16);
+  EXPECT_EQ(c, (std::vector<float>{1, 2, 8, 3, 4, 18, 5, 6, 28, 7, 8, 38}));
+  // C = 2 A B - C, with B stored transposed.
+  const std::vector<float> bt = {1, 0, 0, 1, 2, 3};
+  Gemm(Transpose::kNo, Transpose::kYes, m, n, k, 2.0f, a.data(), k, bt.data(),
+       k, -1.0f, c.data(), n, Precision::kBf16);
+  EXPECT_EQ(c, (std::vector<float>{1, 2, 8, 3, 4, 18, 5, 6, 28, 7, 8, 38}));
+}
+
+TEST(GemmTest, Bf16MatmulBitsDoNotDependOnTheThreadCount) {
+  if (!HasBf16Matmul()) GTEST_SKIP() << "oneDNN has no bf16 matmul here";
+  ScopedBf16Route route(Bf16Route::kBf16Matmul);
+  const int m = 700, n = 2100, k = 96;
+  const std::vector<float> a = Matrix(k, m, m, 0.3f);
+  const std::vector<float> b = Matrix(n, k, k, 0.7f);
+  std::vector<float> want(size_t(m) * n);
+  GemmOnThisThread(Transpose::kYes, Transpose::kYes, m, n, k, 1.0f, a.data(), m,
+                   b.data(), k, 0.0f, want.data(), n, Precision::kBf16);
+  for (const int threads : {1, 2, 3, 8}) {
+    SetParallelThreadsForTesting(threads);
+    std::vector<float> got(size_t(m) * n);
+    Gemm(Transpose::kYes, Transpose::kYes, m, n, k, 1.0f, a.data(), m, b.data(),
+         k, 0.0f, got.data(), n, Precision::kBf16);
+    EXPECT_TRUE(got == want) << threads << " threads";
+  }
+  SetParallelThreadsForTesting(0);
+}
+
+TEST(GemmTest, ChoosesTheBf16MatmulWhereItsKernelsOutrunF32) {
+  const std::string brg = "brg:avx512_core_bf16";
+  EXPECT_EQ(ChooseBf16Route("avx512_core_amx", false, "brg:avx512_core_amx"),
+            Bf16Route::kBf16Matmul);
+  EXPECT_EQ(ChooseBf16Route("avx512_core_amx", true, "brg:avx512_core_amx"),
+            Bf16Route::kBf16Matmul);
+  EXPECT_EQ(ChooseBf16Route("avx512_core_bf16", true, brg),
+            Bf16Route::kBf16Matmul);
+  // Intel without AMX: the dot products run at half the FMA rate.
+  EXPECT_EQ(ChooseBf16Route("avx512_core_bf16", false, brg),
+            Bf16Route::kF32OnRoundedInputs);
+  // No bf16 instructions, or no brgemm kernel: never an emulated bf16.
+  EXPECT_EQ(ChooseBf16Route("avx512_core", true, "gemm:jit"),
+            Bf16Route::kF32OnRoundedInputs);
+  EXPECT_EQ(ChooseBf16Route("avx512_core_amx", false, "ref:any"),
+            Bf16Route::kF32OnRoundedInputs);
+  EXPECT_EQ(ChooseBf16Route("avx2", true, ""), Bf16Route::kF32OnRoundedInputs);
+  // This processor's route is the rule applied to what it reports.
+  EXPECT_EQ(Bf16RouteHere(),
+            ChooseBf16Route(GemmIsa(), __builtin_cpu_is("amd"),
+                            internal::Bf16MatmulImplementation()));
+}
+
+TEST(GemmTest, KernelNamesSayWhatRunsEachPrecision) {
+  const std::string isa = GemmIsa();
+  EXPECT_EQ(GemmKernelName(), absl::StrCat("onednn 2.6.3 sgemm ", isa));
+  EXPECT_EQ(GemmKernelName(Precision::kF32), GemmKernelName());
+  {
+    ScopedBf16Route route(Bf16Route::kF32OnRoundedInputs);
+    EXPECT_EQ(GemmKernelName(Precision::kBf16),
+              absl::StrCat("onednn 2.6.3 sgemm ", isa, " (f32 FMAs)"));
+  }
+  if (HasBf16Matmul()) {
+    ScopedBf16Route route(Bf16Route::kBf16Matmul);
+    EXPECT_EQ(GemmKernelName(Precision::kBf16),
+              absl::StrCat("onednn 2.6.3 matmul ",
+                           internal::Bf16MatmulImplementation()));
+    EXPECT_EQ(GemmKernelName(), absl::StrCat("onednn 2.6.3 sgemm ", isa));
+  }
+}
+
 TEST(GemmTest, Bf16ChecksTheLeadingDimensionsBeforeCopying) {
   const std::vector<float> a(16, 1.0f), b(16, 1.0f);
   std::vector<float> c(16);
-  const std::string message =
-      "dnnl_sgemm(N, N, m=2, n=2, k=4, lda=2, ldb=2, ldc=2) failed: "
-      "invalid arguments";
-  for (const bool on_this_thread : {false, true}) {
-    try {
-      if (on_this_thread) {
-        GemmOnThisThread(Transpose::kNo, Transpose::kNo, 2, 2, 4, 1.0f,
-                         a.data(), 2, b.data(), 2, 0.0f, c.data(), 2,
-                         Precision::kBf16);
-      } else {
-        Gemm(Transpose::kNo, Transpose::kNo, 2, 2, 4, 1.0f, a.data(), 2,
-             b.data(), 2, 0.0f, c.data(), 2, Precision::kBf16);
+  for (const Bf16Route route :
+       {Bf16Route::kF32OnRoundedInputs, Bf16Route::kBf16Matmul}) {
+    ScopedBf16Route forced(route);
+    const std::string message = absl::StrCat(
+        route == Bf16Route::kBf16Matmul ? "bf16 matmul" : "dnnl_sgemm",
+        "(N, N, m=2, n=2, k=4, lda=2, ldb=2, ldc=2) failed: invalid "
+        "arguments");
+    for (const bool on_this_thread : {false, true}) {
+      try {
+        if (on_this_thread) {
+          GemmOnThisThread(Transpose::kNo, Transpose::kNo, 2, 2, 4, 1.0f,
+                           a.data(), 2, b.data(), 2, 0.0f, c.data(), 2,
+                           Precision::kBf16);
+        } else {
+          Gemm(Transpose::kNo, Transpose::kNo, 2, 2, 4, 1.0f, a.data(), 2,
+               b.data(), 2, 0.0f, c.data(), 2, Precision::kBf16);
+        }
+        FAIL() << "no exception";
+      } catch (const std::runtime_error& e) {
+        EXPECT_EQ(std::string(e.what()), message);
       }
-      FAIL() << "no exception";
-    } catch (const std::runtime_error& e) {
-      EXPECT_EQ(std::string(e.what()), message);
     }
   }
 }
@@ -255,7 +415,6 @@ TEST(GemmTest, UsesTheWidestInstructionSetTheProcessorHas) {
       __builtin_cpu_supports("avx512dq")) {
     EXPECT_TRUE(absl::StartsWith(isa, "avx512_core")) << isa;
   }
-  EXPECT_EQ(GemmKernelName(), absl::StrCat("onednn 2.6.3 sgemm ", isa));
 }
 
 }  // namespace

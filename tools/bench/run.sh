@@ -34,7 +34,7 @@ run cast_bench '(Copy|Cast).*/bytes:67108864/'
 run collectives_bench '(AllReduce|AllGather|ReduceScatter|Broadcast)/ranks:2/bytes:67108864/'
 run chunk_bench 'bytes:(4194304|67108864)/'
 run optim_bench 'FusedAdam/params:67108864/'
-run gemm_bench 'FmaPeak|Gemm/threads:[12]/size:1024'
+run gemm_bench 'FmaPeak|Gemm/threads:[12]/size:1024/bf16:0'
 
 bazel shutdown >/dev/null 2>&1 || true
 python3 tools/bench/summarize.py "${out}"

@@ -84,7 +84,7 @@ def main():
             print(f"  {'fused mixed-precision Adam 64M params, 1 thread':<66} "
                   f"{rate:>7.2f}G  {'-':<7}  {detail}")
     for name, b in sorted(gemm.items()):
-        m = re.match(r"BM_Gemm/threads:(\d)/size:1024", name)
+        m = re.match(r"BM_Gemm/threads:(\d)/size:1024/bf16:0", name)
         if not m or "error" in b:
             continue
         ratio = b["vs_fma_peak"]

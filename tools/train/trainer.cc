@@ -371,7 +371,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   // CHUNKZERO_NUM_THREADS).
   const int ranks_here = options.rank >= 0 ? 1 : options.world_size;
   result.threads_per_rank = ParallelThreadsShare(ranks_here);
-  result.gemm_kernel = gemm::GemmKernelName();
+  result.gemm_kernel = gemm::GemmKernelName(MatmulPrecision(options.precision));
   auto run_rank = [&](int r) {
     ScopedParallelThreads share(result.threads_per_rank);
     absl::Status status;

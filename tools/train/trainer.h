@@ -66,7 +66,8 @@ struct TrainResult {
   std::vector<int64_t> at_rest_bytes;
   // ParallelFor threads each rank's kernels use (this process's share).
   int threads_per_rank = 1;
-  // What runs the matrix products (gemm::GemmKernelName()).
+  // What runs the matrix products (gemm::GemmKernelName of the precision
+  // they multiply in).
   std::string gemm_kernel;
 };
 

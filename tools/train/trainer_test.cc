@@ -211,6 +211,8 @@ TEST(TrainerTest, Bf16FollowsF32Within1e3) {
   EXPECT_NE(Losses(run), reference);
   EXPECT_LT(run.steps.back().loss, run.steps.front().loss - 0.1);
   EXPECT_EQ(MatmulPrecision(bf16.precision), gemm::Precision::kBf16);
+  EXPECT_EQ(run.gemm_kernel, gemm::GemmKernelName(gemm::Precision::kBf16));
+  EXPECT_EQ(Train(Tiny()).gemm_kernel, gemm::GemmKernelName());
 }
 
 TEST(TrainerTest, ReportsEveryStepToTheCallback) {
