@@ -11,13 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/parallel_for.h"
-#include "models/gpt2/bf16_matmul.h"
+#include "models/gpt2/onednn_matmul.h"
 #include "oneapi/dnnl/dnnl.h"
 #include "tensor/cast_kernels.h"
-
-// libgomp's; declared here rather than through <omp.h>, which clang does not
-// ship without libomp-dev.
-extern "C" void omp_set_num_threads(int num_threads);
 
 namespace chunkzero {
 namespace gemm {
@@ -32,17 +28,6 @@ constexpr int kTileRows = 256;
 constexpr int kTileCols = 1024;
 
 char TransChar(Transpose t) { return t == Transpose::kYes ? 'T' : 'N'; }
-
-// One oneDNN call on this thread, with OpenMP kept to this thread (the
-// count is per thread in OpenMP, so this touches no other caller).
-dnnl_status_t SgemmHere(Transpose trans_a, Transpose trans_b, int m, int n,
-                        int k, float alpha, const float* a, int lda,
-                        const float* b, int ldb, float beta, float* c,
-                        int ldc) {
-  omp_set_num_threads(1);
-  return dnnl_sgemm(TransChar(trans_a), TransChar(trans_b), m, n, k, alpha, a,
-                    lda, b, ldb, beta, c, ldc);
-}
 
 std::string StatusName(dnnl_status_t status) {
   switch (status) {
@@ -59,7 +44,7 @@ std::string StatusName(dnnl_status_t status) {
   }
 }
 
-// `call` names what failed: "dnnl_sgemm" or "bf16 matmul".
+// `call` names what failed: "f32 matmul" or "bf16 matmul".
 [[noreturn]] void ThrowFailure(const char* call, dnnl_status_t status,
                                Transpose trans_a, Transpose trans_b, int m,
                                int n, int k, int lda, int ldb, int ldc) {
@@ -92,9 +77,9 @@ const T* At(const T* x, int ld, Transpose t, int row, int col) {
 }
 
 // One product, cut into kTileRows x kTileCols tiles of C, numbered row by
-// row. It runs either as f32 (dnnl_sgemm on a and b, which may be
-// bf16-rounded copies) or as bf16 (a matmul on a_bits and b_bits, stored
-// as a and b are, with leading dimensions lda and ldb).
+// row. It runs either as f32 (on a and b, which may be bf16-rounded copies)
+// or as bf16 (on a_bits and b_bits, stored as a and b are, with leading
+// dimensions lda and ldb).
 struct TiledProduct {
   Transpose trans_a, trans_b;
   int m, n, k;
@@ -121,24 +106,26 @@ struct TiledProduct {
     const int rows = std::min(kTileRows, m - row);
     const int cols = std::min(kTileCols, n - col);
     float* c_tile = c + static_cast<size_t>(row) * ldc + col;
+    const bool ta = trans_a == Transpose::kYes, tb = trans_b == Transpose::kYes;
     if (a_bits != nullptr) {
-      return internal::Bf16MatmulHere(
-          trans_a == Transpose::kYes, trans_b == Transpose::kYes, rows, cols, k,
-          alpha, At(a_bits, lda, trans_a, row, 0), lda,
-          At(b_bits, ldb, trans_b, 0, col), ldb, beta, c_tile, ldc);
+      return internal::MatmulHere(internal::Operands::kBf16, ta, tb, rows, cols,
+                                  k, alpha, At(a_bits, lda, trans_a, row, 0),
+                                  lda, At(b_bits, ldb, trans_b, 0, col), ldb,
+                                  beta, c_tile, ldc);
     }
-    return SgemmHere(trans_a, trans_b, rows, cols, k, alpha,
-                     At(a, lda, trans_a, row, 0), lda,
-                     At(b, ldb, trans_b, 0, col), ldb, beta, c_tile, ldc);
+    return internal::MatmulHere(internal::Operands::kF32, ta, tb, rows, cols, k,
+                                alpha, At(a, lda, trans_a, row, 0), lda,
+                                At(b, ldb, trans_b, 0, col), ldb, beta, c_tile,
+                                ldc);
   }
 
   [[noreturn]] void Throw(dnnl_status_t status) const {
-    ThrowFailure(a_bits != nullptr ? "bf16 matmul" : "dnnl_sgemm", status,
+    ThrowFailure(a_bits != nullptr ? "bf16 matmul" : "f32 matmul", status,
                  trans_a, trans_b, m, n, k, lda, ldb, ldc);
   }
 
   // The leading dimensions, checked before anything reads what they say
-  // (oneDNN checks them itself when it gets the caller's matrices).
+  // (oneDNN takes any strides, overlapping rows included).
   void CheckLeadingDimensions(const char* call) const {
     const int a_cols = trans_a == Transpose::kNo ? k : m;
     const int b_cols = trans_b == Transpose::kNo ? n : k;
@@ -193,7 +180,7 @@ TiledProduct PrepareBf16(const TiledProduct& p, Rows&& run_rows) {
   thread_local std::vector<uint16_t> a_bits, b_bits;
   const Bf16Route route = Bf16RouteHere();
   p.CheckLeadingDimensions(route == Bf16Route::kBf16Matmul ? "bf16 matmul"
-                                                           : "dnnl_sgemm");
+                                                           : "f32 matmul");
   const int a_rows = p.trans_a == Transpose::kNo ? p.m : p.k;
   const int a_cols = p.trans_a == Transpose::kNo ? p.k : p.m;
   const int b_rows = p.trans_b == Transpose::kNo ? p.k : p.n;
@@ -237,7 +224,8 @@ Bf16Route Bf16RouteHere() {
   const int forced = g_route_for_testing.load(std::memory_order_relaxed);
   if (forced >= 0) return static_cast<Bf16Route>(forced);
   static const Bf16Route route = ChooseBf16Route(
-      GemmIsa(), __builtin_cpu_is("amd"), internal::Bf16MatmulImplementation());
+      GemmIsa(), __builtin_cpu_is("amd"),
+      internal::MatmulImplementation(internal::Operands::kBf16));
   return route;
 }
 
@@ -257,6 +245,8 @@ void GemmOnThisThread(Transpose trans_a, Transpose trans_b, int m, int n, int k,
   if (precision == Precision::kBf16) {
     product = PrepareBf16(product,
                           [](size_t rows, auto&& fn) { fn(size_t{0}, rows); });
+  } else {
+    product.CheckLeadingDimensions("f32 matmul");
   }
   for (size_t t = 0; t < product.tiles(); ++t) {
     const dnnl_status_t status = product.Tile(t);
@@ -274,6 +264,8 @@ void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
   if (precision == Precision::kBf16) {
     product = PrepareBf16(
         product, [](size_t rows, auto&& fn) { ParallelFor(rows, 16, fn); });
+  } else {
+    product.CheckLeadingDimensions("f32 matmul");
   }
   // The first failure; the others are alike.
   std::atomic<dnnl_status_t> failure{dnnl_success};
@@ -322,10 +314,12 @@ std::string GemmKernelName(Precision precision) {
                                           version->minor, ".", version->patch);
   if (precision == Precision::kBf16 &&
       Bf16RouteHere() == Bf16Route::kBf16Matmul) {
-    return absl::StrCat(onednn, " matmul ",
-                        internal::Bf16MatmulImplementation());
+    return absl::StrCat(
+        onednn, " matmul ",
+        internal::MatmulImplementation(internal::Operands::kBf16));
   }
-  return absl::StrCat(onednn, " sgemm ", GemmIsa(),
+  return absl::StrCat(onednn, " matmul ",
+                      internal::MatmulImplementation(internal::Operands::kF32),
                       precision == Precision::kBf16 ? " (f32 FMAs)" : "");
 }
 

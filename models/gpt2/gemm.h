@@ -3,12 +3,12 @@
 //   Gemm(Transpose::kNo, Transpose::kYes, m, n, k, 1.0f, a, lda, b, ldb,
 //        0.0f, c, ldc);  // c[m, n] = a[m, k] b[n, k]^T
 //
-// One code path for every matrix product of the model. oneDNN (Debian's
-// libdnnl) picks its kernels from the instruction sets the processor
-// reports (cpuid), not from a table of known processor models, so a new
-// processor gets the widest kernels it supports; docs/PERFORMANCE.md has
-// the measurements behind the choice. GemmKernelName() says what runs, and
-// the train job's summary prints it.
+// One code path for every matrix product of the model: oneDNN's matmul
+// primitive (Debian's libdnnl), which picks its kernels from the
+// instruction sets the processor reports (cpuid), not from a table of known
+// processor models, so a new processor gets the widest kernels it supports;
+// docs/PERFORMANCE.md has the measurements behind the choice.
+// GemmKernelName() says what runs, and the train job's summary prints it.
 //
 // Threads: a product is cut into fixed tiles of C whose shape depends only
 // on m and n. The tiles run on ParallelFor (base/parallel_for.h), each on
@@ -18,9 +18,11 @@
 // calling thread alone, for callers that parallelise over many small
 // products themselves (attention heads).
 //
-// Errors: the shapes are the caller's contract (REQUIRES below). oneDNN
-// running out of memory throws std::bad_alloc; any other oneDNN failure
-// throws std::runtime_error naming the call. Nothing is thrown out of a
+// Errors: the shapes are the caller's contract (REQUIRES below); leading
+// dimensions shorter than a row are refused before anything is read.
+// oneDNN running out of memory throws std::bad_alloc; any other failure
+// throws std::runtime_error naming the call ("f32 matmul(N, T, m=...")
+// failed: ..."). Nothing is thrown out of a
 // ParallelFor piece: a tile's failure is rethrown on the calling thread
 // after every tile has finished.
 //
@@ -49,7 +51,7 @@ enum class Bf16Route {
   // oneDNN's matmul on bf16 operands: AVX512-BF16 dot products or AMX
   // tiles, twice the f32 FMA rate or more where they are fast.
   kBf16Matmul,
-  // dnnl_sgemm on bf16-rounded f32 copies of A and B: for processors whose
+  // The f32 matmul on bf16-rounded f32 copies of A and B: for processors whose
   // bf16 dot products are slower than their f32 FMAs.
   kF32OnRoundedInputs,
 };
@@ -95,9 +97,9 @@ void GemmOnThisThread(Transpose trans_a, Transpose trans_b, int m, int n, int k,
 std::string GemmIsa();
 
 // What runs the products of `precision`, for the job's summary: e.g.
-// "onednn 2.6.3 sgemm avx512_core", "onednn 2.6.3 matmul
-// brg:avx512_core_bf16", or for bf16 on the f32 route "onednn 2.6.3 sgemm
-// avx512_core_bf16 (f32 FMAs)".
+// "onednn 2.6.3 matmul brg:avx512_core" (f32), "onednn 2.6.3 matmul
+// brg:avx512_core_bf16" (bf16), or for bf16 on the f32 route "onednn 2.6.3
+// matmul brg:avx512_core (f32 FMAs)".
 std::string GemmKernelName(Precision precision = Precision::kF32);
 
 }  // namespace gemm

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/parallel_for.h"
 #include "gtest/gtest.h"
-#include "models/gpt2/bf16_matmul.h"
+#include "models/gpt2/onednn_matmul.h"
 #include "tensor/half.h"
 
 namespace chunkzero {
@@ -181,14 +181,14 @@ TEST(GemmTest, BitsDoNotDependOnTheThreadCount) {
 TEST(GemmTest, RejectedArgumentsThrowNamingTheCall) {
   const std::vector<float> a(16, 1.0f), b(16, 1.0f);
   std::vector<float> c(16);
-  // lda 2 < k 4: oneDNN refuses it.
+  // lda 2 < k 4: rows would overlap. Refused before oneDNN sees it.
   try {
     Gemm(Transpose::kNo, Transpose::kNo, 2, 2, 4, 1.0f, a.data(), 2, b.data(),
          2, 0.0f, c.data(), 2);
     FAIL() << "no exception";
   } catch (const std::runtime_error& e) {
     EXPECT_EQ(std::string(e.what()),
-              "dnnl_sgemm(N, N, m=2, n=2, k=4, lda=2, ldb=2, ldc=2) failed: "
+              "f32 matmul(N, N, m=2, n=2, k=4, lda=2, ldb=2, ldc=2) failed: "
               "invalid arguments");
   }
   EXPECT_THROW(GemmOnThisThread(Transpose::kNo, Transpose::kNo, 2, 2, 4, 1.0f,
@@ -213,7 +213,9 @@ class ScopedBf16Route {
 
 // Whether this processor's oneDNN has a bf16 matmul at all (it has none
 // below AVX-512); tests of that route skip without one.
-bool HasBf16Matmul() { return !internal::Bf16MatmulImplementation().empty(); }
+bool HasBf16Matmul() {
+  return !internal::MatmulImplementation(internal::Operands::kBf16).empty();
+}
 
 // On the f32 route, kBf16 is the f32 product of the bf16-rounded inputs, bit
 // for bit, on both entry points; it differs from the f32 product of the
@@ -349,26 +351,29 @@ TEST(GemmTest, ChoosesTheBf16MatmulWhereItsKernelsOutrunF32) {
             Bf16Route::kF32OnRoundedInputs);
   EXPECT_EQ(ChooseBf16Route("avx2", true, ""), Bf16Route::kF32OnRoundedInputs);
   // This processor's route is the rule applied to what it reports.
-  EXPECT_EQ(Bf16RouteHere(),
-            ChooseBf16Route(GemmIsa(), __builtin_cpu_is("amd"),
-                            internal::Bf16MatmulImplementation()));
+  EXPECT_EQ(Bf16RouteHere(), ChooseBf16Route(GemmIsa(), __builtin_cpu_is("amd"),
+                                             internal::MatmulImplementation(
+                                                 internal::Operands::kBf16)));
 }
 
 TEST(GemmTest, KernelNamesSayWhatRunsEachPrecision) {
-  const std::string isa = GemmIsa();
-  EXPECT_EQ(GemmKernelName(), absl::StrCat("onednn 2.6.3 sgemm ", isa));
-  EXPECT_EQ(GemmKernelName(Precision::kF32), GemmKernelName());
+  const std::string f32 =
+      absl::StrCat("onednn 2.6.3 matmul ",
+                   internal::MatmulImplementation(internal::Operands::kF32));
+  EXPECT_EQ(GemmKernelName(), f32);
+  EXPECT_EQ(GemmKernelName(Precision::kF32), f32);
   {
     ScopedBf16Route route(Bf16Route::kF32OnRoundedInputs);
     EXPECT_EQ(GemmKernelName(Precision::kBf16),
-              absl::StrCat("onednn 2.6.3 sgemm ", isa, " (f32 FMAs)"));
+              absl::StrCat(f32, " (f32 FMAs)"));
   }
   if (HasBf16Matmul()) {
     ScopedBf16Route route(Bf16Route::kBf16Matmul);
     EXPECT_EQ(GemmKernelName(Precision::kBf16),
-              absl::StrCat("onednn 2.6.3 matmul ",
-                           internal::Bf16MatmulImplementation()));
-    EXPECT_EQ(GemmKernelName(), absl::StrCat("onednn 2.6.3 sgemm ", isa));
+              absl::StrCat(
+                  "onednn 2.6.3 matmul ",
+                  internal::MatmulImplementation(internal::Operands::kBf16)));
+    EXPECT_EQ(GemmKernelName(), f32);
   }
 }
 
@@ -379,7 +384,7 @@ TEST(GemmTest, Bf16ChecksTheLeadingDimensionsBeforeCopying) {
        {Bf16Route::kF32OnRoundedInputs, Bf16Route::kBf16Matmul}) {
     ScopedBf16Route forced(route);
     const std::string message = absl::StrCat(
-        route == Bf16Route::kBf16Matmul ? "bf16 matmul" : "dnnl_sgemm",
+        route == Bf16Route::kBf16Matmul ? "bf16 matmul" : "f32 matmul",
         "(N, N, m=2, n=2, k=4, lda=2, ldb=2, ldc=2) failed: invalid "
         "arguments");
     for (const bool on_this_thread : {false, true}) {
@@ -414,6 +419,15 @@ TEST(GemmTest, UsesTheWidestInstructionSetTheProcessorHas) {
       __builtin_cpu_supports("avx512vl") &&
       __builtin_cpu_supports("avx512dq")) {
     EXPECT_TRUE(absl::StartsWith(isa, "avx512_core")) << isa;
+  }
+  // The f32 products run a jit kernel: brgemm ("brg:avx512_core") where
+  // oneDNN has one for the ISA, its jit sgemm ("gemm:jit") below it; never
+  // the reference loops.
+  const std::string f32 =
+      internal::MatmulImplementation(internal::Operands::kF32);
+  EXPECT_TRUE(absl::StartsWith(f32, "brg:") || f32 == "gemm:jit") << f32;
+  if (absl::StartsWith(isa, "avx512_core")) {
+    EXPECT_TRUE(absl::StartsWith(f32, "brg:avx512_core")) << f32;
   }
 }
 

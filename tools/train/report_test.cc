@@ -109,7 +109,7 @@ TrainResult Synthetic(int64_t peak, int64_t at_rest) {
   }
   r.at_rest_bytes = {at_rest - 10, at_rest};
   r.threads_per_rank = 2;
-  r.gemm_kernel = "onednn 9.9.9 sgemm avx9";
+  r.gemm_kernel = "onednn 9.9.9 matmul brg:avx9";
   return r;
 }
 
@@ -142,7 +142,7 @@ TEST(FormatSummaryTest, TargetMet) {
   EXPECT_THAT(s, HasSubstr("Psi = 1000 parameters"));
   EXPECT_THAT(s, HasSubstr("2 ranks, sharded storage, fp16, adamw"));
   EXPECT_THAT(s, HasSubstr("chunks of 512 elements (50.0% used)\n"
-                           "matmuls: f32 on onednn 9.9.9 sgemm avx9, "
+                           "matmuls: f32 on onednn 9.9.9 matmul brg:avx9, "
                            "2 threads per rank\n"));
   EXPECT_THAT(s, HasSubstr("loss 3.0000 (step 1) -> 1.0000 (step 3)"));
   EXPECT_THAT(s, HasSubstr("1.000, met\n"));
@@ -156,10 +156,11 @@ TEST(FormatSummaryTest, TargetMet) {
 TEST(FormatSummaryTest, NamesBf16Matmuls) {
   TrainOptions o = TwoRanks();
   o.precision = DType::kBF16;
-  EXPECT_THAT(FormatSummary(o, Synthetic(9000, 7000)),
-              HasSubstr("matmuls: bf16 (inputs rounded to bf16, f32 "
-                        "accumulation) on onednn 9.9.9 sgemm avx9, 2 threads "
-                        "per rank\n"));
+  EXPECT_THAT(
+      FormatSummary(o, Synthetic(9000, 7000)),
+      HasSubstr("matmuls: bf16 (inputs rounded to bf16, f32 "
+                "accumulation) on onednn 9.9.9 matmul brg:avx9, 2 threads "
+                "per rank\n"));
   EXPECT_EQ(MatmulPrecision(DType::kBF16), gemm::Precision::kBf16);
   EXPECT_EQ(MatmulPrecision(DType::kF16), gemm::Precision::kF32);
   EXPECT_EQ(MatmulPrecision(DType::kF32), gemm::Precision::kF32);
