@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "tensor/allocator.h"
+#include "tensor/cast_kernels.h"
 #include "tensor/reduction_kernels.h"
 
 namespace chunkzero {
@@ -371,36 +372,63 @@ absl::Status Chunk::SetTensorState(int i, TensorState to) {
   return absl::OkStatus();
 }
 
-absl::Status Chunk::CopyTensorToChunkSlice(int i, const Tensor& values) {
+absl::StatusOr<Chunk::SliceTarget> Chunk::TargetForWrite(int i,
+                                                         const Tensor& values,
+                                                         DType dtype) {
   if (i < 0 || i >= num_tensors()) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk ", name_, " has no tensor #", i));
   }
   const ChunkTensor& t = tensors_[i];
-  if (values.dtype() != options_.dtype || values.numel() != t.numel) {
+  if (values.dtype() != dtype || values.numel() != t.numel) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot copy ", values.DebugString(), " into tensor '",
                      t.name, "' (", DTypeName(options_.dtype),
                      ShapeToString(t.shape), ") of chunk ", name_));
   }
+  const size_t element = ElementSize(options_.dtype);
+  SliceTarget target;
   if (full_->allocated()) {
-    Tensor slice = TensorView(i);
-    modified_ = true;
-    return slice.CopyFrom(values);
+    target = {static_cast<char*>(full_->data()) + t.offset * element, 0,
+              t.numel};
+  } else if (options_.layout == ChunkLayout::kSharded) {
+    const auto [lo, hi] = ShardRange(i);
+    target = {
+        static_cast<char*>(shard_->data()) + (lo - shard_begin()) * element,
+        lo - t.offset, hi - lo};
   }
-  if (options_.layout != ChunkLayout::kSharded) return absl::OkStatus();
-  const auto [lo, hi] = ShardRange(i);
-  if (hi == lo) return absl::OkStatus();
+  if (target.count == 0) return target;
   if (!values.is_materialized()) {
     return absl::FailedPreconditionError(
         absl::StrCat("values for tensor '", t.name, "' are not materialised"));
   }
+  if (full_->allocated()) modified_ = true;
+  return target;
+}
+
+absl::Status Chunk::CopyTensorToChunkSlice(int i, const Tensor& values) {
+  CZ_ASSIGN_OR_RETURN(const SliceTarget target,
+                      TargetForWrite(i, values, options_.dtype));
   const size_t element = ElementSize(options_.dtype);
   return CopyBytes(
-      static_cast<char*>(shard_->data()) + (lo - shard_begin()) * element,
-      device_,
-      static_cast<const char*>(values.raw_data()) + (lo - t.offset) * element,
-      values.device(), (hi - lo) * element);
+      target.dst, device_,
+      static_cast<const char*>(values.raw_data()) + target.first * element,
+      values.device(), target.count * element);
+}
+
+absl::Status Chunk::WriteTensorScaled(int i, const Tensor& values,
+                                      float scale) {
+  CZ_ASSIGN_OR_RETURN(const SliceTarget target,
+                      TargetForWrite(i, values, DType::kF32));
+  if (target.count == 0) return absl::OkStatus();
+  if (!device_.is_host_accessible() || !values.device().is_host_accessible()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "scaled write of tensor '", tensors_[i].name, "' of chunk ", name_,
+        " from ", values.device().ToString(), " to ", device_.ToString()));
+  }
+  return CastScaled(target.dst, options_.dtype,
+                    values.data<float>() + target.first, scale,
+                    static_cast<size_t>(target.count));
 }
 
 absl::StatusOr<bool> Chunk::HasInfOrNan() const {

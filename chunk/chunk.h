@@ -178,6 +178,14 @@ class Chunk {
   [[nodiscard]] absl::Status CopyTensorToChunkSlice(int i,
                                                     const Tensor& values);
 
+  // Writes `values` (f32, same element count) times `scale` into tensor i's
+  // slice as CopyTensorToChunkSlice does, multiplied in f32 and rounded once
+  // to the chunk's dtype (tensor/cast_kernels.h CastScaled), with no
+  // intermediate tensor: a rank's share of an averaged gradient. Unimplemented
+  // for a chunk on a device the host cannot address.
+  [[nodiscard]] absl::Status WriteTensorScaled(int i, const Tensor& values,
+                                               float scale);
+
   // Declares that tensor data was written through a view while the chunk
   // is materialised, so that Release keeps this rank's part (sharded).
   void MarkModified() { modified_ = true; }
@@ -227,6 +235,20 @@ class Chunk {
   [[nodiscard]] absl::Status AllocateFull();
   // Sharded: copies this rank's part of the full buffer into the shard.
   [[nodiscard]] absl::Status CopyOwnPartToShard();
+
+  // Where a write of tensor i's values lands: `count` elements from element
+  // `first` of the tensor, at `dst` (count == 0: nowhere, a non-holder).
+  struct SliceTarget {
+    void* dst = nullptr;
+    int64_t first = 0;
+    int64_t count = 0;
+  };
+  // Checks i and `values` (of `dtype`, tensor i's element count, and
+  // materialised when anything is to be written) and finds the target,
+  // marking the chunk modified when it is the full buffer.
+  [[nodiscard]] absl::StatusOr<SliceTarget> TargetForWrite(int i,
+                                                           const Tensor& values,
+                                                           DType dtype);
 
   const ChunkOptions options_;
   comm::ProcessGroup* const group_;

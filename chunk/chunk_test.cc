@@ -17,6 +17,7 @@ namespace {
 using ::chunkzero::comm_testing::AllRanksOk;
 using ::chunkzero::comm_testing::SpawnRanks;
 using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 
 constexpr ChunkLayout kLayouts[] = {ChunkLayout::kReplicated,
@@ -474,6 +475,67 @@ TEST(Chunk, CopyIntoReleasedShardedChunkWritesTheShard) {
         EXPECT_THAT(*v[1].ToFloats(), ElementsAre(40, 50, 60, 70, 80));
         EXPECT_THAT(*v[0].ToFloats(), ElementsAre(1, 2, 3));
         return chunk->Release();
+      })));
+}
+
+// Shard of 5 per rank: rank 0 holds a[0..3) b[0..2), rank 1 b[2..5) c.
+// A released sharded chunk takes this rank's part of b, scaled in f32 and
+// rounded once to bf16 (1/3 is not a bf16 value, so the rounding shows);
+// a materialised one takes all of b and keeps it past Release.
+TEST(Chunk, WriteTensorScaledRoundsOnceIntoTheSlice) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {
+        std::unique_ptr<Chunk> chunk = *Chunk::Create(
+            Options(ChunkLayout::kSharded, 10, DType::kBF16), &g);
+        std::vector<Tensor> v = AppendAbc(*chunk);
+        if (!chunk->Close().ok()) return absl::InternalError("close");
+        const Tensor b = *Tensor::FromFloats({3, 6, 9, 12, 1}, {5});
+        EXPECT_TRUE(chunk->WriteTensorScaled(1, b, 1.0f / 3).ok());
+        if (!chunk->Access().ok()) return absl::InternalError("access");
+        std::vector<float> want(5);
+        const float in[5] = {3, 6, 9, 12, 1};
+        for (int k = 0; k < 5; ++k) {
+          want[k] =
+              BFloat16BitsToFloat(FloatToBFloat16Bits(in[k] * (1.0f / 3)));
+        }
+        EXPECT_EQ(want[4], 0.333984375f);  // bf16(1/3), not 1/3.
+        EXPECT_THAT(*v[1].ToFloats(), ElementsAreArray(want));
+        EXPECT_THAT(*v[0].ToFloats(), ElementsAre(1, 2, 3));
+        EXPECT_THAT(*v[2].ToFloats(), ElementsAre(9, 10));
+        // Materialised: the whole tensor, kept by Release.
+        EXPECT_TRUE(chunk
+                        ->WriteTensorScaled(
+                            0, *Tensor::FromFloats({2, 4, 8}, {3}), -0.5f)
+                        .ok());
+        EXPECT_THAT(*v[0].ToFloats(), ElementsAre(-1, -2, -4));
+        if (!chunk->Release().ok()) return absl::InternalError("release");
+        if (!chunk->Access().ok()) return absl::InternalError("access");
+        EXPECT_THAT(*v[0].ToFloats(), ElementsAre(-1, -2, -4));
+        return chunk->Release();
+      })));
+}
+
+TEST(Chunk, WriteTensorScaledRefusesWhatItCannotWrite) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(1, [](comm::ProcessGroup& g) -> absl::Status {
+        std::unique_ptr<Chunk> chunk = *Chunk::Create(
+            Options(ChunkLayout::kReplicated, 10, DType::kF16), &g);
+        AppendAbc(*chunk);
+        if (!chunk->Close().ok()) return absl::InternalError("close");
+        // The values must be f32, whatever the chunk holds.
+        const absl::Status f16 = chunk->WriteTensorScaled(
+            0, *Tensor::FromFloats({1, 2, 3}, {3}, DType::kF16), 1.0f);
+        EXPECT_EQ(f16.code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_THAT(std::string(f16.message()), HasSubstr("tensor 'a'"));
+        EXPECT_EQ(
+            chunk->WriteTensorScaled(0, *Tensor::FromFloats({1, 2}, {2}), 1.0f)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+        const absl::Status index =
+            chunk->WriteTensorScaled(3, *Tensor::FromFloats({1}, {1}), 1.0f);
+        EXPECT_EQ(index.code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_THAT(std::string(index.message()), HasSubstr("no tensor #3"));
+        return absl::OkStatus();
       })));
 }
 

@@ -12,12 +12,9 @@
 #include "base/status_macros.h"
 #include "comm/process_group.h"
 #include "ddp/zero_ddp_internal.h"
-#include "tensor/cast_kernels.h"
 #include "tensor/elementwise_kernels.h"
 
 namespace chunkzero {
-
-using zero_ddp_internal::CastTo;
 
 absl::Status ZeroDdp::Use(absl::Span<Parameter* const> params) {
   for (Parameter* p : params) {
@@ -248,9 +245,6 @@ absl::Status ZeroDdp::HandGrad(Parameter& param, const Tensor& grad) {
 absl::Status ZeroDdp::WriteGrad(ParamInfo& info, const Tensor& grad32) {
   // Average over ranks: each rank contributes grad / world_size.
   const float scale = 1.0f / chunks_->process_group().size();
-  CZ_ASSIGN_OR_RETURN(Tensor scaled, grad32.Clone());
-  ScaleF32(scaled.data<float>(), scale, scaled.numel());
-  CZ_ASSIGN_OR_RETURN(Tensor cast, CastTo(scaled, options_.compute_dtype));
   Chunk& chunk = *info.where.chunk;
   const TensorState state = chunk.tensor(info.where.index).state;
   if (state == TensorState::kHold || state == TensorState::kFree) {
@@ -258,7 +252,7 @@ absl::Status ZeroDdp::WriteGrad(ParamInfo& info, const Tensor& grad32) {
     CZ_RETURN_IF_ERROR(
         chunk.SetTensorState(info.where.index, TensorState::kCompute));
   }
-  CZ_RETURN_IF_ERROR(chunk.CopyTensorToChunkSlice(info.where.index, cast),
+  CZ_RETURN_IF_ERROR(chunk.WriteTensorScaled(info.where.index, grad32, scale),
                      "writing the grad of '", info.param->name(), "'");
   return chunk.SetTensorState(info.where.index, TensorState::kReadyForReduce);
 }

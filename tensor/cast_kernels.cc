@@ -1,5 +1,8 @@
 #include "tensor/cast_kernels.h"
 
+#include <algorithm>
+
+#include "base/parallel_for.h"
 #include "base/status_macros.h"
 #include "tensor/cpu_features.h"
 #include "tensor/internal/kernels_isa.h"
@@ -55,6 +58,40 @@ absl::Status Cast(void* out, DType out_dtype, const void* in, DType in_dtype,
     default:  // CheckKernelArgs refused the others.
       break;
   }
+  return absl::OkStatus();
+}
+
+absl::Status CastScaled(void* out, DType out_dtype, const float* in,
+                        float scale, size_t n) {
+  CZ_RETURN_IF_ERROR(kernels_internal::CheckKernelArgs(
+                         "CastScaled", {out_dtype, DType::kF32}, n, {out, in}),
+                     "f32 -> ", DTypeName(out_dtype));
+  // Blocks small enough for the stack and the L1 cache: each is scaled in
+  // an f32 buffer (or in `out` itself for f32) and rounded from there.
+  constexpr size_t kBlock = 4096;
+  const KernelIsa isa = BestKernelIsa();
+  const size_t blocks = (n + kBlock - 1) / kBlock;
+  ParallelFor(blocks, 32, [&](size_t first, size_t last) {
+    float scaled[kBlock];
+    for (size_t b = first; b < last; ++b) {
+      const size_t begin = b * kBlock;
+      const size_t count = std::min(kBlock, n - begin);
+      if (out_dtype == DType::kF32) {
+        float* dst = static_cast<float*>(out) + begin;
+        kernels_internal::Copy(dst, in + begin, count * sizeof(float));
+        kernels_internal::ScaleF32(isa, dst, scale, count);
+        continue;
+      }
+      kernels_internal::Copy(scaled, in + begin, count * sizeof(float));
+      kernels_internal::ScaleF32(isa, scaled, scale, count);
+      uint16_t* dst = static_cast<uint16_t*>(out) + begin;
+      if (out_dtype == DType::kF16) {
+        kernels_internal::CastF32ToF16(isa, dst, scaled, count);
+      } else {
+        kernels_internal::CastF32ToBF16(isa, dst, scaled, count);
+      }
+    }
+  });
   return absl::OkStatus();
 }
 

@@ -48,6 +48,13 @@ void CastBF16ToF16(uint16_t* out, const uint16_t* in, size_t n);
 [[nodiscard]] absl::Status Cast(void* out, DType out_dtype, const void* in,
                                 DType in_dtype, size_t n);
 
+// out[n] (of out_dtype: f32, f16 or bf16) = in[n] * scale, multiplied in f32
+// and then rounded once: the same bits as ScaleF32 on a copy of `in`
+// followed by Cast, without the copy. Returns InvalidArgument as Cast does,
+// and for an out_dtype that is not a compute type.
+[[nodiscard]] absl::Status CastScaled(void* out, DType out_dtype,
+                                      const float* in, float scale, size_t n);
+
 }  // namespace chunkzero
 
 #endif  // CHUNKZERO_TENSOR_CAST_KERNELS_H_

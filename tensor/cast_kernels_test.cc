@@ -249,5 +249,55 @@ TEST(Cast, RejectsBadArguments) {
   EXPECT_EQ(h, 0x3c00);
 }
 
+// CastScaled gives the bits of scaling a copy in f32 and then casting it
+// (the scalar reference), for every compute dtype, at lengths that end
+// inside, at and past its blocks, from 1 to 2 threads' worth of them, and
+// for a scale that overflows some values to Inf.
+TEST(CastScaled, EqualsScalingInF32ThenOneRounding) {
+  for (const float scale : {0.5f, 1.0f / 3.0f, 1e30f}) {
+    for (const size_t n : {size_t{1}, size_t{4095}, size_t{4096}, size_t{4097},
+                           size_t{300007}}) {
+      SCOPED_TRACE(absl::StrCat("scale ", scale, ", n ", n));
+      const std::vector<float> in = MixedF32(n, 17);
+      std::vector<float> scaled(n);
+      for (size_t i = 0; i < n; ++i) scaled[i] = in[i] * scale;
+      std::vector<float> f32(n);
+      ASSERT_TRUE(
+          CastScaled(f32.data(), DType::kF32, in.data(), scale, n).ok());
+      EXPECT_EQ(FirstBitMismatch(f32.data(), scaled.data(), n), "");
+      std::vector<uint16_t> f16(n), bf16(n), want16(n), want_bf16(n);
+      ASSERT_TRUE(
+          CastScaled(f16.data(), DType::kF16, in.data(), scale, n).ok());
+      ASSERT_TRUE(
+          CastScaled(bf16.data(), DType::kBF16, in.data(), scale, n).ok());
+      for (size_t i = 0; i < n; ++i) {
+        want16[i] = FloatToHalfBits(scaled[i]);
+        want_bf16[i] = FloatToBFloat16Bits(scaled[i]);
+      }
+      EXPECT_EQ(FirstBitMismatch(f16.data(), want16.data(), n), "");
+      EXPECT_EQ(FirstBitMismatch(bf16.data(), want_bf16.data(), n), "");
+    }
+  }
+}
+
+TEST(CastScaled, RejectsBadArguments) {
+  float f = 3.0f;
+  uint16_t h = 0;
+  const absl::Status bad_dtype =
+      CastScaled(&h, static_cast<DType>(7), &f, 1.0f, 1);
+  EXPECT_EQ(bad_dtype.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_dtype.message().find("CastScaled"), absl::string_view::npos)
+      << bad_dtype;
+  EXPECT_EQ(CastScaled(&h, DType::kI32, &f, 1.0f, 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CastScaled(nullptr, DType::kF16, &f, 1.0f, 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CastScaled(&h, DType::kF16, nullptr, 1.0f, 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CastScaled(nullptr, DType::kF16, nullptr, 1.0f, 0).ok());
+  EXPECT_TRUE(CastScaled(&h, DType::kF16, &f, 0.5f, 1).ok());
+  EXPECT_EQ(h, 0x3e00);  // 1.5 in f16.
+}
+
 }  // namespace
 }  // namespace chunkzero
