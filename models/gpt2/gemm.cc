@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "base/parallel_for.h"
 #include "models/gpt2/onednn_matmul.h"
@@ -76,24 +77,28 @@ const T* At(const T* x, int ld, Transpose t, int row, int col) {
                              : x + static_cast<size_t>(col) * ld + row;
 }
 
+// An operand as a tile reads it: bf16 bits for the bf16 matmul, else f32
+// values, stored row-major with leading dimension ld.
+struct ReadyOperand {
+  const float* f32 = nullptr;
+  const uint16_t* bits = nullptr;
+  int ld = 0;
+};
+
 // One product, cut into kTileRows x kTileCols tiles of C, numbered row by
-// row. It runs either as f32 (on a and b, which may be bf16-rounded copies)
-// or as bf16 (on a_bits and b_bits, stored as a and b are, with leading
-// dimensions lda and ldb).
+// row. It runs as a bf16 matmul when its operands are bits, else as f32.
 struct TiledProduct {
   Transpose trans_a, trans_b;
   int m, n, k;
   float alpha;
-  const float* a;
-  int lda;
-  const float* b;
-  int ldb;
+  ReadyOperand a, b;
   float beta;
   float* c;
   int ldc;
-  const uint16_t* a_bits = nullptr;
-  const uint16_t* b_bits = nullptr;
+  // The caller's leading dimensions, for messages.
+  int lda, ldb;
 
+  bool bf16() const { return a.bits != nullptr; }
   int tile_cols() const { return (n + kTileCols - 1) / kTileCols; }
   size_t tiles() const {
     return static_cast<size_t>((m + kTileRows - 1) / kTileRows) * tile_cols();
@@ -107,101 +112,100 @@ struct TiledProduct {
     const int cols = std::min(kTileCols, n - col);
     float* c_tile = c + static_cast<size_t>(row) * ldc + col;
     const bool ta = trans_a == Transpose::kYes, tb = trans_b == Transpose::kYes;
-    if (a_bits != nullptr) {
+    if (bf16()) {
       return internal::MatmulHere(internal::Operands::kBf16, ta, tb, rows, cols,
-                                  k, alpha, At(a_bits, lda, trans_a, row, 0),
-                                  lda, At(b_bits, ldb, trans_b, 0, col), ldb,
+                                  k, alpha, At(a.bits, a.ld, trans_a, row, 0),
+                                  a.ld, At(b.bits, b.ld, trans_b, 0, col), b.ld,
                                   beta, c_tile, ldc);
     }
     return internal::MatmulHere(internal::Operands::kF32, ta, tb, rows, cols, k,
-                                alpha, At(a, lda, trans_a, row, 0), lda,
-                                At(b, ldb, trans_b, 0, col), ldb, beta, c_tile,
-                                ldc);
+                                alpha, At(a.f32, a.ld, trans_a, row, 0), a.ld,
+                                At(b.f32, b.ld, trans_b, 0, col), b.ld, beta,
+                                c_tile, ldc);
   }
 
   [[noreturn]] void Throw(dnnl_status_t status) const {
-    ThrowFailure(a_bits != nullptr ? "bf16 matmul" : "f32 matmul", status,
-                 trans_a, trans_b, m, n, k, lda, ldb, ldc);
-  }
-
-  // The leading dimensions, checked before anything reads what they say
-  // (oneDNN takes any strides, overlapping rows included).
-  void CheckLeadingDimensions(const char* call) const {
-    const int a_cols = trans_a == Transpose::kNo ? k : m;
-    const int b_cols = trans_b == Transpose::kNo ? n : k;
-    if (lda < std::max(1, a_cols) || ldb < std::max(1, b_cols) ||
-        ldc < std::max(1, n)) {
-      ThrowFailure(call, dnnl_invalid_arguments, trans_a, trans_b, m, n, k, lda,
-                   ldb, ldc);
-    }
+    ThrowFailure(bf16() ? "bf16 matmul" : "f32 matmul", status, trans_a,
+                 trans_b, m, n, k, lda, ldb, ldc);
   }
 };
 
-// Writes the stored matrix x (rows x cols, leading dimension ld) rounded to
-// bf16 (to nearest, ties to even) into `out`, densely (leading dimension
-// cols). `run_rows(rows, fn)` runs fn(begin, end) over [0, rows): ParallelFor
-// or a plain call.
-template <typename Rows>
-void PackBf16(const float* x, int rows, int cols, int ld, uint16_t* out,
-              Rows&& run_rows) {
-  run_rows(static_cast<size_t>(rows), [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) {
-      CastF32ToBF16(out + i * cols, x + i * ld, cols);
-    }
-  });
+// Rows of a stored matrix through ParallelFor, or on the calling thread.
+using RunRows = void (*)(size_t rows, absl::FunctionRef<void(size_t, size_t)>);
+void RowsInParallel(size_t rows, absl::FunctionRef<void(size_t, size_t)> fn) {
+  ParallelFor(rows, 16, fn);
+}
+void RowsHere(size_t rows, absl::FunctionRef<void(size_t, size_t)> fn) {
+  fn(0, rows);
 }
 
-// Writes the stored matrix x (rows x cols, leading dimension ld) rounded to
-// bf16 values into `out`, densely (leading dimension cols), and returns it.
-template <typename Rows>
-const float* RoundRowsToBf16(const float* x, int rows, int cols, int ld,
-                             std::vector<float>* out,
-                             std::vector<uint16_t>* bits, Rows&& run_rows) {
+// The stored matrix x (rows x cols) as a tile reads it, copied into
+// `scratch` where it must change: packed into bf16 bits for the bf16
+// matmul, rounded to bf16 values (f32 route of a kBf16 product) or widened
+// from bits to f32 (f32 products of bits) for the f32 one.
+ReadyOperand Prepare(const Operand& x, int rows, int cols, bool bf16_matmul,
+                     bool round, std::vector<float>* f32_scratch,
+                     std::vector<uint16_t>* bits_scratch, RunRows run_rows) {
   const size_t n = static_cast<size_t>(rows) * cols;
-  out->resize(n);
-  bits->resize(n);
-  uint16_t* b = bits->data();
-  float* o = out->data();
+  const int ld = x.ld();
+  if (bf16_matmul) {
+    if (x.bf16() != nullptr) return {nullptr, x.bf16(), ld};
+    bits_scratch->resize(n);
+    uint16_t* out = bits_scratch->data();
+    run_rows(static_cast<size_t>(rows), [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) {
+        CastF32ToBF16(out + i * cols, x.f32() + i * ld, cols);
+      }
+    });
+    return {nullptr, out, cols};
+  }
+  if (x.bf16() == nullptr && !round) return {x.f32(), nullptr, ld};
+  f32_scratch->resize(n);
+  float* out = f32_scratch->data();
+  if (x.bf16() == nullptr) bits_scratch->resize(n);
   run_rows(static_cast<size_t>(rows), [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
-      CastF32ToBF16(b + i * cols, x + i * ld, cols);
-      CastBF16ToF32(o + i * cols, b + i * cols, cols);
+      const uint16_t* bits;
+      if (x.bf16() != nullptr) {
+        bits = x.bf16() + i * ld;
+      } else {
+        uint16_t* rounded = bits_scratch->data() + i * cols;
+        CastF32ToBF16(rounded, x.f32() + i * ld, cols);
+        bits = rounded;
+      }
+      CastBF16ToF32(out + i * cols, bits, cols);
     }
   });
-  return o;
+  return {out, nullptr, cols};
 }
 
-// `p` made ready for bf16, with A and B copied densely into this thread's
-// scratch: on the matmul route as bf16, on the f32 route as bf16-rounded
-// f32 values.
-template <typename Rows>
-TiledProduct PrepareBf16(const TiledProduct& p, Rows&& run_rows) {
-  thread_local std::vector<float> a_scratch, b_scratch;
-  thread_local std::vector<uint16_t> a_bits, b_bits;
-  const Bf16Route route = Bf16RouteHere();
-  p.CheckLeadingDimensions(route == Bf16Route::kBf16Matmul ? "bf16 matmul"
-                                                           : "f32 matmul");
-  const int a_rows = p.trans_a == Transpose::kNo ? p.m : p.k;
-  const int a_cols = p.trans_a == Transpose::kNo ? p.k : p.m;
-  const int b_rows = p.trans_b == Transpose::kNo ? p.k : p.n;
-  const int b_cols = p.trans_b == Transpose::kNo ? p.n : p.k;
-  TiledProduct ready = p;
-  ready.lda = a_cols;
-  ready.ldb = b_cols;
-  if (route == Bf16Route::kBf16Matmul) {
-    a_bits.resize(static_cast<size_t>(a_rows) * a_cols);
-    b_bits.resize(static_cast<size_t>(b_rows) * b_cols);
-    PackBf16(p.a, a_rows, a_cols, p.lda, a_bits.data(), run_rows);
-    PackBf16(p.b, b_rows, b_cols, p.ldb, b_bits.data(), run_rows);
-    ready.a_bits = a_bits.data();
-    ready.b_bits = b_bits.data();
-    return ready;
+// The product of the caller's operands, checked and made ready: the
+// leading dimensions first (oneDNN takes any strides, overlapping rows
+// included), then A and B as Prepare says.
+TiledProduct Ready(Transpose trans_a, Transpose trans_b, int m, int n, int k,
+                   float alpha, const Operand& a, const Operand& b, float beta,
+                   float* c, int ldc, Precision precision, RunRows run_rows) {
+  const bool bf16 = precision == Precision::kBf16;
+  const bool bf16_matmul = bf16 && Bf16RouteHere() == Bf16Route::kBf16Matmul;
+  const int a_rows = trans_a == Transpose::kNo ? m : k;
+  const int a_cols = trans_a == Transpose::kNo ? k : m;
+  const int b_rows = trans_b == Transpose::kNo ? k : n;
+  const int b_cols = trans_b == Transpose::kNo ? n : k;
+  if (a.ld() < std::max(1, a_cols) || b.ld() < std::max(1, b_cols) ||
+      ldc < std::max(1, n)) {
+    ThrowFailure(bf16_matmul ? "bf16 matmul" : "f32 matmul",
+                 dnnl_invalid_arguments, trans_a, trans_b, m, n, k, a.ld(),
+                 b.ld(), ldc);
   }
-  ready.a = RoundRowsToBf16(p.a, a_rows, a_cols, p.lda, &a_scratch, &a_bits,
-                            run_rows);
-  ready.b = RoundRowsToBf16(p.b, b_rows, b_cols, p.ldb, &b_scratch, &b_bits,
-                            run_rows);
-  return ready;
+  thread_local std::vector<float> a_f32, b_f32;
+  thread_local std::vector<uint16_t> a_bits, b_bits;
+  TiledProduct p{trans_a, trans_b, m, n,   k,      alpha, {},
+                 {},      beta,    c, ldc, a.ld(), b.ld()};
+  p.a =
+      Prepare(a, a_rows, a_cols, bf16_matmul, bf16, &a_f32, &a_bits, run_rows);
+  p.b =
+      Prepare(b, b_rows, b_cols, bf16_matmul, bf16, &b_f32, &b_bits, run_rows);
+  return p;
 }
 
 std::atomic<int> g_route_for_testing{-1};
@@ -233,6 +237,14 @@ void SetBf16RouteForTesting(std::optional<Bf16Route> route) {
   g_route_for_testing.store(route ? static_cast<int>(*route) : -1);
 }
 
+void PackBf16(const float* x, int rows, int cols, int ld, uint16_t* out) {
+  ParallelFor(static_cast<size_t>(rows), 16, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      CastF32ToBF16(out + i * cols, x + i * ld, cols);
+    }
+  });
+}
+
 void GemmOnThisThread(Transpose trans_a, Transpose trans_b, int m, int n, int k,
                       float alpha, const float* a, int lda, const float* b,
                       int ldb, float beta, float* c, int ldc,
@@ -240,14 +252,9 @@ void GemmOnThisThread(Transpose trans_a, Transpose trans_b, int m, int n, int k,
   if (m == 0 || n == 0) return;
   if (k == 0) return ScaleC(m, n, beta, c, ldc);
   // The same tiles as Gemm, so that both give the same bits.
-  TiledProduct product{trans_a, trans_b, m,   n,    k, alpha, a,
-                       lda,     b,       ldb, beta, c, ldc};
-  if (precision == Precision::kBf16) {
-    product = PrepareBf16(product,
-                          [](size_t rows, auto&& fn) { fn(size_t{0}, rows); });
-  } else {
-    product.CheckLeadingDimensions("f32 matmul");
-  }
+  const TiledProduct product =
+      Ready(trans_a, trans_b, m, n, k, alpha, Operand(a, lda), Operand(b, ldb),
+            beta, c, ldc, precision, RowsHere);
   for (size_t t = 0; t < product.tiles(); ++t) {
     const dnnl_status_t status = product.Tile(t);
     if (status != dnnl_success) product.Throw(status);
@@ -255,18 +262,12 @@ void GemmOnThisThread(Transpose trans_a, Transpose trans_b, int m, int n, int k,
 }
 
 void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
-          float alpha, const float* a, int lda, const float* b, int ldb,
-          float beta, float* c, int ldc, Precision precision) {
+          float alpha, const Operand& a, const Operand& b, float beta, float* c,
+          int ldc, Precision precision) {
   if (m == 0 || n == 0) return;
   if (k == 0) return ScaleC(m, n, beta, c, ldc);
-  TiledProduct product{trans_a, trans_b, m,   n,    k, alpha, a,
-                       lda,     b,       ldb, beta, c, ldc};
-  if (precision == Precision::kBf16) {
-    product = PrepareBf16(
-        product, [](size_t rows, auto&& fn) { ParallelFor(rows, 16, fn); });
-  } else {
-    product.CheckLeadingDimensions("f32 matmul");
-  }
+  const TiledProduct product = Ready(trans_a, trans_b, m, n, k, alpha, a, b,
+                                     beta, c, ldc, precision, RowsInParallel);
   // The first failure; the others are alike.
   std::atomic<dnnl_status_t> failure{dnnl_success};
   ParallelFor(product.tiles(), 1, [&](size_t begin, size_t end) {
@@ -279,6 +280,13 @@ void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
     }
   });
   if (failure.load() != dnnl_success) product.Throw(failure.load());
+}
+
+void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
+          float alpha, const float* a, int lda, const float* b, int ldb,
+          float beta, float* c, int ldc, Precision precision) {
+  Gemm(trans_a, trans_b, m, n, k, alpha, Operand(a, lda), Operand(b, ldb), beta,
+       c, ldc, precision);
 }
 
 std::string GemmIsa() {

@@ -31,6 +31,7 @@
 #ifndef CHUNKZERO_MODELS_GPT2_GEMM_H_
 #define CHUNKZERO_MODELS_GPT2_GEMM_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -74,6 +75,36 @@ Bf16Route Bf16RouteHere();
 // only; not to be called while products run.
 void SetBf16RouteForTesting(std::optional<Bf16Route> route);
 
+// A matrix operand: f32 values, or bf16 bit patterns (Operand::Bf16) that
+// kBf16 products use as they are, where f32 values would be rounded first
+// (f32 products widen them, exactly). Either is stored row-major with
+// leading dimension ld, as Gemm's float operands are. Bits serve a caller
+// that multiplies one operand more than once (PackBf16 rounds it once) or
+// holds it in bf16 already.
+class Operand {
+ public:
+  Operand(const float* values, int ld) : f32_(values), ld_(ld) {}
+  static Operand Bf16(const uint16_t* bits, int ld) {
+    return Operand(bits, ld);
+  }
+
+  const float* f32() const { return f32_; }
+  const uint16_t* bf16() const { return bf16_; }
+  int ld() const { return ld_; }
+
+ private:
+  Operand(const uint16_t* bits, int ld) : bf16_(bits), ld_(ld) {}
+
+  const float* f32_ = nullptr;
+  const uint16_t* bf16_ = nullptr;
+  int ld_;
+};
+
+// out (rows x cols, dense: leading dimension cols) = x (leading dimension
+// ld) rounded to bf16 as kBf16 products round their inputs, on ParallelFor.
+// REQUIRES: ld >= cols; out holds rows * cols values.
+void PackBf16(const float* x, int rows, int cols, int ld, uint16_t* out);
+
 // Row-major C[m, n] = alpha * op(A) op(B) + beta * C, where op(A) is m x k
 // (A is stored k x m when transposed) and op(B) is k x n. With beta == 0, C
 // is only written (NaN or garbage in it does not propagate). k == 0 scales C
@@ -84,6 +115,13 @@ void SetBf16RouteForTesting(std::optional<Bf16Route> route);
 void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
           float alpha, const float* a, int lda, const float* b, int ldb,
           float beta, float* c, int ldc, Precision precision = Precision::kF32);
+
+// Gemm on Operands (either may hold bf16 bits). The float overload above is
+// this one with f32 operands; results are bit-identical to it when the bits
+// are PackBf16 of its f32 values.
+void Gemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
+          float alpha, const Operand& a, const Operand& b, float beta, float* c,
+          int ldc, Precision precision);
 
 // Gemm on the calling thread only. Results are bit-identical to Gemm's.
 void GemmOnThisThread(Transpose trans_a, Transpose trans_b, int m, int n, int k,

@@ -333,6 +333,90 @@ TEST(GemmTest, Bf16MatmulBitsDoNotDependOnTheThreadCount) {
   SetParallelThreadsForTesting(0);
 }
 
+// Operands given as bf16 bits (PackBf16 of the f32 values, dense) give the
+// bits of the f32 operands in kBf16 products, on both routes and for every
+// transpose pair, either operand or both; in kF32 products bits are the
+// f32 values they widen to.
+TEST(GemmTest, Bf16BitOperandsEqualTheirF32Values) {
+  for (const Bf16Route route :
+       {Bf16Route::kF32OnRoundedInputs, Bf16Route::kBf16Matmul}) {
+    if (route == Bf16Route::kBf16Matmul && !HasBf16Matmul()) continue;
+    ScopedBf16Route forced(route);
+    for (const Case& c : kEveryTransposePair) {
+      SCOPED_TRACE(absl::StrCat(Name(c), route == Bf16Route::kBf16Matmul
+                                             ? " bf16 matmul"
+                                             : " f32 route"));
+      const int a_rows = c.ta == Transpose::kNo ? c.m : c.k;
+      const int a_cols = c.ta == Transpose::kNo ? c.k : c.m;
+      const int b_rows = c.tb == Transpose::kNo ? c.k : c.n;
+      const int b_cols = c.tb == Transpose::kNo ? c.n : c.k;
+      const std::vector<float> a = Matrix(a_rows, a_cols, a_cols, 0.37f);
+      const std::vector<float> b = Matrix(b_rows, b_cols, b_cols, 0.11f);
+      std::vector<uint16_t> a_bits(a.size()), b_bits(b.size());
+      PackBf16(a.data(), a_rows, a_cols, a_cols, a_bits.data());
+      PackBf16(b.data(), b_rows, b_cols, b_cols, b_bits.data());
+      const Operand fa(a.data(), a_cols), fb(b.data(), b_cols);
+      const Operand ba = Operand::Bf16(a_bits.data(), a_cols);
+      const Operand bb = Operand::Bf16(b_bits.data(), b_cols);
+      const std::vector<float> c0 = Matrix(c.m, c.n, c.n, 0.07f);
+      auto product = [&](const Operand& x, const Operand& y,
+                         Precision precision) {
+        std::vector<float> out = c0;
+        Gemm(c.ta, c.tb, c.m, c.n, c.k, c.alpha, x, y, c.beta, out.data(), c.n,
+             precision);
+        return out;
+      };
+      const std::vector<float> want = product(fa, fb, Precision::kBf16);
+      EXPECT_TRUE(product(ba, fb, Precision::kBf16) == want);
+      EXPECT_TRUE(product(fa, bb, Precision::kBf16) == want);
+      EXPECT_TRUE(product(ba, bb, Precision::kBf16) == want);
+      // kF32 on bits: the f32 product of the widened values.
+      std::vector<float> wa(a.size()), wb(b.size());
+      for (size_t i = 0; i < a.size(); ++i)
+        wa[i] = BFloat16BitsToFloat(a_bits[i]);
+      for (size_t i = 0; i < b.size(); ++i)
+        wb[i] = BFloat16BitsToFloat(b_bits[i]);
+      EXPECT_TRUE(product(ba, bb, Precision::kF32) ==
+                  product(Operand(wa.data(), a_cols),
+                          Operand(wb.data(), b_cols), Precision::kF32));
+    }
+  }
+}
+
+TEST(GemmTest, PackBf16RoundsEachValueToNearestEven) {
+  const int rows = 37, cols = 70, ld = 75;
+  std::vector<float> x = Matrix(rows, cols, ld, 0.9f);
+  x[3] = std::numeric_limits<float>::infinity();
+  x[4] = 1.0f + std::ldexp(1.0f, -8);  // A tie: rounds to even, 1.0.
+  std::vector<uint16_t> bits(size_t(rows) * cols);
+  PackBf16(x.data(), rows, cols, ld, bits.data());
+  for (int i = 0; i < rows; ++i) {
+    for (int j = 0; j < cols; ++j) {
+      ASSERT_EQ(bits[size_t(i) * cols + j],
+                FloatToBFloat16Bits(x[size_t(i) * ld + j]))
+          << i << ", " << j;
+    }
+  }
+  EXPECT_EQ(bits[3], 0x7f80);
+  EXPECT_EQ(bits[4], 0x3f80);
+}
+
+TEST(GemmTest, BitOperandsAreCheckedLikeFloatOnes) {
+  const std::vector<uint16_t> a(16, 0x3f80);
+  const std::vector<float> b(16, 1.0f);
+  std::vector<float> c(16);
+  try {
+    Gemm(Transpose::kNo, Transpose::kNo, 2, 2, 4, 1.0f,
+         Operand::Bf16(a.data(), 2), Operand(b.data(), 2), 0.0f, c.data(), 2,
+         Precision::kF32);
+    FAIL() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "f32 matmul(N, N, m=2, n=2, k=4, lda=2, ldb=2, ldc=2) failed: "
+              "invalid arguments");
+  }
+}
+
 TEST(GemmTest, ChoosesTheBf16MatmulWhereItsKernelsOutrunF32) {
   const std::string brg = "brg:avx512_core_bf16";
   EXPECT_EQ(ChooseBf16Route("avx512_core_amx", false, "brg:avx512_core_amx"),

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "base/parallel_for.h"
 #include "models/gpt2/gemm.h"
@@ -366,11 +368,30 @@ void MatmulForward(float* out, const float* x, const float* w,
   Gemm(kNo, kNo, N, OC, IC, 1.0f, x, IC, w, OC, beta, out, OC, precision);
 }
 
+namespace {
+
+// dout as both of its products read it: bf16 bits, rounded once, for bf16
+// products (each Gemm would round it again), else the f32 values. The bits
+// live in the calling thread's buffer until its next call.
+gemm::Operand GradOperand(const float* dout, int N, int OC,
+                          gemm::Precision precision) {
+  if (precision != gemm::Precision::kBf16) return gemm::Operand(dout, OC);
+  thread_local std::vector<uint16_t> bits;
+  bits.resize(static_cast<size_t>(N) * OC);
+  gemm::PackBf16(dout, N, OC, OC, bits.data());
+  return gemm::Operand::Bf16(bits.data(), OC);
+}
+
+}  // namespace
+
 void MatmulBackward(float* dx, float* dw, float* dbias, const float* dout,
                     const float* x, const float* w, int N, int IC, int OC,
                     gemm::Precision precision) {
-  Gemm(kNo, kYes, N, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dx, IC, precision);
-  Gemm(kYes, kNo, IC, OC, N, 1.0f, x, IC, dout, OC, 0.0f, dw, OC, precision);
+  const gemm::Operand grad = GradOperand(dout, N, OC, precision);
+  Gemm(kNo, kYes, N, IC, OC, 1.0f, grad, gemm::Operand(w, OC), 0.0f, dx, IC,
+       precision);
+  Gemm(kYes, kNo, IC, OC, N, 1.0f, gemm::Operand(x, IC), grad, 0.0f, dw, OC,
+       precision);
   if (dbias != nullptr) {
     ForColumns(OC, [&](size_t c0, size_t c1) {
       ColumnSums(c0, c1, dbias, dout, N, OC);
@@ -386,8 +407,11 @@ void MatmulTransposedForward(float* out, const float* x, const float* w, int N,
 void MatmulTransposedBackward(float* dx, float* dw, const float* dout,
                               const float* x, const float* w, int N, int IC,
                               int OC, gemm::Precision precision) {
-  Gemm(kNo, kNo, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dx, IC, precision);
-  Gemm(kYes, kNo, OC, IC, N, 1.0f, dout, OC, x, IC, 0.0f, dw, IC, precision);
+  const gemm::Operand grad = GradOperand(dout, N, OC, precision);
+  Gemm(kNo, kNo, N, IC, OC, 1.0f, grad, gemm::Operand(w, IC), 0.0f, dx, IC,
+       precision);
+  Gemm(kYes, kNo, OC, IC, N, 1.0f, grad, gemm::Operand(x, IC), 0.0f, dw, IC,
+       precision);
 }
 
 void GeluForward(float* out, const float* x, size_t n) {
