@@ -540,15 +540,15 @@ class Worker {
     const size_t bytes = op.call.count * ElementSize(op.call.dtype);
     // Slot rank_ of every rank's send, in rank order. A separate buffer, so
     // the in-place form (recv is send's slot rank_) needs no care.
-    std::vector<uint8_t> slots(size_ * bytes);
+    uint8_t* slots = Scratch(size_ * bytes);
     gloo::AlltoallOptions opts(context_);
     Tracked tracked(this);
     opts.setInput<uint8_t>(tracked.Buffer(op.send, size_ * bytes));
-    opts.setOutput<uint8_t>(tracked.Buffer(slots.data(), size_ * bytes));
+    opts.setOutput<uint8_t>(tracked.Buffer(slots, size_ * bytes));
     opts.setTag(Tag(op));
     opts.setTimeout(GlooTimeout(deadline));
     gloo::alltoall(opts);
-    ReduceBlocks(op.recv, slots.data(), op.call.count, op.call);
+    ReduceBlocks(op.recv, slots, op.call.count, op.call);
     return absl::OkStatus();
   }
 
@@ -567,19 +567,19 @@ class Worker {
     const size_t own = segment_bytes[rank_];
 
     // 1. Reduce-scatter: every rank's segment rank_, then reduce locally.
-    std::vector<uint8_t> segments(std::max<size_t>(size_ * own, 1));
+    uint8_t* segments = Scratch(std::max<size_t>(size_ * own, 1));
     {
       gloo::AlltoallvOptions opts(context_);
       Tracked tracked(this);
       opts.setInput<uint8_t>(tracked.Buffer(op.recv, count * es), send_bytes);
       opts.setOutput<uint8_t>(
-          tracked.Buffer(segments.data(), size_ * own),
+          tracked.Buffer(segments, size_ * own),
           std::vector<int64_t>(size_, static_cast<int64_t>(own)));
       opts.setTag(Tag(op));
       opts.setTimeout(GlooTimeout(deadline));
       gloo::alltoallv(opts);
     }
-    ReduceBlocks(Bytes(op.recv, begin(rank_) * es), segments.data(), own / es,
+    ReduceBlocks(Bytes(op.recv, begin(rank_) * es), segments, own / es,
                  op.call);
 
     // 2. All-gather the reduced segments, in place.
@@ -595,19 +595,27 @@ class Worker {
   absl::Status RunReduce(const Op& op, absl::Time deadline) {
     const size_t bytes = op.call.count * ElementSize(op.call.dtype);
     const bool is_root = rank_ == op.call.root;
-    std::vector<uint8_t> gathered(is_root ? size_ * bytes : 0);
+    uint8_t* gathered = is_root ? Scratch(size_ * bytes) : nullptr;
     gloo::GatherOptions opts(context_);
     Tracked tracked(this);
     opts.setInput<uint8_t>(tracked.Buffer(op.send, bytes));
     if (is_root) {
-      opts.setOutput<uint8_t>(tracked.Buffer(gathered.data(), size_ * bytes));
+      opts.setOutput<uint8_t>(tracked.Buffer(gathered, size_ * bytes));
     }
     opts.setRoot(op.call.root);
     opts.setTag(Tag(op));
     opts.setTimeout(GlooTimeout(deadline));
     gloo::gather(opts);
-    if (is_root) ReduceBlocks(op.recv, gathered.data(), op.call.count, op.call);
+    if (is_root) ReduceBlocks(op.recv, gathered, op.call.count, op.call);
     return absl::OkStatus();
+  }
+
+  // The worker's scratch, at least `bytes` long (contents undefined). Kept
+  // between collectives: a fresh buffer per call cost page faults and
+  // zeroing of a whole chunk's bytes on every reduction.
+  uint8_t* Scratch(size_t bytes) {
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    return scratch_.data();
   }
 
   const int rank_;
@@ -623,6 +631,8 @@ class Worker {
   bool aborting_ ABSL_GUARDED_BY(mu_) = false;  // Set by the destructor.
   // The unbound buffers of the collective in flight (see Tracked).
   std::vector<gloo::transport::UnboundBuffer*> active_ ABSL_GUARDED_BY(mu_);
+  // Scratch(); the worker thread's alone.
+  std::vector<uint8_t> scratch_;
   absl::Status abort_status_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };

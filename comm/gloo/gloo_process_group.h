@@ -52,9 +52,9 @@
 // reduction, bit for bit identical to the in-process backend, with f16/bf16
 // accumulated in f32 and rounded once. Supported dtypes: f32, f16, bf16; ops:
 // sum, avg, max (all of ReduceOp). Memory: AllReduce, ReduceScatter and (at the
-// root) Reduce allocate a scratch buffer as large as the send data for the
-// duration of the call. Headers are raw structs: all ranks must run on
-// little-endian hosts.
+// root) Reduce use a scratch buffer as large as the send data; the group
+// keeps it, grown to the largest call so far, until it is destroyed.
+// Headers are raw structs: all ranks must run on little-endian hosts.
 //
 // Timeouts and abort. options.timeout starts when the worker begins the
 // collective. The header exchange waits at most that long; each later Gloo
