@@ -355,7 +355,14 @@ void LayerNormBackward(float* dx, float* dw, float* db, const float* dout,
   });
 }
 
-void MatmulForward(float* out, const float* x, const float* w,
+gemm::Operand WeightMatrix::Operand(int ld, gemm::Precision precision) const {
+  if (precision == gemm::Precision::kBf16 && bf16 != nullptr) {
+    return gemm::Operand::Bf16(bf16, ld);
+  }
+  return gemm::Operand(f32, ld);
+}
+
+void MatmulForward(float* out, const float* x, const WeightMatrix& w,
                    const float* bias, int N, int IC, int OC,
                    gemm::Precision precision) {
   float beta = 0.0f;
@@ -365,7 +372,8 @@ void MatmulForward(float* out, const float* x, const float* w,
     });
     beta = 1.0f;
   }
-  Gemm(kNo, kNo, N, OC, IC, 1.0f, x, IC, w, OC, beta, out, OC, precision);
+  Gemm(kNo, kNo, N, OC, IC, 1.0f, gemm::Operand(x, IC),
+       w.Operand(OC, precision), beta, out, OC, precision);
 }
 
 namespace {
@@ -385,10 +393,10 @@ gemm::Operand GradOperand(const float* dout, int N, int OC,
 }  // namespace
 
 void MatmulBackward(float* dx, float* dw, float* dbias, const float* dout,
-                    const float* x, const float* w, int N, int IC, int OC,
-                    gemm::Precision precision) {
+                    const float* x, const WeightMatrix& w, int N, int IC,
+                    int OC, gemm::Precision precision) {
   const gemm::Operand grad = GradOperand(dout, N, OC, precision);
-  Gemm(kNo, kYes, N, IC, OC, 1.0f, grad, gemm::Operand(w, OC), 0.0f, dx, IC,
+  Gemm(kNo, kYes, N, IC, OC, 1.0f, grad, w.Operand(OC, precision), 0.0f, dx, IC,
        precision);
   Gemm(kYes, kNo, IC, OC, N, 1.0f, gemm::Operand(x, IC), grad, 0.0f, dw, OC,
        precision);
@@ -399,16 +407,17 @@ void MatmulBackward(float* dx, float* dw, float* dbias, const float* dout,
   }
 }
 
-void MatmulTransposedForward(float* out, const float* x, const float* w, int N,
-                             int IC, int OC, gemm::Precision precision) {
-  Gemm(kNo, kYes, N, OC, IC, 1.0f, x, IC, w, IC, 0.0f, out, OC, precision);
+void MatmulTransposedForward(float* out, const float* x, const WeightMatrix& w,
+                             int N, int IC, int OC, gemm::Precision precision) {
+  Gemm(kNo, kYes, N, OC, IC, 1.0f, gemm::Operand(x, IC),
+       w.Operand(IC, precision), 0.0f, out, OC, precision);
 }
 
 void MatmulTransposedBackward(float* dx, float* dw, const float* dout,
-                              const float* x, const float* w, int N, int IC,
-                              int OC, gemm::Precision precision) {
+                              const float* x, const WeightMatrix& w, int N,
+                              int IC, int OC, gemm::Precision precision) {
   const gemm::Operand grad = GradOperand(dout, N, OC, precision);
-  Gemm(kNo, kNo, N, IC, OC, 1.0f, grad, gemm::Operand(w, IC), 0.0f, dx, IC,
+  Gemm(kNo, kNo, N, IC, OC, 1.0f, grad, w.Operand(IC, precision), 0.0f, dx, IC,
        precision);
   Gemm(kYes, kNo, OC, IC, N, 1.0f, grad, gemm::Operand(x, IC), 0.0f, dw, IC,
        precision);

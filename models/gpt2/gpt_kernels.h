@@ -51,26 +51,44 @@ void LayerNormBackward(float* dx, float* dw, float* db, const float* dout,
                        const float* x, const float* w, const float* mean,
                        const float* rstd, int N, int C);
 
+// A weight matrix of a product: its f32 values, and its bf16 bit patterns
+// when its parameter is stored in bf16 (else null). kBf16 products read the
+// bits, which are what rounding the values would give, and need no f32 copy
+// (f32 may then be null); kF32 products read the values. Converts from a
+// plain f32 pointer, the common case.
+struct WeightMatrix {
+  WeightMatrix(const float* values) : f32(values) {}  // NOLINT: implicit.
+  WeightMatrix(const float* values, const uint16_t* bits)
+      : f32(values), bf16(bits) {}
+  // The operand a product of `precision` reads, with leading dimension ld.
+  // REQUIRES: f32 non-null unless precision is kBf16 and bf16 is non-null.
+  gemm::Operand Operand(int ld, gemm::Precision precision) const;
+
+  const float* f32;
+  const uint16_t* bf16 = nullptr;
+};
+
 // out[N, OC] = x[N, IC] w[IC, OC] + bias[OC] (Hugging Face Conv1D layout).
 // `bias` may be null.
-void MatmulForward(float* out, const float* x, const float* w,
+void MatmulForward(float* out, const float* x, const WeightMatrix& w,
                    const float* bias, int N, int IC, int OC,
                    gemm::Precision precision = gemm::Precision::kF32);
 // From out = x w + b: dx[N, IC] = dout w^T, dw[IC, OC] = x^T dout,
 // dbias[OC] = column sums of dout; all overwritten. `dbias` may be null.
 void MatmulBackward(float* dx, float* dw, float* dbias, const float* dout,
-                    const float* x, const float* w, int N, int IC, int OC,
-                    gemm::Precision precision = gemm::Precision::kF32);
+                    const float* x, const WeightMatrix& w, int N, int IC,
+                    int OC, gemm::Precision precision = gemm::Precision::kF32);
 
 // out[N, OC] = x[N, IC] w[OC, IC]^T (PyTorch Linear layout, no bias): the
 // tied output projection, logits = h wte^T.
-void MatmulTransposedForward(float* out, const float* x, const float* w, int N,
-                             int IC, int OC,
+void MatmulTransposedForward(float* out, const float* x, const WeightMatrix& w,
+                             int N, int IC, int OC,
                              gemm::Precision precision = gemm::Precision::kF32);
 // dx[N, IC] = dout w, dw[OC, IC] = dout^T x; both overwritten.
 void MatmulTransposedBackward(
-    float* dx, float* dw, const float* dout, const float* x, const float* w,
-    int N, int IC, int OC, gemm::Precision precision = gemm::Precision::kF32);
+    float* dx, float* dw, const float* dout, const float* x,
+    const WeightMatrix& w, int N, int IC, int OC,
+    gemm::Precision precision = gemm::Precision::kF32);
 
 // out[n] = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 void GeluForward(float* out, const float* x, size_t n);

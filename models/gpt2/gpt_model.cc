@@ -194,23 +194,29 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   }
 
   // The hook scopes, and the grad buffer sized for the largest.
-  auto scope = [&](std::vector<int> index) {
+  auto scope = [&](std::vector<int> index, unsigned matrices = 0) {
     ScopeParams s;
     for (int i : index) s.params.push_back(model->params_[i].get());
     s.index = std::move(index);
+    s.matrices = matrices;
     return s;
   };
+  // Bits 0 and 2: the attention's and the MLP's two weight matrices; wte in
+  // the output projection.
+  constexpr unsigned kFirstAndThird = 0b101;
   model->embedding_ = scope({0, 1});
-  model->lm_head_ = scope({0});
+  model->lm_head_ = scope({0}, 0b1);
   const int last = static_cast<int>(model->params_.size()) - 2;
   model->ln_f_ = scope({last, last + 1});
   for (int l = 0; l < L; ++l) {
     const int b = 2 + l * kParamsPerBlock;
     model->blocks_.push_back(
         {scope({b + kLn1W, b + kLn1B}),
-         scope({b + kAttnW, b + kAttnB, b + kAttnProjW, b + kAttnProjB}),
+         scope({b + kAttnW, b + kAttnB, b + kAttnProjW, b + kAttnProjB},
+               kFirstAndThird),
          scope({b + kLn2W, b + kLn2B}),
-         scope({b + kFcW, b + kFcB, b + kMlpProjW, b + kMlpProjB})});
+         scope({b + kFcW, b + kFcB, b + kMlpProjW, b + kMlpProjB},
+               kFirstAndThird)});
   }
   const int64_t block_max = C * 4 * C + 4 * C + 4 * C * C + C;  // mlp
   const int64_t grads = std::max<int64_t>(
@@ -276,7 +282,22 @@ absl::Status GptModel::LoadStateDict(
   return absl::OkStatus();
 }
 
-absl::Status GptModel::Weights(const ScopeParams& scope, const float** out) {
+struct GptModel::ScopeWeights {
+  // f32 values (null for a bits-only matrix, see Weights).
+  const float* operator[](int i) const { return f32[i]; }
+  k::WeightMatrix matrix(int i) const { return {f32[i], bf16[i]}; }
+
+  const float* f32[kMaxScopeParams] = {};
+  const uint16_t* bf16[kMaxScopeParams] = {};
+};
+
+absl::Status GptModel::Weights(const ScopeParams& scope, ScopeWeights* out) {
+  const bool bf16_products = matmul_precision_ == gemm::Precision::kBf16;
+  // A bf16 parameter that bf16 products read as bits and nothing else reads.
+  auto bits_only = [&](size_t i) {
+    return bf16_products && (scope.matrices >> i & 1u) != 0 &&
+           scope.params[i]->data().dtype() == DType::kBF16;
+  };
   size_t widen = 0;
   for (size_t i = 0; i < scope.index.size(); ++i) {
     const Parameter& p = *scope.params[i];
@@ -291,21 +312,25 @@ absl::Status GptModel::Weights(const ScopeParams& scope, const float** out) {
           "parameter '", p.name(), "' is ", data.DebugString(),
           ", expected shape ", ShapeToString(shapes_[scope.index[i]])));
     }
-    if (data.dtype() != DType::kF32) widen += data.numel();
+    if (data.dtype() != DType::kF32 && !bits_only(i)) widen += data.numel();
   }
   // Grows once to the largest 16-bit scope, then is reused.
   if (widen_.size() < widen) widen_.resize(widen);
   size_t offset = 0;
   for (size_t i = 0; i < scope.index.size(); ++i) {
     const Tensor& data = scope.params[i]->data();
+    if (bf16_products && data.dtype() == DType::kBF16) {
+      out->bf16[i] = static_cast<const uint16_t*>(data.raw_data());
+    }
     if (data.dtype() == DType::kF32) {
-      out[i] = data.data<float>();
+      out->f32[i] = data.data<float>();
       continue;
     }
+    if (bits_only(i)) continue;
     float* dst = widen_.data() + offset;
     CZ_RETURN_IF_ERROR(
         Cast(dst, DType::kF32, data.raw_data(), data.dtype(), data.numel()));
-    out[i] = dst;
+    out->f32[i] = dst;
     offset += data.numel();
   }
   return absl::OkStatus();
@@ -313,22 +338,22 @@ absl::Status GptModel::Weights(const ScopeParams& scope, const float** out) {
 
 absl::Status GptModel::RunForward(
     ParamHooks& hooks, const ScopeParams& scope,
-    absl::FunctionRef<void(const float* const* w)> fn) {
+    absl::FunctionRef<void(const ScopeWeights& w)> fn) {
   CZ_ASSIGN_OR_RETURN(HookScope hook_scope,
                       HookScope::Forward(hooks, scope.params));
-  const float* w[kMaxScopeParams];
-  CZ_RETURN_IF_ERROR(Weights(scope, w));
+  ScopeWeights w;
+  CZ_RETURN_IF_ERROR(Weights(scope, &w));
   fn(w);
   return hook_scope.Exit();
 }
 
 absl::Status GptModel::RunBackward(
     ParamHooks& hooks, const ScopeParams& scope, bool read_weights,
-    absl::FunctionRef<void(const float* const* w, float* const* g)> fn) {
+    absl::FunctionRef<void(const ScopeWeights& w, float* const* g)> fn) {
   CZ_ASSIGN_OR_RETURN(HookScope hook_scope,
                       HookScope::Backward(hooks, scope.params));
-  const float* w[kMaxScopeParams] = {};
-  if (read_weights) CZ_RETURN_IF_ERROR(Weights(scope, w));
+  ScopeWeights w;
+  if (read_weights) CZ_RETURN_IF_ERROR(Weights(scope, &w));
   // The grads: f32 views of grad_buffer_, one after another.
   std::vector<Tensor> grads;
   float* g[kMaxScopeParams];
@@ -355,7 +380,7 @@ absl::Status GptModel::LayerNormBackward(ParamHooks& hooks,
                                          const float* mean, const float* rstd) {
   const int N = acts_->batch * acts_->seq;
   return RunBackward(hooks, scope, /*read_weights=*/true,
-                     [&](const float* const* w, float* const* g) {
+                     [&](const ScopeWeights& w, float* const* g) {
                        k::LayerNormBackward(dx, g[0], g[1], dout, x, w[0], mean,
                                             rstd, N, config_.d_model);
                      });
@@ -435,7 +460,7 @@ absl::StatusOr<float> GptModel::Forward(ParamHooks& hooks, int batch, int seq,
   const size_t NC = static_cast<size_t>(N) * C;
   const size_t att_size = static_cast<size_t>(B) * NH * T * T;
 
-  CZ_RETURN_IF_ERROR(RunForward(hooks, embedding_, [&](const float* const* w) {
+  CZ_RETURN_IF_ERROR(RunForward(hooks, embedding_, [&](const ScopeWeights& w) {
     k::EmbeddingForward(a.encoded.data(), a.tokens.data(), w[0], w[1], B, T, C);
   }));
   for (int l = 0; l < cfg.layers; ++l) {
@@ -451,40 +476,42 @@ absl::StatusOr<float> GptModel::Forward(ParamHooks& hooks, int batch, int seq,
     float* fch_gelu = a.fch_gelu.data() + l * 4 * NC;
     float* res3 = a.res3.data() + l * NC;
     CZ_RETURN_IF_ERROR(
-        RunForward(hooks, block.ln_1, [&](const float* const* w) {
+        RunForward(hooks, block.ln_1, [&](const ScopeWeights& w) {
           k::LayerNormForward(ln1, a.ln1_mean.data() + l * N,
                               a.ln1_rstd.data() + l * N, x, w[0], w[1], N, C);
         }));
     CZ_RETURN_IF_ERROR(
-        RunForward(hooks, block.attn, [&](const float* const* w) {
-          k::MatmulForward(qkv, ln1, w[0], w[1], N, C, 3 * C,
+        RunForward(hooks, block.attn, [&](const ScopeWeights& w) {
+          k::MatmulForward(qkv, ln1, w.matrix(0), w[1], N, C, 3 * C,
                            matmul_precision_);
           k::AttentionForward(atty, att, qkv, B, T, C, NH, matmul_precision_);
-          k::MatmulForward(res2, atty, w[2], w[3], N, C, C, matmul_precision_);
+          k::MatmulForward(res2, atty, w.matrix(2), w[3], N, C, C,
+                           matmul_precision_);
           k::Add(res2, res2, x, NC);
         }));
     CZ_RETURN_IF_ERROR(
-        RunForward(hooks, block.ln_2, [&](const float* const* w) {
+        RunForward(hooks, block.ln_2, [&](const ScopeWeights& w) {
           k::LayerNormForward(ln2, a.ln2_mean.data() + l * N,
                               a.ln2_rstd.data() + l * N, res2, w[0], w[1], N,
                               C);
         }));
-    CZ_RETURN_IF_ERROR(RunForward(hooks, block.mlp, [&](const float* const* w) {
-      k::MatmulForward(fch, ln2, w[0], w[1], N, C, 4 * C, matmul_precision_);
+    CZ_RETURN_IF_ERROR(RunForward(hooks, block.mlp, [&](const ScopeWeights& w) {
+      k::MatmulForward(fch, ln2, w.matrix(0), w[1], N, C, 4 * C,
+                       matmul_precision_);
       k::GeluForward(fch_gelu, fch, 4 * NC);
-      k::MatmulForward(res3, fch_gelu, w[2], w[3], N, 4 * C, C,
+      k::MatmulForward(res3, fch_gelu, w.matrix(2), w[3], N, 4 * C, C,
                        matmul_precision_);
       k::Add(res3, res3, res2, NC);
     }));
   }
   const float* last = a.res3.data() + (cfg.layers - 1) * NC;
-  CZ_RETURN_IF_ERROR(RunForward(hooks, ln_f_, [&](const float* const* w) {
+  CZ_RETURN_IF_ERROR(RunForward(hooks, ln_f_, [&](const ScopeWeights& w) {
     k::LayerNormForward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(),
                         last, w[0], w[1], N, C);
   }));
-  CZ_RETURN_IF_ERROR(RunForward(hooks, lm_head_, [&](const float* const* w) {
-    k::MatmulTransposedForward(a.probs.data(), a.lnf.data(), w[0], N, C, V,
-                               matmul_precision_);
+  CZ_RETURN_IF_ERROR(RunForward(hooks, lm_head_, [&](const ScopeWeights& w) {
+    k::MatmulTransposedForward(a.probs.data(), a.lnf.data(), w.matrix(0), N, C,
+                               V, matmul_precision_);
   }));
   const double loss = k::CrossEntropyForward(a.probs.data(), a.targets.data(),
                                              N, V, a.row_losses.data());
@@ -512,11 +539,11 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
   // logits = lnf wte^T, loss = mean over rows of the row losses.
   CZ_RETURN_IF_ERROR(RunBackward(
       hooks, lm_head_, /*read_weights=*/true,
-      [&](const float* const* w, float* const* g) {
+      [&](const ScopeWeights& w, float* const* g) {
         k::CrossEntropyBackward(a.probs.data(), a.targets.data(),
                                 loss_grad_scale / N, N, V);
         k::MatmulTransposedBackward(dln, g[0], a.probs.data(), a.lnf.data(),
-                                    w[0], N, C, V, matmul_precision_);
+                                    w.matrix(0), N, C, V, matmul_precision_);
       }));
   const float* last = a.res3.data() + (cfg.layers - 1) * NC;
   std::memset(dres, 0, sizeof(float) * NC);
@@ -535,29 +562,29 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
     const float* fch = a.fch.data() + l * 4 * NC;
     const float* fch_gelu = a.fch_gelu.data() + l * 4 * NC;
     // res3 = res2 + c_proj(gelu(c_fc(ln2))).
-    CZ_RETURN_IF_ERROR(
-        RunBackward(hooks, block.mlp, /*read_weights=*/true,
-                    [&](const float* const* w, float* const* g) {
-                      float* dfch = s.dfch.data();
-                      k::MatmulBackward(dfch, g[2], g[3], dres, fch_gelu, w[2],
-                                        N, 4 * C, C, matmul_precision_);
-                      k::GeluBackward(dfch, fch, dfch, 4 * NC);
-                      k::MatmulBackward(dln, g[0], g[1], dfch, ln2, w[0], N, C,
-                                        4 * C, matmul_precision_);
-                    }));
+    CZ_RETURN_IF_ERROR(RunBackward(
+        hooks, block.mlp, /*read_weights=*/true,
+        [&](const ScopeWeights& w, float* const* g) {
+          float* dfch = s.dfch.data();
+          k::MatmulBackward(dfch, g[2], g[3], dres, fch_gelu, w.matrix(2), N,
+                            4 * C, C, matmul_precision_);
+          k::GeluBackward(dfch, fch, dfch, 4 * NC);
+          k::MatmulBackward(dln, g[0], g[1], dfch, ln2, w.matrix(0), N, C,
+                            4 * C, matmul_precision_);
+        }));
     CZ_RETURN_IF_ERROR(LayerNormBackward(hooks, block.ln_2, dres, dln, res2,
                                          a.ln2_mean.data() + l * N,
                                          a.ln2_rstd.data() + l * N));
     // res2 = x + c_proj(attention(c_attn(ln1))).
     CZ_RETURN_IF_ERROR(RunBackward(
         hooks, block.attn, /*read_weights=*/true,
-        [&](const float* const* w, float* const* g) {
-          k::MatmulBackward(s.datty.data(), g[2], g[3], dres, atty, w[2], N, C,
-                            C, matmul_precision_);
+        [&](const ScopeWeights& w, float* const* g) {
+          k::MatmulBackward(s.datty.data(), g[2], g[3], dres, atty, w.matrix(2),
+                            N, C, C, matmul_precision_);
           k::AttentionBackward(s.dqkv.data(), s.datt.data(), s.datty.data(),
                                qkv, att, B, T, C, NH, matmul_precision_);
-          k::MatmulBackward(dln, g[0], g[1], s.dqkv.data(), ln1, w[0], N, C,
-                            3 * C, matmul_precision_);
+          k::MatmulBackward(dln, g[0], g[1], s.dqkv.data(), ln1, w.matrix(0), N,
+                            C, 3 * C, matmul_precision_);
         }));
     CZ_RETURN_IF_ERROR(LayerNormBackward(hooks, block.ln_1, dres, dln, x,
                                          a.ln1_mean.data() + l * N,
@@ -565,7 +592,7 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
   }
   // encoded = wte[tokens] + wpe[positions]: no weights read.
   CZ_RETURN_IF_ERROR(RunBackward(hooks, embedding_, /*read_weights=*/false,
-                                 [&](const float* const*, float* const* g) {
+                                 [&](const ScopeWeights&, float* const* g) {
                                    k::EmbeddingBackward(g[0], g[1], dres,
                                                         a.tokens.data(), B, T,
                                                         C, V, cfg.seq_len);

@@ -188,28 +188,34 @@ class GptModel final : public Module {
   struct ScopeParams {
     std::vector<int> index;
     std::vector<Parameter*> params;
+    // Bit i set: params[i] is a weight matrix that only feeds matrix
+    // products (Weights need not widen it for bf16 products).
+    unsigned matrices = 0;
   };
+  // A scope's weights as its kernels read them (defined in gpt_model.cc).
+  struct ScopeWeights;
   static constexpr int kMaxScopeParams = 4;
   struct BlockScopes {
     ScopeParams ln_1, attn, ln_2, mlp;
   };
 
-  // The values of `scope`'s parameters as f32 pointers (out[i] for
-  // scope.index[i]): f32 data in place, 16-bit data widened into widen_.
+  // The values of `scope`'s parameters (out for scope.index[i] at i): f32
+  // data in place, 16-bit data widened into widen_; with bf16 products,
+  // bf16 data also as its bits, and a bf16 weight matrix only as its bits.
   // FailedPrecondition naming a parameter that is not materialised on the
   // host or not of its shape.
   [[nodiscard]] absl::Status Weights(const ScopeParams& scope,
-                                     const float** out);
+                                     ScopeWeights* out);
   // One forward use: PreForward, fn(weights as in Weights), PostForward.
   [[nodiscard]] absl::Status RunForward(
       ParamHooks& hooks, const ScopeParams& scope,
-      absl::FunctionRef<void(const float* const* w)> fn);
+      absl::FunctionRef<void(const ScopeWeights& w)> fn);
   // One backward use: PreBackward, fn(weights, grads) where g[i] is the f32
   // grad buffer of scope.params[i] for fn to fill (w is all null unless
   // `read_weights`), then HandGrad of each in order, then PostBackward.
   [[nodiscard]] absl::Status RunBackward(
       ParamHooks& hooks, const ScopeParams& scope, bool read_weights,
-      absl::FunctionRef<void(const float* const* w, float* const* g)> fn);
+      absl::FunctionRef<void(const ScopeWeights& w, float* const* g)> fn);
   // The backward of a LayerNorm scope: dx += d/dx, grads handed over.
   [[nodiscard]] absl::Status LayerNormBackward(
       ParamHooks& hooks, const ScopeParams& scope, float* dx, const float* dout,

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "ddp/local_hooks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/gpt2/gemm.h"
 
 namespace chunkzero {
 namespace {
@@ -428,14 +430,38 @@ TEST(GptModelTest, TiedEmbeddingGetsTwoGradsThatAddUp) {
   EXPECT_EQ(recording.grads.at("wpe.weight").size(), 1u);
 }
 
+// With either matmul precision (and, for bf16 products, this processor's
+// route and the f32 one): bf16 storage hands its weight matrices to the
+// products as bits, unwidened, and must still give f32's results bit for
+// bit.
 TEST(GptModelTest, HalfStorageComputesLikeF32WithRoundedWeights) {
   const GptConfig cfg = TinyConfig();
   auto f32 = *GptModel::Create(cfg, 6);
   Values values = RandomValues(*f32, 8);
   const std::vector<int32_t> tokens = RandomTokens(10, cfg.vocab, 5);
   const std::vector<int32_t> targets = RandomTokens(10, cfg.vocab, 6);
+  struct Run {
+    DType dtype;
+    gemm::Precision precision;
+    gemm::Bf16Route route;
+  };
+  std::vector<Run> runs;
   for (DType dtype : {DType::kF16, DType::kBF16}) {
-    SCOPED_TRACE(DTypeName(dtype));
+    runs.push_back({dtype, gemm::Precision::kF32, gemm::Bf16RouteHere()});
+    runs.push_back(
+        {dtype, gemm::Precision::kBf16, gemm::Bf16Route::kF32OnRoundedInputs});
+    if (gemm::Bf16RouteHere() != gemm::Bf16Route::kF32OnRoundedInputs) {
+      runs.push_back({dtype, gemm::Precision::kBf16, gemm::Bf16RouteHere()});
+    }
+  }
+  for (const Run& run : runs) {
+    const DType dtype = run.dtype;
+    SCOPED_TRACE(absl::StrCat(
+        DTypeName(dtype),
+        run.precision == gemm::Precision::kBf16 ? " bf16 products" : "",
+        run.route == gemm::Bf16Route::kBf16Matmul ? " (bf16 matmul)" : ""));
+    gemm::SetBf16RouteForTesting(run.route);
+    f32->set_matmul_precision(run.precision);
     Values rounded;
     for (auto& [name, v] : values) {
       rounded[name] =
@@ -443,6 +469,7 @@ TEST(GptModelTest, HalfStorageComputesLikeF32WithRoundedWeights) {
                ->ToFloats();
     }
     auto half = *GptModel::Create(cfg, 6, dtype);
+    half->set_matmul_precision(run.precision);
     EXPECT_EQ(half->FindParameter("h.1.mlp.c_fc.weight")->data().dtype(),
               dtype);
     ASSERT_TRUE(half->LoadStateDict(ToState(*half, values)).ok());
@@ -462,6 +489,7 @@ TEST(GptModelTest, HalfStorageComputesLikeF32WithRoundedWeights) {
           << p->name();
     }
   }
+  gemm::SetBf16RouteForTesting(std::nullopt);
 }
 
 // bf16 matmuls (autocast): the loss and every grad move by about bf16's
