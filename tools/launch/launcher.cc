@@ -27,6 +27,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/file.h"
 #include "base/parallel_for.h"
 #include "base/status_macros.h"
@@ -229,8 +231,8 @@ struct ChildFailure {
   int error;
 };
 
-// True if `pid` is in the stopped state ('T' or 't' in /proc/PID/stat).
-bool IsStopped(pid_t pid) {
+// True if `pid` is in the stopped state ('T' or 't' in /proc/PID/stat) now.
+bool IsStoppedNow(pid_t pid) {
   absl::StatusOr<std::string> stat =
       ReadFileToString(absl::StrCat("/proc/", pid, "/stat"), 4096);
   if (!stat.ok()) return false;
@@ -239,6 +241,19 @@ bool IsStopped(pid_t pid) {
   if (paren == std::string::npos || paren + 2 >= stat->size()) return false;
   const char state = (*stat)[paren + 2];
   return state == 'T' || state == 't';
+}
+
+// True if `pid` is stopped and still is 50 ms later. A rank stopped by
+// SIGSTOP or held by a debugger stays stopped; a process watched by a
+// ptrace-based monitor (some CI sandboxes) passes through 't' for
+// microseconds at each system call, also while it exits, and must not be
+// named as the reason its peers failed.
+bool StaysStopped(pid_t pid) {
+  for (int sample = 0; sample < 6; ++sample) {
+    if (!IsStoppedNow(pid)) return false;
+    if (sample < 5) absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
 }
 
 [[noreturn]] void FailChild(const ChildPlan& plan, ChildStage stage,
@@ -539,7 +554,8 @@ class Job {
     // A stopped rank (SIGSTOP, a debugger) is the likely reason its peers
     // timed out, and their messages cannot always name it.
     for (size_t other = 0; other < ranks_.size(); ++other) {
-      if (other != r && ranks_[other].running && IsStopped(ranks_[other].pid)) {
+      if (other != r && ranks_[other].running &&
+          StaysStopped(ranks_[other].pid)) {
         absl::StrAppend(&report, "launch: rank ", other,
                         " was stopped (SIGSTOP or a debugger) when rank ", r,
                         " failed\n");
