@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -26,6 +27,7 @@
 #include "base/detached_status.h"
 #include "base/mutex.h"
 #include "comm/argument_checks.h"
+#include "comm/gloo/shared_segments.h"
 #include "comm/internal/reduce_kernels.h"
 #include "gloo/allgather.h"
 #include "gloo/allgatherv.h"
@@ -66,8 +68,11 @@ namespace {
 using ::chunkzero::comm::internal::ReduceInto;
 
 // Gloo's own algorithms use slot prefixes 0x01..0x08; the header exchange
-// gets one of its own so that it never matches their messages.
+// and the shared-memory path's two barriers get their own so that they never
+// match those messages or each other.
 constexpr uint8_t kHeaderSlotPrefix = 0x7c;
+constexpr uint8_t kWrittenSlotPrefix = 0x7d;
+constexpr uint8_t kReducedSlotPrefix = 0x7e;
 
 // Rendezvous key a rank sets in the store when it joins (FileStore keys are
 // file names: no '/').
@@ -82,13 +87,18 @@ struct CallHeader {
   uint8_t kind;
   uint8_t dtype;
   uint8_t op;
-  uint8_t tag_truncated;  // 1 if tag_prefix holds only part of the tag.
+  uint8_t flags;  // kTagTruncated | kSharedMemoryReady.
   int32_t root;
   uint64_t count;
   uint64_t tag_hash;  // FNV-1a of the whole tag.
   char tag_prefix[40];
 };
 static_assert(sizeof(CallHeader) == 64, "CallHeader must have no padding");
+
+// CallHeader::flags.
+constexpr uint8_t kTagTruncated = 1;  // tag_prefix holds only part of it.
+// The sender's shared-memory segment holds this collective's data.
+constexpr uint8_t kSharedMemoryReady = 2;
 
 uint64_t Fnv1a(absl::string_view s) {
   uint64_t h = 14695981039346656037ull;
@@ -110,7 +120,7 @@ CallHeader MakeHeader(const CollectiveCall& call) {
   h.tag_hash = Fnv1a(call.tag);
   const size_t n = std::min(call.tag.size(), sizeof(h.tag_prefix));
   std::memcpy(h.tag_prefix, call.tag.data(), n);
-  h.tag_truncated = call.tag.size() > sizeof(h.tag_prefix) ? 1 : 0;
+  if (call.tag.size() > sizeof(h.tag_prefix)) h.flags |= kTagTruncated;
   return h;
 }
 
@@ -124,7 +134,7 @@ CollectiveCall CallFromHeader(const CallHeader& h) {
   call.root = h.root;
   call.count = h.count;
   call.tag.assign(h.tag_prefix, strnlen(h.tag_prefix, sizeof(h.tag_prefix)));
-  if (h.tag_truncated) call.tag += "...";
+  if (h.flags & kTagTruncated) call.tag += "...";
   return call;
 }
 
@@ -205,8 +215,14 @@ uint8_t* Bytes(void* p, size_t offset) {
 // The worker thread and the Gloo context of one group.
 class Worker {
  public:
-  Worker(int rank, int size, std::shared_ptr<gloo::rendezvous::Context> context)
-      : rank_(rank), size_(size), context_(std::move(context)) {
+  Worker(int rank, int size, std::shared_ptr<gloo::rendezvous::Context> context,
+         std::unique_ptr<SharedSegments> shared_memory,
+         size_t min_shared_memory_bytes)
+      : rank_(rank),
+        size_(size),
+        context_(std::move(context)),
+        shared_memory_(std::move(shared_memory)),
+        min_shared_memory_bytes_(min_shared_memory_bytes) {
     thread_ = std::thread([this] { Loop(); });
   }
 
@@ -286,6 +302,11 @@ class Worker {
   absl::Status abort_status() const ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
     return DetachedCopy(abort_status_);
+  }
+
+  bool uses_shared_memory() const { return shared_memory_ != nullptr; }
+  uint64_t shared_memory_collectives() const {
+    return shared_memory_collectives_.load(std::memory_order_relaxed);
   }
 
  private:
@@ -381,10 +402,25 @@ class Worker {
   absl::Status Execute(const Op& op, const std::string& context) {
     const absl::Time deadline = absl::Now() + op.timeout;
     if (size_ == 1) return ExecuteAlone(op);
-    if (absl::Status s = ExchangeHeaders(op, deadline); !s.ok()) return s;
+    // The data goes through shared memory only if every rank's segment can
+    // hold it; each rank says so in its header.
+    const size_t shared_bytes = SharedMemoryBytes(op.call);
+    const bool ready = shared_memory_ != nullptr && shared_bytes > 0 &&
+                       shared_bytes >= min_shared_memory_bytes_ &&
+                       shared_memory_->Reserve(shared_bytes);
+    bool all_ready = false;
+    if (absl::Status s = ExchangeHeaders(op, deadline, ready, &all_ready);
+        !s.ok()) {
+      return s;
+    }
     if (op.call.count == 0) return absl::OkStatus();
     try {
-      return MoveData(op, deadline, context);
+      if (!all_ready) return MoveData(op, deadline, context);
+      absl::Status status = MoveDataThroughSharedMemory(op, deadline);
+      if (status.ok()) {
+        shared_memory_collectives_.fetch_add(1, std::memory_order_relaxed);
+      }
+      return status;
     } catch (const gloo::IoException& e) {
       if (!IsTimeoutMessage(e.what())) throw;
       // Every rank sent its header, so every rank joined: one of them
@@ -426,43 +462,54 @@ class Worker {
 
   uint32_t Tag(const Op& op) const { return static_cast<uint32_t>(op.seq); }
 
-  // Sends this rank's CallHeader to every peer and receives theirs; returns
-  // DeadlineExceeded naming the ranks whose header did not come in time, or
-  // InvalidArgument on a mismatch.
-  absl::Status ExchangeHeaders(const Op& op, absl::Time deadline) {
-    constexpr size_t kSize = sizeof(CallHeader);
-    std::vector<CallHeader> headers(size_);
-    headers[rank_] = MakeHeader(op.call);
+  // Sends `bytes` bytes at all + rank_ * bytes to every peer and receives
+  // each peer's into all + peer * bytes, under the slot (prefix, the
+  // collective's tag). False if a wait was aborted (see Run()); Gloo's
+  // failures, timeouts included, throw. `arrived` marks the ranks heard from.
+  bool ExchangeWithPeers(uint8_t prefix, const Op& op, void* all, size_t bytes,
+                         absl::Time deadline, std::vector<bool>& arrived) {
+    arrived.assign(size_, false);
+    arrived[rank_] = true;
     std::unique_ptr<gloo::transport::UnboundBuffer> buf;  // Outlives tracked.
     Tracked tracked(this);
-    buf = tracked.Buffer(headers.data(), size_ * kSize);
-    const uint64_t slot = gloo::Slot::build(kHeaderSlotPrefix, Tag(op));
+    buf = tracked.Buffer(all, size_ * bytes);
+    const uint64_t slot = gloo::Slot::build(prefix, Tag(op));
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
-      buf->recv(peer, slot, peer * kSize, kSize);
-      buf->send(peer, slot, rank_ * kSize, kSize);
+      buf->recv(peer, slot, peer * bytes, bytes);
+      buf->send(peer, slot, rank_ * bytes, bytes);
     }
-    std::vector<bool> arrived(size_, false);
-    arrived[rank_] = true;
     for (int i = 0; i < size_ - 1; ++i) {
       int source = -1;
-      try {
-        if (!buf->waitRecv(&source, GlooTimeout(deadline))) {
-          return absl::CancelledError("aborted");  // See Run().
-        }
-      } catch (const gloo::IoException& e) {
-        if (!IsTimeoutMessage(e.what())) throw;
-        return JoinTimeout(op, arrived);
-      }
+      if (!buf->waitRecv(&source, GlooTimeout(deadline))) return false;
       if (source >= 0 && source < size_) arrived[source] = true;
     }
     // Every peer has posted its receives (before sending): these complete.
     for (int i = 0; i < size_ - 1; ++i) {
-      if (!buf->waitSend(GlooTimeout(deadline))) {
-        return absl::CancelledError("aborted");
-      }
+      if (!buf->waitSend(GlooTimeout(deadline))) return false;
     }
+    return true;
+  }
 
+  // Sends this rank's CallHeader to every peer and receives theirs; returns
+  // DeadlineExceeded naming the ranks whose header did not come in time, or
+  // InvalidArgument on a mismatch. `*all_ready` says whether every rank's
+  // header said kSharedMemoryReady (this rank's says `ready`).
+  absl::Status ExchangeHeaders(const Op& op, absl::Time deadline, bool ready,
+                               bool* all_ready) {
+    std::vector<CallHeader> headers(size_);
+    headers[rank_] = MakeHeader(op.call);
+    if (ready) headers[rank_].flags |= kSharedMemoryReady;
+    std::vector<bool> arrived;
+    try {
+      if (!ExchangeWithPeers(kHeaderSlotPrefix, op, headers.data(),
+                             sizeof(CallHeader), deadline, arrived)) {
+        return absl::CancelledError("aborted");  // See Run().
+      }
+    } catch (const gloo::IoException& e) {
+      if (!IsTimeoutMessage(e.what())) throw;
+      return JoinTimeout(op, arrived);
+    }
     for (int peer = 1; peer < size_; ++peer) {
       if (HeadersMatch(headers[0], headers[peer])) continue;
       return absl::InvalidArgumentError(absl::StrCat(
@@ -470,6 +517,156 @@ class Worker {
           CallFromHeader(headers[0]).ToString(), ", rank ", peer, " called ",
           CallFromHeader(headers[peer]).ToString(),
           " (all ranks must issue the same collectives in the same order)"));
+    }
+    *all_ready = true;
+    for (const CallHeader& h : headers) {
+      *all_ready &= (h.flags & kSharedMemoryReady) != 0;
+    }
+    return absl::OkStatus();
+  }
+
+  // The bytes each rank's segment must hold for `call` to go through shared
+  // memory; 0 for the kinds that always go over TCP (Broadcast and Reduce:
+  // rare, and small where chunkzero uses them).
+  size_t SharedMemoryBytes(const CollectiveCall& call) const {
+    const size_t bytes = call.count * ElementSize(call.dtype);
+    switch (call.kind) {
+      case CollectiveKind::kAllGather:
+      case CollectiveKind::kAllReduce:
+        return bytes;
+      case CollectiveKind::kReduceScatter:
+        return size_ * bytes;
+      default:
+        return 0;
+    }
+  }
+
+  // Completes once every rank has passed the same point (`prefix`) of the
+  // collective: a one-byte exchange. Failures throw, as in MoveData.
+  absl::Status SharedMemoryBarrier(uint8_t prefix, const Op& op,
+                                   absl::Time deadline) {
+    std::vector<uint8_t> bytes(size_);
+    std::vector<bool> arrived;
+    if (!ExchangeWithPeers(prefix, op, bytes.data(), 1, deadline, arrived)) {
+      return absl::CancelledError("aborted");
+    }
+    return absl::OkStatus();
+  }
+
+  // The data phase through the ranks' segments. Every rank writes only its
+  // own segment and reads the others' after a barrier; the next collective's
+  // header exchange is the barrier that lets a segment be written again
+  // (every rank has finished this one by then).
+  absl::Status MoveDataThroughSharedMemory(const Op& op, absl::Time deadline) {
+    switch (op.call.kind) {
+      case CollectiveKind::kAllGather:
+        return AllGatherThroughSharedMemory(op, deadline);
+      case CollectiveKind::kReduceScatter:
+        return ReduceScatterThroughSharedMemory(op, deadline);
+      case CollectiveKind::kAllReduce:
+        return AllReduceThroughSharedMemory(op, deadline);
+      default:
+        return absl::InternalError(
+            absl::StrCat("no shared-memory path for ", op.call.ToString()));
+    }
+  }
+
+  // Each rank's send into its segment; then every rank copies the others'.
+  absl::Status AllGatherThroughSharedMemory(const Op& op, absl::Time deadline) {
+    const size_t bytes = op.call.count * ElementSize(op.call.dtype);
+    std::memcpy(shared_memory_->mine(), op.send, bytes);
+    if (absl::Status s = SharedMemoryBarrier(kWrittenSlotPrefix, op, deadline);
+        !s.ok()) {
+      return s;
+    }
+    for (int k = 0; k < size_; ++k) {
+      uint8_t* slot = Bytes(op.recv, k * bytes);
+      if (k == rank_) {
+        if (op.send != slot) std::memmove(slot, op.send, bytes);
+        continue;
+      }
+      absl::StatusOr<const uint8_t*> theirs = shared_memory_->Peer(k, bytes);
+      if (!theirs.ok()) return theirs.status();
+      std::memcpy(slot, *theirs, bytes);
+    }
+    return absl::OkStatus();
+  }
+
+  // Each rank's send slots for the others into its segment; then rank r
+  // reduces slot r of every segment (its own from its send) in rank order.
+  absl::Status ReduceScatterThroughSharedMemory(const Op& op,
+                                                absl::Time deadline) {
+    const size_t bytes = op.call.count * ElementSize(op.call.dtype);
+    const uint8_t* send = static_cast<const uint8_t*>(op.send);
+    for (int k = 0; k < size_; ++k) {
+      if (k == rank_) continue;
+      std::memcpy(shared_memory_->mine() + k * bytes, send + k * bytes, bytes);
+    }
+    if (absl::Status s = SharedMemoryBarrier(kWrittenSlotPrefix, op, deadline);
+        !s.ok()) {
+      return s;
+    }
+    std::vector<const void*> inputs(size_);
+    for (int k = 0; k < size_; ++k) {
+      if (k == rank_) {
+        inputs[k] = send + rank_ * bytes;  // recv may be exactly this.
+        continue;
+      }
+      absl::StatusOr<const uint8_t*> theirs =
+          shared_memory_->Peer(k, size_ * bytes);
+      if (!theirs.ok()) return theirs.status();
+      inputs[k] = *theirs + rank_ * bytes;
+    }
+    ReduceInto(op.recv, inputs.data(), size_, op.call.count, op.call.dtype,
+               op.call.op);
+    return absl::OkStatus();
+  }
+
+  // The segments as in RunAllReduce: rank k reduces segment k. Each rank
+  // puts the others' segments of its buffer into its shared segment, reduces
+  // its own segment in place in its buffer and publishes the result in the
+  // same place of its shared segment (which no peer reads in the first
+  // phase); after a second barrier each rank copies the others' results.
+  absl::Status AllReduceThroughSharedMemory(const Op& op, absl::Time deadline) {
+    const size_t es = ElementSize(op.call.dtype);
+    const size_t count = op.call.count;
+    const size_t per = (count + size_ - 1) / size_;
+    auto begin = [&](int k) { return std::min(count, k * per) * es; };
+    auto length = [&](int k) { return begin(k + 1) - begin(k); };
+    uint8_t* mine = shared_memory_->mine();
+    uint8_t* buffer = static_cast<uint8_t*>(op.recv);
+    for (int k = 0; k < size_; ++k) {
+      if (k != rank_)
+        std::memcpy(mine + begin(k), buffer + begin(k), length(k));
+    }
+    if (absl::Status s = SharedMemoryBarrier(kWrittenSlotPrefix, op, deadline);
+        !s.ok()) {
+      return s;
+    }
+    std::vector<const uint8_t*> segments(size_);
+    for (int k = 0; k < size_; ++k) {
+      if (k == rank_) continue;
+      absl::StatusOr<const uint8_t*> theirs =
+          shared_memory_->Peer(k, count * es);
+      if (!theirs.ok()) return theirs.status();
+      segments[k] = *theirs;
+    }
+    std::vector<const void*> inputs(size_);
+    for (int k = 0; k < size_; ++k) {
+      inputs[k] =
+          k == rank_ ? buffer + begin(rank_) : segments[k] + begin(rank_);
+    }
+    ReduceInto(buffer + begin(rank_), inputs.data(), size_, length(rank_) / es,
+               op.call.dtype, op.call.op);
+    std::memcpy(mine + begin(rank_), buffer + begin(rank_), length(rank_));
+    if (absl::Status s = SharedMemoryBarrier(kReducedSlotPrefix, op, deadline);
+        !s.ok()) {
+      return s;
+    }
+    for (int k = 0; k < size_; ++k) {
+      if (k != rank_) {
+        std::memcpy(buffer + begin(k), segments[k] + begin(k), length(k));
+      }
     }
     return absl::OkStatus();
   }
@@ -633,6 +830,11 @@ class Worker {
   std::vector<gloo::transport::UnboundBuffer*> active_ ABSL_GUARDED_BY(mu_);
   // Scratch(); the worker thread's alone.
   std::vector<uint8_t> scratch_;
+  // Null when the ranks do not share a host (or it is switched off); the
+  // worker thread's alone.
+  const std::unique_ptr<SharedSegments> shared_memory_;
+  const size_t min_shared_memory_bytes_;
+  std::atomic<uint64_t> shared_memory_collectives_{0};
   absl::Status abort_status_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
@@ -758,6 +960,7 @@ absl::StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
       absl::StrCat("GlooProcessGroup::Create: rank ", rank, " of ", size,
                    " (hostname ", options.hostname, ")");
   std::shared_ptr<gloo::rendezvous::Context> context;
+  std::unique_ptr<gloo_internal::SharedSegments> shared_memory;
   absl::Status status = gloo_internal::CatchGloo(where, [&]() -> absl::Status {
     // Our own join keys first, so that a missing rank gets named; Gloo's
     // connectFullMesh would only report a timeout on some key. The value
@@ -801,12 +1004,24 @@ absl::StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
     context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     context->setTimeout(gloo_internal::GlooTimeout(deadline));
     context->connectFullMesh(store, device);
+    if (size == 1) return absl::OkStatus();
+    absl::StatusOr<std::unique_ptr<gloo_internal::SharedSegments>> segments =
+        gloo_internal::SharedSegments::Connect(
+            rank, size, store, options.max_shared_memory_bytes, deadline);
+    if (!segments.ok()) {
+      return absl::Status(
+          segments.status().code(),
+          absl::StrCat(where, ": ", segments.status().message()));
+    }
+    shared_memory = *std::move(segments);
     return absl::OkStatus();
   });
   if (!status.ok()) return status;
   return std::unique_ptr<GlooProcessGroup>(new GlooProcessGroup(
       rank, size,
-      std::make_unique<gloo_internal::Worker>(rank, size, std::move(context))));
+      std::make_unique<gloo_internal::Worker>(
+          rank, size, std::move(context), std::move(shared_memory),
+          options.min_shared_memory_bytes)));
 }
 
 absl::StatusOr<std::unique_ptr<GlooProcessGroup>>
@@ -907,6 +1122,14 @@ std::unique_ptr<Work> GlooProcessGroup::DoBarrier(
 
 absl::Status GlooProcessGroup::abort_status() const {
   return worker_->abort_status();
+}
+
+bool GlooProcessGroup::uses_shared_memory() const {
+  return worker_->uses_shared_memory();
+}
+
+uint64_t GlooProcessGroup::shared_memory_collectives() const {
+  return worker_->shared_memory_collectives();
 }
 
 }  // namespace comm

@@ -46,6 +46,23 @@
 //    receives (N-1) * B (a ring reduce would need only about 2 B), and does
 //    all the arithmetic; fine for the small reductions it is used for.
 //  - Barrier: the header exchange is itself a barrier.
+// Ranks on one host. When every rank can open the others' POSIX shared
+// memory (/dev/shm), AllGather, ReduceScatter and AllReduce move their data
+// through it instead: each rank copies what its peers need into its own
+// segment, a one-byte exchange over TCP marks that every rank has written,
+// and each rank reads (and reduces) straight from its peers' segments
+// (AllReduce: a second exchange, then each rank copies the others' reduced
+// segments). That is a memory copy where TCP costs two copies through the
+// kernel and its system calls, on the cores that compute. The header
+// exchange, the deadlines, mismatch detection and abort stay on TCP as
+// above, and the results are the same bits. Each rank's segment grows to
+// the largest such collective's per-rank bytes (AllGather: the send;
+// ReduceScatter: the whole send; AllReduce: the buffer), up to
+// GlooOptions::max_shared_memory_bytes; a collective that would pass it, is
+// smaller than GlooOptions::min_shared_memory_bytes, or for which /dev/shm
+// has no room, goes over TCP on every rank (each says in its header whether
+// its segment is ready). Ranks on several hosts use TCP
+// alone (see uses_shared_memory()). No segment name outlives Create().
 // Reductions never use Gloo's reduce functions: the local step is the
 // reference kernel the in-process backend uses too
 // (comm/internal/reduce_kernels), so results are the serial rank-order
@@ -78,6 +95,9 @@
 #ifndef CHUNKZERO_COMM_GLOO_GLOO_PROCESS_GROUP_H_
 #define CHUNKZERO_COMM_GLOO_GLOO_PROCESS_GROUP_H_
 
+#include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -107,6 +127,16 @@ struct GlooOptions {
   std::string hostname = "127.0.0.1";
   // How long Create() waits for every rank to join and connect.
   absl::Duration timeout = kDefaultCollectiveTimeout;
+  // The most bytes of shared memory (/dev/shm) this rank's segment may hold
+  // when every rank is on one host (see "Ranks on one host" above); 0 keeps
+  // all data on TCP.
+  size_t max_shared_memory_bytes = std::numeric_limits<size_t>::max();
+  // Collectives whose per-rank bytes (as above) are fewer than this stay on
+  // TCP even then: below about 1 MiB the extra one-byte exchange costs as
+  // much as the copies it saves (collectives_bench, BM_GlooSharedMemoryVsTcp).
+  // Every rank decides for itself and says so in its header, so ranks with
+  // different values still agree.
+  size_t min_shared_memory_bytes = size_t{1} << 20;
   // What every rank of the job must agree on (flags, shapes), compared at
   // the rendezvous together with the world size: a rank started with other
   // values fails at once, naming the first key that differs, instead of
@@ -148,6 +178,12 @@ class GlooProcessGroup final : public ProcessGroup {
 
   // The status that aborted the group (its first failure), or OK.
   [[nodiscard]] absl::Status abort_status() const;
+
+  // True if the ranks share a host and their data may move through shared
+  // memory (see "Ranks on one host").
+  bool uses_shared_memory() const;
+  // How many collectives so far moved their data through shared memory.
+  uint64_t shared_memory_collectives() const;
 
  protected:
   std::unique_ptr<Work> DoBroadcast(MutableBuffer buffer,

@@ -9,14 +9,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -43,18 +47,29 @@ constexpr absl::Duration kSlack = absl::Seconds(3);
 
 using RankFn = std::function<absl::Status(GlooProcessGroup& group)>;
 
+// Options with a test-friendly timeout; `shared_memory` false keeps every
+// collective on TCP.
+GlooOptions TestOptions(bool shared_memory = true) {
+  GlooOptions options;
+  options.timeout = absl::Seconds(20);
+  if (!shared_memory) options.max_shared_memory_bytes = 0;
+  // Every collective that can go through shared memory does, so that the
+  // tests' small data exercises it.
+  options.min_shared_memory_bytes = 0;
+  return options;
+}
+
 // Creates n groups over one HashStore (on n threads, since Create blocks
-// until all ranks join) and returns them, or the first Create error.
+// until all ranks join) and returns them, or the first Create error. Rank
+// r gets options_of(r).
 absl::StatusOr<std::vector<std::unique_ptr<GlooProcessGroup>>> CreateGroups(
-    int n) {
+    int n, const std::function<GlooOptions(int)>& options_of) {
   gloo::rendezvous::HashStore store;
   std::vector<absl::StatusOr<std::unique_ptr<GlooProcessGroup>>> created(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      GlooOptions options;
-      options.timeout = absl::Seconds(20);
-      created[r] = GlooProcessGroup::Create(r, n, store, options);
+      created[r] = GlooProcessGroup::Create(r, n, store, options_of(r));
     });
   }
   for (std::thread& t : threads) t.join();
@@ -64,6 +79,11 @@ absl::StatusOr<std::vector<std::unique_ptr<GlooProcessGroup>>> CreateGroups(
     groups.push_back(std::move(*g));
   }
   return groups;
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<GlooProcessGroup>>> CreateGroups(
+    int n, bool shared_memory = true) {
+  return CreateGroups(n, [&](int) { return TestOptions(shared_memory); });
 }
 
 // Runs fn(group r) on one thread per rank; returns the statuses by rank.
@@ -79,8 +99,9 @@ std::vector<absl::Status> RunRanks(
   return statuses;
 }
 
-std::vector<absl::Status> SpawnGloo(int n, const RankFn& fn) {
-  auto groups = CreateGroups(n);
+std::vector<absl::Status> SpawnGloo(int n, const RankFn& fn,
+                                    bool shared_memory = true) {
+  auto groups = CreateGroups(n, shared_memory);
   if (!groups.ok()) return std::vector<absl::Status>(n, groups.status());
   return RunRanks(*groups, fn);
 }
@@ -192,6 +213,9 @@ class Data {
 struct Case {
   std::string name;
   RankFn run;
+  // An AllGather, ReduceScatter or AllReduce with data: one that moves it
+  // through shared memory when the ranks can.
+  bool bulk = false;
 };
 
 void AddReductions(int n, DType dt, size_t count, std::vector<Case>& cases) {
@@ -208,7 +232,8 @@ void AddReductions(int n, DType dt, size_t count, std::vector<Case>& cases) {
            if (absl::Status s = AllReduce(g, x.all(), opts); !s.ok()) return s;
            return x.Expect("allreduce", 0, count,
                            [&](size_t i) { return Reduced(dt, op, n, i); });
-         }});
+         },
+         count > 0});
     for (int root : {0, n - 1}) {
       for (bool in_place : {false, true}) {
         cases.push_back(
@@ -272,7 +297,8 @@ void AddMovements(int n, DType dt, size_t count, std::vector<Case>& cases) {
            return recv.Expect("allgather", 0, n * count, [&](size_t i) {
              return InputBits(dt, static_cast<int>(i / count), i % count);
            });
-         }});
+         },
+         count > 0});
     for (ReduceOp op : kOps) {
       cases.push_back(
           {absl::StrCat("ReduceScatter ", d, " ", count, " ", ReduceOpName(op),
@@ -294,7 +320,8 @@ void AddMovements(int n, DType dt, size_t count, std::vector<Case>& cases) {
              return dst.Expect("reducescatter", at, count, [&](size_t i) {
                return Reduced(dt, op, n, r * count + i);
              });
-           }});
+           },
+           count > 0});
     }
   }
 }
@@ -313,78 +340,110 @@ std::vector<Case> AllCases(int n) {
   return cases;
 }
 
-class GlooWorldSizeTest : public ::testing::TestWithParam<int> {};
+// World size, and whether the data may go through shared memory (ranks as
+// threads share a host, so it does unless switched off).
+class GlooWorldSizeTest
+    : public ::testing::TestWithParam<std::tuple<int, bool>> {
+ protected:
+  int n() const { return std::get<0>(GetParam()); }
+  bool shared_memory() const { return std::get<1>(GetParam()); }
+};
 
 TEST_P(GlooWorldSizeTest, EveryOpMatchesSerialReferenceBitForBit) {
-  const int n = GetParam();
+  const int n = this->n();
   const std::vector<Case> cases = AllCases(n);
-  EXPECT_TRUE(AllOk(SpawnGloo(n, [&](GlooProcessGroup& g) -> absl::Status {
-    for (const Case& c : cases) {
-      if (absl::Status s = c.run(g); !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat(c.name, ": ", s.message()));
-      }
-    }
-    return absl::OkStatus();
-  })));
+  // Every bulk case through shared memory when it is on, none when off.
+  uint64_t bulk = 0;
+  for (const Case& c : cases) bulk += c.bulk ? 1 : 0;
+  const bool expect_shm = shared_memory() && n > 1;
+  EXPECT_TRUE(AllOk(SpawnGloo(
+      n,
+      [&](GlooProcessGroup& g) -> absl::Status {
+        if (g.uses_shared_memory() != expect_shm) {
+          return absl::InternalError(
+              absl::StrCat("uses_shared_memory() is ", g.uses_shared_memory()));
+        }
+        for (const Case& c : cases) {
+          if (absl::Status s = c.run(g); !s.ok()) {
+            return absl::Status(s.code(),
+                                absl::StrCat(c.name, ": ", s.message()));
+          }
+        }
+        const uint64_t want = expect_shm ? bulk : 0;
+        if (g.shared_memory_collectives() != want) {
+          return absl::InternalError(
+              absl::StrCat(g.shared_memory_collectives(),
+                           " collectives through shared memory, want ", want));
+        }
+        return absl::OkStatus();
+      },
+      shared_memory())));
 }
 
 // The chunk code starts an all-gather (prefetch) and waits for it later,
 // with other collectives issued in between: every rank issues in one order.
 TEST_P(GlooWorldSizeTest, AsyncOpsOverlapAndCompleteInIssueOrder) {
-  const int n = GetParam();
+  const int n = this->n();
   constexpr size_t kCount = 3000;
-  EXPECT_TRUE(AllOk(SpawnGloo(n, [&](GlooProcessGroup& g) -> absl::Status {
-    const int r = g.rank();
-    Data own(DType::kF16, kCount), gathered(DType::kF16, n * kCount),
-        grads(DType::kF32, kCount), params(DType::kBF16, kCount),
-        scatter_in(DType::kF32, n * kCount), scatter_out(DType::kF32, kCount);
-    own.Fill(0, kCount, r);
-    grads.Fill(0, kCount, r);
-    if (r == n - 1) params.Fill(0, kCount, n - 1);
-    scatter_in.Fill(0, n * kCount, r);
-    BroadcastOptions from_last;
-    from_last.root = n - 1;
-    std::vector<std::unique_ptr<Work>> works;
-    works.push_back(g.AllGather(own.all(), gathered.all(), {}));
-    works.push_back(g.AllReduce(grads.all(), {}));
-    works.push_back(g.Broadcast(params.all(), from_last));
-    works.push_back(g.ReduceScatter(scatter_in.all(), scatter_out.all(), {}));
-    works.push_back(g.Barrier({}));
-    for (auto& w : works) {
-      if (absl::Status s = w->Wait(); !s.ok()) return s;
-      if (!w->IsCompleted()) return absl::InternalError("not completed");
-    }
-    if (absl::Status s = gathered.Expect(
-            "allgather", 0, n * kCount,
-            [&](size_t i) {
-              return InputBits(DType::kF16, static_cast<int>(i / kCount),
-                               i % kCount);
-            });
-        !s.ok())
-      return s;
-    if (absl::Status s = grads.Expect("allreduce", 0, kCount,
-                                      [&](size_t i) {
-                                        return Reduced(DType::kF32,
-                                                       ReduceOp::kSum, n, i);
-                                      });
-        !s.ok())
-      return s;
-    if (absl::Status s = params.Expect(
-            "broadcast", 0, kCount,
-            [&](size_t i) { return InputBits(DType::kBF16, n - 1, i); });
-        !s.ok())
-      return s;
-    return scatter_out.Expect("reducescatter", 0, kCount, [&](size_t i) {
-      return Reduced(DType::kF32, ReduceOp::kSum, n, r * kCount + i);
-    });
-  })));
+  EXPECT_TRUE(AllOk(SpawnGloo(
+      n,
+      [&](GlooProcessGroup& g) -> absl::Status {
+        const int r = g.rank();
+        Data own(DType::kF16, kCount), gathered(DType::kF16, n * kCount),
+            grads(DType::kF32, kCount), params(DType::kBF16, kCount),
+            scatter_in(DType::kF32, n * kCount),
+            scatter_out(DType::kF32, kCount);
+        own.Fill(0, kCount, r);
+        grads.Fill(0, kCount, r);
+        if (r == n - 1) params.Fill(0, kCount, n - 1);
+        scatter_in.Fill(0, n * kCount, r);
+        BroadcastOptions from_last;
+        from_last.root = n - 1;
+        std::vector<std::unique_ptr<Work>> works;
+        works.push_back(g.AllGather(own.all(), gathered.all(), {}));
+        works.push_back(g.AllReduce(grads.all(), {}));
+        works.push_back(g.Broadcast(params.all(), from_last));
+        works.push_back(
+            g.ReduceScatter(scatter_in.all(), scatter_out.all(), {}));
+        works.push_back(g.Barrier({}));
+        for (auto& w : works) {
+          if (absl::Status s = w->Wait(); !s.ok()) return s;
+          if (!w->IsCompleted()) return absl::InternalError("not completed");
+        }
+        if (absl::Status s = gathered.Expect(
+                "allgather", 0, n * kCount,
+                [&](size_t i) {
+                  return InputBits(DType::kF16, static_cast<int>(i / kCount),
+                                   i % kCount);
+                });
+            !s.ok())
+          return s;
+        if (absl::Status s = grads.Expect(
+                "allreduce", 0, kCount,
+                [&](size_t i) {
+                  return Reduced(DType::kF32, ReduceOp::kSum, n, i);
+                });
+            !s.ok())
+          return s;
+        if (absl::Status s = params.Expect(
+                "broadcast", 0, kCount,
+                [&](size_t i) { return InputBits(DType::kBF16, n - 1, i); });
+            !s.ok())
+          return s;
+        return scatter_out.Expect("reducescatter", 0, kCount, [&](size_t i) {
+          return Reduced(DType::kF32, ReduceOp::kSum, n, r * kCount + i);
+        });
+      },
+      shared_memory())));
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooWorldSizeTest,
-                         ::testing::Values(1, 2, 3, 4),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return absl::StrCat("N", info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    WorldSizes, GlooWorldSizeTest,
+    ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Bool()),
+    [](const ::testing::TestParamInfo<std::tuple<int, bool>>& info) {
+      return absl::StrCat("N", std::get<0>(info.param),
+                          std::get<1>(info.param) ? "SharedMemory" : "Tcp");
+    });
 
 // Hundreds of collectives queued at once: each matches its peers' by issue
 // order (the Gloo tag is the sequence number).
@@ -416,28 +475,184 @@ TEST(GlooProcessGroup, ManyQueuedOpsCompleteInOrder) {
   })));
 }
 
-// Larger than Gloo's 1 MiB transfer segments and the sockets' buffers.
+// Larger than Gloo's 1 MiB transfer segments and the sockets' buffers, and
+// than the shared segments' 2 MiB growth step.
 TEST(GlooProcessGroup, LargeBuffers) {
   constexpr size_t kCount = 1 << 20;  // 4 MiB of f32 per rank.
-  EXPECT_TRUE(AllOk(SpawnGloo(3, [&](GlooProcessGroup& g) -> absl::Status {
-    Data x(DType::kF32, kCount);
-    x.Fill(0, kCount, g.rank());
+  for (const bool shared_memory : {true, false}) {
+    SCOPED_TRACE(shared_memory ? "shared memory" : "tcp");
+    EXPECT_TRUE(AllOk(SpawnGloo(
+        3,
+        [&](GlooProcessGroup& g) -> absl::Status {
+          Data x(DType::kF32, kCount);
+          x.Fill(0, kCount, g.rank());
+          if (absl::Status s = AllReduce(g, x.all()); !s.ok()) return s;
+          if (absl::Status s = x.Expect("allreduce", 0, kCount,
+                                        [&](size_t i) {
+                                          return Reduced(DType::kF32,
+                                                         ReduceOp::kSum, 3, i);
+                                        });
+              !s.ok())
+            return s;
+          Data gathered(DType::kF32, 3 * kCount);
+          x.Fill(0, kCount, g.rank());
+          if (absl::Status s = AllGather(g, x.all(), gathered.all()); !s.ok())
+            return s;
+          if (absl::Status s = gathered.Expect(
+                  "allgather", 0, 3 * kCount,
+                  [&](size_t i) {
+                    return InputBits(DType::kF32, static_cast<int>(i / kCount),
+                                     i % kCount);
+                  });
+              !s.ok())
+            return s;
+          const uint64_t want = shared_memory ? 2 : 0;
+          if (g.shared_memory_collectives() != want) {
+            return absl::InternalError(
+                absl::StrCat(g.shared_memory_collectives(),
+                             " through shared memory, want ", want));
+          }
+          return absl::OkStatus();
+        },
+        shared_memory)));
+  }
+}
+
+// A collective larger than a rank's shared-memory cap goes over TCP on
+// every rank (the ranks' headers say whose segment is ready); smaller ones
+// before and after still use shared memory, and every result is exact.
+// All-reduces f32 buffers of counts[c] elements over the `ranks` ranks and
+// checks each result and, after each, that through_shm[c] collectives so
+// far went through shared memory.
+absl::Status CheckAllReduces(GlooProcessGroup& g, int ranks,
+                             const std::vector<uint64_t>& counts,
+                             const std::vector<uint64_t>& through_shm) {
+  for (size_t c = 0; c < counts.size(); ++c) {
+    Data x(DType::kF32, counts[c]);
+    x.Fill(0, counts[c], g.rank());
     if (absl::Status s = AllReduce(g, x.all()); !s.ok()) return s;
-    if (absl::Status s = x.Expect("allreduce", 0, kCount,
+    if (absl::Status s = x.Expect("allreduce", 0, counts[c],
                                   [&](size_t i) {
                                     return Reduced(DType::kF32, ReduceOp::kSum,
-                                                   3, i);
+                                                   ranks, i);
                                   });
         !s.ok())
       return s;
-    Data gathered(DType::kF32, 3 * kCount);
-    x.Fill(0, kCount, g.rank());
-    if (absl::Status s = AllGather(g, x.all(), gathered.all()); !s.ok())
+    if (g.shared_memory_collectives() != through_shm[c]) {
+      return absl::InternalError(
+          absl::StrCat("after an all-reduce of ", counts[c],
+                       " elements: ", g.shared_memory_collectives(),
+                       " through shared memory, want ", through_shm[c]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+TEST(GlooProcessGroup, CollectivesPastTheSharedMemoryCapGoOverTcp) {
+  constexpr size_t kCap = size_t{4} << 20;
+  // Rank 1 alone has the cap: its header decides for everyone.
+  auto groups = CreateGroups(3, [&](int r) {
+    GlooOptions options = TestOptions();
+    if (r == 1) options.max_shared_memory_bytes = kCap;
+    return options;
+  });
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  EXPECT_TRUE(AllOk(RunRanks(*groups, [&](GlooProcessGroup& g) -> absl::Status {
+    // kCap bytes of f32 fit exactly; one element more does not.
+    std::vector<uint64_t> counts = {1000, kCap / 4, kCap / 4 + 1, 37};
+    std::vector<uint64_t> through_shm = {1, 2, 2, 3};
+    return CheckAllReduces(g, 3, counts, through_shm);
+  })));
+}
+
+// Below min_shared_memory_bytes of per-rank bytes a collective stays on TCP;
+// at it, it goes through shared memory. Rank 1's default minimum decides for
+// the ranks that would take any size.
+TEST(GlooProcessGroup, CollectivesBelowTheSharedMemoryMinimumGoOverTcp) {
+  const size_t kMin = GlooOptions().min_shared_memory_bytes;
+  ASSERT_EQ(kMin, size_t{1} << 20);
+  auto groups = CreateGroups(2, [&](int r) {
+    GlooOptions options = TestOptions();
+    if (r == 1) options.min_shared_memory_bytes = kMin;
+    return options;
+  });
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  EXPECT_TRUE(AllOk(RunRanks(*groups, [&](GlooProcessGroup& g) -> absl::Status {
+    // AllReduce: the buffer's bytes count.
+    const std::vector<uint64_t> counts = {kMin / 4 - 1, kMin / 4};
+    const std::vector<uint64_t> through_shm = {0, 1};
+    if (absl::Status s = CheckAllReduces(g, 2, counts, through_shm); !s.ok()) {
       return s;
-    return gathered.Expect("allgather", 0, 3 * kCount, [&](size_t i) {
-      return InputBits(DType::kF32, static_cast<int>(i / kCount), i % kCount);
+    }
+    // ReduceScatter: the whole send counts, 2 x 512 KiB of bf16 here.
+    const size_t count = kMin / 2 / 2;
+    Data send(DType::kBF16, 2 * count), own(DType::kBF16, count);
+    send.Fill(0, 2 * count, g.rank());
+    if (absl::Status s = ReduceScatter(g, send.all(), own.all(), {}); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = own.Expect("reducescatter", 0, count,
+                                    [&](size_t i) {
+                                      return Reduced(DType::kBF16,
+                                                     ReduceOp::kSum, 2,
+                                                     g.rank() * count + i);
+                                    });
+        !s.ok())
+      return s;
+    if (g.shared_memory_collectives() != 2) {
+      return absl::InternalError(absl::StrCat(
+          "after the reduce-scatter: ", g.shared_memory_collectives(),
+          " through shared memory, want 2"));
+    }
+    return absl::OkStatus();
+  })));
+}
+
+// One rank that may not use shared memory keeps every rank on TCP, decided
+// once at Create.
+TEST(GlooProcessGroup, OneRankWithoutSharedMemoryKeepsEveryRankOnTcp) {
+  auto groups = CreateGroups(3, [&](int r) { return TestOptions(r != 2); });
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  for (const auto& g : *groups) EXPECT_FALSE(g->uses_shared_memory());
+  EXPECT_TRUE(AllOk(RunRanks(*groups, [&](GlooProcessGroup& g) -> absl::Status {
+    Data x(DType::kBF16, 5000);
+    x.Fill(0, 5000, g.rank());
+    if (absl::Status s = AllReduce(g, x.all()); !s.ok()) return s;
+    if (g.shared_memory_collectives() != 0) {
+      return absl::InternalError("used shared memory");
+    }
+    return x.Expect("allreduce", 0, 5000, [&](size_t i) {
+      return Reduced(DType::kBF16, ReduceOp::kSum, 3, i);
     });
   })));
+}
+
+// The names in /dev/shm that this process's groups made.
+std::vector<std::string> OurSharedMemoryNames() {
+  std::vector<std::string> names;
+  const std::string prefix = absl::StrCat("chunkzero-gloo-", getpid(), "-");
+  std::error_code error;
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/dev/shm", error)) {
+    const std::string name = entry.path().filename().string();
+    if (absl::StartsWith(name, prefix)) names.push_back(name);
+  }
+  return names;
+}
+
+// Every segment is unlinked once all ranks have opened it: nothing is left
+// in /dev/shm for a killed job to leak, while the group works.
+TEST(GlooProcessGroup, NoSharedMemoryNameOutlivesCreate) {
+  auto groups = CreateGroups(3);
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  for (const auto& g : *groups) EXPECT_TRUE(g->uses_shared_memory());
+  EXPECT_THAT(OurSharedMemoryNames(), ::testing::IsEmpty());
+  EXPECT_TRUE(AllOk(RunRanks(*groups, [&](GlooProcessGroup& g) {
+    Data x(DType::kF16, 300);
+    x.Fill(0, 300, g.rank());
+    return AllReduce(g, x.all());
+  })));
+  EXPECT_THAT(OurSharedMemoryNames(), ::testing::IsEmpty());
 }
 
 // ---------------------------------------------------------------------------
@@ -749,15 +964,20 @@ TEST(GlooProcessGroup, ArgumentErrorsComeBackAsFailedWorkLikeEveryBackend) {
 // One rank's part: join through `dir`, all-reduce, check, and stay connected
 // until every rank is done.
 absl::Status RunFileStoreRank(int rank, int size, const std::string& dir) {
-  GlooOptions options;
-  options.timeout = absl::Seconds(20);
+  GlooOptions options = TestOptions();
   auto g = GlooProcessGroup::CreateWithFileStore(rank, size, dir, options);
   if (!g.ok()) return g.status();
   AllReduceOptions opts;
   opts.timeout = absl::Seconds(20);
   Data x(DType::kBF16, 100);
   x.Fill(0, 100, rank);
+  if (!(*g)->uses_shared_memory()) {
+    return absl::InternalError("processes on one host did not share memory");
+  }
   if (absl::Status s = AllReduce(**g, x.all(), opts); !s.ok()) return s;
+  if ((*g)->shared_memory_collectives() != 1) {
+    return absl::InternalError("the all-reduce did not use shared memory");
+  }
   if (absl::Status s = x.Expect("allreduce", 0, 100,
                                 [&](size_t i) {
                                   return Reduced(DType::kBF16, ReduceOp::kSum,

@@ -178,11 +178,12 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
   const double expected = ExpectedCommBytesPerStep(o, r.parameters);
   absl::StrAppendFormat(
       &s,
-      "\nComm per step, rank 0 (bus bytes): %s; DESIGN.md section 7 "
+      "\nComm per step, rank 0 (bus bytes, %s): %s; DESIGN.md section 7 "
       "gives %s for Psi (ratio %.3f: chunk padding, the tied wte's chunk "
       "gathered again for the output layer, and the small agreement "
       "all-reduces make up the difference)\n",
-      Bytes(comm), Bytes(expected), expected > 0 ? comm / expected : 0.0);
+      r.comm_transport.empty() ? "?" : r.comm_transport, Bytes(comm),
+      Bytes(expected), expected > 0 ? comm / expected : 0.0);
 
   // Speed, over the steps after the first (which builds the states).
   double time = 0, tokens_per_s = 0;

@@ -110,6 +110,7 @@ TrainResult Synthetic(int64_t peak, int64_t at_rest) {
   r.at_rest_bytes = {at_rest - 10, at_rest};
   r.threads_per_rank = 2;
   r.gemm_kernel = "onednn 9.9.9 matmul brg:avx9";
+  r.comm_transport = "gloo, shared memory for collectives from 1 MiB";
   return r;
 }
 
@@ -148,6 +149,8 @@ TEST(FormatSummaryTest, TargetMet) {
   EXPECT_THAT(s, HasSubstr("1.000, met\n"));
   EXPECT_THAT(s, Not(HasSubstr("NOT MET")));
   // 2000 + 1000 bus bytes in steps 2 and 3; 3 x 2 x 1000 x 1/2 expected.
+  EXPECT_THAT(s, HasSubstr("Comm per step, rank 0 (bus bytes, gloo, shared "
+                           "memory for collectives from 1 MiB): 2.9 KiB;"));
   EXPECT_THAT(s, HasSubstr("(ratio 1.000:"));
   EXPECT_THAT(s, HasSubstr("Speed: 0.500 s per step, 100 tokens/s"));
   EXPECT_EQ(s.back(), '\n');

@@ -336,6 +336,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   std::unique_ptr<gloo::rendezvous::HashStore> store;
   if (options.backend == Backend::kInProcess) {
     world = std::make_unique<comm::InProcessWorld>(options.world_size);
+    result.comm_transport = "in-process";
   } else if (options.rank < 0) {
     store = std::make_unique<gloo::rendezvous::HashStore>();
   }
@@ -393,6 +394,14 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
       if (created.ok()) {
         gloo_group = *std::move(created);
         group = gloo_group.get();
+        if (r == 0) {
+          result.comm_transport =
+              gloo_group->uses_shared_memory()
+                  ? absl::StrFormat(
+                        "gloo, shared memory for collectives from %.4g MiB",
+                        gloo_options.min_shared_memory_bytes / 1048576.0)
+                  : "gloo over TCP";
+        }
       } else {
         status = created.status();
       }

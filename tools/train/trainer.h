@@ -69,6 +69,10 @@ struct TrainResult {
   // What runs the matrix products (gemm::GemmKernelName of the precision
   // they multiply in).
   std::string gemm_kernel;
+  // How rank 0's collectives move their data: "in-process", "gloo over TCP"
+  // or "gloo, shared memory for collectives from 1 MiB" (GlooProcessGroup's
+  // ranks on one host; smaller collectives stay on TCP).
+  std::string comm_transport;
 };
 
 // Called after every step on rank 0; an error ends the run with it (for

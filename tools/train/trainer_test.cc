@@ -735,6 +735,10 @@ TEST(TrainerTest, GlooEqualsInProcessBitForBit) {
     const TrainResult inproc = Train(o);
     o.backend = Backend::kGloo;
     const TrainResult gloo = Train(o);
+    // Ranks as threads share a host: the data goes through shared memory.
+    EXPECT_EQ(inproc.comm_transport, "in-process");
+    EXPECT_EQ(gloo.comm_transport,
+              "gloo, shared memory for collectives from 1 MiB");
     ASSERT_EQ(gloo.steps.size(), inproc.steps.size());
     for (size_t i = 0; i < inproc.steps.size(); ++i) {
       EXPECT_EQ(gloo.steps[i].loss, inproc.steps[i].loss) << i;
