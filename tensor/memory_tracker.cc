@@ -3,6 +3,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/system_memory.h"
 
 namespace chunkzero {
 
@@ -28,6 +34,63 @@ absl::string_view MemoryCategoryName(MemoryCategory category) {
 
 void MemoryTracker::Add(Device device, MemoryCategory category, int64_t bytes) {
   MutexLock lock(&mu_);
+  AddLocked(device, category, bytes);
+}
+
+absl::Status MemoryTracker::TryAdd(Device device, MemoryCategory category,
+                                   int64_t bytes) {
+  MutexLock lock(&mu_);
+  absl::Status room = CheckRoomLocked(device, category, bytes);
+  if (room.ok()) AddLocked(device, category, bytes);
+  return room;
+}
+
+absl::Status MemoryTracker::CheckRoom(Device device, MemoryCategory category,
+                                      int64_t bytes) const {
+  MutexLock lock(&mu_);
+  return CheckRoomLocked(device, category, bytes);
+}
+
+absl::Status MemoryTracker::CheckRoomLocked(Device device,
+                                            MemoryCategory category,
+                                            int64_t bytes) const {
+  if (bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(device.ToString(), ": cannot hold ", bytes, " bytes of ",
+                     MemoryCategoryName(category)));
+  }
+  const auto limit = limits_.find(device);
+  if (limit == limits_.end()) return absl::OkStatus();
+  const auto found = usage_.find(device);
+  const DeviceUsage usage =
+      found == usage_.end() ? DeviceUsage{} : found->second;
+  const int64_t held = usage.total.current;
+  // held <= limit is not guaranteed (SetLimit may come after Add), so
+  // compare without subtracting from the limit.
+  if (bytes <= limit->second && held <= limit->second - bytes) {
+    return absl::OkStatus();
+  }
+  std::vector<std::string> parts;
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    const int64_t current = usage.by_category[c].current;
+    if (current == 0) continue;
+    parts.push_back(
+        absl::StrCat(MemoryCategoryName(static_cast<MemoryCategory>(c)), " ",
+                     FormatBytes(static_cast<double>(current))));
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      device.ToString(), ": cannot hold ",
+      FormatBytes(static_cast<double>(bytes)), " more of ",
+      MemoryCategoryName(category), ": ",
+      FormatBytes(static_cast<double>(held)), " of its ",
+      FormatBytes(static_cast<double>(limit->second)),
+      " device memory limit are held",
+      parts.empty() ? ""
+                    : absl::StrCat(" (", absl::StrJoin(parts, ", "), ")")));
+}
+
+void MemoryTracker::AddLocked(Device device, MemoryCategory category,
+                              int64_t bytes) {
   DeviceUsage& usage = usage_[device];
   MemoryUsage& cat = usage.by_category[static_cast<int>(category)];
   cat.current += bytes;
@@ -88,6 +151,23 @@ MemoryTracker::Snapshot MemoryTracker::Snap() const {
     snapshot.total[device] = usage.total;
   }
   return snapshot;
+}
+
+void MemoryTracker::SetLimit(Device device, int64_t bytes) {
+  MutexLock lock(&mu_);
+  limits_[device] = std::max<int64_t>(bytes, 0);
+}
+
+void MemoryTracker::ClearLimit(Device device) {
+  MutexLock lock(&mu_);
+  limits_.erase(device);
+}
+
+std::optional<int64_t> MemoryTracker::Limit(Device device) const {
+  MutexLock lock(&mu_);
+  const auto it = limits_.find(device);
+  if (it == limits_.end()) return std::nullopt;
+  return it->second;
 }
 
 void MemoryTracker::ResetPeaks() {

@@ -10,17 +10,30 @@
 // ranks are threads of one process. Counts are of requested bytes, not of
 // whatever an allocator rounds them up to, so tests can check exact figures.
 //
+// A device may have a memory limit (SetLimit): TryAdd then refuses what
+// would take the device's total past it, with a ResourceExhausted that
+// names the device, the category, the bytes asked for and the bytes held.
+// Storage allocates through CheckRoom and TryAdd, so a limit caps everything a
+// rank's storages hold on the device (--device_memory_limit of the train job),
+// the way a GPU's memory caps what its allocator can hand out.
+//
+//   tracker.SetLimit(Device::Simulated(0), 1 << 30);
+//   CZ_RETURN_IF_ERROR(tracker.TryAdd(Device::Simulated(0),
+//                                     MemoryCategory::kParam, bytes));
+//
 // Thread-safe: all methods may be called concurrently. Peaks are exact: each
-// update is applied and compared under one lock.
+// update is applied and compared under one lock, and so is each limit check.
 #ifndef CHUNKZERO_TENSOR_MEMORY_TRACKER_H_
 #define CHUNKZERO_TENSOR_MEMORY_TRACKER_H_
 
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "base/mutex.h"
 #include "tensor/device.h"
@@ -58,8 +71,27 @@ class MemoryTracker {
 
   // Records `bytes` newly allocated (Add) or released (Subtract).
   // REQUIRES: Subtract never takes a pair below zero (a CHECK-level bug).
+  // Add counts the bytes whatever the limit (for memory that is already
+  // held); TryAdd counts them only if the device's total stays within its
+  // limit, and is ResourceExhausted otherwise (nothing counted), e.g.
+  // "sim:0: cannot hold 4.00 MiB more of param: 14.00 MiB of its 16.00 MiB
+  // device memory limit are held (param 8.00 MiB, activation 6.00 MiB)".
   void Add(Device device, MemoryCategory category, int64_t bytes);
+  [[nodiscard]] absl::Status TryAdd(Device device, MemoryCategory category,
+                                    int64_t bytes);
+  // What TryAdd would return now, counting nothing: for a caller that
+  // checks before it allocates and counts (TryAdd) once it holds the memory,
+  // so that a failed allocation never shows in a peak.
+  [[nodiscard]] absl::Status CheckRoom(Device device, MemoryCategory category,
+                                       int64_t bytes) const;
   void Subtract(Device device, MemoryCategory category, int64_t bytes);
+
+  // Caps the bytes TryAdd lets `device` hold in all (>= 0). A limit below
+  // what is held already refuses every TryAdd on the device until enough
+  // is released; nothing held is taken away.
+  void SetLimit(Device device, int64_t bytes);
+  void ClearLimit(Device device);
+  std::optional<int64_t> Limit(Device device) const;
 
   int64_t Current(Device device, MemoryCategory category) const;
   int64_t Peak(Device device, MemoryCategory category) const;
@@ -83,8 +115,15 @@ class MemoryTracker {
     MemoryUsage total;
   };
 
+  void AddLocked(Device device, MemoryCategory category, int64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckRoomLocked(Device device, MemoryCategory category,
+                               int64_t bytes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   mutable Mutex mu_;
   std::map<Device, DeviceUsage> usage_ ABSL_GUARDED_BY(mu_);
+  std::map<Device, int64_t> limits_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace chunkzero

@@ -1,8 +1,12 @@
 #include "tensor/memory_tracker.h"
 
+#include <atomic>
+#include <cstdint>
+#include <limits>
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "gtest/gtest.h"
 
 namespace chunkzero {
@@ -69,6 +73,89 @@ TEST(MemoryTracker, ConcurrentUpdatesAreExact) {
   // The peak is at least the final value and at most final + 1+2+3+4.
   EXPECT_GE(t.Peak(kCpu, MemoryCategory::kParam), 4000);
   EXPECT_LE(t.Peak(kCpu, MemoryCategory::kParam), 4010);
+}
+
+TEST(MemoryTracker, TryAddStaysWithinTheDeviceLimit) {
+  MemoryTracker t;
+  EXPECT_EQ(t.Limit(kSim), std::nullopt);
+  t.SetLimit(kSim, 16 << 20);
+  EXPECT_EQ(t.Limit(kSim), 16 << 20);
+  ASSERT_TRUE(t.TryAdd(kSim, MemoryCategory::kParam, 8 << 20).ok());
+  ASSERT_TRUE(t.TryAdd(kSim, MemoryCategory::kActivation, 6 << 20).ok());
+  // Exactly up to the limit fits; one byte more does not.
+  ASSERT_TRUE(t.CheckRoom(kSim, MemoryCategory::kGradAccum, 2 << 20).ok());
+  const absl::Status refused =
+      t.TryAdd(kSim, MemoryCategory::kParam, (2 << 20) + 1);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.message(),
+            "sim:0: cannot hold 2.00 MiB more of param: 14.00 MiB of its "
+            "16.00 MiB device memory limit are held (param 8.00 MiB, "
+            "activation 6.00 MiB)");
+  EXPECT_EQ(t.CheckRoom(kSim, MemoryCategory::kParam, (2 << 20) + 1), refused);
+  // A refusal counts nothing, in the current figures or the peaks.
+  EXPECT_EQ(t.CurrentTotal(kSim), 14 << 20);
+  EXPECT_EQ(t.PeakTotal(kSim), 14 << 20);
+  EXPECT_EQ(t.Peak(kSim, MemoryCategory::kParam), 8 << 20);
+  ASSERT_TRUE(t.TryAdd(kSim, MemoryCategory::kGradAccum, 2 << 20).ok());
+  EXPECT_EQ(t.CurrentTotal(kSim), 16 << 20);
+  // Other devices have no limit.
+  ASSERT_TRUE(t.TryAdd(kCpu, MemoryCategory::kParam, int64_t{1} << 40).ok());
+}
+
+TEST(MemoryTracker, ALimitBelowWhatIsHeldRefusesUntilMemoryIsReleased) {
+  MemoryTracker t;
+  t.Add(kSim, MemoryCategory::kMaster, 1000);
+  t.SetLimit(kSim, 600);
+  EXPECT_EQ(t.TryAdd(kSim, MemoryCategory::kMaster, 1).message(),
+            "sim:0: cannot hold 1 B more of master: 1000 B of its 600 B "
+            "device memory limit are held (master 1000 B)");
+  t.Subtract(kSim, MemoryCategory::kMaster, 500);
+  EXPECT_TRUE(t.TryAdd(kSim, MemoryCategory::kMaster, 100).ok());
+  EXPECT_FALSE(t.TryAdd(kSim, MemoryCategory::kMaster, 1).ok());
+  // Add counts whatever the limit: it records memory already held.
+  t.Add(kSim, MemoryCategory::kMaster, 50);
+  EXPECT_EQ(t.CurrentTotal(kSim), 650);
+  t.ClearLimit(kSim);
+  EXPECT_EQ(t.Limit(kSim), std::nullopt);
+  EXPECT_TRUE(t.TryAdd(kSim, MemoryCategory::kMaster, 1 << 30).ok());
+}
+
+TEST(MemoryTracker, LimitArithmeticNeverOverflows) {
+  MemoryTracker t;
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  t.SetLimit(kSim, kMax);
+  ASSERT_TRUE(t.TryAdd(kSim, MemoryCategory::kParam, kMax - 10).ok());
+  EXPECT_EQ(t.TryAdd(kSim, MemoryCategory::kParam, kMax).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(t.TryAdd(kSim, MemoryCategory::kParam, 10).ok());
+  EXPECT_EQ(t.TryAdd(kSim, MemoryCategory::kParam, 1).code(),
+            absl::StatusCode::kResourceExhausted);
+  // A negative limit is a limit of 0; negative bytes are refused.
+  t.SetLimit(kCpu, -5);
+  EXPECT_EQ(t.Limit(kCpu), 0);
+  EXPECT_TRUE(t.TryAdd(kCpu, MemoryCategory::kParam, 0).ok());
+  EXPECT_EQ(t.TryAdd(kCpu, MemoryCategory::kParam, 1).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(t.TryAdd(kCpu, MemoryCategory::kParam, -1).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(MemoryTracker, ConcurrentTryAddsNeverPassTheLimit) {
+  MemoryTracker t;
+  t.SetLimit(kSim, 2500);
+  std::atomic<int> accepted{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      for (int k = 0; k < 1000; ++k) {
+        if (t.TryAdd(kSim, MemoryCategory::kParam, 1).ok()) ++accepted;
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(accepted.load(), 2500);
+  EXPECT_EQ(t.CurrentTotal(kSim), 2500);
+  EXPECT_EQ(t.PeakTotal(kSim), 2500);
 }
 
 TEST(MemoryTracker, CategoryNames) {

@@ -26,10 +26,23 @@ AllocatorRegistry& Storage::allocators() const {
 
 absl::StatusOr<void*> Storage::AllocateOn(Device device) {
   CZ_ASSIGN_OR_RETURN(Allocator * allocator, allocators().Get(device));
+  const int64_t bytes = static_cast<int64_t>(nbytes_);
+  // The device's memory limit first, so that a request past it never
+  // reaches the allocator; counted once the memory is held, so that a
+  // failed allocation never shows in a peak. Between the two another
+  // thread may have taken the room: TryAdd checks again.
+  if (options_.tracker != nullptr) {
+    CZ_RETURN_IF_ERROR(
+        options_.tracker->CheckRoom(device, options_.category, bytes));
+  }
   CZ_ASSIGN_OR_RETURN(void* data, allocator->Allocate(nbytes_));
   if (options_.tracker != nullptr) {
-    options_.tracker->Add(device, options_.category,
-                          static_cast<int64_t>(nbytes_));
+    absl::Status counted =
+        options_.tracker->TryAdd(device, options_.category, bytes);
+    if (!counted.ok()) {
+      allocator->Deallocate(data, nbytes_);
+      return counted;
+    }
   }
   return data;
 }

@@ -100,6 +100,58 @@ TEST_F(StorageTest, AllocationFailureIsReported) {
       Storage::Create(size_t{1} << 62, Device::Cpu(), options_);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(tracker_.Current(Device::Cpu(), MemoryCategory::kParam), 0);
+  // The failed request shows in no peak.
+  EXPECT_EQ(tracker_.PeakTotal(Device::Cpu()), 0);
+}
+
+// A request past the device's memory limit is refused before it reaches
+// the allocator, naming the device, the category and the bytes.
+TEST_F(StorageTest, TheDeviceMemoryLimitCapsAllocations) {
+  tracker_.SetLimit(Device::Simulated(0), 100);
+  std::shared_ptr<Storage> held =
+      *Storage::Create(64, Device::Simulated(0), options_);
+  StorageOptions activations = options_;
+  activations.category = MemoryCategory::kActivation;
+  absl::StatusOr<std::shared_ptr<Storage>> refused =
+      Storage::Create(40, Device::Simulated(0), activations);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.status().message(),
+            "sim:0: cannot hold 40 B more of activation: 64 B of its 100 B "
+            "device memory limit are held (param 64 B)");
+  EXPECT_EQ(sim_count_.allocations(), 1);
+  EXPECT_EQ(tracker_.PeakTotal(Device::Simulated(0)), 64);
+  // Freeing makes room; Allocate again finds it.
+  std::shared_ptr<Storage> later =
+      Storage::CreateUnallocated(40, Device::Simulated(0), activations);
+  held->Free();
+  ASSERT_TRUE(later->Allocate().ok());
+  EXPECT_FALSE(held->Allocate().ok());
+  EXPECT_FALSE(held->allocated());
+  // The host has no limit.
+  EXPECT_TRUE(Storage::Create(1000, Device::Cpu(), options_).ok());
+}
+
+// Moving into a device without room fails and leaves the storage where it
+// was, its contents and its accounting untouched.
+TEST_F(StorageTest, MoveIntoAFullDeviceChangesNothing) {
+  tracker_.SetLimit(Device::Simulated(0), 8);
+  std::shared_ptr<Storage> s = *Storage::Create(16, Device::Cpu(), options_);
+  std::memcpy(s->data(), "0123456789abcdef", 16);
+  void* before = s->data();
+  absl::Status moved = s->MoveTo(Device::Simulated(0));
+  EXPECT_EQ(moved.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(moved.message().find("sim:0: cannot hold 16 B more of param"),
+            absl::string_view::npos)
+      << moved;
+  EXPECT_NE(moved.message().find("moving 16 bytes from cpu"),
+            absl::string_view::npos)
+      << moved;
+  EXPECT_EQ(s->device(), Device::Cpu());
+  EXPECT_EQ(s->data(), before);
+  EXPECT_EQ(std::memcmp(s->data(), "0123456789abcdef", 16), 0);
+  EXPECT_EQ(sim_count_.allocations(), 0);
+  EXPECT_EQ(tracker_.CurrentTotal(Device::Simulated(0)), 0);
+  EXPECT_EQ(tracker_.Current(Device::Cpu(), MemoryCategory::kParam), 16);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <type_traits>
 #include <utility>
 
 #include "absl/functional/function_ref.h"
@@ -163,7 +164,11 @@ GptModel::GptModel(const GptConfig& config)
       acts_(std::make_unique<Activations>()),
       scratch_(std::make_unique<Scratch>()) {}
 
-GptModel::~GptModel() = default;
+GptModel::~GptModel() {
+  if (tracker_ != nullptr) {
+    tracker_->Subtract(device_, MemoryCategory::kActivation, reported_);
+  }
+}
 
 absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
     const GptConfig& config, uint64_t seed, DType dtype) {
@@ -315,7 +320,13 @@ absl::Status GptModel::Weights(const ScopeParams& scope, ScopeWeights* out) {
     if (data.dtype() != DType::kF32 && !bits_only(i)) widen += data.numel();
   }
   // Grows once to the largest 16-bit scope, then is reused.
-  if (widen_.size() < widen) widen_.resize(widen);
+  if (widen_.size() < widen) {
+    CZ_RETURN_IF_ERROR(
+        Hold(workspace_bytes() +
+             static_cast<int64_t>((widen - widen_.size()) * sizeof(float))),
+        "widening the weights of parameter '", scope.params[0]->name(), "'");
+    widen_.resize(widen);
+  }
   size_t offset = 0;
   for (size_t i = 0; i < scope.index.size(); ++i) {
     const Tensor& data = scope.params[i]->data();
@@ -386,43 +397,101 @@ absl::Status GptModel::LayerNormBackward(ParamHooks& hooks,
                      });
 }
 
-void GptModel::ResizeBuffers(int batch, int seq) {
-  Activations& a = *acts_;
-  if (a.batch == batch && a.seq == seq) return;
-  a.batch = batch;
-  a.seq = seq;
+template <typename Fn>
+void GptModel::VisitBuffers(int batch, int seq, Fn fn) {
   const size_t L = config_.layers, C = config_.d_model, V = config_.vocab;
   const size_t N = static_cast<size_t>(batch) * seq;
   const size_t att = static_cast<size_t>(batch) * config_.heads * seq * seq;
-  // shrink_to_fit-free: a smaller batch keeps the larger allocation.
-  a.tokens.resize(N);
-  a.targets.resize(N);
-  a.encoded.resize(N * C);
-  a.ln1.resize(L * N * C);
-  a.ln1_mean.resize(L * N);
-  a.ln1_rstd.resize(L * N);
-  a.qkv.resize(L * N * 3 * C);
-  a.att.resize(L * att);
-  a.atty.resize(L * N * C);
-  a.res2.resize(L * N * C);
-  a.ln2.resize(L * N * C);
-  a.ln2_mean.resize(L * N);
-  a.ln2_rstd.resize(L * N);
-  a.fch.resize(L * N * 4 * C);
-  a.fch_gelu.resize(L * N * 4 * C);
-  a.res3.resize(L * N * C);
-  a.lnf.resize(N * C);
-  a.lnf_mean.resize(N);
-  a.lnf_rstd.resize(N);
-  a.probs.resize(N * V);
-  a.row_losses.resize(N);
+  Activations& a = *acts_;
+  fn(a.tokens, N);
+  fn(a.targets, N);
+  fn(a.encoded, N * C);
+  fn(a.ln1, L * N * C);
+  fn(a.ln1_mean, L * N);
+  fn(a.ln1_rstd, L * N);
+  fn(a.qkv, L * N * 3 * C);
+  fn(a.att, L * att);
+  fn(a.atty, L * N * C);
+  fn(a.res2, L * N * C);
+  fn(a.ln2, L * N * C);
+  fn(a.ln2_mean, L * N);
+  fn(a.ln2_rstd, L * N);
+  fn(a.fch, L * N * 4 * C);
+  fn(a.fch_gelu, L * N * 4 * C);
+  fn(a.res3, L * N * C);
+  fn(a.lnf, N * C);
+  fn(a.lnf_mean, N);
+  fn(a.lnf_rstd, N);
+  fn(a.probs, N * V);
+  fn(a.row_losses, N);
   Scratch& s = *scratch_;
-  s.dresidual.resize(N * C);
-  s.dln.resize(N * C);
-  s.datty.resize(N * C);
-  s.dqkv.resize(N * 3 * C);
-  s.dfch.resize(N * 4 * C);
-  s.datt.resize(att);
+  fn(s.dresidual, N * C);
+  fn(s.dln, N * C);
+  fn(s.datty, N * C);
+  fn(s.dqkv, N * 3 * C);
+  fn(s.dfch, N * 4 * C);
+  fn(s.datt, att);
+}
+
+absl::Status GptModel::ResizeBuffers(int batch, int seq) {
+  Activations& a = *acts_;
+  if (a.batch == batch && a.seq == seq) return absl::OkStatus();
+  int64_t bytes = 0;
+  VisitBuffers(batch, seq, [&](auto& buffer, size_t n) {
+    bytes += static_cast<int64_t>(n * sizeof(buffer[0]));
+  });
+  // The old buffers go first, so that the limit sees only the new ones.
+  VisitBuffers(0, 0, [](auto& buffer, size_t) {
+    std::decay_t<decltype(buffer)>().swap(buffer);
+  });
+  a.batch = a.seq = 0;
+  const int64_t others = workspace_bytes() - buffer_bytes_;
+  buffer_bytes_ = 0;
+  CZ_RETURN_IF_ERROR(Hold(others));
+  CZ_RETURN_IF_ERROR(Hold(others + bytes));
+  VisitBuffers(batch, seq, [](auto& buffer, size_t n) {
+    std::decay_t<decltype(buffer)>(n).swap(buffer);
+  });
+  buffer_bytes_ = bytes;
+  a.batch = batch;
+  a.seq = seq;
+  return absl::OkStatus();
+}
+
+int64_t GptModel::workspace_bytes() const {
+  return buffer_bytes_ + static_cast<int64_t>(grad_buffer_.nbytes()) +
+         static_cast<int64_t>(widen_.size() * sizeof(float));
+}
+
+absl::Status GptModel::Hold(int64_t bytes) {
+  if (tracker_ != nullptr) {
+    if (bytes > reported_) {
+      CZ_RETURN_IF_ERROR(tracker_->TryAdd(device_, MemoryCategory::kActivation,
+                                          bytes - reported_));
+    } else if (bytes < reported_) {
+      tracker_->Subtract(device_, MemoryCategory::kActivation,
+                         reported_ - bytes);
+    }
+  }
+  reported_ = bytes;
+  return absl::OkStatus();
+}
+
+absl::Status GptModel::set_memory_accounting(MemoryTracker* tracker,
+                                             Device device) {
+  const int64_t held = workspace_bytes();
+  if (tracker != nullptr) {
+    CZ_RETURN_IF_ERROR(
+        tracker->TryAdd(device, MemoryCategory::kActivation, held),
+        "GptModel: the working buffers it holds");
+  }
+  if (tracker_ != nullptr) {
+    tracker_->Subtract(device_, MemoryCategory::kActivation, reported_);
+  }
+  tracker_ = tracker;
+  device_ = device;
+  reported_ = held;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<float> GptModel::Forward(ParamHooks& hooks, int batch, int seq,
@@ -451,7 +520,9 @@ absl::StatusOr<float> GptModel::Forward(ParamHooks& hooks, int batch, int seq,
       }
     }
   }
-  ResizeBuffers(batch, seq);
+  CZ_RETURN_IF_ERROR(ResizeBuffers(batch, seq),
+                     "GptModel::Forward: ", "activations for batch ", batch,
+                     " x seq ", seq);
   Activations& a = *acts_;
   std::copy(tokens.begin(), tokens.end(), a.tokens.begin());
   std::copy(targets.begin(), targets.end(), a.targets.begin());

@@ -60,7 +60,10 @@
 //
 // Memory: activations for Backward are kept per layer (16 N C + NH T^2 B
 // floats per block, N = B T) plus N V floats of probabilities; they and
-// the scratch buffers are reused across steps while B and T stay the same.
+// the scratch buffers are reused across steps while B and T stay the same,
+// and made again, exactly as large as needed, when they change.
+// set_memory_accounting reports them (and the model's other working
+// buffers) to a MemoryTracker, whose device limit then caps them.
 //
 // Thread-safety: a model is used by one thread at a time.
 #ifndef CHUNKZERO_MODELS_GPT2_GPT_MODEL_H_
@@ -80,7 +83,9 @@
 #include "ddp/param_hooks.h"
 #include "ddp/parameter.h"
 #include "models/gpt2/gemm.h"
+#include "tensor/device.h"
 #include "tensor/dtype.h"
+#include "tensor/memory_tracker.h"
 #include "tensor/tensor.h"
 
 namespace chunkzero {
@@ -171,6 +176,21 @@ class GptModel final : public Module {
       ParamHooks& hooks, int batch, int seq, absl::Span<const int32_t> tokens,
       absl::Span<const int32_t> targets);
 
+  // Reports the memory the model holds for computing (activations,
+  // Backward's scratch, the grad buffer handed to the hooks, widened 16-bit
+  // weights: workspace_bytes()) to `tracker` as MemoryCategory::kActivation
+  // on `device`, the device the model computes for; the device's memory
+  // limit (MemoryTracker::SetLimit) then caps them, and a Forward whose
+  // buffers would pass it fails with ResourceExhausted before it allocates
+  // them. What is held moves from the previous tracker (if any) to this
+  // one; ResourceExhausted if it does not fit there (nothing changes then).
+  // nullptr stops reporting. The tracker must outlive the model or be
+  // replaced before it goes.
+  [[nodiscard]] absl::Status set_memory_accounting(MemoryTracker* tracker,
+                                                   Device device);
+  // The bytes held for computing now, as reported above.
+  int64_t workspace_bytes() const;
+
   // Backward of the last Forward with d(loss) = loss_grad_scale (a loss
   // scaler passes its scale; the grads are then scaled by it). Hands every
   // parameter's grad for each use to `hooks`. FailedPrecondition without a
@@ -220,7 +240,18 @@ class GptModel final : public Module {
   [[nodiscard]] absl::Status LayerNormBackward(
       ParamHooks& hooks, const ScopeParams& scope, float* dx, const float* dout,
       const float* x, const float* mean, const float* rstd);
-  void ResizeBuffers(int batch, int seq);
+  // Makes the activations and scratch for `batch` x `seq` (all of them
+  // again, exactly as large as needed, when the shape changes), within the
+  // accounting's limit.
+  [[nodiscard]] absl::Status ResizeBuffers(int batch, int seq);
+  // Calls fn(buffer, elements) for every activation and scratch vector and
+  // its size for `batch` x `seq`.
+  template <typename Fn>
+  void VisitBuffers(int batch, int seq, Fn fn);
+  // Reports `bytes` held for computing (the new workspace_bytes()) to the
+  // tracker: ResourceExhausted, with nothing changed, if the growth does not
+  // fit under its limit.
+  [[nodiscard]] absl::Status Hold(int64_t bytes);
 
   GptConfig config_;
   gemm::Precision matmul_precision_ = gemm::Precision::kF32;
@@ -233,6 +264,11 @@ class GptModel final : public Module {
   std::unique_ptr<Scratch> scratch_;
   Tensor grad_buffer_;  // f32, big enough for the largest scope's grads.
   bool have_forward_ = false;
+  int64_t buffer_bytes_ = 0;  // Of the activation and scratch vectors.
+  // Where workspace_bytes() are reported, and how many are.
+  MemoryTracker* tracker_ = nullptr;
+  Device device_ = Device::Cpu();
+  int64_t reported_ = 0;
 };
 
 }  // namespace chunkzero

@@ -635,6 +635,95 @@ TEST(GptConfigTest, ValidateNamesTheField) {
   EXPECT_TRUE(TinyConfig().Validate().ok());
 }
 
+// TinyConfig (L 2, C 8, NH 2, P 6, V 11): the grad buffer holds the largest
+// scope's grads, the MLP's 8*32 + 32 + 32*8 + 8 = 552 floats (2208 B). For
+// batch B x seq T (N = B T, A = B NH T^2) the activations are 4 N int32
+// bytes twice, 8 N for the f64 row losses, and floats: per block 16 N C + 4 N
+// + A, plus N C (embedding), N C + 2 N (ln_f) and N V (probabilities);
+// Backward's scratch 10 N C + A.
+int64_t TinyBufferBytes(int B, int T) {
+  const int64_t L = 2, C = 8, NH = 2, V = 11, N = B * T, A = B * NH * T * T;
+  const int64_t floats = L * (16 * N * C + 4 * N + A) + N * C + N * C + 2 * N +
+                         N * V + 10 * N * C + A;
+  return 4 * N * 2 + 8 * N + 4 * floats;
+}
+
+TEST(GptModelTest, WorkspaceIsReportedAndCappedByTheDeviceLimit) {
+  const Device sim = Device::Simulated(0);
+  auto model = *GptModel::Create(TinyConfig(), 3);
+  auto unaccounted = *GptModel::Create(TinyConfig(), 3);
+  EXPECT_EQ(TinyBufferBytes(2, 3), 9480);
+  EXPECT_EQ(model->workspace_bytes(), 2208);
+  MemoryTracker tracker;
+  ASSERT_TRUE(model->set_memory_accounting(&tracker, sim).ok());
+  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 2208);
+  const std::vector<int32_t> tokens = RandomTokens(6, 11, 2);
+  LocalHooks hooks;
+  absl::StatusOr<float> loss = model->Forward(hooks, 2, 3, tokens, tokens);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_EQ(model->workspace_bytes(), 2208 + 9480);
+  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 2208 + 9480);
+  ASSERT_TRUE(model->Backward(hooks).ok());
+  ASSERT_TRUE(hooks.EndStep().ok());
+  // Accounting never changes the arithmetic.
+  LocalHooks plain;
+  EXPECT_EQ(*unaccounted->Forward(plain, 2, 3, tokens, tokens), *loss);
+  // A smaller shape holds exactly its own buffers.
+  ASSERT_TRUE(model->Forward(hooks, 1, 3, {1, 2, 3}, {2, 3, 4}).ok());
+  EXPECT_EQ(TinyBufferBytes(1, 3), 4740);
+  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 2208 + 4740);
+  ASSERT_TRUE(model->Backward(hooks).ok());
+  ASSERT_TRUE(hooks.EndStep().ok());
+
+  // Past the limit: refused before the buffers are made, naming them.
+  tracker.SetLimit(sim, 8000);
+  absl::Status refused = model->Forward(hooks, 2, 3, tokens, tokens).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.message(),
+            "sim:0: cannot hold 9.26 KiB more of activation: 2.16 KiB of its "
+            "7.81 KiB device memory limit are held (activation 2.16 KiB); "
+            "GptModel::Forward: activations for batch 2 x seq 3");
+  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 2208);
+  EXPECT_EQ(tracker.Peak(sim, MemoryCategory::kActivation), 2208 + 9480);
+  EXPECT_EQ(model->Backward(hooks).code(),
+            absl::StatusCode::kFailedPrecondition);
+  tracker.ClearLimit(sim);
+  ASSERT_TRUE(model->Forward(hooks, 2, 3, tokens, tokens).ok());
+  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 2208 + 9480);
+  ASSERT_TRUE(model->Backward(hooks).ok());
+  ASSERT_TRUE(hooks.EndStep().ok());
+
+  // Moving the accounting: refused where it does not fit, then moved whole.
+  MemoryTracker other;
+  other.SetLimit(Device::Cpu(), 100);
+  EXPECT_EQ(model->set_memory_accounting(&other, Device::Cpu()).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 2208 + 9480);
+  other.ClearLimit(Device::Cpu());
+  ASSERT_TRUE(model->set_memory_accounting(&other, Device::Cpu()).ok());
+  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 0);
+  EXPECT_EQ(other.Current(Device::Cpu(), MemoryCategory::kActivation),
+            2208 + 9480);
+  model.reset();
+  EXPECT_EQ(other.Current(Device::Cpu(), MemoryCategory::kActivation), 0);
+}
+
+// 16-bit parameters are widened to f32 for the kernels; that buffer is
+// part of the workspace too.
+TEST(GptModelTest, WidenedWeightsAreReported) {
+  const Device sim = Device::Simulated(0);
+  auto model = *GptModel::Create(TinyConfig(), 3, DType::kF16);
+  MemoryTracker tracker;
+  ASSERT_TRUE(model->set_memory_accounting(&tracker, sim).ok());
+  LocalHooks hooks;
+  const std::vector<int32_t> tokens = RandomTokens(6, 11, 2);
+  ASSERT_TRUE(model->Forward(hooks, 2, 3, tokens, tokens).ok());
+  // The largest 16-bit scope is the MLP's 552 values.
+  EXPECT_EQ(model->workspace_bytes(), 2208 + 9480 + 2208);
+  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation),
+            model->workspace_bytes());
+}
+
 TEST(GptModelTest, BadInputsAreErrors) {
   auto model = *GptModel::Create(TinyConfig(), 1);
   LocalHooks hooks;
