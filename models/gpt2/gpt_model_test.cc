@@ -650,11 +650,11 @@ int64_t TinyBufferBytes(int B, int T) {
 
 TEST(GptModelTest, WorkspaceIsReportedAndCappedByTheDeviceLimit) {
   const Device sim = Device::Simulated(0);
+  MemoryTracker tracker, other;  // Outlive the model, which reports to them.
   auto model = *GptModel::Create(TinyConfig(), 3);
   auto unaccounted = *GptModel::Create(TinyConfig(), 3);
   EXPECT_EQ(TinyBufferBytes(2, 3), 9480);
   EXPECT_EQ(model->workspace_bytes(), 2208);
-  MemoryTracker tracker;
   ASSERT_TRUE(model->set_memory_accounting(&tracker, sim).ok());
   EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 2208);
   const std::vector<int32_t> tokens = RandomTokens(6, 11, 2);
@@ -694,7 +694,6 @@ TEST(GptModelTest, WorkspaceIsReportedAndCappedByTheDeviceLimit) {
   ASSERT_TRUE(hooks.EndStep().ok());
 
   // Moving the accounting: refused where it does not fit, then moved whole.
-  MemoryTracker other;
   other.SetLimit(Device::Cpu(), 100);
   EXPECT_EQ(model->set_memory_accounting(&other, Device::Cpu()).code(),
             absl::StatusCode::kResourceExhausted);
@@ -712,8 +711,8 @@ TEST(GptModelTest, WorkspaceIsReportedAndCappedByTheDeviceLimit) {
 // part of the workspace too.
 TEST(GptModelTest, WidenedWeightsAreReported) {
   const Device sim = Device::Simulated(0);
+  MemoryTracker tracker;  // Outlives the model, which reports to it.
   auto model = *GptModel::Create(TinyConfig(), 3, DType::kF16);
-  MemoryTracker tracker;
   ASSERT_TRUE(model->set_memory_accounting(&tracker, sim).ok());
   LocalHooks hooks;
   const std::vector<int32_t> tokens = RandomTokens(6, 11, 2);

@@ -58,14 +58,23 @@ double ExpectedCommBytesPerStep(const TrainOptions& o, int64_t psi) {
   return per_pass * o.grad_accum;
 }
 
+// A rank's peak of model data (chunk payloads) in a step: its total peak
+// less the model's working buffers, which a device memory limit has the
+// tracker count too. Those are held whole from the first forward on, so in
+// any later step the difference is exact.
+int64_t ModelDataPeak(const RankStepMetrics& r) {
+  const auto it = r.peak_bytes.find("activation");
+  return r.peak_total_bytes - (it == r.peak_bytes.end() ? 0 : it->second);
+}
+
 MemoryCheck CheckMemory(const TrainOptions& o, const TrainResult& r) {
   MemoryCheck check;
   if (!r.steps.empty()) {
     const std::vector<RankStepMetrics>& ranks = r.steps.back().ranks;
     for (size_t i = 0; i < ranks.size(); ++i) {
-      if (ranks[i].peak_total_bytes > check.peak) {
+      if (ModelDataPeak(ranks[i]) > check.peak) {
         check.rank = static_cast<int>(i);
-        check.peak = ranks[i].peak_total_bytes;
+        check.peak = ModelDataPeak(ranks[i]);
       }
     }
   }
@@ -132,7 +141,7 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
   for (size_t i = 0; i < ranks.size(); ++i) {
     absl::StrAppendFormat(
         &s, "  %-5d %12s %12s %22s %12s\n", i,
-        Bytes(static_cast<double>(ranks[i].peak_total_bytes)),
+        Bytes(static_cast<double>(ModelDataPeak(ranks[i]))),
         Bytes(i < r.at_rest_bytes.size()
                   ? static_cast<double>(r.at_rest_bytes[i])
                   : 0.0),
@@ -140,7 +149,21 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
               r.parameters),
         Bytes(static_cast<double>(k) * r.parameters / o.world_size));
   }
-  if (o.offload == OffloadPolicy::kOptimizer) {
+  if (o.device_memory_limit > 0) {
+    const auto activations = ranks[0].peak_bytes.find("activation");
+    absl::StrAppendFormat(
+        &s,
+        "  device: sim:0 peaks at %s of its %s limit on rank 0 (%s of it "
+        "the model's activations and working buffers)%s\n",
+        Bytes(static_cast<double>(ranks[0].peak_device_bytes)),
+        Bytes(static_cast<double>(o.device_memory_limit)),
+        Bytes(activations == ranks[0].peak_bytes.end()
+                  ? 0.0
+                  : static_cast<double>(activations->second)),
+        o.offload == OffloadPolicy::kOptimizer
+            ? "; masters and optimizer states live in host memory"
+            : "");
+  } else if (o.offload == OffloadPolicy::kOptimizer) {
     absl::StrAppendFormat(
         &s,
         "  offload: the device (sim:0) peaks at %s on rank 0 (compute "

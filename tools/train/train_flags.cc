@@ -1,5 +1,10 @@
 #include "tools/train/train_flags.h"
 
+#include <cstdint>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
 namespace chunkzero {
@@ -86,6 +91,37 @@ absl::string_view OffloadFlagValue(OffloadPolicy offload) {
       return "optimizer";
   }
   return "";
+}
+
+absl::StatusOr<int64_t> ParseByteCountFlag(absl::string_view flag,
+                                           absl::string_view value) {
+  const auto bad = [&] {
+    return Bad(flag, value,
+               "want a byte count such as 1073741824, 512MiB or 4GiB");
+  };
+  size_t digits = 0;
+  while (digits < value.size() && absl::ascii_isdigit(value[digits])) {
+    ++digits;
+  }
+  if (digits == 0) return bad();
+  const absl::string_view unit = value.substr(digits);
+  int shift = -1;
+  const std::pair<absl::string_view, int> units[] = {
+      {"", 0},   {"K", 10},   {"KiB", 10}, {"M", 20},  {"MiB", 20},
+      {"G", 30}, {"GiB", 30}, {"T", 40},   {"TiB", 40}};
+  for (const auto& [name, bits] : units) {
+    if (unit == name) shift = bits;
+  }
+  if (shift < 0) return bad();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  int64_t count = 0;
+  for (size_t i = 0; i < digits; ++i) {
+    const int digit = value[i] - '0';
+    if (count > (kMax - digit) / 10) return bad();
+    count = count * 10 + digit;
+  }
+  if (count > (kMax >> shift)) return bad();
+  return count << shift;
 }
 
 }  // namespace chunkzero

@@ -40,6 +40,13 @@ absl::string_view PrecisionFlagValue(DType dtype);
     absl::string_view value);
 absl::string_view OffloadFlagValue(OffloadPolicy offload);
 
+// A byte count for --`flag`: digits, then optionally a binary unit (K, M,
+// G, T or KiB, MiB, GiB, TiB: powers of 1024), e.g. "1073741824", "512MiB",
+// "4G". InvalidArgument naming the flag for anything else, or a count past
+// 2^63 - 1.
+[[nodiscard]] absl::StatusOr<int64_t> ParseByteCountFlag(
+    absl::string_view flag, absl::string_view value);
+
 }  // namespace chunkzero
 
 #endif  // CHUNKZERO_TOOLS_TRAIN_TRAIN_FLAGS_H_

@@ -1,6 +1,9 @@
 #include "tools/train/train_flags.h"
 
+#include <cstdint>
+
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -47,6 +50,36 @@ TEST(TrainFlags, UnknownValuesNameTheFlagAndWhatItTakes) {
        }) {
     EXPECT_EQ(c.status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(c.status.message()), HasSubstr(c.message));
+  }
+}
+
+TEST(TrainFlags, ByteCountsTakeBinaryUnits) {
+  const struct {
+    const char* text;
+    int64_t bytes;
+  } good[] = {{"0", 0},
+              {"1073741824", int64_t{1} << 30},
+              {"1K", 1024},
+              {"512MiB", int64_t{512} << 20},
+              {"4G", int64_t{4} << 30},
+              {"3GiB", int64_t{3} << 30},
+              {"8TiB", int64_t{8} << 40},
+              {"8388607T", int64_t{8388607} << 40},
+              {"9223372036854775807", INT64_MAX}};
+  for (const auto& [text, bytes] : good) {
+    absl::StatusOr<int64_t> parsed = ParseByteCountFlag("limit", text);
+    ASSERT_TRUE(parsed.ok()) << text << ": " << parsed.status();
+    EXPECT_EQ(*parsed, bytes) << text;
+  }
+  for (const char* text :
+       {"", "abc", "-1", "1.5G", "12 MiB", "1GB", "MiB", "1k", "0x10",
+        "9223372036854775808", "8388608T", "99999999999999999999"}) {
+    const absl::Status status = ParseByteCountFlag("limit", text).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_EQ(status.message(),
+              absl::StrCat("--limit=", text,
+                           ": want a byte count such as 1073741824, 512MiB "
+                           "or 4GiB"));
   }
 }
 

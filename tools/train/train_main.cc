@@ -69,6 +69,10 @@ ABSL_FLAG(std::string, offload,
           std::string(chunkzero::OffloadFlagValue(kDefaults.offload)),
           "none, or optimizer: fp32 masters and optimizer states in host "
           "memory, compute chunks on the device (the simulated device here).");
+ABSL_FLAG(std::string, device_memory_limit, "0",
+          "Bytes each rank's compute device may hold, e.g. 512MiB; 0: no "
+          "limit. With a limit the job computes for the simulated device "
+          "sim:0, and a layout that cannot fit is refused before step 1.");
 ABSL_FLAG(int, max_prefetch, kDefaults.max_prefetch,
           "Chunks gathered ahead of use.");
 ABSL_FLAG(std::string, data, "", "A file read as bytes (vocab 256).");
@@ -142,6 +146,10 @@ absl::Status ParseEnumFlags(chunkzero::TrainOptions* o) {
                                         absl::GetFlag(FLAGS_precision)));
   CZ_ASSIGN_OR_RETURN(
       o->offload, chunkzero::ParseOffloadFlag(absl::GetFlag(FLAGS_offload)));
+  CZ_ASSIGN_OR_RETURN(
+      o->device_memory_limit,
+      chunkzero::ParseByteCountFlag("device_memory_limit",
+                                    absl::GetFlag(FLAGS_device_memory_limit)));
   return absl::OkStatus();
 }
 

@@ -73,6 +73,15 @@ struct TrainOptions {
   // available now (base/system_memory.h). A configuration that needs more
   // is refused before anything is allocated.
   int64_t memory_limit_bytes = 0;
+  // Bytes each rank's compute device may hold (--device_memory_limit); 0:
+  // no limit. With a limit the job computes for the host-backed simulated
+  // device sim:0, as it would on an accelerator: the compute chunks, the
+  // model's activations and working buffers, and (without
+  // --offload=optimizer) the masters and optimizer states live there and
+  // count against it. A configuration whose estimate does not fit is
+  // refused before anything is allocated; a request past the limit while
+  // training is ResourceExhausted naming what asked.
+  int64_t device_memory_limit = 0;
 };
 
 }  // namespace chunkzero

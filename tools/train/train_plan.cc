@@ -127,6 +127,10 @@ absl::Status CheckOptions(const TrainOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "memory_limit_bytes = ", o.memory_limit_bytes, ": want >= 0"));
   }
+  if (o.device_memory_limit < 0) {
+    return Bad("device_memory_limit", o.device_memory_limit,
+               "want >= 0 (0: no limit)");
+  }
   if (!o.data.empty() && !o.tokens.empty()) {
     return absl::InvalidArgumentError("give --data or --tokens, not both");
   }
@@ -206,6 +210,59 @@ absl::Status CheckMemory(const TrainPlan& plan) {
           ? absl::StrCat("; the ", o.world_size,
                          " ranks run as threads of this process (--world_size)")
           : ""));
+}
+
+// The bytes per rank the compute device holds with `offload`: the compute
+// chunks and the activations, and the masters and optimizer states unless
+// they are offloaded.
+double DeviceBytes(const TrainMemoryEstimate& e, OffloadPolicy offload) {
+  return e.chunks + e.activations +
+         (offload == OffloadPolicy::kOptimizer ? 0.0 : e.optimizer);
+}
+
+// Refuses a configuration whose compute device would need more than
+// --device_memory_limit, naming the parts and the first lighter
+// configuration that fits.
+absl::Status CheckDeviceMemory(const TrainPlan& plan,
+                               const TrainMemoryInput& need) {
+  const TrainOptions& o = plan.options;
+  if (o.device_memory_limit == 0) return absl::OkStatus();
+  const double limit = static_cast<double>(o.device_memory_limit);
+  const double bytes = DeviceBytes(plan.memory, o.offload);
+  if (bytes <= limit) return absl::OkStatus();
+  std::string advice =
+      "no layout fits: lower --batch or --seq_len, or raise the limit";
+  const struct {
+    ChunkLayout layout;
+    OffloadPolicy offload;
+  } lighter[] = {{ChunkLayout::kSharded, o.offload},
+                 {o.storage, OffloadPolicy::kOptimizer},
+                 {ChunkLayout::kSharded, OffloadPolicy::kOptimizer}};
+  for (const auto& [layout, offload] : lighter) {
+    if (layout == o.storage && offload == o.offload) continue;
+    TrainMemoryInput other = need;
+    other.layout = layout;
+    absl::StatusOr<TrainMemoryEstimate> e = EstimateTrainMemory(other);
+    if (!e.ok() || DeviceBytes(*e, offload) > limit) continue;
+    advice = "try";
+    if (layout != o.storage) {
+      absl::StrAppend(&advice, " --storage=", ChunkLayoutName(layout));
+    }
+    if (offload != o.offload) {
+      absl::StrAppend(&advice, " --offload=", OffloadFlagValue(offload));
+    }
+    break;
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "--storage=", ChunkLayoutName(o.storage), " --offload=",
+      OffloadFlagValue(o.offload), " needs about ", FormatBytes(bytes),
+      " per rank on sim:0 (chunks ", FormatBytes(plan.memory.chunks),
+      o.offload == OffloadPolicy::kOptimizer
+          ? ""
+          : absl::StrCat(", masters and optimizer states ",
+                         FormatBytes(plan.memory.optimizer)),
+      ", activations ", FormatBytes(plan.memory.activations),
+      ") but --device_memory_limit is ", FormatBytes(limit), "; ", advice));
 }
 
 }  // namespace
@@ -331,6 +388,9 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options) {
     CZ_ASSIGN_OR_RETURN(plan.memory, EstimateTrainMemory(need));
     CZ_RETURN_IF_ERROR(CheckMemory(plan));
   }
+  // With the chunk size known, so that the advice is for the chunks the
+  // run would have.
+  CZ_RETURN_IF_ERROR(CheckDeviceMemory(plan, need));
   if (!options.resume.empty()) {
     absl::StatusOr<CheckpointMeta> meta = ReadCheckpointMeta(options.resume);
     if (!meta.ok()) {

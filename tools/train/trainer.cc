@@ -108,9 +108,12 @@ class RankRunner {
         CZ_RETURN_IF_ERROR(Save(step + 1), "saving to ", o_.save);
       }
     }
+    // Model data only: the model's working buffers (reported under a
+    // device memory limit) are not chunk payloads.
     int64_t at_rest = 0;
     for (Device d : {Device::Cpu(), Device::Simulated(0)}) {
-      at_rest += tracker_.CurrentTotal(d);
+      at_rest += tracker_.CurrentTotal(d) -
+                 tracker_.Current(d, MemoryCategory::kActivation);
     }
     CZ_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> all,
                         comm::AllGatherInt64(raw_, {at_rest}, timeout()));
@@ -145,14 +148,23 @@ class RankRunner {
     chunk_options.comm_timeout = timeout();
     // ZeRO-Offload: the compute-dtype chunks live on the "accelerator" (the
     // host-backed simulated device on machines without a GPU), the masters
-    // and optimizer states in host memory.
-    if (o_.offload == OffloadPolicy::kOptimizer) {
-      chunk_options.device = Device::Simulated(0);
+    // and optimizer states in host memory. Under a device memory limit the
+    // job computes for that device too, with the masters there unless
+    // offloaded; the limit caps everything this rank's storages and the
+    // model's working buffers hold on it.
+    const Device device = Device::Simulated(0);
+    const bool capped = o_.device_memory_limit > 0;
+    if (o_.offload == OffloadPolicy::kOptimizer || capped) {
+      chunk_options.device = device;
     }
+    if (capped) tracker_.SetLimit(device, o_.device_memory_limit);
     chunks_ =
         std::make_unique<ChunkManager>(&recorded_, chunk_options, &tracker_);
     CZ_ASSIGN_OR_RETURN(model_, GptModel::Create(plan_.model, o_.seed));
     model_->set_matmul_precision(MatmulPrecision(o_.precision));
+    if (capped) {
+      CZ_RETURN_IF_ERROR(model_->set_memory_accounting(&tracker_, device));
+    }
     if (plan_.init.has_value()) {
       CZ_RETURN_IF_ERROR(model_->LoadStateDict(plan_.init->state),
                          "--init=", o_.init);

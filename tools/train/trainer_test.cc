@@ -25,12 +25,16 @@
 #include "nlohmann/json.hpp"
 #include "tools/train/report.h"
 #include "tools/train/train_flags.h"
+#include "tools/train/train_plan.h"
 
 namespace chunkzero {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
 
 // A model small enough that a step takes milliseconds unoptimised: Ψ =
 // 21472, the largest tensor wte [256, 32].
@@ -716,6 +720,99 @@ TEST(StepMetricsJsonTest, RealStepHasTheDocumentedKeys) {
 }
 
 // ---- 7. Bad options.
+
+// The bytes per rank the compute device needs by the plan's estimate, as
+// the device memory check counts them.
+double PlannedDeviceBytes(const TrainOptions& o) {
+  absl::StatusOr<TrainPlan> plan = PlanTraining(o);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return 0;
+  return plan->memory.chunks + plan->memory.activations +
+         (o.offload == OffloadPolicy::kOptimizer ? 0.0
+                                                 : plan->memory.optimizer);
+}
+
+// Under a device memory limit the job computes for sim:0: the same losses
+// bit for bit, the same model data, and every rank's device peak (the
+// model's working buffers included) within the limit in every step.
+TEST(TrainerTest, ACappedDeviceTrainsLikeTheUncappedRunWithinItsLimit) {
+  for (const OffloadPolicy offload :
+       {OffloadPolicy::kNone, OffloadPolicy::kOptimizer}) {
+    TrainOptions o = Tiny();
+    o.steps = 6;
+    o.offload = offload;
+    SCOPED_TRACE(OffloadFlagValue(offload));
+    const TrainResult uncapped = Train(o);
+    o.device_memory_limit =
+        static_cast<int64_t>(std::ceil(PlannedDeviceBytes(o)));
+    const TrainResult capped = Train(o);
+    EXPECT_EQ(Losses(capped), Losses(uncapped));
+    EXPECT_EQ(capped.at_rest_bytes, uncapped.at_rest_bytes);
+    ASSERT_EQ(capped.steps.size(), 6u);
+    for (const StepMetrics& m : capped.steps) {
+      for (const RankStepMetrics& r : m.ranks) {
+        EXPECT_GT(r.peak_bytes.at("activation"), 0) << "step " << m.step;
+        EXPECT_GT(r.peak_device_bytes, r.peak_bytes.at("activation"));
+        EXPECT_LE(r.peak_device_bytes, o.device_memory_limit)
+            << "step " << m.step;
+      }
+    }
+    // Less the working buffers, the peaks are the uncapped run's model
+    // data (the buffers are held whole in every step after the first).
+    const std::vector<RankStepMetrics>& last = capped.steps.back().ranks;
+    const std::vector<RankStepMetrics>& plain = uncapped.steps.back().ranks;
+    ASSERT_EQ(last.size(), plain.size());
+    for (size_t i = 0; i < last.size(); ++i) {
+      EXPECT_EQ(plain[i].peak_bytes.at("activation"), 0);
+      EXPECT_EQ(last[i].peak_total_bytes - last[i].peak_bytes.at("activation"),
+                plain[i].peak_total_bytes)
+          << "rank " << i;
+    }
+    const std::string summary = FormatSummary(o, capped);
+    EXPECT_THAT(summary, HasSubstr("  device: sim:0 peaks at "));
+    EXPECT_THAT(summary, HasSubstr(" limit on rank 0 ("));
+    TrainOptions no_limit = o;
+    no_limit.device_memory_limit = 0;
+    EXPECT_THAT(FormatSummary(no_limit, uncapped),
+                Not(HasSubstr("  device: sim:0 peaks at ")));
+  }
+}
+
+// A layout whose estimate does not fit the limit is refused before any
+// step, naming its parts and the lighter layout that fits.
+TEST(TrainerTest, ALayoutPastTheDeviceLimitIsRefusedWithAdvice) {
+  TrainOptions sharded = Tiny();
+  TrainOptions replicated = Tiny();
+  replicated.storage = ChunkLayout::kReplicated;
+  const double fits = PlannedDeviceBytes(sharded);
+  const double too_much = PlannedDeviceBytes(replicated);
+  ASSERT_LT(fits, too_much);
+  replicated.device_memory_limit =
+      static_cast<int64_t>(std::ceil((fits + too_much) / 2));
+  int steps = 0;
+  absl::StatusOr<TrainResult> r =
+      RunTraining(replicated, [&](const StepMetrics&) {
+        ++steps;
+        return absl::OkStatus();
+      });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  const std::string message(r.status().message());
+  EXPECT_THAT(message, StartsWith("--storage=replicated --offload=none needs "
+                                  "about "));
+  EXPECT_THAT(message, HasSubstr(" per rank on sim:0 (chunks "));
+  EXPECT_THAT(message, HasSubstr(", masters and optimizer states "));
+  EXPECT_THAT(message, EndsWith("; try --storage=sharded"));
+  EXPECT_EQ(steps, 0);
+  // Nothing fits a kilobyte; a negative limit is no limit at all.
+  replicated.device_memory_limit = 1024;
+  EXPECT_THAT(std::string(RunTraining(replicated, nullptr).status().message()),
+              EndsWith("but --device_memory_limit is 1.00 KiB; no layout "
+                       "fits: lower --batch or --seq_len, or raise the "
+                       "limit"));
+  replicated.device_memory_limit = -1;
+  EXPECT_EQ(RunTraining(replicated, nullptr).status().message(),
+            "--device_memory_limit=-1: want >= 0 (0: no limit)");
+}
 
 TEST(TrainerTest, NcclIsUnimplemented) {
   TrainOptions o = Tiny();
