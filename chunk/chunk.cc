@@ -54,14 +54,22 @@ Chunk::Chunk(const ChunkOptions& options, comm::ProcessGroup* group,
       name_(absl::StrCat(options.group, "#", options.index)),
       capacity_(capacity),
       shard_size_(shard_size),
-      device_(options.device) {
+      device_(options.device),
+      rest_device_(options.rest_device.value_or(options.device)) {
   const size_t element = ElementSize(options.dtype);
-  full_ =
-      Storage::CreateUnallocated(capacity * element, device_, options.storage);
+  // A holder's buffer is made where it rests; everyone else's only ever
+  // lives where the chunk computes.
+  full_ = Storage::CreateUnallocated(capacity * element,
+                                     is_holder() ? rest_device_ : device_,
+                                     options.storage);
   if (options.layout == ChunkLayout::kSharded) {
-    shard_ = Storage::CreateUnallocated(shard_size * element, device_,
+    shard_ = Storage::CreateUnallocated(shard_size * element, rest_device_,
                                         options.storage);
   }
+}
+
+bool Chunk::HolderMoves() const {
+  return is_holder() && rest_device_ != device_;
 }
 
 int64_t Chunk::shard_begin() const {
@@ -88,6 +96,15 @@ bool Chunk::is_holder() const {
 int64_t Chunk::payload_bytes() const {
   int64_t bytes = full_->allocated() ? full_->nbytes() : 0;
   if (shard_ != nullptr && shard_->allocated()) bytes += shard_->nbytes();
+  return bytes;
+}
+
+int64_t Chunk::payload_bytes(Device device) const {
+  int64_t bytes = 0;
+  if (full_->allocated() && full_->device() == device) bytes += full_->nbytes();
+  if (shard_ != nullptr && shard_->allocated() && shard_->device() == device) {
+    bytes += shard_->nbytes();
+  }
   return bytes;
 }
 
@@ -148,9 +165,9 @@ void Chunk::SetAllStates(TensorState state) {
 absl::Status Chunk::CopyOwnPartToShard() {
   const size_t element = ElementSize(options_.dtype);
   return CopyBytes(
-      shard_->data(), device_,
+      shard_->data(), shard_->device(),
       static_cast<const char*>(full_->data()) + shard_begin() * element,
-      device_, shard_->nbytes());
+      full_->device(), shard_->nbytes());
 }
 
 absl::Status Chunk::Close() {
@@ -180,7 +197,12 @@ absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccess() {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot access chunk ", name_, " before it is closed"));
   }
-  if (accessed_ || options_.layout == ChunkLayout::kReplicated) {
+  if (accessed_) return comm::MakeCompletedWork(absl::OkStatus());
+  if (HolderMoves()) {
+    CZ_RETURN_IF_ERROR(full_->MoveTo(device_), "accessing chunk ", name_,
+                       ": bringing it from ", rest_device_.ToString());
+  }
+  if (options_.layout == ChunkLayout::kReplicated) {
     accessed_ = true;
     return comm::MakeCompletedWork(absl::OkStatus());
   }
@@ -210,12 +232,12 @@ absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccess() {
 absl::Status Chunk::MaterialiseZeros() {
   if (full_->allocated()) return absl::OkStatus();
   CZ_RETURN_IF_ERROR(full_->Allocate(), "materialising chunk ", name_);
-  if (device_.is_host_accessible()) {
+  if (full_->device().is_host_accessible()) {
     std::memset(full_->data(), 0, full_->nbytes());
     return absl::OkStatus();
   }
   std::vector<char> zeros(full_->nbytes());
-  return CopyBytes(full_->data(), device_, zeros.data(), Device::Cpu(),
+  return CopyBytes(full_->data(), full_->device(), zeros.data(), Device::Cpu(),
                    zeros.size());
 }
 
@@ -276,10 +298,15 @@ bool Chunk::CanMove() const {
 
 absl::Status Chunk::Release() {
   CZ_RETURN_IF_ERROR(StateError("release", Requirement::kAllHold));
-  accessed_ = false;
-  if (options_.layout == ChunkLayout::kReplicated || is_holder()) {
+  if (is_holder()) {
+    if (HolderMoves() && accessed_) {
+      CZ_RETURN_IF_ERROR(full_->MoveTo(rest_device_), "releasing chunk ", name_,
+                         " to ", rest_device_.ToString());
+    }
+    accessed_ = false;
     return absl::OkStatus();
   }
+  accessed_ = false;
   if (options_.layout == ChunkLayout::kSharded && full_->allocated() &&
       modified_) {
     CZ_RETURN_IF_ERROR(CopyOwnPartToShard(), "releasing chunk ", name_);
@@ -334,7 +361,12 @@ absl::Status Chunk::Reduce(comm::ReduceOp op) {
   }
   CZ_RETURN_IF_ERROR(work->Wait(), "reducing chunk ", name_);
   accessed_ = false;
-  if (options_.layout == ChunkLayout::kReplicated || is_holder()) {
+  if (is_holder()) {
+    // The reduced grads rest where the parameters do, for the optimizer.
+    if (HolderMoves()) {
+      CZ_RETURN_IF_ERROR(full_->MoveTo(rest_device_), "reducing chunk ", name_,
+                         ": taking it back to ", rest_device_.ToString());
+    }
     SetAllStates(TensorState::kHold);
   } else {
     full_->Free();
@@ -352,11 +384,12 @@ absl::Status Chunk::MoveTo(Device device) {
   absl::Status moved = full_->MoveTo(device);
   if (!moved.ok()) {
     // Put the shard back so that the chunk stays on one device.
-    if (shard_ != nullptr) shard_->MoveTo(device_).IgnoreError();
+    if (shard_ != nullptr) shard_->MoveTo(rest_device_).IgnoreError();
     return absl::Status(moved.code(), absl::StrCat("moving chunk ", name_, ": ",
                                                    moved.message()));
   }
   device_ = device;
+  rest_device_ = device;
   return absl::OkStatus();
 }
 
@@ -389,13 +422,13 @@ absl::StatusOr<Chunk::SliceTarget> Chunk::TargetForWrite(int i,
   const size_t element = ElementSize(options_.dtype);
   SliceTarget target;
   if (full_->allocated()) {
-    target = {static_cast<char*>(full_->data()) + t.offset * element, 0,
-              t.numel};
+    target = {static_cast<char*>(full_->data()) + t.offset * element,
+              full_->device(), 0, t.numel};
   } else if (options_.layout == ChunkLayout::kSharded) {
     const auto [lo, hi] = ShardRange(i);
     target = {
         static_cast<char*>(shard_->data()) + (lo - shard_begin()) * element,
-        lo - t.offset, hi - lo};
+        shard_->device(), lo - t.offset, hi - lo};
   }
   if (target.count == 0) return target;
   if (!values.is_materialized()) {
@@ -411,7 +444,7 @@ absl::Status Chunk::CopyTensorToChunkSlice(int i, const Tensor& values) {
                       TargetForWrite(i, values, options_.dtype));
   const size_t element = ElementSize(options_.dtype);
   return CopyBytes(
-      target.dst, device_,
+      target.dst, target.device,
       static_cast<const char*>(values.raw_data()) + target.first * element,
       values.device(), target.count * element);
 }
@@ -421,10 +454,12 @@ absl::Status Chunk::WriteTensorScaled(int i, const Tensor& values,
   CZ_ASSIGN_OR_RETURN(const SliceTarget target,
                       TargetForWrite(i, values, DType::kF32));
   if (target.count == 0) return absl::OkStatus();
-  if (!device_.is_host_accessible() || !values.device().is_host_accessible()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "scaled write of tensor '", tensors_[i].name, "' of chunk ", name_,
-        " from ", values.device().ToString(), " to ", device_.ToString()));
+  if (!target.device.is_host_accessible() ||
+      !values.device().is_host_accessible()) {
+    return absl::UnimplementedError(
+        absl::StrCat("scaled write of tensor '", tensors_[i].name,
+                     "' of chunk ", name_, " from ", values.device().ToString(),
+                     " to ", target.device.ToString()));
   }
   return CastScaled(target.dst, options_.dtype,
                     values.data<float>() + target.first, scale,
@@ -432,9 +467,12 @@ absl::Status Chunk::WriteTensorScaled(int i, const Tensor& values,
 }
 
 absl::StatusOr<bool> Chunk::HasInfOrNan() const {
-  if (!device_.is_host_accessible()) {
+  const Device where = full_->allocated() || shard_ == nullptr
+                           ? full_->device()
+                           : shard_->device();
+  if (!where.is_host_accessible()) {
     return absl::UnimplementedError(absl::StrCat(
-        "has_inf_or_nan of chunk ", name_, " on ", device_.ToString()));
+        "has_inf_or_nan of chunk ", name_, " on ", where.ToString()));
   }
   if (full_->allocated()) {
     return chunkzero::HasInfOrNan(full_->data(), options_.dtype, used_);

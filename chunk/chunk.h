@@ -38,6 +38,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,7 +67,14 @@ struct ChunkOptions {
   int64_t capacity = 0;  // Elements; rounded up for kSharded.
   ChunkLayout layout = ChunkLayout::kSharded;
   int owner = 0;  // The holder rank for kOwner.
+  // Where the chunk computes: its full buffer while accessed.
   Device device = Device::Cpu();
+  // Where the payload rests between uses (the shard, or a holder's full
+  // buffer); none: `device`. Parameters offloaded to the host
+  // (--offload=params) rest on Device::Cpu() and are brought to `device`
+  // by each Access: the all-gather writes straight into the device buffer
+  // (sharded), a holder's buffer moves there and back (replicated, owner).
+  std::optional<Device> rest_device;
   StorageOptions storage;  // Category, tracker and allocators.
   absl::Duration comm_timeout = comm::kDefaultCollectiveTimeout;
 };
@@ -98,7 +106,10 @@ class Chunk {
   DType dtype() const { return options_.dtype; }
   ChunkLayout layout() const { return options_.layout; }
   int owner() const { return options_.owner; }
+  // Where the chunk computes, and where its payload rests between uses
+  // (ChunkOptions::rest_device).
   Device device() const { return device_; }
+  Device rest_device() const { return rest_device_; }
   int64_t capacity() const { return capacity_; }
   // Elements per rank for kSharded; capacity() otherwise.
   int64_t shard_size() const { return shard_size_; }
@@ -120,8 +131,10 @@ class Chunk {
   // before access too, so only this flag says whether the broadcast to the
   // other ranks has happened.
   bool is_accessed() const { return accessed_; }
-  // Payload bytes this rank holds now (full buffer and shard).
+  // Payload bytes this rank holds now (full buffer and shard), in all or
+  // on one device.
   int64_t payload_bytes() const;
+  int64_t payload_bytes(Device device) const;
 
   int num_tensors() const { return static_cast<int>(tensors_.size()); }
   const ChunkTensor& tensor(int i) const { return tensors_[i]; }
@@ -166,7 +179,8 @@ class Chunk {
   // stays, FREE elsewhere. Requires CanReduce() and a materialised chunk.
   [[nodiscard]] absl::Status Reduce(comm::ReduceOp op = comm::ReduceOp::kSum);
 
-  // Moves the payload to `device`; every view follows. Requires CanMove().
+  // Moves the payload to `device`, which becomes where the chunk computes
+  // and rests; every view follows. Requires CanMove().
   [[nodiscard]] absl::Status MoveTo(Device device);
 
   // Moves tensor `i` to state `to` (tensor_state.h).
@@ -235,11 +249,14 @@ class Chunk {
   [[nodiscard]] absl::Status AllocateFull();
   // Sharded: copies this rank's part of the full buffer into the shard.
   [[nodiscard]] absl::Status CopyOwnPartToShard();
+  // True when a holder's full buffer rests elsewhere than it computes.
+  bool HolderMoves() const;
 
   // Where a write of tensor i's values lands: `count` elements from element
   // `first` of the tensor, at `dst` (count == 0: nowhere, a non-holder).
   struct SliceTarget {
     void* dst = nullptr;
+    Device device = Device::Cpu();  // Where dst is.
     int64_t first = 0;
     int64_t count = 0;
   };
@@ -256,6 +273,7 @@ class Chunk {
   const int64_t capacity_;
   const int64_t shard_size_;
   Device device_;
+  Device rest_device_;
   std::shared_ptr<Storage> full_;
   std::shared_ptr<Storage> shard_;  // kSharded only.
   std::vector<ChunkTensor> tensors_;

@@ -94,6 +94,11 @@ absl::Status ChunkManager::CreateGroup(absl::string_view name, DType dtype,
   group->dtype = dtype;
   group->category = category;
   group->device = device.value_or(options_.device);
+  // A group given its own device lives there; the others rest where the
+  // manager's chunks rest.
+  group->rest_device = device.has_value()
+                           ? *device
+                           : options_.rest_device.value_or(options_.device);
   group->elements_per_rank.assign(group_->size(), 0);
   groups_.push_back(std::move(group));
   return absl::OkStatus();
@@ -126,6 +131,7 @@ absl::Status ChunkManager::EnsureCache(Device device) {
 absl::StatusOr<Chunk*> ChunkManager::NewChunk(Group& group, int64_t capacity,
                                               int owner) {
   CZ_RETURN_IF_ERROR(EnsureCache(group.device));
+  CZ_RETURN_IF_ERROR(EnsureCache(group.rest_device));
   ChunkOptions opts;
   opts.group = group.name;
   opts.index = static_cast<int>(group.chunks.size());
@@ -134,6 +140,7 @@ absl::StatusOr<Chunk*> ChunkManager::NewChunk(Group& group, int64_t capacity,
   opts.layout = options_.layout;
   opts.owner = owner;
   opts.device = group.device;
+  opts.rest_device = group.rest_device;
   opts.storage = StorageFor(group);
   opts.comm_timeout = options_.comm_timeout;
   CZ_ASSIGN_OR_RETURN(std::unique_ptr<Chunk> chunk,
@@ -369,7 +376,7 @@ absl::Status ChunkManager::CopyTensorToChunkSlice(absl::string_view group,
 int64_t ChunkManager::PayloadBytes(Device device) const {
   int64_t bytes = 0;
   for (const Chunk* chunk : AllChunks()) {
-    if (chunk->device() == device) bytes += chunk->payload_bytes();
+    bytes += chunk->payload_bytes(device);
   }
   return bytes;
 }

@@ -72,8 +72,13 @@ struct ChunkManagerOptions {
   // tensor, sized to it).
   std::optional<int64_t> chunk_size;
   ChunkLayout layout = ChunkLayout::kSharded;
-  // Where new chunks are created.
+  // Where new chunks are created (where they compute).
   Device device = Device::Cpu();
+  // Where the chunks of groups created without a device of their own rest
+  // between uses (ChunkOptions::rest_device); none: `device`. Device::Cpu()
+  // with an accelerator `device` offloads the parameters: only chunks being
+  // accessed occupy the device.
+  std::optional<Device> rest_device;
   absl::Duration comm_timeout = comm::kDefaultCollectiveTimeout;
 };
 
@@ -181,8 +186,9 @@ class ChunkManager {
     std::string name;
     DType dtype;
     MemoryCategory category;
-    Device device = Device::Cpu();  // Where new chunks are created.
-    std::string source;             // Non-empty for a paired group.
+    Device device = Device::Cpu();       // Where new chunks are created.
+    Device rest_device = Device::Cpu();  // Where they rest between uses.
+    std::string source;                  // Non-empty for a paired group.
     bool closed = false;
     std::vector<std::unique_ptr<Chunk>> chunks;
     absl::flat_hash_map<std::string, TensorLocation> tensors;

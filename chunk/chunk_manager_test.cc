@@ -285,6 +285,51 @@ TEST(ChunkManager, AccountingIsExactAtEveryStep) {
       })));
 }
 
+// rest_device: the groups without a device of their own compute on the
+// manager's device and rest on rest_device; a group given a device lives
+// there whole. PayloadBytes counts each storage where it is.
+TEST(ChunkManager, GroupsRestWhereTheManagerSays) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {
+        MemoryTracker tracker;
+        ChunkManagerOptions o = Opts(ChunkLayout::kSharded, 10);
+        const Device cpu = Device::Cpu(), sim = Device::Simulated(0);
+        o.device = sim;
+        o.rest_device = cpu;
+        ChunkManager m(&g, o, &tracker);
+        CZ_RETURN_IF_ERROR(
+            m.CreateGroup("p", DType::kF32, MemoryCategory::kParam));
+        CZ_RETURN_IF_ERROR(m.CreatePairedGroup("masters", "p", DType::kF32,
+                                               MemoryCategory::kMaster, cpu));
+        for (int t = 0; t < 3; ++t) {
+          CZ_RETURN_IF_ERROR(
+              m.AppendTensor("p", absl::StrCat("t", t), Values(t)).status());
+        }
+        CZ_RETURN_IF_ERROR(m.CloseGroup("p"));
+        Chunk* c0 = m.chunk("p", 0);
+        EXPECT_EQ(c0->device(), sim);
+        EXPECT_EQ(c0->rest_device(), cpu);
+        // Two closed chunks of 10 f32: a shard of 5 each, on the host.
+        EXPECT_EQ(m.PayloadBytes(cpu), 40);
+        EXPECT_EQ(m.PayloadBytes(sim), 0);
+        CZ_RETURN_IF_ERROR(m.AccessChunk(c0));
+        EXPECT_EQ(m.PayloadBytes(sim), 40);
+        EXPECT_EQ(tracker.Current(sim, MemoryCategory::kParam), 40);
+        CZ_RETURN_IF_ERROR(m.ReleaseChunk(c0));
+        EXPECT_EQ(m.PayloadBytes(sim), 0);
+        for (int t = 0; t < 3; ++t) {
+          CZ_RETURN_IF_ERROR(
+              m.AppendTensor("masters", absl::StrCat("t", t), Values(t))
+                  .status());
+        }
+        CZ_RETURN_IF_ERROR(m.CloseGroup("masters"));
+        Chunk* master = m.chunk("masters", 0);
+        EXPECT_EQ(master->device(), cpu);
+        EXPECT_EQ(master->rest_device(), cpu);
+        return absl::OkStatus();
+      })));
+}
+
 TEST(ChunkManager, PairedGroupMirrorsOffsetsAndOwners) {
   for (ChunkLayout layout : kLayouts) {
     SCOPED_TRACE(ChunkLayoutName(layout));

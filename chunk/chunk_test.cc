@@ -310,6 +310,88 @@ TEST(Chunk, ReduceMatchesSerialReference) {
   }
 }
 
+// Parameters offloaded to the host (rest_device cpu, device sim:0): between
+// uses the payload (shard, or a holder's buffer) is host memory; each
+// Access brings the whole chunk to the device, Release and Reduce leave
+// nothing there, and values and reduced grads are those of a chunk that
+// never moved.
+TEST(Chunk, ChunksRestingOnTheHostComeToTheDeviceForEachUse) {
+  const Device cpu = Device::Cpu(), sim = Device::Simulated(0);
+  for (ChunkLayout layout : kLayouts) {
+    SCOPED_TRACE(testing::Message() << layout);
+    EXPECT_TRUE(
+        AllRanksOk(SpawnRanks(2, [&](comm::ProcessGroup& g) -> absl::Status {
+          RankMemory mem;
+          ChunkOptions o = Options(layout, 10);
+          o.device = sim;
+          o.rest_device = cpu;
+          o.storage = mem.options();
+          std::unique_ptr<Chunk> chunk = *Chunk::Create(o, &g);
+          std::vector<Tensor> views = AppendAbc(*chunk);
+          CZ_RETURN_IF_ERROR(chunk->Close());
+          EXPECT_EQ(chunk->device(), sim);
+          EXPECT_EQ(chunk->rest_device(), cpu);
+          const bool holder = chunk->is_holder();
+          // At rest: a sharded rank's 5 floats, a holder's 10, on the host.
+          const int64_t at_rest = layout == ChunkLayout::kSharded ? 20
+                                  : holder                        ? 40
+                                                                  : 0;
+          EXPECT_EQ(mem.param_bytes(cpu), at_rest);
+          EXPECT_EQ(mem.param_bytes(sim), 0);
+          for (int use = 0; use < 2; ++use) {
+            CZ_RETURN_IF_ERROR(chunk->Access());
+            EXPECT_EQ(mem.param_bytes(sim), 40);
+            EXPECT_EQ(mem.param_bytes(cpu),
+                      layout == ChunkLayout::kSharded ? 20 : 0);
+            EXPECT_EQ(views[1].device(), sim);
+            EXPECT_THAT(*views[1].ToFloats(), ElementsAre(4, 5, 6, 7, 8));
+            CZ_RETURN_IF_ERROR(chunk->Release());
+            EXPECT_EQ(mem.param_bytes(sim), 0);
+            EXPECT_EQ(mem.param_bytes(cpu), at_rest);
+          }
+          if (holder) {
+            EXPECT_EQ(views[0].device(), cpu);
+            EXPECT_THAT(*views[0].ToFloats(), ElementsAre(1, 2, 3));
+          }
+          // Grads: rank r writes (r + 1) x the values; the sums rest on the
+          // host, 3 x the values.
+          CZ_RETURN_IF_ERROR(chunk->Access());
+          for (int t = 0; t < chunk->num_tensors(); ++t) {
+            std::vector<float> values = *views[t].ToFloats();
+            for (float& v : values) v *= g.rank() + 1;
+            CZ_RETURN_IF_ERROR(chunk->SetTensorState(t, TensorState::kCompute));
+            CZ_RETURN_IF_ERROR(chunk->CopyTensorToChunkSlice(
+                t, *Tensor::FromFloats(values, views[t].shape(), DType::kF32)));
+            CZ_RETURN_IF_ERROR(
+                chunk->SetTensorState(t, TensorState::kReadyForReduce));
+          }
+          CZ_RETURN_IF_ERROR(chunk->Reduce());
+          EXPECT_EQ(mem.param_bytes(sim), 0);
+          EXPECT_EQ(mem.param_bytes(cpu), at_rest);
+          std::vector<float> reduced;
+          for (int t = 0; t < chunk->num_tensors(); ++t) {
+            Tensor mine = chunk->ShardView(t);
+            if (mine.numel() > 0) {
+              EXPECT_EQ(mine.device(), cpu);
+            }
+            const std::vector<float> values = *mine.ToFloats();
+            reduced.insert(reduced.end(), values.begin(), values.end());
+          }
+          std::vector<float> want;
+          const int64_t first = chunk->shard_begin();
+          const int64_t last =
+              layout == ChunkLayout::kSharded ? chunk->shard_end() : 10;
+          if (layout != ChunkLayout::kOwner || holder) {
+            for (int64_t i = first; i < std::min<int64_t>(last, 10); ++i) {
+              want.push_back(3.0f * (i + 1));
+            }
+          }
+          EXPECT_THAT(reduced, ElementsAreArray(want));
+          return absl::OkStatus();
+        })));
+  }
+}
+
 TEST(Chunk, StatePreconditionsNameTheTensor) {
   EXPECT_TRUE(
       AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {

@@ -119,7 +119,8 @@ ZeroOptimizer::ZeroOptimizer(ZeroDdp* ddp, ChunkManager* chunks,
   } else {
     state_names_ = {kExpAvgState, kExpAvgSqState};
   }
-  if (options.offload == OffloadPolicy::kOptimizer) {
+  if (options.offload == OffloadPolicy::kOptimizer ||
+      options.offload == OffloadPolicy::kParams) {
     states_device_ = Device::Cpu();
   }
 }

@@ -107,6 +107,10 @@ absl::string_view OptimizerKindName(OptimizerKind kind);
 enum class OffloadPolicy {
   kNone,       // Masters and states live with the compute-dtype chunks.
   kOptimizer,  // Masters and states on the CPU (ZeRO-Offload).
+  // kOptimizer, and the compute-dtype parameter chunks rest on the CPU too
+  // between uses (ChunkManagerOptions::rest_device; ZeRO-Infinity's
+  // parameter offload): the device holds only the chunks being accessed.
+  kParams,
 };
 
 struct ZeroOptimizerOptions {

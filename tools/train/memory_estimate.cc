@@ -91,6 +91,7 @@ absl::StatusOr<TrainMemoryEstimate> EstimateTrainMemory(
   const double optimizer_bytes = 4 + state_bytes + accum_bytes;
   if (in.layout == ChunkLayout::kReplicated) {
     e.chunks = element * padded;
+    e.chunks_at_rest = e.chunks;
     e.optimizer = optimizer_bytes * padded;
   } else {
     // This rank's share at rest, plus the chunks gathered in flight (the
@@ -99,8 +100,9 @@ absl::StatusOr<TrainMemoryEstimate> EstimateTrainMemory(
     const double in_flight =
         std::min(padded, (in.max_prefetch + 3) * chunk) * element;
     const double owner_slack = in.layout == ChunkLayout::kOwner ? chunk : 0;
-    e.chunks = element * (padded / W + owner_slack) + in_flight +
-               2 * 4 * std::min(padded, chunk);
+    e.chunks_at_rest = element * (padded / W + owner_slack);
+    e.reduce_scratch = 2 * 4 * std::min(padded, chunk);
+    e.chunks = e.chunks_at_rest + in_flight + e.reduce_scratch;
     e.optimizer = optimizer_bytes * (padded / W + owner_slack);
   }
 

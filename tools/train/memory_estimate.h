@@ -47,9 +47,13 @@ struct TrainMemoryInput {
 // Bytes, by what holds them.
 struct TrainMemoryEstimate {
   // Per rank:
-  double model_init = 0;   // The model's f32 weights before ZeroDdp packs
-                           // them into chunks.
-  double chunks = 0;       // Compute-dtype chunks at rest and in flight.
+  double model_init = 0;  // The model's f32 weights before ZeroDdp packs
+                          // them into chunks.
+  double chunks = 0;      // Compute-dtype chunks at rest and in flight.
+  // Of `chunks`: what is held between uses, and the host scratch the
+  // collectives reduce 16-bit grads in (never on the compute device).
+  double chunks_at_rest = 0;
+  double reduce_scratch = 0;
   double optimizer = 0;    // fp32 masters, optimizer states, accumulation.
   double activations = 0;  // Forward activations, backward scratch, grads.
   // Per process:

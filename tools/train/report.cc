@@ -58,6 +58,19 @@ double ExpectedCommBytesPerStep(const TrainOptions& o, int64_t psi) {
   return per_pass * o.grad_accum;
 }
 
+// What an offload keeps in host memory, for the summary's device lines.
+const char* OffloadNote(OffloadPolicy offload) {
+  switch (offload) {
+    case OffloadPolicy::kNone:
+      return "";
+    case OffloadPolicy::kOptimizer:
+      return "; masters and optimizer states live in host memory";
+    case OffloadPolicy::kParams:
+      return "; parameters, masters and optimizer states rest in host memory";
+  }
+  return "";
+}
+
 // A rank's peak of model data (chunk payloads) in a step: its total peak
 // less the model's working buffers, which a device memory limit has the
 // tracker count too. Those are held whole from the first forward on, so in
@@ -160,9 +173,14 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
         Bytes(activations == ranks[0].peak_bytes.end()
                   ? 0.0
                   : static_cast<double>(activations->second)),
-        o.offload == OffloadPolicy::kOptimizer
-            ? "; masters and optimizer states live in host memory"
-            : "");
+        OffloadNote(o.offload));
+  } else if (o.offload == OffloadPolicy::kParams) {
+    absl::StrAppendFormat(
+        &s,
+        "  offload: the device (sim:0) peaks at %s on rank 0 (the chunks in "
+        "use only)%s\n",
+        Bytes(static_cast<double>(ranks[0].peak_device_bytes)),
+        OffloadNote(o.offload));
   } else if (o.offload == OffloadPolicy::kOptimizer) {
     absl::StrAppendFormat(
         &s,

@@ -77,10 +77,11 @@ absl::StatusOr<OptimizerKind> ParseOptimizerFlag(absl::string_view value) {
 }
 
 absl::StatusOr<OffloadPolicy> ParseOffloadFlag(absl::string_view value) {
-  for (OffloadPolicy p : {OffloadPolicy::kNone, OffloadPolicy::kOptimizer}) {
+  for (OffloadPolicy p : {OffloadPolicy::kNone, OffloadPolicy::kOptimizer,
+                          OffloadPolicy::kParams}) {
     if (value == OffloadFlagValue(p)) return p;
   }
-  return Bad("offload", value, "want none or optimizer");
+  return Bad("offload", value, "want none, optimizer or params");
 }
 
 absl::string_view OffloadFlagValue(OffloadPolicy offload) {
@@ -89,6 +90,8 @@ absl::string_view OffloadFlagValue(OffloadPolicy offload) {
       return "none";
     case OffloadPolicy::kOptimizer:
       return "optimizer";
+    case OffloadPolicy::kParams:
+      return "params";
   }
   return "";
 }

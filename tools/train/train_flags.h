@@ -35,7 +35,7 @@ absl::string_view PrecisionFlagValue(DType dtype);
 [[nodiscard]] absl::StatusOr<OptimizerKind> ParseOptimizerFlag(
     absl::string_view value);
 
-// --offload: "none" or "optimizer".
+// --offload: "none", "optimizer" or "params".
 [[nodiscard]] absl::StatusOr<OffloadPolicy> ParseOffloadFlag(
     absl::string_view value);
 absl::string_view OffloadFlagValue(OffloadPolicy offload);

@@ -19,7 +19,8 @@ TEST(TrainFlags, EveryValueRoundTrips) {
   for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) {
     EXPECT_EQ(*ParsePrecisionFlag(PrecisionFlagValue(d)), d);
   }
-  for (OffloadPolicy p : {OffloadPolicy::kNone, OffloadPolicy::kOptimizer}) {
+  for (OffloadPolicy p : {OffloadPolicy::kNone, OffloadPolicy::kOptimizer,
+                          OffloadPolicy::kParams}) {
     EXPECT_EQ(*ParseOffloadFlag(OffloadFlagValue(p)), p);
   }
   EXPECT_EQ(*ParseStorageFlag("owner"), ChunkLayout::kOwner);
@@ -43,8 +44,8 @@ TEST(TrainFlags, UnknownValuesNameTheFlagAndWhatItTakes) {
                 "--backend=mpi: want inproc or gloo"},
            Case{ParsePrecisionFlag("fp8").status(),
                 "--precision=fp8 is not one of fp32, fp16, bf16"},
-           Case{ParseOffloadFlag("params").status(),
-                "--offload=params: want none or optimizer"},
+           Case{ParseOffloadFlag("disk").status(),
+                "--offload=disk: want none, optimizer or params"},
            Case{ParseStorageFlag("x").status(), "--storage: "},
            Case{ParseOptimizerFlag("").status(), "--optimizer: "},
        }) {

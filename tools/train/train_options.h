@@ -49,7 +49,8 @@ struct TrainOptions {
   ChunkLayout storage = ChunkLayout::kSharded;
   DType precision = DType::kF16;  // The compute dtype.
   // kOptimizer: masters and states in host memory, compute chunks on the
-  // (simulated) device.
+  // (simulated) device. kParams: the compute chunks also rest in host
+  // memory, and only those in use are on the device.
   OffloadPolicy offload = OffloadPolicy::kNone;
   std::string data;         // File read as bytes (vocab 256).
   std::string tokens;       // Little-endian uint16 token ids.

@@ -46,7 +46,8 @@ absl::Status CheckOptions(const TrainOptions& o) {
        ParseOptimizerFlag(OptimizerKindName(o.optimizer)).ok(),
        "adamw, adam or sgd"},
       {"offload", static_cast<int>(o.offload),
-       ParseOffloadFlag(OffloadFlagValue(o.offload)).ok(), "none or optimizer"},
+       ParseOffloadFlag(OffloadFlagValue(o.offload)).ok(),
+       "none, optimizer or params"},
   };
   for (const auto& [flag, value, known, want] : enums) {
     if (!known) {
@@ -212,12 +213,12 @@ absl::Status CheckMemory(const TrainPlan& plan) {
           : ""));
 }
 
-// The bytes per rank the compute device holds with `offload`: the compute
-// chunks and the activations, and the masters and optimizer states unless
-// they are offloaded.
-double DeviceBytes(const TrainMemoryEstimate& e, OffloadPolicy offload) {
-  return e.chunks + e.activations +
-         (offload == OffloadPolicy::kOptimizer ? 0.0 : e.optimizer);
+// The compute chunks' bytes on the device: all of them but the host's
+// reduce scratch, or only those in use when the parameters rest on the host.
+double DeviceChunkBytes(const TrainMemoryEstimate& e, OffloadPolicy offload) {
+  const double on_device = e.chunks - e.reduce_scratch;
+  return offload == OffloadPolicy::kParams ? on_device - e.chunks_at_rest
+                                           : on_device;
 }
 
 // Refuses a configuration whose compute device would need more than
@@ -228,7 +229,7 @@ absl::Status CheckDeviceMemory(const TrainPlan& plan,
   const TrainOptions& o = plan.options;
   if (o.device_memory_limit == 0) return absl::OkStatus();
   const double limit = static_cast<double>(o.device_memory_limit);
-  const double bytes = DeviceBytes(plan.memory, o.offload);
+  const double bytes = DeviceMemoryNeeded(plan.memory, o.offload);
   if (bytes <= limit) return absl::OkStatus();
   std::string advice =
       "no layout fits: lower --batch or --seq_len, or raise the limit";
@@ -237,13 +238,17 @@ absl::Status CheckDeviceMemory(const TrainPlan& plan,
     OffloadPolicy offload;
   } lighter[] = {{ChunkLayout::kSharded, o.offload},
                  {o.storage, OffloadPolicy::kOptimizer},
-                 {ChunkLayout::kSharded, OffloadPolicy::kOptimizer}};
+                 {ChunkLayout::kSharded, OffloadPolicy::kOptimizer},
+                 {o.storage, OffloadPolicy::kParams},
+                 {ChunkLayout::kSharded, OffloadPolicy::kParams}};
   for (const auto& [layout, offload] : lighter) {
+    // Only lighter: never advise bringing offloaded state back.
     if (layout == o.storage && offload == o.offload) continue;
+    if (static_cast<int>(offload) < static_cast<int>(o.offload)) continue;
     TrainMemoryInput other = need;
     other.layout = layout;
     absl::StatusOr<TrainMemoryEstimate> e = EstimateTrainMemory(other);
-    if (!e.ok() || DeviceBytes(*e, offload) > limit) continue;
+    if (!e.ok() || DeviceMemoryNeeded(*e, offload) > limit) continue;
     advice = "try";
     if (layout != o.storage) {
       absl::StrAppend(&advice, " --storage=", ChunkLayoutName(layout));
@@ -254,10 +259,11 @@ absl::Status CheckDeviceMemory(const TrainPlan& plan,
     break;
   }
   return absl::ResourceExhaustedError(absl::StrCat(
-      "--storage=", ChunkLayoutName(o.storage), " --offload=",
-      OffloadFlagValue(o.offload), " needs about ", FormatBytes(bytes),
-      " per rank on sim:0 (chunks ", FormatBytes(plan.memory.chunks),
-      o.offload == OffloadPolicy::kOptimizer
+      "--storage=", ChunkLayoutName(o.storage),
+      " --offload=", OffloadFlagValue(o.offload), " needs about ",
+      FormatBytes(bytes), " per rank on sim:0 (chunks ",
+      FormatBytes(DeviceChunkBytes(plan.memory, o.offload)),
+      o.offload != OffloadPolicy::kNone
           ? ""
           : absl::StrCat(", masters and optimizer states ",
                          FormatBytes(plan.memory.optimizer)),
@@ -266,6 +272,12 @@ absl::Status CheckDeviceMemory(const TrainPlan& plan,
 }
 
 }  // namespace
+
+double DeviceMemoryNeeded(const TrainMemoryEstimate& e, OffloadPolicy offload) {
+  const double chunks = DeviceChunkBytes(e, offload);
+  return offload == OffloadPolicy::kNone ? chunks + e.activations + e.optimizer
+                                         : chunks + e.activations;
+}
 
 std::map<std::string, std::string> CheckpointConfig(const TrainPlan& plan) {
   const GptConfig& m = plan.model;

@@ -60,11 +60,20 @@ struct TrainPlan {
 //    file holding Inf or NaN, or sizes the kernels cannot index;
 //  - ResourceExhausted when the job needs more memory than it may hold
 //    (TrainOptions::memory_limit_bytes), naming the bytes and the flags
-//    that drive the largest part;
+//    that drive the largest part, or more on the compute device than
+//    TrainOptions::device_memory_limit (DeviceMemoryNeeded), naming the
+//    parts and the first lighter --storage / --offload that fits;
 //  - Unimplemented for --backend=nccl;
 //  - the input files' errors (NotFound, DataLoss, ...), naming the file.
 [[nodiscard]] absl::StatusOr<TrainPlan> PlanTraining(
     const TrainOptions& options);
+
+// The bytes per rank an estimate puts on the compute device with `offload`:
+// the compute chunks (those in use only when the parameters rest on the
+// host; never the host's reduce scratch), the activations and working
+// buffers, and the masters and optimizer states unless offloaded.
+double DeviceMemoryNeeded(const TrainMemoryEstimate& estimate,
+                          OffloadPolicy offload);
 
 // The checkpoint's record of the model and the data order: a resumed run
 // must match these (world size and layout may differ).

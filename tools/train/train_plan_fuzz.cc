@@ -152,8 +152,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.precision = ParsedOr(
       chunkzero::ParsePrecisionFlag(in.Pick({"fp16", "bf16", "fp32", "fp8"})),
       static_cast<int>(chunkzero::DType::kI64));
-  o.offload = ParsedOr(
-      chunkzero::ParseOffloadFlag(in.Pick({"none", "optimizer", "params"})), 9);
+  o.offload = ParsedOr(chunkzero::ParseOffloadFlag(
+                           in.Pick({"none", "optimizer", "params", "disk"})),
+                       9);
   o.max_prefetch = in.Int();
   o.data = in.Pick(paths);
   o.tokens = in.Pick(paths);

@@ -152,10 +152,15 @@ class RankRunner {
     // job computes for that device too, with the masters there unless
     // offloaded; the limit caps everything this rank's storages and the
     // model's working buffers hold on it.
+    // With the parameters offloaded too, the compute chunks rest in host
+    // memory and only the chunks in use occupy the device.
     const Device device = Device::Simulated(0);
     const bool capped = o_.device_memory_limit > 0;
-    if (o_.offload == OffloadPolicy::kOptimizer || capped) {
+    if (o_.offload != OffloadPolicy::kNone || capped) {
       chunk_options.device = device;
+    }
+    if (o_.offload == OffloadPolicy::kParams) {
+      chunk_options.rest_device = Device::Cpu();
     }
     if (capped) tracker_.SetLimit(device, o_.device_memory_limit);
     chunks_ =
@@ -173,7 +178,7 @@ class RankRunner {
     ddp_options.compute_dtype = o_.precision;
     ddp_options.max_prefetch = o_.max_prefetch;
     ddp_options.first_use_order = plan_.order;
-    if (o_.offload == OffloadPolicy::kOptimizer) {
+    if (o_.offload != OffloadPolicy::kNone) {
       ddp_options.master_device = Device::Cpu();
     }
     CZ_ASSIGN_OR_RETURN(

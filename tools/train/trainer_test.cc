@@ -727,9 +727,7 @@ double PlannedDeviceBytes(const TrainOptions& o) {
   absl::StatusOr<TrainPlan> plan = PlanTraining(o);
   EXPECT_TRUE(plan.ok()) << plan.status();
   if (!plan.ok()) return 0;
-  return plan->memory.chunks + plan->memory.activations +
-         (o.offload == OffloadPolicy::kOptimizer ? 0.0
-                                                 : plan->memory.optimizer);
+  return DeviceMemoryNeeded(plan->memory, o.offload);
 }
 
 // Under a device memory limit the job computes for sim:0: the same losses
@@ -775,6 +773,72 @@ TEST(TrainerTest, ACappedDeviceTrainsLikeTheUncappedRunWithinItsLimit) {
     no_limit.device_memory_limit = 0;
     EXPECT_THAT(FormatSummary(no_limit, uncapped),
                 Not(HasSubstr("  device: sim:0 peaks at ")));
+  }
+}
+
+// --offload=params: every layout trains bit for bit as without offload,
+// with the same model data at rest, and the device holds less at its peak
+// than with the optimizer offloaded alone (the parameter chunks no longer
+// rest there: 5 chunks of 16 KiB in use at most, of 7 or 10 resting).
+TEST(TrainerTest, OffloadedParametersTrainBitForBit) {
+  for (const char* storage : {"sharded", "replicated", "owner"}) {
+    SCOPED_TRACE(storage);
+    TrainOptions o = AtWorld(Tiny(), 2, storage);
+    o.model.layers = 4;
+    o.steps = 4;
+    const TrainResult plain = Train(o);
+    o.offload = OffloadPolicy::kOptimizer;
+    const TrainResult optimizer = Train(o);
+    o.offload = OffloadPolicy::kParams;
+    const TrainResult params = Train(o);
+    EXPECT_EQ(Losses(params), Losses(plain));
+    EXPECT_EQ(params.at_rest_bytes, plain.at_rest_bytes);
+    ASSERT_EQ(params.steps.size(), 4u);
+    for (size_t r = 0; r < params.steps.back().ranks.size(); ++r) {
+      const RankStepMetrics& p = params.steps.back().ranks[r];
+      const RankStepMetrics& q = optimizer.steps.back().ranks[r];
+      EXPECT_EQ(p.peak_device_bytes, 5 * 16384) << "rank " << r;
+      EXPECT_LT(p.peak_device_bytes, q.peak_device_bytes) << "rank " << r;
+    }
+    EXPECT_THAT(FormatSummary(o, params),
+                HasSubstr("the chunks in use only); parameters, masters and "
+                          "optimizer states rest in host memory"));
+  }
+}
+
+// The issue this exists for: a model whose replicated state is 4x the
+// device's memory. Replicated storage is refused before step 1; sharded
+// chunks with the parameters offloaded train under the cap in every step,
+// step 1 included, with the uncapped run's losses.
+TEST(TrainerTest, AModelFourTimesTheDeviceTrainsUnderItsCap) {
+  TrainOptions o = Tiny();
+  o.model.layers = 6;
+  o.model.d_model = 128;
+  o.model.vocab = 512;
+  o.model.seq_len = 8;
+  o.batch = 1;
+  o.steps = 3;
+  o.chunk_size = -1;
+  TrainOptions replicated = o;
+  replicated.storage = ChunkLayout::kReplicated;
+  const int64_t cap = static_cast<int64_t>(PlannedDeviceBytes(replicated) / 4);
+  replicated.device_memory_limit = cap;
+  const absl::Status refused = RunTraining(replicated, nullptr).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.message()),
+              StartsWith("--storage=replicated --offload=none needs about "));
+
+  const TrainResult uncapped = Train(o);
+  o.offload = OffloadPolicy::kParams;
+  o.device_memory_limit = cap;
+  const TrainResult capped = Train(o);
+  EXPECT_EQ(Losses(capped), Losses(uncapped));
+  ASSERT_EQ(capped.steps.size(), 3u);
+  for (const StepMetrics& m : capped.steps) {
+    for (const RankStepMetrics& r : m.ranks) {
+      EXPECT_LE(r.peak_device_bytes, cap) << "step " << m.step;
+      EXPECT_GT(r.peak_device_bytes, 0) << "step " << m.step;
+    }
   }
 }
 
