@@ -201,6 +201,7 @@ absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccess() {
   if (HolderMoves()) {
     CZ_RETURN_IF_ERROR(full_->MoveTo(device_), "accessing chunk ", name_,
                        ": bringing it from ", rest_device_.ToString());
+    rest_to_device_bytes_ += full_->nbytes();
   }
   if (options_.layout == ChunkLayout::kReplicated) {
     accessed_ = true;
@@ -223,6 +224,7 @@ absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccess() {
   comm::AllGatherOptions opts;
   opts.timeout = options_.comm_timeout;
   opts.tag = name_;
+  if (rest_device_ != device_) rest_to_device_bytes_ += shard_->nbytes();
   return group_->AllGather(
       comm::ConstBuffer{shard_->data(), static_cast<size_t>(shard_size_),
                         options_.dtype},
@@ -302,6 +304,7 @@ absl::Status Chunk::Release() {
     if (HolderMoves() && accessed_) {
       CZ_RETURN_IF_ERROR(full_->MoveTo(rest_device_), "releasing chunk ", name_,
                          " to ", rest_device_.ToString());
+      device_to_rest_bytes_ += full_->nbytes();
     }
     accessed_ = false;
     return absl::OkStatus();
@@ -310,6 +313,7 @@ absl::Status Chunk::Release() {
   if (options_.layout == ChunkLayout::kSharded && full_->allocated() &&
       modified_) {
     CZ_RETURN_IF_ERROR(CopyOwnPartToShard(), "releasing chunk ", name_);
+    if (rest_device_ != device_) device_to_rest_bytes_ += shard_->nbytes();
   }
   full_->Free();
   modified_ = false;
@@ -366,9 +370,13 @@ absl::Status Chunk::Reduce(comm::ReduceOp op) {
     if (HolderMoves()) {
       CZ_RETURN_IF_ERROR(full_->MoveTo(rest_device_), "reducing chunk ", name_,
                          ": taking it back to ", rest_device_.ToString());
+      device_to_rest_bytes_ += full_->nbytes();
     }
     SetAllStates(TensorState::kHold);
   } else {
+    if (shard_ != nullptr && rest_device_ != device_) {
+      device_to_rest_bytes_ += shard_->nbytes();
+    }
     full_->Free();
     SetAllStates(TensorState::kFree);
   }

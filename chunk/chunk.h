@@ -135,6 +135,12 @@ class Chunk {
   // on one device.
   int64_t payload_bytes() const;
   int64_t payload_bytes(Device device) const;
+  // Bytes this rank's payload has moved so far from where it rests to where
+  // it computes (its own shard before each all-gather, a holder's whole
+  // buffer) and back (a modified or reduced shard, a holder's buffer); 0
+  // while the two devices are one.
+  int64_t rest_to_device_bytes() const { return rest_to_device_bytes_; }
+  int64_t device_to_rest_bytes() const { return device_to_rest_bytes_; }
 
   int num_tensors() const { return static_cast<int>(tensors_.size()); }
   const ChunkTensor& tensor(int i) const { return tensors_[i]; }
@@ -282,6 +288,8 @@ class Chunk {
   bool accessed_ = false;
   // Full buffer written since it was materialised (see MarkModified).
   bool modified_ = false;
+  int64_t rest_to_device_bytes_ = 0;
+  int64_t device_to_rest_bytes_ = 0;
 };
 
 }  // namespace chunkzero

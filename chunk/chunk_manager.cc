@@ -373,6 +373,15 @@ absl::Status ChunkManager::CopyTensorToChunkSlice(absl::string_view group,
   return where.chunk->CopyTensorToChunkSlice(where.index, values);
 }
 
+ChunkManager::Transfers ChunkManager::TransferredBytes() const {
+  Transfers t;
+  for (const Chunk* chunk : AllChunks()) {
+    t.rest_to_device += chunk->rest_to_device_bytes();
+    t.device_to_rest += chunk->device_to_rest_bytes();
+  }
+  return t;
+}
+
 int64_t ChunkManager::PayloadBytes(Device device) const {
   int64_t bytes = 0;
   for (const Chunk* chunk : AllChunks()) {

@@ -180,6 +180,14 @@ class ChunkManager {
 
   // Payload bytes this rank holds on `device`, summed over chunks.
   int64_t PayloadBytes(Device device) const;
+  // Chunk::rest_to_device_bytes and device_to_rest_bytes summed over the
+  // chunks: what this rank's chunks have copied so far between where they
+  // rest and where they compute.
+  struct Transfers {
+    int64_t rest_to_device = 0;
+    int64_t device_to_rest = 0;
+  };
+  Transfers TransferredBytes() const;
 
  private:
   struct Group {

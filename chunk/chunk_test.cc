@@ -353,6 +353,13 @@ TEST(Chunk, ChunksRestingOnTheHostComeToTheDeviceForEachUse) {
             EXPECT_EQ(views[0].device(), cpu);
             EXPECT_THAT(*views[0].ToFloats(), ElementsAre(1, 2, 3));
           }
+          // Two uses: a sharded rank sent its 20-byte shard up each time and
+          // nothing back (unmodified); a holder moved its 40 bytes both ways.
+          const int64_t up = layout == ChunkLayout::kSharded ? 2 * 20
+                             : holder                        ? 2 * 40
+                                                             : 0;
+          EXPECT_EQ(chunk->rest_to_device_bytes(), up);
+          EXPECT_EQ(chunk->device_to_rest_bytes(), holder ? up : 0);
           // Grads: rank r writes (r + 1) x the values; the sums rest on the
           // host, 3 x the values.
           CZ_RETURN_IF_ERROR(chunk->Access());
@@ -366,6 +373,13 @@ TEST(Chunk, ChunksRestingOnTheHostComeToTheDeviceForEachUse) {
                 chunk->SetTensorState(t, TensorState::kReadyForReduce));
           }
           CZ_RETURN_IF_ERROR(chunk->Reduce());
+          // The third use: up as before, and the reduced shard or buffer
+          // back down.
+          const int64_t once = layout == ChunkLayout::kSharded ? 20
+                               : holder                        ? 40
+                                                               : 0;
+          EXPECT_EQ(chunk->rest_to_device_bytes(), up + once);
+          EXPECT_EQ(chunk->device_to_rest_bytes(), (holder ? up : 0) + once);
           EXPECT_EQ(mem.param_bytes(sim), 0);
           EXPECT_EQ(mem.param_bytes(cpu), at_rest);
           std::vector<float> reduced;

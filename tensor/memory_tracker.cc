@@ -97,6 +97,8 @@ void MemoryTracker::AddLocked(Device device, MemoryCategory category,
   cat.peak = std::max(cat.peak, cat.current);
   usage.total.current += bytes;
   usage.total.peak = std::max(usage.total.peak, usage.total.current);
+  all_.current += bytes;
+  all_.peak = std::max(all_.peak, all_.current);
 }
 
 void MemoryTracker::Subtract(Device device, MemoryCategory category,
@@ -113,6 +115,7 @@ void MemoryTracker::Subtract(Device device, MemoryCategory category,
   }
   cat.current -= bytes;
   usage.total.current -= bytes;
+  all_.current -= bytes;
 }
 
 int64_t MemoryTracker::Current(Device device, MemoryCategory category) const {
@@ -141,6 +144,16 @@ int64_t MemoryTracker::PeakTotal(Device device) const {
   MutexLock lock(&mu_);
   auto it = usage_.find(device);
   return it == usage_.end() ? 0 : it->second.total.peak;
+}
+
+int64_t MemoryTracker::CurrentAll() const {
+  MutexLock lock(&mu_);
+  return all_.current;
+}
+
+int64_t MemoryTracker::PeakAll() const {
+  MutexLock lock(&mu_);
+  return all_.peak;
 }
 
 MemoryTracker::Snapshot MemoryTracker::Snap() const {
@@ -176,6 +189,7 @@ void MemoryTracker::ResetPeaks() {
     for (MemoryUsage& cat : usage.by_category) cat.peak = cat.current;
     usage.total.peak = usage.total.current;
   }
+  all_.peak = all_.current;
 }
 
 }  // namespace chunkzero

@@ -98,6 +98,11 @@ class MemoryTracker {
   // Sum over categories on one device; its peak is the peak of the sum.
   int64_t CurrentTotal(Device device) const;
   int64_t PeakTotal(Device device) const;
+  // Sum over every device and category; its peak is the peak of the sum
+  // (at most the sum of the devices' peaks: memory moving between devices
+  // counts once).
+  int64_t CurrentAll() const;
+  int64_t PeakAll() const;
 
   // Everything at once, for reports. Devices never touched are absent.
   struct Snapshot {
@@ -124,6 +129,7 @@ class MemoryTracker {
   mutable Mutex mu_;
   std::map<Device, DeviceUsage> usage_ ABSL_GUARDED_BY(mu_);
   std::map<Device, int64_t> limits_ ABSL_GUARDED_BY(mu_);
+  MemoryUsage all_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace chunkzero

@@ -45,6 +45,24 @@ TEST(MemoryTracker, DevicesAreSeparate) {
       8);
 }
 
+// Memory moving from one device to another counts once in the peak of all.
+TEST(MemoryTracker, PeakAllIsThePeakOfTheSum) {
+  MemoryTracker t;
+  t.Add(kCpu, MemoryCategory::kParam, 100);
+  t.Add(kSim, MemoryCategory::kParam, 100);  // A move: copy, then free.
+  t.Subtract(kCpu, MemoryCategory::kParam, 100);
+  t.Add(kCpu, MemoryCategory::kMaster, 30);
+  EXPECT_EQ(t.CurrentAll(), 130);
+  EXPECT_EQ(t.PeakAll(), 200);
+  EXPECT_EQ(t.PeakTotal(kCpu) + t.PeakTotal(kSim), 200);
+  t.Subtract(kSim, MemoryCategory::kParam, 100);
+  t.Add(kCpu, MemoryCategory::kParam, 100);
+  EXPECT_EQ(t.PeakAll(), 200);
+  EXPECT_EQ(t.PeakTotal(kCpu) + t.PeakTotal(kSim), 230);
+  t.ResetPeaks();
+  EXPECT_EQ(t.PeakAll(), 130);
+}
+
 TEST(MemoryTracker, ResetPeaksStartsANewWindow) {
   MemoryTracker t;
   t.Add(kCpu, MemoryCategory::kComm, 1000);

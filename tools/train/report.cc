@@ -191,6 +191,15 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
         Bytes(static_cast<double>(ComputeBytes(o)) * r.parameters /
               o.world_size));
   }
+  if (o.offload == OffloadPolicy::kParams) {
+    absl::StrAppendFormat(
+        &s,
+        "  rank 0 copies %s from host to device and %s back per step; the "
+        "host peaks at %s\n",
+        Bytes(static_cast<double>(ranks[0].h2d_bytes)),
+        Bytes(static_cast<double>(ranks[0].d2h_bytes)),
+        Bytes(static_cast<double>(ranks[0].peak_host_bytes)));
+  }
   absl::StrAppendFormat(
       &s,
       "  rank %d: %s at rest between steps (%.3f x %dPsi/N: chunk "

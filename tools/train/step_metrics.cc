@@ -48,6 +48,9 @@ std::vector<int64_t> EncodeRankStepMetrics(const RankStepMetrics& m) {
   }
   v.push_back(m.peak_total_bytes);
   v.push_back(m.peak_device_bytes);
+  v.push_back(m.peak_host_bytes);
+  v.push_back(m.h2d_bytes);
+  v.push_back(m.d2h_bytes);
   for (int k = 0; k < comm::kNumCollectiveKinds; ++k) {
     auto it = m.comm_bytes.find(SnakeCase(
         comm::CollectiveKindName(static_cast<comm::CollectiveKind>(k))));
@@ -66,6 +69,9 @@ RankStepMetrics DecodeRankStepMetrics(const std::vector<int64_t>& v) {
   }
   m.peak_total_bytes = v[i++];
   m.peak_device_bytes = v[i++];
+  m.peak_host_bytes = v[i++];
+  m.h2d_bytes = v[i++];
+  m.d2h_bytes = v[i++];
   for (int k = 0; k < comm::kNumCollectiveKinds; ++k) {
     const bool present = v[i++] != 0;
     const int64_t bytes = v[i++];
@@ -78,8 +84,12 @@ RankStepMetrics DecodeRankStepMetrics(const std::vector<int64_t>& v) {
 }
 
 RankStepMetrics MeasureRankStep(const MemoryTracker& tracker,
-                                const comm::RecordingSnapshot& comm) {
+                                const comm::RecordingSnapshot& comm,
+                                int64_t h2d_bytes, int64_t d2h_bytes) {
   RankStepMetrics m;
+  m.h2d_bytes = h2d_bytes;
+  m.d2h_bytes = d2h_bytes;
+  m.peak_total_bytes = tracker.PeakAll();
   for (Device d : {Device::Cpu(), Device::Simulated(0)}) {
     for (int k = 0; k < kNumMemoryCategories; ++k) {
       const auto category = static_cast<MemoryCategory>(k);
@@ -88,8 +98,8 @@ RankStepMetrics MeasureRankStep(const MemoryTracker& tracker,
         m.peak_bytes[std::string(MemoryCategoryName(category))] += peak;
       }
     }
-    m.peak_total_bytes += tracker.PeakTotal(d);
     if (d != Device::Cpu()) m.peak_device_bytes += tracker.PeakTotal(d);
+    if (d == Device::Cpu()) m.peak_host_bytes += tracker.PeakTotal(d);
   }
   for (int k = 0; k < comm::kNumCollectiveKinds; ++k) {
     const auto kind = static_cast<comm::CollectiveKind>(k);
@@ -105,7 +115,10 @@ std::string StepMetricsJson(const StepMetrics& m) {
   for (const RankStepMetrics& r : m.ranks) {
     ranks.push_back(absl::StrCat("{\"peak_bytes\":", JsonMap(r.peak_bytes),
                                  ",\"comm_bytes\":", JsonMap(r.comm_bytes),
-                                 "}"));
+                                 ",\"device_peak_bytes\":", r.peak_device_bytes,
+                                 ",\"host_peak_bytes\":", r.peak_host_bytes,
+                                 ",\"h2d_bytes\":", r.h2d_bytes,
+                                 ",\"d2h_bytes\":", r.d2h_bytes, "}"));
   }
   return absl::StrCat("{\"step\":", m.step, ",\"loss\":", JsonNumber(m.loss),
                       ",\"lr\":", JsonNumber(m.lr),

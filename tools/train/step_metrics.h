@@ -24,11 +24,18 @@ struct RankStepMetrics {
   // Peak payload bytes since the start, by category ("param", "master",
   // "optim_state", "grad_accum", "comm", ...), summed over devices.
   std::map<std::string, int64_t> peak_bytes;
-  // The peak of all categories together (per device, summed over devices).
+  // The peak of all categories on all devices together
+  // (MemoryTracker::PeakAll).
   int64_t peak_total_bytes = 0;
-  // The peak on the device (not host memory): with --offload=optimizer,
-  // what the compute chunks cost the accelerator. Not in the JSON.
+  // The peaks on the compute device and in host memory (device_peak_bytes
+  // and host_peak_bytes in the JSON).
   int64_t peak_device_bytes = 0;
+  int64_t peak_host_bytes = 0;
+  // What this rank's chunks copied in this step from host memory to the
+  // device and back (h2d_bytes, d2h_bytes; ChunkManager::TransferredBytes):
+  // 0 unless the parameters rest on the host.
+  int64_t h2d_bytes = 0;
+  int64_t d2h_bytes = 0;
   // Bus bytes (DESIGN.md §7) this rank sent and received in this step, by
   // collective ("all_gather", "reduce_scatter", ...).
   std::map<std::string, int64_t> comm_bytes;
@@ -51,9 +58,11 @@ struct StepMetrics {
 };
 
 // This rank's figures: peak payload bytes by category (host, plus any
-// device that held something) and the bus bytes of `comm` by collective.
+// device that held something), the bus bytes of `comm` by collective, and
+// the step's host-device copies.
 RankStepMetrics MeasureRankStep(const MemoryTracker& tracker,
-                                const comm::RecordingSnapshot& comm);
+                                const comm::RecordingSnapshot& comm,
+                                int64_t h2d_bytes = 0, int64_t d2h_bytes = 0);
 
 // `m` as a fixed-length list of integers (the same length on every rank,
 // for an all-gather): the peak of every category, the two totals, then
@@ -66,7 +75,8 @@ RankStepMetrics DecodeRankStepMetrics(const std::vector<int64_t>& v);
 // The metrics as one line of JSON with the keys scripts read: step, loss,
 // lr, loss_scale, skipped, grad_norm, step_time_s, tokens_per_s, time_s
 // {forward, backward, optimizer, comm_wait}, ranks [{peak_bytes,
-// comm_bytes}]. A non-finite number (a skipped step's grad norm) is null.
+// comm_bytes, device_peak_bytes, host_peak_bytes, h2d_bytes, d2h_bytes}].
+// A non-finite number (a skipped step's grad norm) is null.
 std::string StepMetricsJson(const StepMetrics& m);
 
 }  // namespace chunkzero

@@ -13,6 +13,9 @@ TEST(RankStepMetrics, EncodingRoundTripsAndHasAFixedLength) {
   m.peak_bytes = {{"param", 4096}, {"master", 8192}};
   m.peak_total_bytes = 12288;
   m.peak_device_bytes = 17;
+  m.peak_host_bytes = 19;
+  m.h2d_bytes = 23;
+  m.d2h_bytes = 29;
   m.comm_bytes = {{"all_gather", 1397760}, {"reduce_scatter", 698880}};
   const std::vector<int64_t> encoded = EncodeRankStepMetrics(m);
   EXPECT_EQ(encoded.size(), EncodeRankStepMetrics(RankStepMetrics()).size());
@@ -26,6 +29,9 @@ TEST(RankStepMetrics, EncodingRoundTripsAndHasAFixedLength) {
   EXPECT_EQ(back.peak_bytes.at("master"), 8192);
   EXPECT_EQ(back.peak_total_bytes, 12288);
   EXPECT_EQ(back.peak_device_bytes, 17);
+  EXPECT_EQ(back.peak_host_bytes, 19);
+  EXPECT_EQ(back.h2d_bytes, 23);
+  EXPECT_EQ(back.d2h_bytes, 29);
   EXPECT_EQ(back.comm_bytes, m.comm_bytes);
 }
 
@@ -39,11 +45,17 @@ TEST(RankStepMetrics, MeasureCountsPeaksAndOnlyCollectivesThatRan) {
       2;
   snapshot.per_kind[static_cast<int>(comm::CollectiveKind::kAllReduce)]
       .bus_bytes = 180.4;
-  const RankStepMetrics m = MeasureRankStep(tracker, snapshot);
+  tracker.Add(Device::Simulated(0), MemoryCategory::kActivation, 70);
+  const RankStepMetrics m = MeasureRankStep(tracker, snapshot, 11, 13);
   EXPECT_EQ(m.peak_bytes.at("param"), 1000);
   EXPECT_EQ(m.peak_bytes.at("master"), 300);
+  EXPECT_EQ(m.peak_bytes.at("activation"), 70);
+  // The peak of the sum: the activation came after the param went.
   EXPECT_EQ(m.peak_total_bytes, 1300);
-  EXPECT_EQ(m.peak_device_bytes, 0);
+  EXPECT_EQ(m.peak_device_bytes, 70);
+  EXPECT_EQ(m.peak_host_bytes, 1300);
+  EXPECT_EQ(m.h2d_bytes, 11);
+  EXPECT_EQ(m.d2h_bytes, 13);
   EXPECT_EQ(m.comm_bytes,
             (std::map<std::string, int64_t>{{"all_reduce", 180}}));
 }

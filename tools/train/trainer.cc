@@ -252,10 +252,15 @@ class RankRunner {
           ": the weights are no longer finite (the run diverged; a lower "
           "--lr may help)"));
     }
+    const ChunkManager::Transfers moved = chunks_->TransferredBytes();
+    const int64_t h2d = moved.rest_to_device - transfers_.rest_to_device;
+    const int64_t d2h = moved.device_to_rest - transfers_.device_to_rest;
+    transfers_ = moved;
     CZ_ASSIGN_OR_RETURN(
         std::vector<std::vector<int64_t>> figures,
         comm::AllGatherInt64(
-            raw_, EncodeRankStepMetrics(MeasureRankStep(tracker_, comm)),
+            raw_,
+            EncodeRankStepMetrics(MeasureRankStep(tracker_, comm, h2d, d2h)),
             timeout()));
     absl::Status reported;
     if (rank() == 0) {
@@ -300,6 +305,9 @@ class RankRunner {
   TrainResult* result_;
   MemoryTracker tracker_;
   std::unique_ptr<ChunkManager> chunks_;
+  // The chunks' host-device copies up to the last step, for per-step
+  // figures.
+  ChunkManager::Transfers transfers_;
   std::unique_ptr<GptModel> model_;
   std::unique_ptr<ZeroDdp> ddp_;
   std::unique_ptr<ZeroOptimizer> optimizer_;

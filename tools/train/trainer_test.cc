@@ -631,6 +631,10 @@ TEST(StepMetricsJsonTest, SyntheticMetricsExactly) {
   m.ranks[0].peak_bytes = {{"param", 100}, {"master", 200}};
   m.ranks[0].peak_total_bytes = 300;
   m.ranks[0].comm_bytes = {{"all_gather", 12}, {"reduce_scatter", 6}};
+  m.ranks[0].peak_device_bytes = 40;
+  m.ranks[0].peak_host_bytes = 260;
+  m.ranks[0].h2d_bytes = 8;
+  m.ranks[0].d2h_bytes = 4;
   const std::string json = StepMetricsJson(m);
   EXPECT_EQ(json,
             "{\"step\":7,\"loss\":2.5,\"lr\":0.00025,\"loss_scale\":65536,"
@@ -638,8 +642,11 @@ TEST(StepMetricsJsonTest, SyntheticMetricsExactly) {
             "\"tokens_per_s\":4096,\"time_s\":{\"forward\":0.0625,"
             "\"backward\":0.03125,\"optimizer\":0.015625,\"comm_wait\":0.5},"
             "\"ranks\":[{\"peak_bytes\":{\"master\":200,\"param\":100},"
-            "\"comm_bytes\":{\"all_gather\":12,\"reduce_scatter\":6}},"
-            "{\"peak_bytes\":{},\"comm_bytes\":{}}]}");
+            "\"comm_bytes\":{\"all_gather\":12,\"reduce_scatter\":6},"
+            "\"device_peak_bytes\":40,\"host_peak_bytes\":260,"
+            "\"h2d_bytes\":8,\"d2h_bytes\":4},"
+            "{\"peak_bytes\":{},\"comm_bytes\":{},\"device_peak_bytes\":0,"
+            "\"host_peak_bytes\":0,\"h2d_bytes\":0,\"d2h_bytes\":0}]}");
   EXPECT_EQ(json.find('\n'), std::string::npos);
 
   const Json j = ParseJson(json);
@@ -662,7 +669,13 @@ TEST(StepMetricsJsonTest, SyntheticMetricsExactly) {
   EXPECT_EQ(time.at("comm_wait").get<double>(), 0.5);
   ASSERT_EQ(j.at("ranks").size(), 2u);
   const Json& r0 = j.at("ranks").at(0);
-  EXPECT_EQ(Keys(r0), (std::vector<std::string>{"peak_bytes", "comm_bytes"}));
+  EXPECT_EQ(Keys(r0), (std::vector<std::string>{
+                          "peak_bytes", "comm_bytes", "device_peak_bytes",
+                          "host_peak_bytes", "h2d_bytes", "d2h_bytes"}));
+  EXPECT_EQ(r0.at("device_peak_bytes").get<double>(), 40);
+  EXPECT_EQ(r0.at("host_peak_bytes").get<double>(), 260);
+  EXPECT_EQ(r0.at("h2d_bytes").get<double>(), 8);
+  EXPECT_EQ(r0.at("d2h_bytes").get<double>(), 4);
   EXPECT_EQ(r0.at("peak_bytes").at("param").get<double>(), 100);
   EXPECT_EQ(r0.at("peak_bytes").at("master").get<double>(), 200);
   EXPECT_EQ(r0.at("comm_bytes").at("all_gather").get<double>(), 12);
@@ -700,7 +713,12 @@ TEST(StepMetricsJsonTest, RealStepHasTheDocumentedKeys) {
   ASSERT_EQ(j.at("ranks").size(), 4u);
   for (int rank = 0; rank < 4; ++rank) {
     const Json& jr = j.at("ranks").at(rank);
-    EXPECT_EQ(Keys(jr), (std::vector<std::string>{"peak_bytes", "comm_bytes"}));
+    EXPECT_EQ(Keys(jr), (std::vector<std::string>{
+                            "peak_bytes", "comm_bytes", "device_peak_bytes",
+                            "host_peak_bytes", "h2d_bytes", "d2h_bytes"}));
+    EXPECT_EQ(jr.at("host_peak_bytes").get<double>(),
+              m.ranks[rank].peak_host_bytes);
+    EXPECT_EQ(jr.at("h2d_bytes").get<double>(), 0);
     std::set<std::string> peak_keys, comm_keys;
     for (const auto& [k, v] : m.ranks[rank].peak_bytes) {
       peak_keys.insert(k);
@@ -799,6 +817,11 @@ TEST(TrainerTest, OffloadedParametersTrainBitForBit) {
       const RankStepMetrics& q = optimizer.steps.back().ranks[r];
       EXPECT_EQ(p.peak_device_bytes, 5 * 16384) << "rank " << r;
       EXPECT_LT(p.peak_device_bytes, q.peak_device_bytes) << "rank " << r;
+      // Only parameters resting on the host are copied to and from it.
+      EXPECT_GT(p.h2d_bytes, 0) << "rank " << r;
+      EXPECT_GT(p.d2h_bytes, 0) << "rank " << r;
+      EXPECT_EQ(q.h2d_bytes + q.d2h_bytes, 0) << "rank " << r;
+      EXPECT_EQ(plain.steps.back().ranks[r].h2d_bytes, 0) << "rank " << r;
     }
     EXPECT_THAT(FormatSummary(o, params),
                 HasSubstr("the chunks in use only); parameters, masters and "
