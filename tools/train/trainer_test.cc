@@ -865,6 +865,42 @@ TEST(TrainerTest, AModelFourTimesTheDeviceTrainsUnderItsCap) {
   }
 }
 
+// A capped run with offloaded parameters exports the same weights as the
+// plain run, and its checkpoint resumes anywhere: here as a plain run that
+// goes on with the plain run's losses, in every precision.
+TEST(TrainerTest, CappedOffloadedRunsSaveResumeAndExportLikeAnyOther) {
+  for (const std::string precision : {"fp32", "fp16", "bf16"}) {
+    SCOPED_TRACE(precision);
+    TrainOptions o = Tiny();
+    o.precision = *ParsePrecisionFlag(precision);
+    o.steps = 4;
+    o.export_path = TestDir("plain_" + precision + ".safetensors");
+    const TrainResult plain = Train(o);
+
+    TrainOptions capped = o;
+    capped.offload = OffloadPolicy::kParams;
+    capped.device_memory_limit =
+        static_cast<int64_t>(std::ceil(PlannedDeviceBytes(capped)));
+    capped.export_path = TestDir("capped_" + precision + ".safetensors");
+    const TrainResult whole = Train(capped);
+    EXPECT_EQ(Losses(whole), Losses(plain));
+    EXPECT_TRUE(ReadAll(capped.export_path) == ReadAll(o.export_path))
+        << "the capped run exported other weights";
+
+    capped.steps = 2;
+    capped.export_path.clear();
+    capped.save = TestDir("capped_save_" + precision);
+    Train(capped);
+    TrainOptions resumed = o;
+    resumed.export_path.clear();
+    resumed.resume = capped.save;
+    const TrainResult r = Train(resumed);
+    ASSERT_EQ(r.steps.size(), 2u);
+    EXPECT_EQ(r.steps[0].loss, plain.steps[2].loss);
+    EXPECT_EQ(r.steps[1].loss, plain.steps[3].loss);
+  }
+}
+
 // A layout whose estimate does not fit the limit is refused before any
 // step, naming its parts and the lighter layout that fits.
 TEST(TrainerTest, ALayoutPastTheDeviceLimitIsRefusedWithAdvice) {
