@@ -72,6 +72,13 @@ bool Chunk::HolderMoves() const {
   return is_holder() && rest_device_ != device_;
 }
 
+absl::Status Chunk::ReturnHolderToRest(absl::string_view operation) {
+  CZ_RETURN_IF_ERROR(full_->MoveTo(rest_device_), operation, " chunk ", name_,
+                     ": taking it back to ", rest_device_.ToString());
+  device_to_rest_bytes_ += full_->nbytes();
+  return absl::OkStatus();
+}
+
 int64_t Chunk::shard_begin() const {
   return options_.layout == ChunkLayout::kSharded ? group_->rank() * shard_size_
                                                   : 0;
@@ -302,9 +309,7 @@ absl::Status Chunk::Release() {
   CZ_RETURN_IF_ERROR(StateError("release", Requirement::kAllHold));
   if (is_holder()) {
     if (HolderMoves() && accessed_) {
-      CZ_RETURN_IF_ERROR(full_->MoveTo(rest_device_), "releasing chunk ", name_,
-                         " to ", rest_device_.ToString());
-      device_to_rest_bytes_ += full_->nbytes();
+      CZ_RETURN_IF_ERROR(ReturnHolderToRest("releasing"));
     }
     accessed_ = false;
     return absl::OkStatus();
@@ -367,11 +372,7 @@ absl::Status Chunk::Reduce(comm::ReduceOp op) {
   accessed_ = false;
   if (is_holder()) {
     // The reduced grads rest where the parameters do, for the optimizer.
-    if (HolderMoves()) {
-      CZ_RETURN_IF_ERROR(full_->MoveTo(rest_device_), "reducing chunk ", name_,
-                         ": taking it back to ", rest_device_.ToString());
-      device_to_rest_bytes_ += full_->nbytes();
-    }
+    if (HolderMoves()) CZ_RETURN_IF_ERROR(ReturnHolderToRest("reducing"));
     SetAllStates(TensorState::kHold);
   } else {
     if (shard_ != nullptr && rest_device_ != device_) {

@@ -257,6 +257,9 @@ class Chunk {
   [[nodiscard]] absl::Status CopyOwnPartToShard();
   // True when a holder's full buffer rests elsewhere than it computes.
   bool HolderMoves() const;
+  // Moves a holder's full buffer back to rest_device() after a use and
+  // counts the bytes; `operation` ("releasing") names the use in errors.
+  [[nodiscard]] absl::Status ReturnHolderToRest(absl::string_view operation);
 
   // Where a write of tensor i's values lands: `count` elements from element
   // `first` of the tensor, at `dst` (count == 0: nowhere, a non-holder).

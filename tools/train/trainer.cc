@@ -148,12 +148,12 @@ class RankRunner {
     chunk_options.comm_timeout = timeout();
     // ZeRO-Offload: the compute-dtype chunks live on the "accelerator" (the
     // host-backed simulated device on machines without a GPU), the masters
-    // and optimizer states in host memory. Under a device memory limit the
-    // job computes for that device too, with the masters there unless
-    // offloaded; the limit caps everything this rank's storages and the
-    // model's working buffers hold on it.
-    // With the parameters offloaded too, the compute chunks rest in host
-    // memory and only the chunks in use occupy the device.
+    // and optimizer states in host memory; with the parameters offloaded
+    // too, the compute chunks rest in host memory and only the chunks in use
+    // occupy the device. Under a device memory limit the job computes for
+    // that device too, with the masters there unless offloaded; the limit
+    // caps everything this rank's storages and the model's working buffers
+    // hold on it.
     const Device device = Device::Simulated(0);
     const bool capped = o_.device_memory_limit > 0;
     if (o_.offload != OffloadPolicy::kNone || capped) {
