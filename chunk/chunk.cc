@@ -43,7 +43,7 @@ absl::StatusOr<std::unique_ptr<Chunk>> Chunk::Create(
   const int64_t capacity =
       PaddedCapacity(options.layout, options.capacity, world);
   std::unique_ptr<Chunk> chunk(new Chunk(options, group, capacity, shard_size));
-  CZ_RETURN_IF_ERROR(chunk->AllocateFull(), "creating chunk ", name);
+  CZ_RETURN_IF_ERROR(chunk->AllocateForAppends(), "creating chunk ", name);
   return chunk;
 }
 
@@ -66,6 +66,10 @@ Chunk::Chunk(const ChunkOptions& options, comm::ProcessGroup* group,
     shard_ = Storage::CreateUnallocated(shard_size * element, rest_device_,
                                         options.storage);
   }
+}
+
+void Chunk::RenameGroup(absl::string_view group) {
+  name_ = absl::StrCat(group, "#", options_.index);
 }
 
 bool Chunk::HolderMoves() const {
@@ -122,11 +126,25 @@ int Chunk::FindTensor(absl::string_view name) const {
   return -1;
 }
 
-absl::Status Chunk::AllocateFull() {
+absl::Status Chunk::AllocateForAppends() {
   // A new chunk starts as zeros so that padding and unused room are
-  // deterministic on every rank; Access overwrites every byte.
-  if (!closed_) return MaterialiseZeros();
-  return full_->Allocate();
+  // deterministic on every rank; Access overwrites every byte. Only what
+  // this rank keeps at rest is allocated: building a chunk never costs a
+  // sharded rank (or a non-owner) the full buffer.
+  if (is_holder()) return MaterialiseZerosIn(*full_);
+  if (shard_ != nullptr) return MaterialiseZerosIn(*shard_);
+  return absl::OkStatus();
+}
+
+absl::Status Chunk::MaterialiseZerosIn(Storage& storage) {
+  CZ_RETURN_IF_ERROR(storage.Allocate(), "materialising chunk ", name_);
+  if (storage.device().is_host_accessible()) {
+    std::memset(storage.data(), 0, storage.nbytes());
+    return absl::OkStatus();
+  }
+  std::vector<char> zeros(storage.nbytes());
+  return CopyBytes(storage.data(), storage.device(), zeros.data(),
+                   Device::Cpu(), zeros.size());
 }
 
 absl::StatusOr<Tensor> Chunk::Append(absl::string_view name,
@@ -157,10 +175,19 @@ absl::StatusOr<Tensor> Chunk::Append(absl::string_view name,
   CZ_ASSIGN_OR_RETURN(Tensor view,
                       Tensor::View(full_, used_ * ElementSize(options_.dtype),
                                    values.shape(), options_.dtype));
-  CZ_RETURN_IF_ERROR(view.CopyFrom(values), "appending tensor '", name,
-                     "' to chunk ", name_);
-  tensors_.push_back(ChunkTensor{std::string(name), used_, values.shape(), n,
-                                 TensorState::kHold});
+  // The values land where this rank keeps them: the full buffer of a
+  // holder, else this rank's part of the shard (or nowhere).
+  tensors_.push_back(ChunkTensor{
+      std::string(name), used_, values.shape(), n,
+      full_->allocated() ? TensorState::kHold : TensorState::kFree});
+  absl::Status copied =
+      CopyTensorToChunkSlice(static_cast<int>(tensors_.size()) - 1, values);
+  if (!copied.ok()) {
+    tensors_.pop_back();
+    return absl::Status(copied.code(),
+                        absl::StrCat("appending tensor '", name, "' to chunk ",
+                                     name_, ": ", copied.message()));
+  }
   used_ += n;
   return view;
 }
@@ -189,13 +216,17 @@ absl::Status Chunk::Close() {
       }
       break;
     case ChunkLayout::kSharded:
-      CZ_RETURN_IF_ERROR(shard_->Allocate(), "closing chunk ", name_);
-      CZ_RETURN_IF_ERROR(CopyOwnPartToShard());
-      full_->Free();
+      // Appends wrote into the shard; a full buffer exists only if someone
+      // materialised it since (then it holds the latest values).
+      if (full_->allocated()) {
+        CZ_RETURN_IF_ERROR(CopyOwnPartToShard(), "closing chunk ", name_);
+        full_->Free();
+      }
       SetAllStates(TensorState::kFree);
       break;
   }
   closed_ = true;
+  modified_ = false;
   return absl::OkStatus();
 }
 
@@ -214,7 +245,7 @@ absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccess() {
     accessed_ = true;
     return comm::MakeCompletedWork(absl::OkStatus());
   }
-  CZ_RETURN_IF_ERROR(AllocateFull(), "accessing chunk ", name_);
+  CZ_RETURN_IF_ERROR(full_->Allocate(), "accessing chunk ", name_);
   accessed_ = true;
   for (ChunkTensor& t : tensors_) {
     if (t.state == TensorState::kFree) t.state = TensorState::kHold;
@@ -239,15 +270,12 @@ absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccess() {
 }
 
 absl::Status Chunk::MaterialiseZeros() {
-  if (full_->allocated()) return absl::OkStatus();
-  CZ_RETURN_IF_ERROR(full_->Allocate(), "materialising chunk ", name_);
-  if (full_->device().is_host_accessible()) {
-    std::memset(full_->data(), 0, full_->nbytes());
-    return absl::OkStatus();
+  if (!closed_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot materialise chunk ", name_, " before it is closed"));
   }
-  std::vector<char> zeros(full_->nbytes());
-  return CopyBytes(full_->data(), full_->device(), zeros.data(), Device::Cpu(),
-                   zeros.size());
+  if (full_->allocated()) return absl::OkStatus();
+  return MaterialiseZerosIn(*full_);
 }
 
 void Chunk::DropPayload() {

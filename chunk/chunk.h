@@ -18,6 +18,10 @@
 //    copied back into the shard on Release if the chunk was marked modified
 //    (CopyTensorToChunkSlice does it; code writing through a view calls
 //    MarkModified()). An unmodified chunk skips the copy: release is free.
+// A chunk being built holds only what this rank keeps at rest: Append
+// writes a tensor's values into a holder's full buffer, into this rank's
+// part of the shard (sharded), or nowhere (a non-owner), so packing a model
+// never needs a full chunk on a rank that does not keep one.
 // Both go through StorageOptions (category, tracker, allocators), so payload
 // accounting is exact, and a CachingAllocator there makes repeated
 // access/release reuse the same blocks. For the sharded layout capacity() is
@@ -103,6 +107,10 @@ class Chunk {
 
   // "f16_param#3".
   const std::string& name() const { return name_; }
+  // Takes the name of the group it now belongs to ("f16_param#3" for
+  // "f16_param"). The name tags the chunk's collectives, so every rank must
+  // rename alike, between collectives.
+  void RenameGroup(absl::string_view group);
   DType dtype() const { return options_.dtype; }
   ChunkLayout layout() const { return options_.layout; }
   int owner() const { return options_.owner; }
@@ -147,15 +155,18 @@ class Chunk {
   // Index of the tensor called `name`, or -1.
   int FindTensor(absl::string_view name) const;
 
-  // Copies `values` into the next slice; from then on the returned view is
-  // the tensor's data. Errors: IsChunkFull when it does not fit in the room
+  // Copies `values` into the next slice (the part this rank keeps: see
+  // Memory); from then on the returned view is the tensor's data, readable
+  // at once on a holder and while accessed elsewhere (its tensor is FREE
+  // until then). Errors: IsChunkFull when it does not fit in the room
   // left; InvalidArgument for a dtype other than dtype(), or more elements
   // than capacity(); FailedPrecondition after Close.
   [[nodiscard]] absl::StatusOr<Tensor> Append(absl::string_view name,
                                               const Tensor& values);
 
-  // No more appends. Sharded: keep this rank's shard and drop the full
-  // buffer; owner: non-owners drop it. Tensors without payload become FREE.
+  // No more appends; the chunk can be accessed. A full buffer materialised
+  // on a non-holder since creation is dropped (sharded: after copying this
+  // rank's part into the shard). Tensors without payload are FREE.
   [[nodiscard]] absl::Status Close();
 
   // Materialises the chunk on this rank: allocates the full buffer and
@@ -170,7 +181,8 @@ class Chunk {
 
   // Allocates the full buffer filled with zeros, without any collective:
   // for a rank that must join the reduction of grads it never computed
-  // (a parameter unused on this rank). No-op when materialised.
+  // (a parameter unused on this rank). No-op when materialised;
+  // FailedPrecondition before Close.
   [[nodiscard]] absl::Status MaterialiseZeros();
 
   // Drops the full buffer where this rank is not a holder (sharded: after
@@ -252,7 +264,11 @@ class Chunk {
                                         Requirement requirement) const;
   // Sets every tensor to `state` (used where the move is known legal).
   void SetAllStates(TensorState state);
-  [[nodiscard]] absl::Status AllocateFull();
+  // At creation: zeros in what this rank keeps at rest (a holder's full
+  // buffer, the shard), which is where Append writes.
+  [[nodiscard]] absl::Status AllocateForAppends();
+  // Allocates `storage` (full_ or shard_) filled with zeros.
+  [[nodiscard]] absl::Status MaterialiseZerosIn(Storage& storage);
   // Sharded: copies this rank's part of the full buffer into the shard.
   [[nodiscard]] absl::Status CopyOwnPartToShard();
   // True when a holder's full buffer rests elsewhere than it computes.
@@ -278,7 +294,7 @@ class Chunk {
 
   const ChunkOptions options_;
   comm::ProcessGroup* const group_;
-  const std::string name_;
+  std::string name_;
   const int64_t capacity_;
   const int64_t shard_size_;
   Device device_;

@@ -258,12 +258,24 @@ absl::Status ChunkManager::RemoveGroup(absl::string_view name) {
                        g->name, "' is paired to it"));
     }
   }
-  for (auto& chunk : group->chunks) {
-    chunk->DropPayload();
-    Forget(chunk.get());
-  }
+  for (auto& chunk : group->chunks) DropChunkPayload(chunk.get());
   groups_.erase(std::find_if(groups_.begin(), groups_.end(),
                              [&](const auto& g) { return g.get() == group; }));
+  return absl::OkStatus();
+}
+
+absl::Status ChunkManager::RenameGroup(absl::string_view from,
+                                       absl::string_view to) {
+  CZ_ASSIGN_OR_RETURN(Group * group, FindGroup(from));
+  if (FindGroup(to).ok()) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "cannot rename chunk group '", from, "' to '", to, "': it exists"));
+  }
+  for (const auto& g : groups_) {
+    if (g->source == from) g->source = std::string(to);
+  }
+  group->name = std::string(to);
+  for (auto& chunk : group->chunks) chunk->RenameGroup(to);
   return absl::OkStatus();
 }
 
@@ -346,6 +358,11 @@ absl::StatusOr<int> ChunkManager::ReleaseAccessedExcept(
   }
   for (Chunk* chunk : to_release) CZ_RETURN_IF_ERROR(ReleaseChunk(chunk));
   return static_cast<int>(to_release.size());
+}
+
+void ChunkManager::DropChunkPayload(Chunk* chunk) {
+  chunk->DropPayload();
+  Forget(chunk);
 }
 
 absl::Status ChunkManager::ReduceChunk(Chunk* chunk, comm::ReduceOp op) {

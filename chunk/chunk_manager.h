@@ -136,6 +136,12 @@ class ChunkManager {
   // is paired to it; NotFound for an unknown name.
   [[nodiscard]] absl::Status RemoveGroup(absl::string_view group);
 
+  // Gives the group, its chunks and the pairing of groups paired to it the
+  // name `to`. NotFound for an unknown group, AlreadyExists if `to` is
+  // taken; nothing changes then.
+  [[nodiscard]] absl::Status RenameGroup(absl::string_view from,
+                                         absl::string_view to);
+
   // Closes every chunk of the group: no more appends; non-holders drop
   // their payload.
   [[nodiscard]] absl::Status CloseGroup(absl::string_view group);
@@ -163,6 +169,10 @@ class ChunkManager {
   // in access order. Returns how many were released.
   [[nodiscard]] absl::StatusOr<int> ReleaseAccessedExcept(
       absl::Span<Chunk* const> keep);
+  // Frees the chunk's payload for good, whatever its tensors' states, and
+  // takes it out of the accessed set: for a group being replaced, whose
+  // views are about to point elsewhere. Issues no collective.
+  void DropChunkPayload(Chunk* chunk);
   // Reduces the chunk (then it is released) and takes it out of the set.
   [[nodiscard]] absl::Status ReduceChunk(
       Chunk* chunk, comm::ReduceOp op = comm::ReduceOp::kSum);

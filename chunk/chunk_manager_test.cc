@@ -254,11 +254,13 @@ TEST(ChunkManager, AccountingIsExactAtEveryStep) {
         CZ_RETURN_IF_ERROR(
             m.CreateGroup("p", DType::kF32, MemoryCategory::kParam));
         CZ_RETURN_IF_ERROR(m.AppendTensor("p", "a", Values(0)).status());
-        EXPECT_EQ(param(cpu), 40);  // One open chunk of 10 f32, in full.
+        // One open chunk of 10 f32: building it holds only the shard (5).
+        EXPECT_EQ(param(cpu), 20);
         CZ_RETURN_IF_ERROR(m.AppendTensor("p", "b", Values(1)).status());
         CZ_RETURN_IF_ERROR(m.AppendTensor("p", "c", Values(2)).status());
-        // Chunk 0 closed when c opened chunk 1: it keeps a shard of 5 f32.
-        EXPECT_EQ(param(cpu), 20 + 40);
+        // c opened chunk 1: two shards of 5 f32, never a full chunk.
+        EXPECT_EQ(param(cpu), 20 + 20);
+        EXPECT_EQ(tracker.Peak(cpu, MemoryCategory::kParam), 20 + 20);
         CZ_RETURN_IF_ERROR(m.CloseGroup("p"));
         EXPECT_EQ(param(cpu), 20 + 20);
         Chunk* c0 = m.chunk("p", 0);
@@ -408,6 +410,47 @@ TEST(ChunkManager, PairedGroupOnAnotherDevice) {
                   0);
         EXPECT_EQ(tracker.Current(Device::Cpu(), MemoryCategory::kMaster),
                   4 * 4);
+        return absl::OkStatus();
+      })));
+}
+
+// RenameGroup renames the group, its chunks (the tags of their collectives)
+// and the pairing; DropChunkPayload frees a chunk for good, accessed or not.
+TEST(ChunkManager, RenameGroupAndDropChunkPayload) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {
+        MemoryTracker tracker;
+        comm::RecordingProcessGroup recorder(g);
+        ChunkManager m(&recorder, Opts(ChunkLayout::kSharded, 10), &tracker);
+        CZ_RETURN_IF_ERROR(
+            m.CreateGroup("p.decl", DType::kF32, MemoryCategory::kParam));
+        CZ_RETURN_IF_ERROR(m.CreatePairedGroup("m.decl", "p.decl", DType::kF32,
+                                               MemoryCategory::kMaster));
+        CZ_RETURN_IF_ERROR(
+            m.CreateGroup("taken", DType::kF32, MemoryCategory::kParam));
+        EXPECT_EQ(m.RenameGroup("p.decl", "taken").message(),
+                  "cannot rename chunk group 'p.decl' to 'taken': it exists");
+        EXPECT_EQ(m.RenameGroup("nope", "x").code(),
+                  absl::StatusCode::kNotFound);
+        CZ_RETURN_IF_ERROR(m.RenameGroup("p.decl", "p"));
+        // The paired group follows the rename of its source.
+        CZ_RETURN_IF_ERROR(m.AppendTensor("p", "a", Values(0)).status());
+        CZ_RETURN_IF_ERROR(m.AppendTensor("m.decl", "a", Values(0)).status());
+        CZ_RETURN_IF_ERROR(m.CloseGroup("p"));
+        CZ_RETURN_IF_ERROR(m.CloseGroup("m.decl"));
+        EXPECT_EQ(m.chunk("p", 0)->name(), "p#0");
+        EXPECT_EQ(m.RemoveGroup("p").code(),
+                  absl::StatusCode::kFailedPrecondition);
+        recorder.Reset();
+        CZ_RETURN_IF_ERROR(m.AccessTensor("p", "a"));
+        EXPECT_EQ(recorder.Snapshot().calls.at(0).tag, "p#0");
+        EXPECT_EQ(m.accessed_chunks().size(), 1u);
+        EXPECT_EQ(tracker.Current(Device::Cpu(), MemoryCategory::kParam),
+                  20 + 40);
+        m.DropChunkPayload(m.chunk("p", 0));
+        EXPECT_TRUE(m.accessed_chunks().empty());
+        EXPECT_EQ(tracker.Current(Device::Cpu(), MemoryCategory::kParam), 0);
+        EXPECT_EQ(recorder.Snapshot().calls.size(), 1u);  // No collective.
         return absl::OkStatus();
       })));
 }

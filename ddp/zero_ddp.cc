@@ -111,10 +111,82 @@ absl::Status ZeroDdp::AccessPinned() {
 }
 
 int ZeroDdp::ChunkIndex(const Chunk* chunk) const {
-  for (int i = 0; i < chunks_->num_chunks(param_group_); ++i) {
-    if (chunks_->chunk(param_group_, i) == chunk) return i;
+  auto it = chunk_index_.find(chunk);
+  return it == chunk_index_.end() ? -1 : it->second;
+}
+
+absl::Status ZeroDdp::FirstStepRound(absl::Span<Parameter* const> params,
+                                     bool done, bool* all_done) {
+  ++counters_.agreement_rounds;
+  comm::ProcessGroup& group = chunks_->process_group();
+  const int world = group.size();
+  const int n = chunks_->num_chunks(param_group_);
+  // One flag per chunk (needed by this rank's current op or in use here),
+  // then whether this rank's forward has ended.
+  std::vector<int32_t> mine(n + 1, 0), all(static_cast<size_t>(n + 1) * world);
+  for (Parameter* p : params) {
+    mine[ChunkIndex(params_[index_of_.at(p)].where.chunk)] = 1;
   }
-  return -1;
+  for (int c = 0; c < n; ++c) {
+    const Chunk* chunk = chunks_->chunk(param_group_, c);
+    if (chunk->is_accessed() && !chunk->CanRelease()) mine[c] = 1;
+  }
+  mine[n] = done ? 1 : 0;
+  comm::AllGatherOptions options;
+  options.timeout = chunks_->options().comm_timeout;
+  options.tag = "step-1 chunk agreement";
+  CZ_RETURN_IF_ERROR(comm::AllGather(group, comm::ConstBuffer::Of(mine),
+                                     comm::MutableBuffer::Of(all), options),
+                     "agreeing on the chunks step 1 gathers");
+  std::vector<Chunk*> needed;
+  *all_done = true;
+  for (int c = 0; c <= n; ++c) {
+    bool any = false, every = true;
+    for (int r = 0; r < world; ++r) {
+      any |= all[static_cast<size_t>(r) * (n + 1) + c] != 0;
+      every &= all[static_cast<size_t>(r) * (n + 1) + c] != 0;
+    }
+    if (c == n) {
+      *all_done = every;
+    } else if (any) {
+      needed.push_back(chunks_->chunk(param_group_, c));
+    }
+  }
+  // Every rank had the same chunks materialised before the round and makes
+  // the same decisions from the same flags, so they stay in step.
+  CZ_RETURN_IF_ERROR(chunks_->ReleaseAccessedExcept(needed).status());
+  std::vector<std::unique_ptr<comm::Work>> gathers;
+  for (Chunk* chunk : needed) {
+    if (chunk->is_accessed()) continue;
+    ++counters_.chunk_accesses;
+    CZ_ASSIGN_OR_RETURN(std::unique_ptr<comm::Work> work,
+                        chunks_->StartAccessChunk(chunk));
+    gathers.push_back(std::move(work));
+  }
+  absl::Status status = absl::OkStatus();
+  for (auto& work : gathers) {
+    absl::Status done_gathering = work->Wait();
+    if (status.ok() && !done_gathering.ok()) status = done_gathering;
+  }
+  return status;
+}
+
+absl::Status ZeroDdp::StreamFirstStep(absl::Span<Parameter* const> params) {
+  for (Parameter* p : params) {
+    if (!params_[index_of_.at(p)].where.chunk->is_accessed()) {
+      bool all_done = false;
+      return FirstStepRound(params, /*done=*/false, &all_done);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroDdp::EndFirstForward() {
+  bool all_done = false;
+  while (!all_done) {
+    CZ_RETURN_IF_ERROR(FirstStepRound({}, /*done=*/true, &all_done));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ZeroDdp::ReleaseLazily(absl::Span<Parameter* const> params,
@@ -144,11 +216,10 @@ absl::Status ZeroDdp::PreForward(absl::Span<Parameter* const> params) {
   }
   if (!step_started_) {
     step_started_ = true;
-    // Step 1 (declaration-order chunks): every rank gathers every chunk at
-    // this one point, so ranks that use different parameters issue the
-    // same collectives. Later steps gather only the pinned chunks here.
-    CZ_RETURN_IF_ERROR(registered_ ? AccessPinned() : AccessAll());
+    // Pinned chunks are gathered at one point, the same on every rank.
+    if (registered_) CZ_RETURN_IF_ERROR(AccessPinned());
   }
+  if (!registered_) CZ_RETURN_IF_ERROR(StreamFirstStep(params));
   CZ_RETURN_IF_ERROR(Use(params));
   return registered_ ? Prefetch(params, +1) : absl::OkStatus();
 }
@@ -160,7 +231,7 @@ absl::Status ZeroDdp::PostForward(absl::Span<Parameter* const> params) {
     CZ_RETURN_IF_ERROR(info->where.chunk->SetTensorState(info->where.index,
                                                          TensorState::kHold));
   }
-  // Step 1 keeps everything until the repack.
+  // In step 1 only the agreement rounds release (FirstStepRound).
   return registered_ ? ReleaseLazily(params, +1) : absl::OkStatus();
 }
 
@@ -169,6 +240,7 @@ absl::Status ZeroDdp::PreBackward(absl::Span<Parameter* const> params) {
   if (!in_backward_) {
     in_backward_ = true;
     if (!registered_) {
+      CZ_RETURN_IF_ERROR(EndFirstForward());
       CZ_RETURN_IF_ERROR(Register(), "registering chunks");
       CZ_RETURN_IF_ERROR(AccessPinned());
     }

@@ -25,13 +25,21 @@
 // (rank 0's value) in the paired group "f32_master.decl" (in f32 mode too: grad
 // reuse overwrites the compute copy); data() becomes a view of its slice
 // and the model's own tensors are dropped, so memory is sharded from the
-// start. Step 1's forward gathers all of those chunks at its first hook
-// (one point, the same on every rank, whatever each rank then uses) and
-// records the order of first use. At the first PreBackward the ranks agree
-// on one order (rank 0's first-use order, then parameters used only on
-// other ranks, in declaration order) and the parameters are repacked into
-// groups "<dtype>_param" / "f32_master" in that order; the declaration-order
-// groups are freed. Parameters no rank used are left out (keeping a copy of
+// start. Step 1's forward streams like every later step: each op's chunks
+// are gathered when it needs them and released when no op needs them, and
+// each rank records the order of first use. Because ranks may take
+// different branches, the ranks agree on what is materialised: a rank that
+// needs a chunk it has not gathered starts a round, a small all-gather of
+// which chunks each rank's current op needs; every rank then releases the
+// chunks no rank needs and gathers, in chunk order, the ones any rank needs
+// (so every rank issues the same collectives in the same order, whatever
+// it computes). A rank whose forward has ended joins the others' rounds
+// until every rank's has. At the first PreBackward the ranks agree on one
+// order (rank 0's first-use order, then parameters used only on other ranks,
+// in declaration order) and the parameters are repacked into groups
+// "<dtype>_param" / "f32_master" in that order, from the masters, one
+// declaration chunk at a time; the declaration-order groups are freed as
+// they are read. Parameters no rank used are left out (keeping a copy of
 // their own) and reported by unused_parameters().
 //
 // Every later step follows DESIGN.md §5: PreForward/PreBackward access the
@@ -114,6 +122,9 @@ struct StepCounters {
   int chunk_accesses = 0;  // Chunks materialised (prefetched ones too).
   int prefetches = 0;      // Of those, started ahead of use.
   int prefetch_hits = 0;   // Prefetches complete when their op came.
+  // Step 1 without a given order: rounds of the agreement on which
+  // declaration-order chunks are materialised (see above).
+  int agreement_rounds = 0;
 };
 
 class ZeroDdp final : public ParamHooks {
@@ -218,10 +229,25 @@ class ZeroDdp final : public ParamHooks {
       const std::string& param_group, const std::string& master_group,
       const std::vector<int>& order,
       const std::function<absl::StatusOr<Tensor>(ParamInfo&)>& master_value);
-  // Accesses every chunk of the current compute-dtype group.
-  [[nodiscard]] absl::Status AccessAll();
+  // Step 1 without a given order: makes sure the declaration-order chunks
+  // of `params` are materialised, through a round if one is not.
+  [[nodiscard]] absl::Status StreamFirstStep(
+      absl::Span<Parameter* const> params);
+  // One round of step 1's agreement: every rank says which chunks its
+  // current op (`params`, plus any chunk with a tensor in use) needs and
+  // whether its forward has ended (`done`); every rank then releases what
+  // no rank needs and gathers what any rank needs. Sets `*all_done` when
+  // every rank's forward has ended.
+  [[nodiscard]] absl::Status FirstStepRound(absl::Span<Parameter* const> params,
+                                            bool done, bool* all_done);
+  // Joins rounds until every rank's step-1 forward has ended.
+  [[nodiscard]] absl::Status EndFirstForward();
   // Agrees on the first-use order and repacks the parameters into it.
   [[nodiscard]] absl::Status Register();
+  // Moves the parameters from the declaration-order groups into new ones in
+  // `order` (indices into params_); `unused` get copies of their own.
+  [[nodiscard]] absl::Status Repack(const std::vector<int>& order,
+                                    const std::vector<int>& unused);
   // Accesses the chunks of `params` and moves them to COMPUTE.
   [[nodiscard]] absl::Status Use(absl::Span<Parameter* const> params);
   // Releases accessed chunks that can be released, except the chunk of
@@ -257,6 +283,8 @@ class ZeroDdp final : public ParamHooks {
   std::vector<ParamInfo> params_;  // Declaration order.
   absl::flat_hash_map<const Parameter*, int> index_of_;
   std::vector<int> order_;  // Registration order: indices into params_.
+  // Position of each chunk of the current compute-dtype group.
+  absl::flat_hash_map<const Chunk*, int> chunk_index_;
   HookOrder hook_order_;
   std::vector<absl::Status> deferred_;
   bool registered_ = false;

@@ -174,8 +174,9 @@ absl::Status ZeroDdp::BuildGroups(
     ParamInfo& info = params_[i];
     Parameter& p = *info.param;
     CZ_ASSIGN_OR_RETURN(Tensor master, master_value(info));
-    CZ_ASSIGN_OR_RETURN(Tensor compute,
-                        CastTo(p.data(), options_.compute_dtype));
+    // The compute copy is the master rounded once (exactly the parameter
+    // rounded once: widening to f32 is exact).
+    CZ_ASSIGN_OR_RETURN(Tensor compute, CastTo(master, options_.compute_dtype));
     CZ_ASSIGN_OR_RETURN(Tensor view,
                         chunks_->AppendTensor(param_group, p.name(), compute));
     p.set_data(std::move(view));
@@ -188,18 +189,12 @@ absl::Status ZeroDdp::BuildGroups(
   }
   CZ_RETURN_IF_ERROR(chunks_->CloseGroup(param_group));
   CZ_RETURN_IF_ERROR(chunks_->CloseGroup(master_group));
+  chunk_index_.clear();
+  for (int c = 0; c < chunks_->num_chunks(param_group); ++c) {
+    chunk_index_[chunks_->chunk(param_group, c)] = c;
+  }
   param_group_ = param_group;
   master_group_ = master_group;
-  return absl::OkStatus();
-}
-
-absl::Status ZeroDdp::AccessAll() {
-  for (int c = 0; c < chunks_->num_chunks(param_group_); ++c) {
-    Chunk* chunk = chunks_->chunk(param_group_, c);
-    if (chunk->is_accessed()) continue;
-    ++counters_.chunk_accesses;
-    CZ_RETURN_IF_ERROR(chunks_->AccessChunk(chunk));
-  }
   return absl::OkStatus();
 }
 
@@ -238,41 +233,21 @@ absl::Status ZeroDdp::Register() {
   std::vector<int> order;
   for (const auto& [key, i] : keyed) order.push_back(i);
 
-  // Repack from the declaration-order chunks, which step 1's forward left
-  // materialised. Masters are gathered on demand in the new order (the same
-  // sequence on every rank) and released once all their tensors moved.
-  CZ_RETURN_IF_ERROR(AccessAll());
-  const std::string decl_param_group = param_group_;
-  const std::string decl_master_group = master_group_;
-  absl::flat_hash_map<Chunk*, int> left;
-  for (int i : order) {
-    CZ_ASSIGN_OR_RETURN(
-        TensorLocation m,
-        chunks_->Locate(decl_master_group, params_[i].param->name()));
-    ++left[m.chunk];
+  // In declaration order already, with every parameter used: the chunks
+  // are already packed in the agreed order; only their names change.
+  bool in_place = unused.empty();
+  for (size_t k = 0; in_place && k < order.size(); ++k) {
+    in_place = order[k] == static_cast<int>(k);
   }
-  // Parameters no rank used keep a copy of their own.
-  for (int i : unused) {
-    Parameter& p = *params_[i].param;
-    CZ_ASSIGN_OR_RETURN(Tensor copy, CastTo(p.data(), options_.compute_dtype));
-    p.set_data(std::move(copy));
+  if (in_place) {
+    CZ_RETURN_IF_ERROR(chunks_->RenameGroup(master_group_, kMasterGroup));
+    CZ_RETURN_IF_ERROR(chunks_->RenameGroup(
+        param_group_, ParamGroupName(options_.compute_dtype)));
+    param_group_ = ParamGroupName(options_.compute_dtype);
+    master_group_ = kMasterGroup;
+  } else {
+    CZ_RETURN_IF_ERROR(Repack(order, unused));
   }
-  CZ_RETURN_IF_ERROR(BuildGroups(
-      ParamGroupName(options_.compute_dtype), kMasterGroup, order,
-      [&](ParamInfo& info) -> absl::StatusOr<Tensor> {
-        CZ_ASSIGN_OR_RETURN(
-            TensorLocation m,
-            chunks_->Locate(decl_master_group, info.param->name()));
-        CZ_RETURN_IF_ERROR(chunks_->AccessChunk(m.chunk));
-        CZ_ASSIGN_OR_RETURN(Tensor value, m.chunk->TensorView(m.index).Clone());
-        if (--left[m.chunk] == 0)
-          CZ_RETURN_IF_ERROR(chunks_->ReleaseChunk(m.chunk));
-        return value;
-      }));
-  for (int i : unused) params_[i].registered = false;
-  CZ_RETURN_IF_ERROR(chunks_->RemoveGroup(decl_master_group));
-  CZ_RETURN_IF_ERROR(chunks_->RemoveGroup(decl_param_group));
-
   for (ParamInfo& info : params_) {
     if (info.registered && info.conditional &&
         std::find(pinned_.begin(), pinned_.end(), info.where.chunk) ==
@@ -284,6 +259,49 @@ absl::Status ZeroDdp::Register() {
             [&](Chunk* a, Chunk* b) { return ChunkIndex(a) < ChunkIndex(b); });
   registered_ = true;
   return absl::OkStatus();
+}
+
+absl::Status ZeroDdp::Repack(const std::vector<int>& order,
+                             const std::vector<int>& unused) {
+  // Repack from the masters: the compute copy is their rounding (nothing
+  // has written either since Create or LoadStateDict), so the
+  // declaration-order compute chunks, which the last round released, are
+  // freed first. Masters are gathered on demand in the new order (the same
+  // sequence on every rank), where they rest (host memory, when
+  // offloaded), and freed once all their tensors moved: the repack holds
+  // about one declaration master chunk beyond what the step holds anyway.
+  const std::string decl_param_group = param_group_;
+  const std::string decl_master_group = master_group_;
+  for (int c = 0; c < chunks_->num_chunks(decl_param_group); ++c) {
+    chunks_->DropChunkPayload(chunks_->chunk(decl_param_group, c));
+  }
+  absl::flat_hash_map<Chunk*, int> left;
+  for (const ParamInfo& info : params_) {
+    CZ_ASSIGN_OR_RETURN(TensorLocation m,
+                        chunks_->Locate(decl_master_group, info.param->name()));
+    ++left[m.chunk];
+  }
+  auto master_value = [&](ParamInfo& info) -> absl::StatusOr<Tensor> {
+    CZ_ASSIGN_OR_RETURN(TensorLocation m,
+                        chunks_->Locate(decl_master_group, info.param->name()));
+    if (!m.chunk->is_accessed()) {
+      CZ_RETURN_IF_ERROR(chunks_->MoveChunk(m.chunk, m.chunk->rest_device()));
+      CZ_RETURN_IF_ERROR(chunks_->AccessChunk(m.chunk));
+    }
+    CZ_ASSIGN_OR_RETURN(Tensor value, m.chunk->TensorView(m.index).Clone());
+    if (--left[m.chunk] == 0) chunks_->DropChunkPayload(m.chunk);
+    return value;
+  };
+  CZ_RETURN_IF_ERROR(BuildGroups(ParamGroupName(options_.compute_dtype),
+                                 kMasterGroup, order, master_value));
+  // Parameters no rank used keep a copy of their own.
+  for (int i : unused) {
+    CZ_ASSIGN_OR_RETURN(Tensor master, master_value(params_[i]));
+    CZ_ASSIGN_OR_RETURN(Tensor copy, CastTo(master, options_.compute_dtype));
+    params_[i].param->set_data(std::move(copy));
+  }
+  CZ_RETURN_IF_ERROR(chunks_->RemoveGroup(decl_master_group));
+  return chunks_->RemoveGroup(decl_param_group);
 }
 
 }  // namespace chunkzero

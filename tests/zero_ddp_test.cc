@@ -29,6 +29,7 @@ using ::chunkzero::comm_testing::AllRanksOk;
 using ::chunkzero::comm_testing::SpawnRanks;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 
 constexpr int kRowsPerRank = 3;
 constexpr int kSteps = 2;
@@ -252,6 +253,56 @@ TEST(ZeroDdp, BranchOnSomeRanksFailsEverywhereOrReducesZeros) {
 // pinned. It must still never hang or exchange the wrong data: either the
 // reductions line up and the grads check names the parameters, or the
 // chunk gathers disagree and the tagged collectives fail on every rank.
+// Step 1 without a given order when ranks take different branches (kBranch:
+// rank 1 also runs "branch"): both ranks issue the same collectives, tags
+// included, in the same order; rank 0 gathers the branch's chunks for rank 1
+// in the round where rank 1 needs them. One chunk per tensor (fc1.weight,
+// fc1.bias, fc2.weight, fc2.bias, branch.weight, branch.bias).
+TEST(ZeroDdp, RanksTakingDifferentBranchesGatherTheSameChunksInStepOne) {
+  Mutex mu;
+  std::vector<std::vector<std::string>> calls(2);
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(2, [&](comm::ProcessGroup& g) -> absl::Status {
+        comm::RecordingProcessGroup recorder(g);
+        std::unique_ptr<TestModel> model =
+            MakeTestModel(TestModelKind::kBranch, 1);
+        ChunkManager chunks(&recorder, ChunkManagerOptions());
+        ZeroDdpOptions ddp_options;
+        ddp_options.find_unused_parameters = true;
+        ddp_options.max_prefetch = 0;
+        CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
+                            ZeroDdp::Create(model.get(), &chunks, ddp_options));
+        recorder.Reset();
+        const Batch batch = MakeBatch(*model, 2, 5);
+        CZ_RETURN_IF_ERROR(model->Forward(*ddp, batch, g.rank()).status());
+        // Forward is over on this rank; the other may still need rounds.
+        std::vector<std::string> mine;
+        for (const comm::CollectiveCall& call : recorder.Snapshot().calls) {
+          mine.push_back(call.ToString());
+        }
+        CZ_RETURN_IF_ERROR(model->Backward(*ddp));
+        CZ_RETURN_IF_ERROR(ddp->FinishBackward());
+        EXPECT_EQ(ddp->last_step_counters().agreement_rounds, 4);
+        EXPECT_THAT(ddp->unused_parameters(), IsEmpty());
+        MutexLock lock(&mu);
+        calls[g.rank()] = std::move(mine);
+        return absl::OkStatus();
+      })));
+  const std::string round =
+      "AllGather(i32, count=7, tag=step-1 chunk agreement)";
+  auto gather = [](int count, int chunk) {
+    return absl::StrCat("AllGather(f16, count=", count, ", tag=f16_param.decl#",
+                        chunk, ")");
+  };
+  // Rank 1 runs three ops (three rounds) before its backward.
+  EXPECT_THAT(calls[1], ElementsAre(round, gather(16, 0), gather(4, 1), round,
+                                    gather(12, 2), gather(2, 3), round,
+                                    gather(5, 4), gather(2, 5)));
+  // Rank 0's forward ends after two; it joins the third in its backward.
+  EXPECT_THAT(calls[0], ElementsAre(round, gather(16, 0), gather(4, 1), round,
+                                    gather(12, 2), gather(2, 3)));
+}
+
 TEST(ZeroDdp, BranchThatChangesAfterStepOneFailsEverywhere) {
   for (ChunkLayout layout : {ChunkLayout::kSharded, ChunkLayout::kOwner}) {
     for (std::optional<int64_t> size :
@@ -695,6 +746,150 @@ TEST(ZeroDdp, PayloadBytesAreExactAndBoundedByChunksInFlight) {
         EXPECT_GE(tracker.Peak(cpu, MemoryCategory::kParam), 96 + 64);
         return absl::OkStatus();
       })));
+}
+
+// A test model that declares its parameters in reverse: the order step 1
+// records differs from the declaration order, so registration repacks.
+class DeclaredInReverse : public TestModel {
+ public:
+  explicit DeclaredInReverse(std::unique_ptr<TestModel> inner)
+      : inner_(std::move(inner)) {}
+  std::vector<Parameter*> Parameters() override {
+    std::vector<Parameter*> p = inner_->Parameters();
+    std::reverse(p.begin(), p.end());
+    return p;
+  }
+  int input_width() const override { return inner_->input_width(); }
+  int output_width() const override { return inner_->output_width(); }
+  absl::StatusOr<float> Forward(ParamHooks& hooks, const Batch& batch,
+                                int rank) override {
+    return inner_->Forward(hooks, batch, rank);
+  }
+  absl::Status Backward(ParamHooks& hooks) override {
+    return inner_->Backward(hooks);
+  }
+
+ private:
+  std::unique_ptr<TestModel> inner_;
+};
+
+// How ZeroDdp learns the order: given, recorded in step 1 (the MLP declares
+// its parameters in first-use order), or recorded from a model that
+// declares them in reverse (step 1 repacks).
+enum class OrderSource { kGiven, kRecorded, kRecordedReversed };
+
+struct StreamRun {
+  std::vector<float> losses;  // Rank 0's, per step.
+  std::vector<int64_t> device_peak, param_peak, master_peak;
+  std::vector<StepCounters> counters;
+};
+
+// 4 steps of the MLP, chunk size 32, 2 sharded ranks, max_prefetch 1, a new
+// batch every step. `offload`: chunks compute on sim:0 and rest, with the
+// masters, in host memory. Peaks are of the compute device, per step.
+absl::StatusOr<StreamRun> RunStreaming(OrderSource source, bool offload) {
+  Mutex mu;
+  StreamRun run;
+  std::vector<absl::Status> ranks =
+      SpawnRanks(2, [&](comm::ProcessGroup& g) -> absl::Status {
+        MemoryTracker tracker;
+        std::unique_ptr<TestModel> model =
+            MakeTestModel(TestModelKind::kNested, 1);
+        ZeroDdpOptions ddp_options;
+        ddp_options.compute_dtype = DType::kBF16;
+        ddp_options.max_prefetch = 0;
+        if (source == OrderSource::kGiven) {
+          for (Parameter* p : model->Parameters()) {
+            ddp_options.first_use_order.push_back(p->name());
+          }
+        }
+        if (source == OrderSource::kRecordedReversed) {
+          model = std::make_unique<DeclaredInReverse>(std::move(model));
+        }
+        ChunkManagerOptions options;
+        options.chunk_size = 20;
+        const Device device = offload ? Device::Simulated(0) : Device::Cpu();
+        options.device = device;
+        if (offload) {
+          options.rest_device = Device::Cpu();
+          ddp_options.master_device = Device::Cpu();
+        }
+        ChunkManager chunks(&g, options, &tracker);
+        CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
+                            ZeroDdp::Create(model.get(), &chunks, ddp_options));
+        StreamRun mine;
+        for (int step = 0; step < 4; ++step) {
+          tracker.ResetPeaks();
+          const Batch batch = MakeBatch(*model, 2, 10 + step);
+          CZ_ASSIGN_OR_RETURN(float loss,
+                              model->Forward(*ddp, batch, g.rank()));
+          CZ_RETURN_IF_ERROR(model->Backward(*ddp));
+          CZ_RETURN_IF_ERROR(ddp->FinishBackward());
+          CZ_RETURN_IF_ERROR(ddp->RestoreParamsFromMasters());
+          mine.losses.push_back(loss);
+          mine.device_peak.push_back(tracker.PeakTotal(device));
+          mine.param_peak.push_back(
+              tracker.Peak(device, MemoryCategory::kParam));
+          mine.master_peak.push_back(
+              tracker.Peak(Device::Cpu(), MemoryCategory::kMaster));
+          mine.counters.push_back(ddp->last_step_counters());
+        }
+        MutexLock lock(&mu);
+        if (g.rank() == 0) run = std::move(mine);
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : ranks) CZ_RETURN_IF_ERROR(status);
+  return run;
+}
+
+// Without a given order, step 1 streams: chunks are gathered as ops need
+// them and released when no op does, so its peak is that of later steps;
+// placement never changes the arithmetic.
+TEST(ZeroDdp, FirstStepStreamsWithoutAGivenOrder) {
+  for (bool offload : {false, true}) {
+    SCOPED_TRACE(offload ? "params offloaded to the host" : "all on the cpu");
+    absl::StatusOr<StreamRun> given =
+        RunStreaming(OrderSource::kGiven, offload);
+    absl::StatusOr<StreamRun> recorded =
+        RunStreaming(OrderSource::kRecorded, offload);
+    absl::StatusOr<StreamRun> reversed =
+        RunStreaming(OrderSource::kRecordedReversed, offload);
+    ASSERT_TRUE(given.ok()) << given.status();
+    ASSERT_TRUE(recorded.ok()) << recorded.status();
+    ASSERT_TRUE(reversed.ok()) << reversed.status();
+    EXPECT_EQ(recorded->losses, given->losses);
+    EXPECT_EQ(reversed->losses, given->losses);
+    // Nested in bf16 chunks of 20 (one per layer), 2 ranks: at rest 3 shards
+    // of 10 bf16 (60 B) and of 10 f32 masters (120 B); an op holds its chunk
+    // in full (40 B). Gathering the whole model in step 1 would hold 180 B
+    // of parameters.
+    const int64_t shards = 60, chunk = 40, masters = 120;
+    for (const StreamRun* run : {&*given, &*recorded}) {
+      EXPECT_EQ(run->param_peak[0], (offload ? 0 : shards) + chunk);
+      EXPECT_EQ(run->device_peak[0],
+                *std::max_element(run->device_peak.begin() + 1,
+                                  run->device_peak.end()));
+      EXPECT_EQ(run->param_peak[0], run->param_peak[1]);
+      // Recorded in declaration order: the chunks are renamed, not repacked.
+      EXPECT_EQ(run->master_peak[0], masters);
+      EXPECT_EQ(run->counters[0].chunk_accesses,
+                run->counters[1].chunk_accesses);
+    }
+    EXPECT_EQ(given->counters[0].agreement_rounds, 0);
+    // One round per layer, then the one where every rank's forward ended.
+    EXPECT_EQ(recorded->counters[0].agreement_rounds, 4);
+    EXPECT_EQ(recorded->counters[1].agreement_rounds, 0);
+    // Declared in reverse, the declaration chunks are [head, blocks.1.bias],
+    // [blocks.1.weight, blocks.0.bias], [blocks.0.weight]: blocks.0 and
+    // blocks.1 each need two of them (rounds: blocks.0, blocks.1, end).
+    // The repack holds one declaration master chunk in full (80 B) and, while
+    // a new master chunk fills, the shard of the old one (40 B).
+    EXPECT_EQ(reversed->counters[0].agreement_rounds, 3);
+    EXPECT_EQ(reversed->param_peak[0], (offload ? 0 : shards) + 2 * chunk);
+    EXPECT_EQ(reversed->param_peak[1], (offload ? 0 : shards) + chunk);
+    EXPECT_EQ(reversed->master_peak[0], masters + 80 + 40);
+    EXPECT_EQ(reversed->master_peak[1], masters);
+  }
 }
 
 TEST(ZeroDdp, HookMisuseFailsTheStep) {
