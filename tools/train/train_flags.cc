@@ -96,6 +96,23 @@ absl::string_view OffloadFlagValue(OffloadPolicy offload) {
   return "";
 }
 
+absl::StatusOr<ParamOrder> ParseParamOrderFlag(absl::string_view value) {
+  for (ParamOrder order : {ParamOrder::kLayers, ParamOrder::kRecord}) {
+    if (value == ParamOrderFlagValue(order)) return order;
+  }
+  return Bad("param_order", value, "want layers or record");
+}
+
+absl::string_view ParamOrderFlagValue(ParamOrder order) {
+  switch (order) {
+    case ParamOrder::kLayers:
+      return "layers";
+    case ParamOrder::kRecord:
+      return "record";
+  }
+  return "";
+}
+
 absl::StatusOr<int64_t> ParseByteCountFlag(absl::string_view flag,
                                            absl::string_view value) {
   const auto bad = [&] {

@@ -40,6 +40,11 @@ absl::string_view PrecisionFlagValue(DType dtype);
     absl::string_view value);
 absl::string_view OffloadFlagValue(OffloadPolicy offload);
 
+// --param_order: "layers" or "record".
+[[nodiscard]] absl::StatusOr<ParamOrder> ParseParamOrderFlag(
+    absl::string_view value);
+absl::string_view ParamOrderFlagValue(ParamOrder order);
+
 // A byte count for --`flag`: digits, then optionally a binary unit (K, M,
 // G, T or KiB, MiB, GiB, TiB: powers of 1024), e.g. "1073741824", "512MiB",
 // "4G". InvalidArgument naming the flag for anything else, or a count past

@@ -23,6 +23,9 @@ TEST(TrainFlags, EveryValueRoundTrips) {
                           OffloadPolicy::kParams}) {
     EXPECT_EQ(*ParseOffloadFlag(OffloadFlagValue(p)), p);
   }
+  for (ParamOrder o : {ParamOrder::kLayers, ParamOrder::kRecord}) {
+    EXPECT_EQ(*ParseParamOrderFlag(ParamOrderFlagValue(o)), o);
+  }
   EXPECT_EQ(*ParseStorageFlag("owner"), ChunkLayout::kOwner);
   EXPECT_EQ(*ParseOptimizerFlag("sgd"), OptimizerKind::kSgd);
 }
@@ -32,6 +35,7 @@ TEST(TrainFlags, SpellingsAreTheCommandLines) {
   EXPECT_EQ(PrecisionFlagValue(DType::kBF16), "bf16");
   EXPECT_EQ(PrecisionFlagValue(DType::kI64), "");
   EXPECT_EQ(OffloadFlagValue(OffloadPolicy::kOptimizer), "optimizer");
+  EXPECT_EQ(ParamOrderFlagValue(ParamOrder::kRecord), "record");
 }
 
 TEST(TrainFlags, UnknownValuesNameTheFlagAndWhatItTakes) {
@@ -46,6 +50,8 @@ TEST(TrainFlags, UnknownValuesNameTheFlagAndWhatItTakes) {
                 "--precision=fp8 is not one of fp32, fp16, bf16"},
            Case{ParseOffloadFlag("disk").status(),
                 "--offload=disk: want none, optimizer or params"},
+           Case{ParseParamOrderFlag("random").status(),
+                "--param_order=random: want layers or record"},
            Case{ParseStorageFlag("x").status(), "--storage: "},
            Case{ParseOptimizerFlag("").status(), "--optimizer: "},
        }) {

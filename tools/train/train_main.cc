@@ -67,8 +67,14 @@ ABSL_FLAG(std::string, precision,
           "fp32, fp16 or bf16.");
 ABSL_FLAG(std::string, offload,
           std::string(chunkzero::OffloadFlagValue(kDefaults.offload)),
-          "none, or optimizer: fp32 masters and optimizer states in host "
-          "memory, compute chunks on the device (the simulated device here).");
+          "none; optimizer: fp32 masters and optimizer states in host "
+          "memory, compute chunks on the device (the simulated device here); "
+          "params: the compute chunks also rest in host memory.");
+ABSL_FLAG(std::string, param_order,
+          std::string(chunkzero::ParamOrderFlagValue(kDefaults.param_order)),
+          "layers: give GPT-2's layer order up front; record: let step 1 "
+          "record the order of first use, as for a model whose order is not "
+          "known.");
 ABSL_FLAG(std::string, device_memory_limit, "0",
           "Bytes each rank's compute device may hold, e.g. 512MiB; 0: no "
           "limit. With a limit the job computes for the simulated device "
@@ -146,6 +152,8 @@ absl::Status ParseEnumFlags(chunkzero::TrainOptions* o) {
                                         absl::GetFlag(FLAGS_precision)));
   CZ_ASSIGN_OR_RETURN(
       o->offload, chunkzero::ParseOffloadFlag(absl::GetFlag(FLAGS_offload)));
+  CZ_ASSIGN_OR_RETURN(o->param_order, chunkzero::ParseParamOrderFlag(
+                                          absl::GetFlag(FLAGS_param_order)));
   CZ_ASSIGN_OR_RETURN(
       o->device_memory_limit,
       chunkzero::ParseByteCountFlag("device_memory_limit",

@@ -21,6 +21,13 @@ enum class Backend {
   kNccl,       // GPUs; not built into this CPU job.
 };
 
+// How ZeroDdp learns the order in which forward first uses the parameters
+// (--param_order).
+enum class ParamOrder {
+  kLayers,  // Given up front: GPT-2's layer order.
+  kRecord,  // Recorded in step 1, as for a model whose order is not known.
+};
+
 struct TrainOptions {
   TrainOptions();
 
@@ -52,6 +59,7 @@ struct TrainOptions {
   // (simulated) device. kParams: the compute chunks also rest in host
   // memory, and only those in use are on the device.
   OffloadPolicy offload = OffloadPolicy::kNone;
+  ParamOrder param_order = ParamOrder::kLayers;
   std::string data;         // File read as bytes (vocab 256).
   std::string tokens;       // Little-endian uint16 token ids.
   std::string init;         // A GPT-2 safetensors file to start from.

@@ -48,6 +48,9 @@ absl::Status CheckOptions(const TrainOptions& o) {
       {"offload", static_cast<int>(o.offload),
        ParseOffloadFlag(OffloadFlagValue(o.offload)).ok(),
        "none, optimizer or params"},
+      {"param_order", static_cast<int>(o.param_order),
+       ParseParamOrderFlag(ParamOrderFlagValue(o.param_order)).ok(),
+       "layers or record"},
   };
   for (const auto& [flag, value, known, want] : enums) {
     if (!known) {

@@ -155,6 +155,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.offload = ParsedOr(chunkzero::ParseOffloadFlag(
                            in.Pick({"none", "optimizer", "params", "disk"})),
                        9);
+  o.param_order = ParsedOr(
+      chunkzero::ParseParamOrderFlag(in.Pick({"layers", "record", "random"})),
+      9);
   o.max_prefetch = in.Int();
   o.data = in.Pick(paths);
   o.tokens = in.Pick(paths);

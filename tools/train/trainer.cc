@@ -75,6 +75,7 @@ std::map<std::string, std::string> RendezvousConfig(const TrainPlan& plan) {
   config["storage"] = std::string(ChunkLayoutName(o.storage));
   config["chunk_size"] = absl::StrCat(plan.chunk_size.value_or(0));
   config["offload"] = std::string(OffloadFlagValue(o.offload));
+  config["param_order"] = std::string(ParamOrderFlagValue(o.param_order));
   config["save"] = o.save;
   config["resume"] = o.resume;
   config["seed"] = absl::StrCat(o.seed);
@@ -177,7 +178,9 @@ class RankRunner {
     ZeroDdpOptions ddp_options;
     ddp_options.compute_dtype = o_.precision;
     ddp_options.max_prefetch = o_.max_prefetch;
-    ddp_options.first_use_order = plan_.order;
+    if (o_.param_order == ParamOrder::kLayers) {
+      ddp_options.first_use_order = plan_.order;
+    }
     if (o_.offload != OffloadPolicy::kNone) {
       ddp_options.master_device = Device::Cpu();
     }
