@@ -430,6 +430,53 @@ absl::Status Chunk::MoveTo(Device device) {
   return absl::OkStatus();
 }
 
+absl::Status Chunk::MoveRestTo(Device rest) {
+  if (rest == rest_device_) return absl::OkStatus();
+  if (accessed_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot move chunk ", name_, " to rest on ",
+                     rest.ToString(), " while it is accessed"));
+  }
+  Storage* payload = is_holder() ? full_.get() : shard_.get();
+  int64_t moved = 0;
+  if (payload != nullptr) {
+    moved = payload->allocated() ? static_cast<int64_t>(payload->nbytes()) : 0;
+    CZ_RETURN_IF_ERROR(payload->MoveTo(rest), "moving chunk ", name_,
+                       " to rest on ", rest.ToString());
+  }
+  if (rest == device_) rest_to_device_bytes_ += moved;
+  if (rest_device_ == device_) device_to_rest_bytes_ += moved;
+  rest_device_ = rest;
+  return absl::OkStatus();
+}
+
+absl::Status Chunk::RestWhereItComputes() {
+  if (rest_device_ == device_) return absl::OkStatus();
+  if (!accessed_ || !full_->allocated()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("chunk ", name_, " can come to rest on ",
+                     device_.ToString(), " only while accessed"));
+  }
+  if (shard_ != nullptr) {
+    // The same Storage object, so that views of the shard (grads) follow.
+    const Device was = shard_->device();
+    const bool had = shard_->allocated();
+    shard_->Free();
+    CZ_RETURN_IF_ERROR(shard_->MoveTo(device_));
+    absl::Status allocated = shard_->Allocate();
+    if (allocated.ok()) allocated = CopyOwnPartToShard();
+    if (!allocated.ok()) {
+      // Put the shard back where it was, refilled the same way.
+      shard_->Free();
+      shard_->MoveTo(was).IgnoreError();
+      if (had && shard_->Allocate().ok()) CopyOwnPartToShard().IgnoreError();
+      return allocated;
+    }
+  }
+  rest_device_ = device_;
+  return absl::OkStatus();
+}
+
 absl::Status Chunk::SetTensorState(int i, TensorState to) {
   if (i < 0 || i >= num_tensors()) {
     return absl::InvalidArgumentError(

@@ -201,6 +201,22 @@ class Chunk {
   // and rests; every view follows. Requires CanMove().
   [[nodiscard]] absl::Status MoveTo(Device device);
 
+  // Changes where the payload rests between uses (the shard, or a holder's
+  // full buffer), moving it now; where the chunk computes stays. The copy
+  // counts in rest_to_device_bytes() when it brings the payload to
+  // device() and in device_to_rest_bytes() when it takes it away, like the
+  // copies of each use it saves or causes. Views and grads follow.
+  // FailedPrecondition while accessed (a gather may be reading the shard).
+  [[nodiscard]] absl::Status MoveRestTo(Device rest);
+
+  // While accessed, before Release: from now on the chunk rests on
+  // device(), its payload taken from the full buffer already there rather
+  // than copied from the host: a holder's buffer simply stays; a sharded
+  // rank's shard is refilled from its part of the full buffer. No
+  // host-device copy. REQUIRES the access's collective to have completed
+  // (as Release does). FailedPrecondition when not accessed.
+  [[nodiscard]] absl::Status RestWhereItComputes();
+
   // Moves tensor `i` to state `to` (tensor_state.h).
   [[nodiscard]] absl::Status SetTensorState(int i, TensorState to);
 

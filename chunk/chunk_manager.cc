@@ -62,9 +62,23 @@ ChunkManager::ChunkManager(comm::ProcessGroup* group,
       options_(options),
       tracker_(tracker),
       base_allocators_(allocators != nullptr ? allocators
-                                             : &AllocatorRegistry::Default()) {}
+                                             : &AllocatorRegistry::Default()) {
+  if (options_.auto_residency && options_.rest_device.has_value() &&
+      *options_.rest_device != options_.device) {
+    residency_ = std::make_unique<ChunkResidency>(
+        options_.device, *options_.rest_device, tracker_);
+    if (tracker_ != nullptr) {
+      tracker_->SetReclaimer(options_.device, [this](int64_t bytes) {
+        return residency_->Reclaim(bytes);
+      });
+    }
+  }
+}
 
 ChunkManager::~ChunkManager() {
+  if (residency_ != nullptr && tracker_ != nullptr) {
+    tracker_->ClearReclaimer(options_.device);
+  }
   // Chunks hand their memory back to the caches, which then empty into the
   // base allocators: in that order. Views of chunks (a model's parameters)
   // may outlive the manager, so the payload is freed explicitly rather than
@@ -145,6 +159,10 @@ absl::StatusOr<Chunk*> ChunkManager::NewChunk(Group& group, int64_t capacity,
   opts.comm_timeout = options_.comm_timeout;
   CZ_ASSIGN_OR_RETURN(std::unique_ptr<Chunk> chunk,
                       Chunk::Create(opts, group_));
+  if (residency_ != nullptr && group.device == residency_->device() &&
+      group.rest_device == residency_->host()) {
+    residency_->Manage(chunk.get());
+  }
   group.chunks.push_back(std::move(chunk));
   return group.chunks.back().get();
 }
@@ -258,7 +276,10 @@ absl::Status ChunkManager::RemoveGroup(absl::string_view name) {
                        g->name, "' is paired to it"));
     }
   }
-  for (auto& chunk : group->chunks) DropChunkPayload(chunk.get());
+  for (auto& chunk : group->chunks) {
+    DropChunkPayload(chunk.get());
+    if (residency_ != nullptr) residency_->Forget(chunk.get());
+  }
   groups_.erase(std::find_if(groups_.begin(), groups_.end(),
                              [&](const auto& g) { return g.get() == group; }));
   return absl::OkStatus();
@@ -317,6 +338,7 @@ std::vector<Chunk*> ChunkManager::AllChunks() const {
 absl::StatusOr<std::unique_ptr<comm::Work>> ChunkManager::StartAccessChunk(
     Chunk* chunk) {
   if (chunk->is_accessed()) return comm::MakeCompletedWork(absl::OkStatus());
+  if (residency_ != nullptr) residency_->Began(chunk);
   CZ_ASSIGN_OR_RETURN(std::unique_ptr<comm::Work> work, chunk->StartAccess());
   accessed_.push_back(chunk);
   return work;
@@ -341,9 +363,18 @@ void ChunkManager::Forget(Chunk* chunk) {
 }
 
 absl::Status ChunkManager::ReleaseChunk(Chunk* chunk) {
+  // Before the release: a chunk that stays on the device does so from its
+  // full buffer, with no copy to the host and back.
+  if (residency_ != nullptr && chunk->CanRelease()) {
+    residency_->Releasing(chunk);
+  }
   CZ_RETURN_IF_ERROR(chunk->Release());
   Forget(chunk);
   return absl::OkStatus();
+}
+
+void ChunkManager::SetUseSchedule(std::vector<Chunk*> uses) {
+  if (residency_ != nullptr) residency_->SetSchedule(std::move(uses));
 }
 
 absl::StatusOr<int> ChunkManager::ReleaseAccessedExcept(

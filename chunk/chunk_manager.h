@@ -60,6 +60,7 @@
 #include "chunk/chunk_config.pb.h"
 #include "chunk/chunk_layout.h"
 #include "chunk/chunk_packing.h"
+#include "chunk/chunk_residency.h"
 #include "comm/process_group.h"
 #include "tensor/allocator.h"
 #include "tensor/caching_allocator.h"
@@ -79,6 +80,12 @@ struct ChunkManagerOptions {
   // with an accelerator `device` offloads the parameters: only chunks being
   // accessed occupy the device.
   std::optional<Device> rest_device;
+  // With chunks resting on rest_device away from `device`: let those chunks
+  // rest on `device` instead while its memory allows, sending back the one
+  // used farthest ahead when room is needed (ChunkResidency, the `auto`
+  // placement). Room is what the tracker's limit on `device` leaves; the
+  // tracker's reclaimer for `device` is this manager's while it lives.
+  bool auto_residency = false;
   absl::Duration comm_timeout = comm::kDefaultCollectiveTimeout;
 };
 
@@ -185,6 +192,12 @@ class ChunkManager {
                                                     absl::string_view name,
                                                     const Tensor& values);
 
+  // The order in which one step uses the chunks, a chunk once per use
+  // (forward, then backward), for the auto residency; ignored without it.
+  void SetUseSchedule(std::vector<Chunk*> uses);
+  // The auto residency, or null.
+  const ChunkResidency* residency() const { return residency_.get(); }
+
   // The chunks materialised by Access, in access order.
   const std::vector<Chunk*>& accessed_chunks() const { return accessed_; }
 
@@ -240,6 +253,7 @@ class ChunkManager {
   AllocatorRegistry allocators_;
   std::vector<std::unique_ptr<Group>> groups_;
   std::vector<Chunk*> accessed_;
+  std::unique_ptr<ChunkResidency> residency_;
 };
 
 }  // namespace chunkzero

@@ -312,6 +312,21 @@ TEST(Chunk, ReduceMatchesSerialReference) {
   }
 }
 
+// A closed f32 chunk of 10 holding a, b, c (AppendAbc) that computes on
+// sim:0 and rests in host memory.
+absl::StatusOr<std::unique_ptr<Chunk>> OffloadedAbc(
+    ChunkLayout layout, comm::ProcessGroup& g, RankMemory& mem,
+    std::vector<Tensor>* views) {
+  ChunkOptions o = Options(layout, 10);
+  o.device = Device::Simulated(0);
+  o.rest_device = Device::Cpu();
+  o.storage = mem.options();
+  CZ_ASSIGN_OR_RETURN(std::unique_ptr<Chunk> chunk, Chunk::Create(o, &g));
+  *views = AppendAbc(*chunk);
+  CZ_RETURN_IF_ERROR(chunk->Close());
+  return chunk;
+}
+
 // Parameters offloaded to the host (rest_device cpu, device sim:0): between
 // uses the payload (shard, or a holder's buffer) is host memory; each
 // Access brings the whole chunk to the device, Release and Reduce leave
@@ -324,13 +339,9 @@ TEST(Chunk, ChunksRestingOnTheHostComeToTheDeviceForEachUse) {
     EXPECT_TRUE(
         AllRanksOk(SpawnRanks(2, [&](comm::ProcessGroup& g) -> absl::Status {
           RankMemory mem;
-          ChunkOptions o = Options(layout, 10);
-          o.device = sim;
-          o.rest_device = cpu;
-          o.storage = mem.options();
-          std::unique_ptr<Chunk> chunk = *Chunk::Create(o, &g);
-          std::vector<Tensor> views = AppendAbc(*chunk);
-          CZ_RETURN_IF_ERROR(chunk->Close());
+          std::vector<Tensor> views;
+          CZ_ASSIGN_OR_RETURN(std::unique_ptr<Chunk> chunk,
+                              OffloadedAbc(layout, g, mem, &views));
           EXPECT_EQ(chunk->device(), sim);
           EXPECT_EQ(chunk->rest_device(), cpu);
           const bool holder = chunk->is_holder();
@@ -404,6 +415,55 @@ TEST(Chunk, ChunksRestingOnTheHostComeToTheDeviceForEachUse) {
           }
           EXPECT_THAT(reduced, ElementsAreArray(want));
           return absl::OkStatus();
+        })));
+  }
+}
+
+// Where a chunk rests can change between uses (MoveRestTo: a copy, counted)
+// or at the end of a use (RestWhereItComputes: from the full buffer, no
+// copy); values and views follow either way.
+TEST(Chunk, RestingPlaceMovesWithItsPayload) {
+  const Device cpu = Device::Cpu(), sim = Device::Simulated(0);
+  for (ChunkLayout layout : kLayouts) {
+    SCOPED_TRACE(testing::Message() << layout);
+    EXPECT_TRUE(
+        AllRanksOk(SpawnRanks(2, [&](comm::ProcessGroup& g) -> absl::Status {
+          RankMemory mem;
+          std::vector<Tensor> views;
+          CZ_ASSIGN_OR_RETURN(std::unique_ptr<Chunk> chunk,
+                              OffloadedAbc(layout, g, mem, &views));
+          const bool sharded = layout == ChunkLayout::kSharded;
+          const int64_t at_rest = sharded ? 20 : chunk->is_holder() ? 40 : 0;
+          EXPECT_EQ(chunk->RestWhereItComputes().code(),
+                    absl::StatusCode::kFailedPrecondition);
+          CZ_RETURN_IF_ERROR(chunk->MoveRestTo(sim));
+          EXPECT_EQ(chunk->rest_device(), sim);
+          EXPECT_EQ(mem.param_bytes(sim), at_rest);
+          EXPECT_EQ(mem.param_bytes(cpu), 0);
+          EXPECT_EQ(chunk->rest_to_device_bytes(), at_rest);
+          CZ_RETURN_IF_ERROR(chunk->Access());
+          EXPECT_EQ(chunk->MoveRestTo(cpu).message(),
+                    "cannot move chunk fp16_param#3 to rest on cpu while it "
+                    "is accessed");
+          EXPECT_THAT(*views[1].ToFloats(), ElementsAre(4, 5, 6, 7, 8));
+          CZ_RETURN_IF_ERROR(chunk->Release());
+          CZ_RETURN_IF_ERROR(chunk->MoveRestTo(cpu));
+          EXPECT_EQ(mem.param_bytes(sim), 0);
+          EXPECT_EQ(chunk->device_to_rest_bytes(), at_rest);
+          // Coming to rest on the device at the end of a use copies nothing
+          // between host and device.
+          CZ_RETURN_IF_ERROR(chunk->Access());
+          const int64_t up = chunk->rest_to_device_bytes();
+          CZ_RETURN_IF_ERROR(chunk->RestWhereItComputes());
+          CZ_RETURN_IF_ERROR(chunk->Release());
+          EXPECT_EQ(chunk->rest_device(), sim);
+          EXPECT_EQ(chunk->rest_to_device_bytes(), up);
+          EXPECT_EQ(chunk->device_to_rest_bytes(), at_rest);
+          EXPECT_EQ(mem.param_bytes(sim), at_rest);
+          EXPECT_EQ(mem.param_bytes(cpu), 0);
+          CZ_RETURN_IF_ERROR(chunk->Access());
+          EXPECT_THAT(*views[2].ToFloats(), ElementsAre(9, 10));
+          return chunk->Release();
         })));
   }
 }

@@ -248,6 +248,9 @@ class ZeroDdp final : public ParamHooks {
   // `order` (indices into params_); `unused` get copies of their own.
   [[nodiscard]] absl::Status Repack(const std::vector<int>& order,
                                     const std::vector<int>& unused);
+  // Tells the ChunkManager the order of one step's chunk uses (forward in
+  // registration order, backward in reverse), for its auto residency.
+  void SetUseSchedule();
   // Accesses the chunks of `params` and moves them to COMPUTE.
   [[nodiscard]] absl::Status Use(absl::Span<Parameter* const> params);
   // Releases accessed chunks that can be released, except the chunk of

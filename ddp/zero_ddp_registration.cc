@@ -101,6 +101,18 @@ absl::StatusOr<std::unique_ptr<ZeroDdp>> ZeroDdp::Create(
   return ddp;
 }
 
+void ZeroDdp::SetUseSchedule() {
+  // Forward uses the chunks in registration order, backward in reverse.
+  std::vector<Chunk*> uses;
+  for (int i : order_) {
+    Chunk* chunk = params_[i].where.chunk;
+    if (uses.empty() || uses.back() != chunk) uses.push_back(chunk);
+  }
+  const size_t forward = uses.size();
+  for (size_t k = forward; k > 0; --k) uses.push_back(uses[k - 1]);
+  chunks_->SetUseSchedule(std::move(uses));
+}
+
 absl::StatusOr<std::vector<int>> ZeroDdp::OrderFromNames(
     const std::vector<std::string>& names) const {
   absl::flat_hash_map<std::string, int> by_name;
@@ -195,6 +207,7 @@ absl::Status ZeroDdp::BuildGroups(
   }
   param_group_ = param_group;
   master_group_ = master_group;
+  SetUseSchedule();
   return absl::OkStatus();
 }
 

@@ -119,8 +119,7 @@ ZeroOptimizer::ZeroOptimizer(ZeroDdp* ddp, ChunkManager* chunks,
   } else {
     state_names_ = {kExpAvgState, kExpAvgSqState};
   }
-  if (options.offload == OffloadPolicy::kOptimizer ||
-      options.offload == OffloadPolicy::kParams) {
+  if (options.offload != OffloadPolicy::kNone) {
     states_device_ = Device::Cpu();
   }
 }

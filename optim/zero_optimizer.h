@@ -111,7 +111,17 @@ enum class OffloadPolicy {
   // between uses (ChunkManagerOptions::rest_device; ZeRO-Infinity's
   // parameter offload): the device holds only the chunks being accessed.
   kParams,
+  // kParams, but parameter chunks rest on the device while its memory
+  // allows, the one used farthest ahead going back to the host when room is
+  // needed (ChunkManagerOptions::auto_residency).
+  kAuto,
 };
+
+// True when the parameter chunks rest in host memory by default (kParams,
+// kAuto).
+inline bool OffloadsParams(OffloadPolicy offload) {
+  return offload == OffloadPolicy::kParams || offload == OffloadPolicy::kAuto;
+}
 
 struct ZeroOptimizerOptions {
   OptimizerKind kind = OptimizerKind::kAdamW;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -39,10 +40,62 @@ void MemoryTracker::Add(Device device, MemoryCategory category, int64_t bytes) {
 
 absl::Status MemoryTracker::TryAdd(Device device, MemoryCategory category,
                                    int64_t bytes) {
+  for (int attempt = 0;; ++attempt) {
+    {
+      MutexLock lock(&mu_);
+      absl::Status room = CheckRoomLocked(device, category, bytes);
+      if (room.ok()) AddLocked(device, category, bytes);
+      if (room.ok() || attempt > 0 || bytes < 0) return room;
+    }
+    if (!Reclaim(device, bytes)) return CheckRoom(device, category, bytes);
+  }
+}
+
+absl::Status MemoryTracker::MakeRoom(Device device, MemoryCategory category,
+                                     int64_t bytes) {
+  absl::Status room = CheckRoom(device, category, bytes);
+  if (room.ok() || bytes < 0 || !Reclaim(device, bytes)) return room;
+  return CheckRoom(device, category, bytes);
+}
+
+void MemoryTracker::SetReclaimer(Device device,
+                                 std::function<int64_t(int64_t)> reclaim) {
   MutexLock lock(&mu_);
-  absl::Status room = CheckRoomLocked(device, category, bytes);
-  if (room.ok()) AddLocked(device, category, bytes);
-  return room;
+  reclaimers_[device] = std::move(reclaim);
+}
+
+void MemoryTracker::ClearReclaimer(Device device) {
+  MutexLock lock(&mu_);
+  reclaimers_.erase(device);
+}
+
+bool MemoryTracker::Reclaim(Device device, int64_t bytes) {
+  std::function<int64_t(int64_t)> reclaim;
+  int64_t shortfall = 0;
+  {
+    MutexLock lock(&mu_);
+    auto found = reclaimers_.find(device);
+    const auto limit = limits_.find(device);
+    if (found == reclaimers_.end() || limit == limits_.end() ||
+        reclaiming_[device]) {
+      return false;
+    }
+    reclaim = found->second;
+    const auto usage = usage_.find(device);
+    const int64_t held =
+        usage == usage_.end() ? 0 : usage->second.total.current;
+    // held + bytes - limit, saturating: a request may be absurdly large.
+    const int64_t room = limit->second - held;  // May be negative.
+    shortfall = room < 0 && bytes > std::numeric_limits<int64_t>::max() + room
+                    ? std::numeric_limits<int64_t>::max()
+                    : bytes - room;
+    if (shortfall <= 0) return true;  // Room appeared meanwhile.
+    reclaiming_[device] = true;
+  }
+  const int64_t freed = reclaim(shortfall);
+  MutexLock lock(&mu_);
+  reclaiming_[device] = false;
+  return freed > 0;
 }
 
 absl::Status MemoryTracker::CheckRoom(Device device, MemoryCategory category,

@@ -21,6 +21,13 @@
 //   CZ_RETURN_IF_ERROR(tracker.TryAdd(Device::Simulated(0),
 //                                     MemoryCategory::kParam, bytes));
 //
+// A device may also have a reclaimer (SetReclaimer): memory held there that
+// its owner can give back on demand, e.g. parameter chunks resting on an
+// accelerator that could rest in host memory instead. A request that would
+// pass the limit first asks the reclaimer to free the shortfall, then
+// checks again (MakeRoom, TryAdd), so what can move never stands in the way
+// of what must be allocated.
+//
 // Thread-safe: all methods may be called concurrently. Peaks are exact: each
 // update is applied and compared under one lock, and so is each limit check.
 #ifndef CHUNKZERO_TENSOR_MEMORY_TRACKER_H_
@@ -28,6 +35,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -84,6 +92,18 @@ class MemoryTracker {
   // so that a failed allocation never shows in a peak.
   [[nodiscard]] absl::Status CheckRoom(Device device, MemoryCategory category,
                                        int64_t bytes) const;
+  // CheckRoom, after asking the device's reclaimer for the shortfall if
+  // there is one.
+  [[nodiscard]] absl::Status MakeRoom(Device device, MemoryCategory category,
+                                      int64_t bytes);
+
+  // `reclaim(bytes)` frees about `bytes` held on `device` (more or less)
+  // and returns what it freed. It runs on the requesting thread without
+  // the tracker's lock, so it may move memory (Add and Subtract); a request
+  // it makes itself on `device` is not reclaimed for again. One per device;
+  // the owner clears it (ClearReclaimer) before it goes away.
+  void SetReclaimer(Device device, std::function<int64_t(int64_t)> reclaim);
+  void ClearReclaimer(Device device);
   void Subtract(Device device, MemoryCategory category, int64_t bytes);
 
   // Caps the bytes TryAdd lets `device` hold in all (>= 0). A limit below
@@ -125,10 +145,17 @@ class MemoryTracker {
   absl::Status CheckRoomLocked(Device device, MemoryCategory category,
                                int64_t bytes) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks the device's reclaimer for what `bytes` more would take past the
+  // limit. False when there is none, it is already running, or it freed
+  // nothing.
+  bool Reclaim(Device device, int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
 
   mutable Mutex mu_;
   std::map<Device, DeviceUsage> usage_ ABSL_GUARDED_BY(mu_);
   std::map<Device, int64_t> limits_ ABSL_GUARDED_BY(mu_);
+  std::map<Device, std::function<int64_t(int64_t)>> reclaimers_
+      ABSL_GUARDED_BY(mu_);
+  std::map<Device, bool> reclaiming_ ABSL_GUARDED_BY(mu_);
   MemoryUsage all_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -1,5 +1,6 @@
 #include "tensor/memory_tracker.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <limits>
@@ -7,10 +8,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace chunkzero {
 namespace {
+
+using ::testing::ElementsAre;
 
 const Device kCpu = Device::Cpu();
 const Device kSim = Device::Simulated(0);
@@ -174,6 +178,50 @@ TEST(MemoryTracker, ConcurrentTryAddsNeverPassTheLimit) {
   EXPECT_EQ(accepted.load(), 2500);
   EXPECT_EQ(t.CurrentTotal(kSim), 2500);
   EXPECT_EQ(t.PeakTotal(kSim), 2500);
+}
+
+// A request past the limit first asks the device's reclaimer for exactly
+// the shortfall; what it frees makes room. Its own requests on the device
+// are not reclaimed for again, and without enough freed the request fails.
+TEST(MemoryTracker, AReclaimerMakesRoomForWhatMustBeAllocated) {
+  MemoryTracker t;
+  const Device sim = Device::Simulated(0);
+  t.SetLimit(sim, 100);
+  t.Add(sim, MemoryCategory::kParam, 80);  // Movable: resting chunks.
+  std::vector<int64_t> asked;
+  t.SetReclaimer(sim, [&](int64_t bytes) -> int64_t {
+    asked.push_back(bytes);
+    // Re-entering asks nothing more of this reclaimer.
+    EXPECT_FALSE(t.TryAdd(sim, MemoryCategory::kOther, 1000).ok());
+    const int64_t freed =
+        std::min<int64_t>({bytes, 30, t.Current(sim, MemoryCategory::kParam)});
+    t.Subtract(sim, MemoryCategory::kParam, freed);
+    t.Add(Device::Cpu(), MemoryCategory::kParam, freed);
+    return freed;
+  });
+  EXPECT_TRUE(t.TryAdd(sim, MemoryCategory::kActivation, 40).ok());
+  EXPECT_THAT(asked, ElementsAre(20));
+  EXPECT_EQ(t.CurrentTotal(sim), 100);
+  EXPECT_EQ(t.Current(Device::Cpu(), MemoryCategory::kParam), 20);
+  EXPECT_TRUE(t.MakeRoom(sim, MemoryCategory::kActivation, 10).ok());
+  EXPECT_THAT(asked, ElementsAre(20, 10));
+  EXPECT_EQ(t.CurrentTotal(sim), 90);  // MakeRoom counts nothing.
+  // 30 more cannot be freed from 50 of param: the request fails, and the
+  // peak never passed the limit.
+  EXPECT_EQ(t.TryAdd(sim, MemoryCategory::kActivation, 100).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(asked, ElementsAre(20, 10, 90));
+  EXPECT_EQ(t.PeakTotal(sim), 100);
+  // An absurd request asks for all but the 40 B of room, without
+  // overflowing.
+  EXPECT_FALSE(t.TryAdd(sim, MemoryCategory::kActivation,
+                        std::numeric_limits<int64_t>::max())
+                   .ok());
+  EXPECT_EQ(asked.back(), std::numeric_limits<int64_t>::max() - 40);
+  t.ClearReclaimer(sim);
+  const size_t calls = asked.size();
+  EXPECT_FALSE(t.TryAdd(sim, MemoryCategory::kActivation, 90).ok());
+  EXPECT_EQ(asked.size(), calls);
 }
 
 TEST(MemoryTracker, CategoryNames) {

@@ -33,7 +33,7 @@ absl::StatusOr<void*> Storage::AllocateOn(Device device) {
   // thread may have taken the room: TryAdd checks again.
   if (options_.tracker != nullptr) {
     CZ_RETURN_IF_ERROR(
-        options_.tracker->CheckRoom(device, options_.category, bytes));
+        options_.tracker->MakeRoom(device, options_.category, bytes));
   }
   CZ_ASSIGN_OR_RETURN(void* data, allocator->Allocate(nbytes_));
   if (options_.tracker != nullptr) {

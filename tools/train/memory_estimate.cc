@@ -89,20 +89,20 @@ absl::StatusOr<TrainMemoryEstimate> EstimateTrainMemory(
   const double state_bytes = in.optimizer == OptimizerKind::kSgd ? 0 : 8;
   const double accum_bytes = in.grad_accum > 1 ? 4 : 0;
   const double optimizer_bytes = 4 + state_bytes + accum_bytes;
+  e.in_flight = std::min(padded, (in.max_prefetch + 3) * chunk) * element;
   if (in.layout == ChunkLayout::kReplicated) {
     e.chunks = element * padded;
     e.chunks_at_rest = e.chunks;
     e.optimizer = optimizer_bytes * padded;
   } else {
-    // This rank's share at rest, plus the chunks gathered in flight (the
-    // one computing, the prefetched ones, the tied weight's second use and
-    // one being reduced), plus the reduce buffers.
-    const double in_flight =
-        std::min(padded, (in.max_prefetch + 3) * chunk) * element;
+    // This rank's share at rest, plus the chunks in flight, plus the reduce
+    // buffers.
+    const double in_flight = e.in_flight;
     const double owner_slack = in.layout == ChunkLayout::kOwner ? chunk : 0;
     e.chunks_at_rest = element * (padded / W + owner_slack);
     e.reduce_scratch = 2 * 4 * std::min(padded, chunk);
     e.chunks = e.chunks_at_rest + in_flight + e.reduce_scratch;
+    if (in.layout == ChunkLayout::kSharded) e.in_flight_shards = in_flight / W;
     e.optimizer = optimizer_bytes * (padded / W + owner_slack);
   }
 

@@ -54,6 +54,16 @@ struct TrainMemoryEstimate {
   // collectives reduce 16-bit grads in (never on the compute device).
   double chunks_at_rest = 0;
   double reduce_scratch = 0;
+  // The chunks gathered (or brought from the host) for use at once: the one
+  // computing, the prefetched ones, the tied weight's second use and one
+  // being reduced. Part of `chunks` beyond those at rest, except for the
+  // replicated layout, whose chunks are all at rest where they compute.
+  double in_flight = 0;
+  // This rank's shards of the chunks in flight (sharded layout): what a
+  // device holds on top of the gathered chunks when those chunks also rest
+  // there (--offload=auto), since a chunk's shard cannot move while it is
+  // being gathered or used.
+  double in_flight_shards = 0;
   double optimizer = 0;    // fp32 masters, optimizer states, accumulation.
   double activations = 0;  // Forward activations, backward scratch, grads.
   // Per process:

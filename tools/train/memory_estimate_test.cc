@@ -39,6 +39,8 @@ TEST(EstimateTrainMemory, ShardedFiguresWorkedOutByHand) {
   // Shard 2 * 1048 / 2, in flight min(1048, 4 * 256) * 2, reduce buffers
   // 2 * 4 * 256.
   EXPECT_EQ(e->chunks, 1048 + 2048 + 2048);
+  EXPECT_EQ(e->in_flight, 2048);
+  EXPECT_EQ(e->in_flight_shards, 2048 / 2);  // Their shards, 2 ranks.
   EXPECT_EQ(e->optimizer, 12 * 524);  // Master 4 + exp_avg 4 + exp_avg_sq 4.
   // Floats: block 16 N C + 4 N + B NH T^2 = 1024 + 32 + 64; embeddings and
   // ln_f 2 N C + 2 N = 144; probabilities N V = 128; backward 10 N C +
@@ -59,6 +61,10 @@ TEST(EstimateTrainMemory, ReplicatedHoldsEverythingOnEveryRank) {
   absl::StatusOr<TrainMemoryEstimate> e = EstimateTrainMemory(in);
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->chunks, 2 * 1048);
+  // Brought to the device only when the parameters rest on the host; no
+  // shards.
+  EXPECT_EQ(e->in_flight, 2048);
+  EXPECT_EQ(e->in_flight_shards, 0);
   EXPECT_EQ(e->optimizer, (4 + 4) * 1048);
 }
 

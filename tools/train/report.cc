@@ -67,6 +67,9 @@ const char* OffloadNote(OffloadPolicy offload) {
       return "; masters and optimizer states live in host memory";
     case OffloadPolicy::kParams:
       return "; parameters, masters and optimizer states rest in host memory";
+    case OffloadPolicy::kAuto:
+      return "; parameters rest on the device while it has room, else in "
+             "host memory; masters and optimizer states in host memory";
   }
   return "";
 }
@@ -174,7 +177,7 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
                   ? 0.0
                   : static_cast<double>(activations->second)),
         OffloadNote(o.offload));
-  } else if (o.offload == OffloadPolicy::kParams) {
+  } else if (OffloadsParams(o.offload)) {
     absl::StrAppendFormat(
         &s,
         "  offload: the device (sim:0) peaks at %s on rank 0 (the chunks in "
@@ -191,7 +194,7 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
         Bytes(static_cast<double>(ComputeBytes(o)) * r.parameters /
               o.world_size));
   }
-  if (o.offload == OffloadPolicy::kParams) {
+  if (OffloadsParams(o.offload)) {
     absl::StrAppendFormat(
         &s,
         "  rank 0 copies %s from host to device and %s back per step; the "

@@ -78,10 +78,10 @@ absl::StatusOr<OptimizerKind> ParseOptimizerFlag(absl::string_view value) {
 
 absl::StatusOr<OffloadPolicy> ParseOffloadFlag(absl::string_view value) {
   for (OffloadPolicy p : {OffloadPolicy::kNone, OffloadPolicy::kOptimizer,
-                          OffloadPolicy::kParams}) {
+                          OffloadPolicy::kParams, OffloadPolicy::kAuto}) {
     if (value == OffloadFlagValue(p)) return p;
   }
-  return Bad("offload", value, "want none, optimizer or params");
+  return Bad("offload", value, "want none, optimizer, params or auto");
 }
 
 absl::string_view OffloadFlagValue(OffloadPolicy offload) {
@@ -92,6 +92,8 @@ absl::string_view OffloadFlagValue(OffloadPolicy offload) {
       return "optimizer";
     case OffloadPolicy::kParams:
       return "params";
+    case OffloadPolicy::kAuto:
+      return "auto";
   }
   return "";
 }

@@ -35,7 +35,7 @@ absl::string_view PrecisionFlagValue(DType dtype);
 [[nodiscard]] absl::StatusOr<OptimizerKind> ParseOptimizerFlag(
     absl::string_view value);
 
-// --offload: "none", "optimizer" or "params".
+// --offload: "none", "optimizer", "params" or "auto".
 [[nodiscard]] absl::StatusOr<OffloadPolicy> ParseOffloadFlag(
     absl::string_view value);
 absl::string_view OffloadFlagValue(OffloadPolicy offload);

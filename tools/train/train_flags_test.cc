@@ -20,7 +20,7 @@ TEST(TrainFlags, EveryValueRoundTrips) {
     EXPECT_EQ(*ParsePrecisionFlag(PrecisionFlagValue(d)), d);
   }
   for (OffloadPolicy p : {OffloadPolicy::kNone, OffloadPolicy::kOptimizer,
-                          OffloadPolicy::kParams}) {
+                          OffloadPolicy::kParams, OffloadPolicy::kAuto}) {
     EXPECT_EQ(*ParseOffloadFlag(OffloadFlagValue(p)), p);
   }
   for (ParamOrder o : {ParamOrder::kLayers, ParamOrder::kRecord}) {
@@ -49,7 +49,7 @@ TEST(TrainFlags, UnknownValuesNameTheFlagAndWhatItTakes) {
            Case{ParsePrecisionFlag("fp8").status(),
                 "--precision=fp8 is not one of fp32, fp16, bf16"},
            Case{ParseOffloadFlag("disk").status(),
-                "--offload=disk: want none, optimizer or params"},
+                "--offload=disk: want none, optimizer, params or auto"},
            Case{ParseParamOrderFlag("random").status(),
                 "--param_order=random: want layers or record"},
            Case{ParseStorageFlag("x").status(), "--storage: "},

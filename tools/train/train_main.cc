@@ -69,7 +69,8 @@ ABSL_FLAG(std::string, offload,
           std::string(chunkzero::OffloadFlagValue(kDefaults.offload)),
           "none; optimizer: fp32 masters and optimizer states in host "
           "memory, compute chunks on the device (the simulated device here); "
-          "params: the compute chunks also rest in host memory.");
+          "params: the compute chunks also rest in host memory; auto: they "
+          "rest on the device while it has room.");
 ABSL_FLAG(std::string, param_order,
           std::string(chunkzero::ParamOrderFlagValue(kDefaults.param_order)),
           "layers: give GPT-2's layer order up front; record: let step 1 "

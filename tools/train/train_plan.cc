@@ -47,7 +47,7 @@ absl::Status CheckOptions(const TrainOptions& o) {
        "adamw, adam or sgd"},
       {"offload", static_cast<int>(o.offload),
        ParseOffloadFlag(OffloadFlagValue(o.offload)).ok(),
-       "none, optimizer or params"},
+       "none, optimizer, params or auto"},
       {"param_order", static_cast<int>(o.param_order),
        ParseParamOrderFlag(ParamOrderFlagValue(o.param_order)).ok(),
        "layers or record"},
@@ -217,11 +217,35 @@ absl::Status CheckMemory(const TrainPlan& plan) {
 }
 
 // The compute chunks' bytes on the device: all of them but the host's
-// reduce scratch, or only those in use when the parameters rest on the host.
+// reduce scratch, or only those in use when the parameters rest on the host
+// (with auto placement, also those chunks' shards: the least it can hold,
+// every resting chunk having been sent back to the host).
 double DeviceChunkBytes(const TrainMemoryEstimate& e, OffloadPolicy offload) {
   const double on_device = e.chunks - e.reduce_scratch;
-  return offload == OffloadPolicy::kParams ? on_device - e.chunks_at_rest
-                                           : on_device;
+  switch (offload) {
+    case OffloadPolicy::kParams:
+      return e.in_flight;
+    case OffloadPolicy::kAuto:
+      return e.in_flight + e.in_flight_shards;
+    default:
+      return on_device;
+  }
+}
+
+// How much an offload policy keeps on the device, as an order: none (most),
+// optimizer, auto, params (least).
+int DeviceWeight(OffloadPolicy offload) {
+  switch (offload) {
+    case OffloadPolicy::kNone:
+      return 3;
+    case OffloadPolicy::kOptimizer:
+      return 2;
+    case OffloadPolicy::kAuto:
+      return 1;
+    case OffloadPolicy::kParams:
+      return 0;
+  }
+  return 3;
 }
 
 // Refuses a configuration whose compute device would need more than
@@ -247,7 +271,7 @@ absl::Status CheckDeviceMemory(const TrainPlan& plan,
   for (const auto& [layout, offload] : lighter) {
     // Only lighter: never advise bringing offloaded state back.
     if (layout == o.storage && offload == o.offload) continue;
-    if (static_cast<int>(offload) < static_cast<int>(o.offload)) continue;
+    if (DeviceWeight(offload) > DeviceWeight(o.offload)) continue;
     TrainMemoryInput other = need;
     other.layout = layout;
     absl::StatusOr<TrainMemoryEstimate> e = EstimateTrainMemory(other);

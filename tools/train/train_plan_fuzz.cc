@@ -152,8 +152,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.precision = ParsedOr(
       chunkzero::ParsePrecisionFlag(in.Pick({"fp16", "bf16", "fp32", "fp8"})),
       static_cast<int>(chunkzero::DType::kI64));
-  o.offload = ParsedOr(chunkzero::ParseOffloadFlag(
-                           in.Pick({"none", "optimizer", "params", "disk"})),
+  o.offload = ParsedOr(chunkzero::ParseOffloadFlag(in.Pick(
+                           {"none", "optimizer", "params", "auto", "disk"})),
                        9);
   o.param_order = ParsedOr(
       chunkzero::ParseParamOrderFlag(in.Pick({"layers", "record", "random"})),

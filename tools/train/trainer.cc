@@ -160,8 +160,9 @@ class RankRunner {
     if (o_.offload != OffloadPolicy::kNone || capped) {
       chunk_options.device = device;
     }
-    if (o_.offload == OffloadPolicy::kParams) {
+    if (OffloadsParams(o_.offload)) {
       chunk_options.rest_device = Device::Cpu();
+      chunk_options.auto_residency = o_.offload == OffloadPolicy::kAuto;
     }
     if (capped) tracker_.SetLimit(device, o_.device_memory_limit);
     chunks_ =

@@ -829,6 +829,53 @@ TEST(TrainerTest, OffloadedParametersTrainBitForBit) {
   }
 }
 
+// --offload=auto: in every layout, the same losses as without offload and
+// the device within its limit in every step. With room for every chunk, all
+// of them come to rest on the device in step 1 and later steps copy nothing
+// between host and device; at the smallest limit the job accepts, the
+// chunks that fit stay and each later step copies less than --offload=params
+// does under the same limit.
+TEST(TrainerTest, AutoPlacementKeepsWhatFitsOnTheDevice) {
+  for (const char* storage : {"sharded", "replicated", "owner"}) {
+    SCOPED_TRACE(storage);
+    TrainOptions o = AtWorld(Tiny(), 2, storage);
+    o.model.layers = 4;
+    o.steps = 3;
+    const TrainResult plain = Train(o);
+    o.offload = OffloadPolicy::kAuto;
+    const int64_t tight =
+        static_cast<int64_t>(std::ceil(PlannedDeviceBytes(o)));
+    o.device_memory_limit = tight;
+    const TrainResult tight_auto = Train(o);
+    o.offload = OffloadPolicy::kParams;
+    const TrainResult params = Train(o);
+    o.offload = OffloadPolicy::kAuto;
+    o.device_memory_limit = 4 * tight;
+    const TrainResult roomy_auto = Train(o);
+    for (const TrainResult* run : {&params, &tight_auto, &roomy_auto}) {
+      EXPECT_EQ(Losses(*run), Losses(plain));
+      ASSERT_EQ(run->steps.size(), 3u);
+    }
+    for (size_t r = 0; r < 2; ++r) {
+      for (int step = 0; step < 3; ++step) {
+        EXPECT_LE(tight_auto.steps[step].ranks[r].peak_device_bytes, tight);
+        EXPECT_LE(roomy_auto.steps[step].ranks[r].peak_device_bytes, 4 * tight);
+      }
+      const RankStepMetrics& last_params = params.steps.back().ranks[r];
+      const RankStepMetrics& last_tight = tight_auto.steps.back().ranks[r];
+      const RankStepMetrics& last_roomy = roomy_auto.steps.back().ranks[r];
+      EXPECT_GT(last_params.h2d_bytes, 0) << "rank " << r;
+      EXPECT_LT(last_tight.h2d_bytes, last_params.h2d_bytes) << "rank " << r;
+      EXPECT_GE(last_tight.peak_device_bytes, last_params.peak_device_bytes)
+          << "rank " << r;
+      EXPECT_EQ(last_roomy.h2d_bytes + last_roomy.d2h_bytes, 0) << "rank " << r;
+      EXPECT_GT(roomy_auto.steps[0].ranks[r].h2d_bytes, 0) << "rank " << r;
+    }
+    EXPECT_THAT(FormatSummary(o, roomy_auto),
+                HasSubstr("parameters rest on the device while it has room"));
+  }
+}
+
 // The issue this exists for: a model whose replicated state is 4x the
 // device's memory. Replicated storage is refused before step 1; sharded
 // chunks with the parameters offloaded train under the cap in every step,
