@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -927,10 +928,20 @@ TEST(TrainerTest, AModelFourTimesTheDeviceTrainsUnderItsCap) {
 
 // A capped run with offloaded parameters exports the same weights as the
 // plain run, and its checkpoint resumes anywhere: here as a plain run that
-// goes on with the plain run's losses, in every precision.
+// goes on with the plain run's losses, in every precision, with the
+// parameters offloaded or placed automatically, and with the order of first
+// use given or recorded in step 1.
 TEST(TrainerTest, CappedOffloadedRunsSaveResumeAndExportLikeAnyOther) {
-  for (const std::string precision : {"fp32", "fp16", "bf16"}) {
-    SCOPED_TRACE(precision);
+  for (const auto& [precision, offload, order] :
+       std::vector<std::tuple<std::string, OffloadPolicy, ParamOrder>>{
+           {"fp32", OffloadPolicy::kParams, ParamOrder::kLayers},
+           {"fp16", OffloadPolicy::kParams, ParamOrder::kLayers},
+           {"bf16", OffloadPolicy::kParams, ParamOrder::kLayers},
+           {"fp32", OffloadPolicy::kAuto, ParamOrder::kRecord},
+           {"fp16", OffloadPolicy::kAuto, ParamOrder::kLayers},
+           {"bf16", OffloadPolicy::kAuto, ParamOrder::kRecord}}) {
+    SCOPED_TRACE(absl::StrCat(precision, " ", OffloadFlagValue(offload), " ",
+                              ParamOrderFlagValue(order)));
     TrainOptions o = Tiny();
     o.precision = *ParsePrecisionFlag(precision);
     o.steps = 4;
@@ -938,10 +949,12 @@ TEST(TrainerTest, CappedOffloadedRunsSaveResumeAndExportLikeAnyOther) {
     const TrainResult plain = Train(o);
 
     TrainOptions capped = o;
-    capped.offload = OffloadPolicy::kParams;
+    capped.offload = offload;
+    capped.param_order = order;
     capped.device_memory_limit =
         static_cast<int64_t>(std::ceil(PlannedDeviceBytes(capped)));
-    capped.export_path = TestDir("capped_" + precision + ".safetensors");
+    capped.export_path = TestDir(absl::StrCat(
+        "capped_", precision, OffloadFlagValue(offload), ".safetensors"));
     const TrainResult whole = Train(capped);
     EXPECT_EQ(Losses(whole), Losses(plain));
     EXPECT_TRUE(ReadAll(capped.export_path) == ReadAll(o.export_path))
@@ -949,7 +962,8 @@ TEST(TrainerTest, CappedOffloadedRunsSaveResumeAndExportLikeAnyOther) {
 
     capped.steps = 2;
     capped.export_path.clear();
-    capped.save = TestDir("capped_save_" + precision);
+    capped.save = TestDir(
+        absl::StrCat("capped_save_", precision, OffloadFlagValue(offload)));
     Train(capped);
     TrainOptions resumed = o;
     resumed.export_path.clear();
