@@ -236,16 +236,48 @@ absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccess() {
         absl::StrCat("cannot access chunk ", name_, " before it is closed"));
   }
   if (accessed_) return comm::MakeCompletedWork(absl::OkStatus());
+  // A holder's buffer coming from where it rests: on the copy stream when
+  // there is one (the access completes when the copy has, and the owner
+  // broadcasts from the resting copy meanwhile), else right here.
+  std::shared_ptr<HolderCopy> copy;
+  const void* resting = nullptr;
   if (HolderMoves()) {
-    CZ_RETURN_IF_ERROR(full_->MoveTo(device_), "accessing chunk ", name_,
-                       ": bringing it from ", rest_device_.ToString());
+    if (options_.copy_stream != nullptr) {
+      copy = std::make_shared<HolderCopy>(
+          absl::StrCat("bringing chunk ", name_, " to ", device_.ToString()));
+      absl::StatusOr<const void*> old = full_->MoveToAsync(
+          device_, *options_.copy_stream,
+          [copy] {
+            // The resting copy is freed once this returns: wait for the
+            // collective reading it.
+            copy->issued.WaitForNotification();
+            return copy->collective != nullptr ? copy->collective->Wait()
+                                               : absl::OkStatus();
+          },
+          [copy](absl::Status status) { copy->done.Complete(status); });
+      CZ_RETURN_IF_ERROR(old.status(), "accessing chunk ", name_,
+                         ": bringing it from ", rest_device_.ToString());
+      resting = *old;
+      pending_copy_ = copy->done.MakeWork();
+    } else {
+      CZ_RETURN_IF_ERROR(full_->MoveTo(device_), "accessing chunk ", name_,
+                         ": bringing it from ", rest_device_.ToString());
+    }
     rest_to_device_bytes_ += full_->nbytes();
   }
   if (options_.layout == ChunkLayout::kReplicated) {
     accessed_ = true;
-    return comm::MakeCompletedWork(absl::OkStatus());
+    if (copy == nullptr) return comm::MakeCompletedWork(absl::OkStatus());
+    copy->issued.Notify();
+    return copy->done.MakeWork();
   }
-  CZ_RETURN_IF_ERROR(full_->Allocate(), "accessing chunk ", name_);
+  absl::Status allocated = full_->Allocate();
+  if (!allocated.ok()) {
+    if (copy != nullptr) copy->issued.Notify();
+    return absl::Status(
+        allocated.code(),
+        absl::StrCat("accessing chunk ", name_, ": ", allocated.message()));
+  }
   accessed_ = true;
   for (ChunkTensor& t : tensors_) {
     if (t.state == TensorState::kFree) t.state = TensorState::kHold;
@@ -257,7 +289,15 @@ absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccess() {
     opts.root = options_.owner;
     opts.timeout = options_.comm_timeout;
     opts.tag = name_;
-    return group_->Broadcast(full, opts);
+    if (copy == nullptr) return group_->Broadcast(full, opts);
+    // The owner sends from its resting copy while the copy stream brings it
+    // to the device.
+    copy->collective = group_->Broadcast(
+        comm::MutableBuffer{const_cast<void*>(resting),
+                            static_cast<size_t>(capacity_), options_.dtype},
+        opts);
+    copy->issued.Notify();
+    return copy->done.MakeWork();
   }
   comm::AllGatherOptions opts;
   opts.timeout = options_.comm_timeout;
@@ -269,6 +309,15 @@ absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccess() {
       full, opts);
 }
 
+absl::Status Chunk::FinishPendingCopy() {
+  if (pending_copy_ == nullptr) return absl::OkStatus();
+  absl::Status status = pending_copy_->Wait();
+  pending_copy_.reset();
+  return status;
+}
+
+Chunk::~Chunk() { FinishPendingCopy().IgnoreError(); }
+
 absl::Status Chunk::MaterialiseZeros() {
   if (!closed_) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -279,6 +328,7 @@ absl::Status Chunk::MaterialiseZeros() {
 }
 
 void Chunk::DropPayload() {
+  FinishPendingCopy().IgnoreError();  // Its buffers are about to go.
   full_->Free();
   if (shard_ != nullptr) shard_->Free();
   accessed_ = false;
@@ -334,6 +384,7 @@ bool Chunk::CanMove() const {
 }
 
 absl::Status Chunk::Release() {
+  CZ_RETURN_IF_ERROR(FinishPendingCopy(), "releasing chunk ", name_);
   CZ_RETURN_IF_ERROR(StateError("release", Requirement::kAllHold));
   if (is_holder()) {
     if (HolderMoves() && accessed_) {
@@ -355,6 +406,7 @@ absl::Status Chunk::Release() {
 }
 
 absl::Status Chunk::Reduce(comm::ReduceOp op) {
+  CZ_RETURN_IF_ERROR(FinishPendingCopy(), "reducing chunk ", name_);
   CZ_RETURN_IF_ERROR(StateError("reduce", Requirement::kAllReadyForReduce));
   if (!full_->allocated()) {
     return absl::FailedPreconditionError(
@@ -414,6 +466,7 @@ absl::Status Chunk::Reduce(comm::ReduceOp op) {
 }
 
 absl::Status Chunk::MoveTo(Device device) {
+  CZ_RETURN_IF_ERROR(FinishPendingCopy(), "moving chunk ", name_);
   CZ_RETURN_IF_ERROR(StateError("move", Requirement::kNoneBusy));
   if (shard_ != nullptr) {
     CZ_RETURN_IF_ERROR(shard_->MoveTo(device), "moving chunk ", name_);
@@ -451,6 +504,7 @@ absl::Status Chunk::MoveRestTo(Device rest) {
 }
 
 absl::Status Chunk::RestWhereItComputes() {
+  CZ_RETURN_IF_ERROR(FinishPendingCopy(), "keeping chunk ", name_);
   if (rest_device_ == device_) return absl::OkStatus();
   if (!accessed_ || !full_->allocated()) {
     return absl::FailedPreconditionError(

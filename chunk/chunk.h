@@ -51,12 +51,14 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "base/mutex.h"
 #include "chunk/chunk_layout.h"
 #include "chunk/tensor_state.h"
 #include "comm/options.h"
 #include "comm/process_group.h"
 #include "comm/types.h"
 #include "comm/work.h"
+#include "tensor/copy_stream.h"
 #include "tensor/device.h"
 #include "tensor/dtype.h"
 #include "tensor/storage.h"
@@ -80,6 +82,10 @@ struct ChunkOptions {
   // (sharded), a holder's buffer moves there and back (replicated, owner).
   std::optional<Device> rest_device;
   StorageOptions storage;  // Category, tracker and allocators.
+  // Where a holder's buffer is copied between rest_device and device on
+  // each use (null: on the calling thread). With a stream, an access (a
+  // prefetch) returns at once and its Work completes once the copy has.
+  CopyStream* copy_stream = nullptr;
   absl::Duration comm_timeout = comm::kDefaultCollectiveTimeout;
 };
 
@@ -104,6 +110,8 @@ class Chunk {
 
   Chunk(const Chunk&) = delete;
   Chunk& operator=(const Chunk&) = delete;
+  // Waits for a copy still running on the copy stream.
+  ~Chunk();
 
   // "f16_param#3".
   const std::string& name() const { return name_; }
@@ -283,6 +291,19 @@ class Chunk {
   // At creation: zeros in what this rank keeps at rest (a holder's full
   // buffer, the shard), which is where Append writes.
   [[nodiscard]] absl::Status AllocateForAppends();
+  // Waits for the copy an access left on the copy stream, if any: done
+  // before anything frees or moves the buffers it writes.
+  [[nodiscard]] absl::Status FinishPendingCopy();
+  // A holder's buffer on its way to the device on the copy stream, and the
+  // collective (the owner's broadcast) reading the resting copy meanwhile.
+  struct HolderCopy {
+    explicit HolderCopy(std::string description)
+        : done(std::move(description)) {}
+    Notification issued;  // `collective` is set (or will never be).
+    std::unique_ptr<comm::Work> collective;
+    comm::WorkCompletion done;
+  };
+
   // Allocates `storage` (full_ or shard_) filled with zeros.
   [[nodiscard]] absl::Status MaterialiseZerosIn(Storage& storage);
   // Sharded: copies this rank's part of the full buffer into the shard.
@@ -323,6 +344,7 @@ class Chunk {
   bool accessed_ = false;
   // Full buffer written since it was materialised (see MarkModified).
   bool modified_ = false;
+  std::unique_ptr<comm::Work> pending_copy_;  // See FinishPendingCopy.
   int64_t rest_to_device_bytes_ = 0;
   int64_t device_to_rest_bytes_ = 0;
 };

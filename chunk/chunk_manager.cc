@@ -76,6 +76,8 @@ ChunkManager::ChunkManager(comm::ProcessGroup* group,
 }
 
 ChunkManager::~ChunkManager() {
+  // Copies still running write into chunks and free through the caches.
+  if (copy_stream_ != nullptr) copy_stream_->Drain();
   if (residency_ != nullptr && tracker_ != nullptr) {
     tracker_->ClearReclaimer(options_.device);
   }
@@ -156,6 +158,10 @@ absl::StatusOr<Chunk*> ChunkManager::NewChunk(Group& group, int64_t capacity,
   opts.device = group.device;
   opts.rest_device = group.rest_device;
   opts.storage = StorageFor(group);
+  if (group.rest_device != group.device) {
+    if (copy_stream_ == nullptr) copy_stream_ = std::make_unique<CopyStream>();
+    opts.copy_stream = copy_stream_.get();
+  }
   opts.comm_timeout = options_.comm_timeout;
   CZ_ASSIGN_OR_RETURN(std::unique_ptr<Chunk> chunk,
                       Chunk::Create(opts, group_));

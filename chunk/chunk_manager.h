@@ -64,6 +64,7 @@
 #include "comm/process_group.h"
 #include "tensor/allocator.h"
 #include "tensor/caching_allocator.h"
+#include "tensor/copy_stream.h"
 #include "tensor/memory_tracker.h"
 
 namespace chunkzero {
@@ -254,6 +255,9 @@ class ChunkManager {
   std::vector<std::unique_ptr<Group>> groups_;
   std::vector<Chunk*> accessed_;
   std::unique_ptr<ChunkResidency> residency_;
+  // Copies of holders' buffers between rest and compute devices, ahead of
+  // compute (groups that rest away from where they compute).
+  std::unique_ptr<CopyStream> copy_stream_;
 };
 
 }  // namespace chunkzero

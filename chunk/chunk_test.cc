@@ -4,11 +4,13 @@
 #include <memory>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status_macros.h"
 #include "comm/testing/spawn_ranks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tensor/caching_allocator.h"
+#include "tensor/copy_stream.h"
 #include "tensor/half.h"
 
 namespace chunkzero {
@@ -414,6 +416,57 @@ TEST(Chunk, ChunksRestingOnTheHostComeToTheDeviceForEachUse) {
             }
           }
           EXPECT_THAT(reduced, ElementsAreArray(want));
+          return absl::OkStatus();
+        })));
+  }
+}
+
+// With a copy stream, a holder's access returns before its buffer has come
+// to the device: the Work completes once the stream has copied it (the
+// owner's broadcast reading the resting copy meanwhile), and the values,
+// the byte counts and the memory are those of the synchronous path.
+TEST(Chunk, AHoldersCopyRunsOnTheCopyStream) {
+  for (ChunkLayout layout : {ChunkLayout::kReplicated, ChunkLayout::kOwner}) {
+    SCOPED_TRACE(testing::Message() << layout);
+    EXPECT_TRUE(
+        AllRanksOk(SpawnRanks(2, [&](comm::ProcessGroup& g) -> absl::Status {
+          RankMemory mem;
+          CopyStream stream;
+          ChunkOptions o = Options(layout, 10, DType::kF32, /*owner=*/1);
+          o.device = Device::Simulated(0);
+          o.rest_device = Device::Cpu();
+          o.storage = mem.options();
+          o.copy_stream = &stream;
+          std::unique_ptr<Chunk> chunk = *Chunk::Create(o, &g);
+          std::vector<Tensor> views = AppendAbc(*chunk);
+          CZ_RETURN_IF_ERROR(chunk->Close());
+          const bool holder = chunk->is_holder();
+          Notification go[2];  // Outlive the stream's tasks.
+          for (int use = 0; use < 2; ++use) {
+            Notification& busy_until = go[use];
+            stream.Enqueue([&busy_until] { busy_until.WaitForNotification(); });
+            CZ_ASSIGN_OR_RETURN(std::unique_ptr<comm::Work> work,
+                                chunk->StartAccess());
+            // A holder's copy waits behind the stream; a non-owner only
+            // receives the broadcast, which the owner sends from host
+            // memory at once.
+            if (holder) {
+              EXPECT_FALSE(work->IsCompleted());
+              EXPECT_EQ(mem.param_bytes(Device::Cpu()), 40);  // Still there.
+            }
+            busy_until.Notify();
+            CZ_RETURN_IF_ERROR(work->Wait());
+            EXPECT_EQ(mem.param_bytes(Device::Cpu()), 0);
+            EXPECT_EQ(mem.param_bytes(Device::Simulated(0)), 40);
+            EXPECT_THAT(*views[1].ToFloats(), ElementsAre(4, 5, 6, 7, 8));
+            CZ_RETURN_IF_ERROR(chunk->Release());
+            EXPECT_EQ(mem.param_bytes(Device::Cpu()), holder ? 40 : 0);
+            EXPECT_EQ(mem.param_bytes(Device::Simulated(0)), 0);
+          }
+          EXPECT_EQ(chunk->rest_to_device_bytes(), holder ? 2 * 40 : 0);
+          EXPECT_EQ(chunk->device_to_rest_bytes(), holder ? 2 * 40 : 0);
+          stream.Drain();
+          EXPECT_EQ(stream.tasks_run(), holder ? 4 : 2);
           return absl::OkStatus();
         })));
   }

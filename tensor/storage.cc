@@ -57,6 +57,43 @@ void Storage::FreeOn(void* data, Device device) {
   }
 }
 
+absl::StatusOr<const void*> Storage::MoveToAsync(
+    Device device, CopyStream& stream,
+    std::function<absl::Status()> readers_done,
+    std::function<void(absl::Status)> then) {
+  if (data_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot move ", nbytes_, " unallocated bytes to ", device.ToString()));
+  }
+  void* old = data_;
+  const Device from = device_;
+  if (device == from) {
+    stream.Enqueue(
+        [readers_done = std::move(readers_done), then = std::move(then)] {
+          then(readers_done ? readers_done() : absl::OkStatus());
+        });
+    return old;
+  }
+  absl::StatusOr<void*> allocated = AllocateOn(device);
+  CZ_RETURN_IF_ERROR(allocated, "moving ", nbytes_, " bytes from ",
+                     from.ToString());
+  void* moved = *allocated;
+  data_ = moved;
+  device_ = device;
+  stream.Enqueue([this, old, from, moved, device,
+                  readers_done = std::move(readers_done),
+                  then = std::move(then)] {
+    absl::Status status = CopyBytes(moved, device, old, from, nbytes_);
+    if (readers_done) {
+      absl::Status read = readers_done();
+      if (status.ok()) status = read;
+    }
+    FreeOn(old, from);
+    then(status);
+  });
+  return old;
+}
+
 absl::Status Storage::Allocate() {
   if (data_ != nullptr) return absl::OkStatus();
   CZ_ASSIGN_OR_RETURN(data_, AllocateOn(device_));

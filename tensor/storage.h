@@ -22,11 +22,13 @@
 #define CHUNKZERO_TENSOR_STORAGE_H_
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tensor/allocator.h"
+#include "tensor/copy_stream.h"
 #include "tensor/device.h"
 #include "tensor/memory_tracker.h"
 
@@ -71,6 +73,22 @@ class Storage {
 
   // Returns the memory to the allocator. Nothing happens if not allocated.
   void Free();
+
+  // Starts a move to `device` whose copy runs on `stream`: allocates there
+  // at once (so that a limit or an allocation failure is reported here, and
+  // nothing changes then), points data() at the new memory, and enqueues
+  // the copy from the old memory, then `readers_done()` (null: nothing),
+  // then the freeing of the old memory, then `then(status)` with the first
+  // error of the copy and `readers_done`. Returns the old memory, which
+  // stays valid and unchanged until `readers_done` has returned (a
+  // collective may read it meanwhile). data() must not be read or written
+  // until `then` runs. FailedPrecondition when not allocated. REQUIRES: the
+  // Storage outlives the task (wait for `then` before freeing or moving it
+  // again).
+  [[nodiscard]] absl::StatusOr<const void*> MoveToAsync(
+      Device device, CopyStream& stream,
+      std::function<absl::Status()> readers_done,
+      std::function<void(absl::Status)> then);
 
   // Moves to `device`. If allocated, allocates there, copies, then frees the
   // old memory; on error nothing changes. If not allocated, only the device

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "base/mutex.h"
 #include "gtest/gtest.h"
 
 namespace chunkzero {
@@ -81,6 +82,49 @@ TEST_F(StorageTest, MoveCopiesContentsAndMovesAccounting) {
   EXPECT_EQ(cpu_count_.live_bytes(), 0);
   ASSERT_TRUE(s->MoveTo(Device::Simulated(0)).ok());  // Same device: no-op.
   EXPECT_EQ(sim_count_.allocations(), 1);
+}
+
+// An asynchronous move allocates at once and points data() at the new
+// memory; the copy, `readers_done` (the old memory still intact), the
+// freeing of the old memory and `then` run on the stream, in that order.
+TEST_F(StorageTest, AsyncMoveCopiesOnTheStreamAndFreesTheOldMemoryAfter) {
+  std::shared_ptr<Storage> s = *Storage::Create(16, Device::Cpu(), options_);
+  std::memcpy(s->data(), "0123456789abcdef", 16);
+  CopyStream stream;
+  Notification hold;
+  stream.Enqueue([&] { hold.WaitForNotification(); });  // Stream busy.
+  bool old_intact = false, old_freed = false;
+  absl::StatusOr<const void*> old = s->MoveToAsync(
+      Device::Simulated(0), stream,
+      [&] {
+        old_intact = cpu_count_.live_bytes() == 16;
+        return absl::OkStatus();
+      },
+      [&](absl::Status copied) {
+        EXPECT_TRUE(copied.ok());
+        old_freed = cpu_count_.live_bytes() == 0;
+      });
+  ASSERT_TRUE(old.ok());
+  // Both held while the copy is pending; data() is already the new memory.
+  EXPECT_EQ(s->device(), Device::Simulated(0));
+  EXPECT_NE(s->data(), *old);
+  EXPECT_EQ(std::memcmp(*old, "0123456789abcdef", 16), 0);
+  EXPECT_EQ(tracker_.Current(Device::Cpu(), MemoryCategory::kParam), 16);
+  EXPECT_EQ(tracker_.Current(Device::Simulated(0), MemoryCategory::kParam), 16);
+  hold.Notify();
+  stream.Drain();
+  EXPECT_TRUE(old_intact);
+  EXPECT_TRUE(old_freed);
+  EXPECT_EQ(std::memcmp(s->data(), "0123456789abcdef", 16), 0);
+  EXPECT_EQ(tracker_.Current(Device::Cpu(), MemoryCategory::kParam), 0);
+  EXPECT_EQ(cpu_count_.live_bytes(), 0);
+  // Unallocated: refused, nothing enqueued.
+  s->Free();
+  EXPECT_EQ(s->MoveToAsync(Device::Cpu(), stream, nullptr, [](absl::Status) {})
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(stream.tasks_run(), 2);
 }
 
 TEST_F(StorageTest, FailedMoveChangesNothing) {

@@ -1,0 +1,53 @@
+#include "tensor/copy_stream.h"
+
+#include <utility>
+
+namespace chunkzero {
+
+CopyStream::CopyStream() : thread_([this] { Run(); }) {}
+
+CopyStream::~CopyStream() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+    changed_.SignalAll();
+  }
+  thread_.join();
+}
+
+void CopyStream::Enqueue(std::function<void()> task) {
+  MutexLock lock(&mu_);
+  queue_.push_back(std::move(task));
+  ++enqueued_;
+  changed_.SignalAll();
+}
+
+void CopyStream::Drain() {
+  MutexLock lock(&mu_);
+  const int64_t target = enqueued_;
+  while (run_ < target) changed_.Wait(&mu_);
+}
+
+int64_t CopyStream::tasks_run() const {
+  MutexLock lock(&mu_);
+  return run_;
+}
+
+void CopyStream::Run() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      MutexLock lock(&mu_);
+      while (queue_.empty() && !stopping_) changed_.Wait(&mu_);
+      if (queue_.empty()) return;  // Stopping, with nothing left to run.
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+    MutexLock lock(&mu_);
+    ++run_;
+    changed_.SignalAll();
+  }
+}
+
+}  // namespace chunkzero
