@@ -13,28 +13,39 @@
 //  - f16 -> f32 is exact (subnormals included); a NaN is made quiet (as
 //    VCVTPH2PS does) and keeps its payload. bf16 -> f32 is a plain shift.
 // Header-only with no dependencies, so the comm and kernel code can use them
-// in inner loops.
+// in inner loops, and CZ_HOST_DEVICE: the CUDA kernels run these very
+// functions, so the GPU's casts are the CPU's bit for bit.
 #ifndef CHUNKZERO_TENSOR_HALF_H_
 #define CHUNKZERO_TENSOR_HALF_H_
 
 #include <cstdint>
 #include <cstring>
 
+#include "base/host_device.h"
+
 namespace chunkzero {
 
-inline uint32_t FloatBits(float f) {
+CZ_HOST_DEVICE inline uint32_t FloatBits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
   uint32_t u;
   std::memcpy(&u, &f, sizeof(u));
   return u;
+#endif
 }
 
-inline float BitsToFloat(uint32_t u) {
+CZ_HOST_DEVICE inline float BitsToFloat(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
   float f;
   std::memcpy(&f, &u, sizeof(f));
   return f;
+#endif
 }
 
-inline uint16_t FloatToHalfBits(float f) {
+CZ_HOST_DEVICE inline uint16_t FloatToHalfBits(float f) {
   const uint32_t x = FloatBits(f);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   const uint32_t abs = x & 0x7fffffffu;
@@ -61,7 +72,7 @@ inline uint16_t FloatToHalfBits(float f) {
   return sign | static_cast<uint16_t>(result);
 }
 
-inline float HalfBitsToFloat(uint16_t h) {
+CZ_HOST_DEVICE inline float HalfBitsToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exponent = (h >> 10) & 0x1fu;
   const uint32_t mantissa = h & 0x3ffu;
@@ -78,7 +89,7 @@ inline float HalfBitsToFloat(uint16_t h) {
   return BitsToFloat(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
 
-inline uint16_t FloatToBFloat16Bits(float f) {
+CZ_HOST_DEVICE inline uint16_t FloatToBFloat16Bits(float f) {
   const uint32_t x = FloatBits(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) {  // NaN: quiet it, keep the sign.
     return static_cast<uint16_t>((x >> 16) | 0x0040u);
@@ -88,7 +99,7 @@ inline uint16_t FloatToBFloat16Bits(float f) {
   return static_cast<uint16_t>((x + rounding) >> 16);
 }
 
-inline float BFloat16BitsToFloat(uint16_t b) {
+CZ_HOST_DEVICE inline float BFloat16BitsToFloat(uint16_t b) {
   return BitsToFloat(static_cast<uint32_t>(b) << 16);
 }
 

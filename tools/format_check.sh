@@ -9,7 +9,7 @@ if ! command -v "${format}" >/dev/null; then
   echo "format: ${format} is missing (tools/setup.sh installs it)" >&2
   exit 1
 fi
-mapfile -t files < <(git ls-files '*.cc' '*.h' '*.inc')
+mapfile -t files < <(git ls-files '*.cc' '*.h' '*.inc' '*.cu')
 if [[ "${1:-}" == --fix ]]; then
   "${format}" -i "${files[@]}"
   exit 0

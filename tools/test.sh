@@ -3,8 +3,10 @@
 # the plain build), and ends with one line `N passed, N failed, N skipped`.
 #
 #   bash tools/test.sh                 # what the README's quick start runs
-#   bash tools/test.sh format thread-safety default tsan asan ubsan fuzz
+#   bash tools/test.sh format thread-safety default tsan asan ubsan cuda fuzz
 #                                      # what CI runs (.ci/run)
+#   bash tools/test.sh cuda            # nvcc and CUDA linked; GPU tests
+#                                      # skip where no GPU is visible
 #   bash tools/test.sh asan ubsan
 #   bash tools/test.sh fuzz            # libFuzzer, 60 s per target
 #                                      # (CHUNKZERO_FUZZ_SECONDS)

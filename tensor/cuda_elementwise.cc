@@ -1,0 +1,47 @@
+#include "tensor/cuda_elementwise.h"
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "tensor/cuda_cast_kernels.h"
+#include "tensor/cuda_runtime.h"
+
+namespace chunkzero {
+namespace {
+
+absl::Status FromCuda(int error, DType dst, DType src, size_t n) {
+  if (error == 0) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(
+      "casting ", n, " elements from ", DTypeName(src), " to ", DTypeName(dst),
+      " on the GPU: ", cuda_kernels::ErrorName(error)));
+}
+
+}  // namespace
+
+absl::Status CudaCast(void* dst, DType dst_dtype, const void* src,
+                      DType src_dtype, size_t n) {
+  if (dst_dtype == src_dtype) {
+    return CudaMemcpy(dst, src, n * ElementSize(src_dtype));
+  }
+  int error = -1;
+  if (src_dtype == DType::kF32 && dst_dtype == DType::kF16) {
+    error = cuda_kernels::CastF32ToF16(static_cast<uint16_t*>(dst),
+                                       static_cast<const float*>(src), n);
+  } else if (src_dtype == DType::kF32 && dst_dtype == DType::kBF16) {
+    error = cuda_kernels::CastF32ToBF16(static_cast<uint16_t*>(dst),
+                                        static_cast<const float*>(src), n);
+  } else if (src_dtype == DType::kF16 && dst_dtype == DType::kF32) {
+    error = cuda_kernels::CastF16ToF32(static_cast<float*>(dst),
+                                       static_cast<const uint16_t*>(src), n);
+  } else if (src_dtype == DType::kBF16 && dst_dtype == DType::kF32) {
+    error = cuda_kernels::CastBF16ToF32(static_cast<float*>(dst),
+                                        static_cast<const uint16_t*>(src), n);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no GPU cast from ", DTypeName(src_dtype), " to ",
+                     DTypeName(dst_dtype), " (f32 <-> f16 / bf16 only)"));
+  }
+  return FromCuda(error, dst_dtype, src_dtype, n);
+}
+
+}  // namespace chunkzero

@@ -1,0 +1,15 @@
+// tensor/cuda_elementwise.h without --config=cuda: nothing runs on a GPU.
+#include "absl/strings/str_cat.h"
+#include "tensor/cuda_elementwise.h"
+
+namespace chunkzero {
+
+absl::Status CudaCast(void* dst, DType dst_dtype, const void* src,
+                      DType src_dtype, size_t n) {
+  return absl::UnimplementedError(
+      absl::StrCat("casting ", n, " elements from ", DTypeName(src_dtype),
+                   " to ", DTypeName(dst_dtype),
+                   " on the GPU: this binary was built without --config=cuda"));
+}
+
+}  // namespace chunkzero
