@@ -3,7 +3,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
-#include "tensor/cuda_cast_kernels.h"
+#include "tensor/cuda_elementwise_kernels.h"
 #include "tensor/cuda_runtime.h"
 
 namespace chunkzero {
@@ -14,6 +14,18 @@ absl::Status FromCuda(int error, DType dst, DType src, size_t n) {
   return absl::InternalError(absl::StrCat(
       "casting ", n, " elements from ", DTypeName(src), " to ", DTypeName(dst),
       " on the GPU: ", cuda_kernels::ErrorName(error)));
+}
+
+absl::Status FromCuda(int error, const char* op, DType dtype, size_t n) {
+  if (error == 0) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat(op, " of ", n, " ", DTypeName(dtype),
+                   " elements on the GPU: ", cuda_kernels::ErrorName(error)));
+}
+
+absl::Status NoKernel(const char* op, DType dtype) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "no GPU ", op, " for ", DTypeName(dtype), " (f32, f16, bf16 only)"));
 }
 
 }  // namespace
@@ -42,6 +54,42 @@ absl::Status CudaCast(void* dst, DType dst_dtype, const void* src,
                      DTypeName(dst_dtype), " (f32 <-> f16 / bf16 only)"));
   }
   return FromCuda(error, dst_dtype, src_dtype, n);
+}
+
+absl::Status CudaScale(void* x, DType dtype, float a, size_t n) {
+  switch (dtype) {
+    case DType::kF32:
+      return FromCuda(cuda_kernels::ScaleF32(static_cast<float*>(x), a, n),
+                      "scale", dtype, n);
+    case DType::kF16:
+      return FromCuda(cuda_kernels::ScaleF16(static_cast<uint16_t*>(x), a, n),
+                      "scale", dtype, n);
+    case DType::kBF16:
+      return FromCuda(cuda_kernels::ScaleBF16(static_cast<uint16_t*>(x), a, n),
+                      "scale", dtype, n);
+    default:
+      return NoKernel("scale", dtype);
+  }
+}
+
+absl::Status CudaAxpy(void* y, DType dtype, float a, const void* x, size_t n) {
+  switch (dtype) {
+    case DType::kF32:
+      return FromCuda(cuda_kernels::AxpyF32(static_cast<float*>(y), a,
+                                            static_cast<const float*>(x), n),
+                      "axpy", dtype, n);
+    case DType::kF16:
+      return FromCuda(cuda_kernels::AxpyF16(static_cast<uint16_t*>(y), a,
+                                            static_cast<const uint16_t*>(x), n),
+                      "axpy", dtype, n);
+    case DType::kBF16:
+      return FromCuda(
+          cuda_kernels::AxpyBF16(static_cast<uint16_t*>(y), a,
+                                 static_cast<const uint16_t*>(x), n),
+          "axpy", dtype, n);
+    default:
+      return NoKernel("axpy", dtype);
+  }
 }
 
 }  // namespace chunkzero

@@ -12,4 +12,16 @@ absl::Status CudaCast(void* dst, DType dst_dtype, const void* src,
                    " on the GPU: this binary was built without --config=cuda"));
 }
 
+absl::Status CudaScale(void* x, DType dtype, float a, size_t n) {
+  return absl::UnimplementedError(absl::StrCat(
+      "scale of ", n, " ", DTypeName(dtype),
+      " elements on the GPU: this binary was built without --config=cuda"));
+}
+
+absl::Status CudaAxpy(void* y, DType dtype, float a, const void* x, size_t n) {
+  return absl::UnimplementedError(absl::StrCat(
+      "axpy of ", n, " ", DTypeName(dtype),
+      " elements on the GPU: this binary was built without --config=cuda"));
+}
+
 }  // namespace chunkzero

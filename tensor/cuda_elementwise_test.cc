@@ -1,5 +1,6 @@
 #include "tensor/cuda_elementwise.h"
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -9,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "tensor/cast_kernels.h"
 #include "tensor/cuda_runtime.h"
+#include "tensor/elementwise_kernels.h"
 
 namespace chunkzero {
 namespace {
@@ -95,6 +97,63 @@ TEST(CudaCast, EqualsTheCpuCastBitForBit) {
   }
 }
 
+// Copies `bytes` to the GPU, runs `op` on the device pointers (y, x), and
+// returns y's bytes.
+template <typename Op>
+std::vector<uint8_t> OnGpu(const std::vector<uint8_t>& y,
+                           const std::vector<uint8_t>& x, Op op) {
+  void* d_y = *CudaMalloc(0, y.size());
+  void* d_x = *CudaMalloc(0, x.size());
+  EXPECT_TRUE(CudaMemcpy(d_y, y.data(), y.size()).ok());
+  EXPECT_TRUE(CudaMemcpy(d_x, x.data(), x.size()).ok());
+  const absl::Status status = op(d_y, d_x);
+  EXPECT_TRUE(status.ok()) << status;
+  std::vector<uint8_t> out(y.size());
+  EXPECT_TRUE(CudaMemcpy(out.data(), d_y, out.size()).ok());
+  EXPECT_TRUE(CudaFree(0, d_y).ok());
+  EXPECT_TRUE(CudaFree(0, d_x).ok());
+  return out;
+}
+
+// Scale and axpy on the GPU equal the CPU kernels bit for bit in every
+// dtype, over the cast probes (signed zeros, subnormals, ties, overflow,
+// infinities; one NaN operand at most).
+TEST(CudaScaleAndAxpy, EqualTheCpuKernelsBitForBit) {
+  if (CudaDeviceCount() == 0) {
+    GTEST_SKIP() << "no GPU visible (built with CUDA: " << BuiltWithCuda()
+                 << ")";
+  }
+  const std::vector<float> probes = Probes();
+  const size_t n = probes.size();
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    std::vector<uint8_t> x = CastOnCpu(probes.data(), DType::kF32, dtype, n);
+    // y: the probes reversed, so each x meets a different y.
+    std::vector<float> reversed(probes.rbegin(), probes.rend());
+    // Where both would be NaN, the result's payload is unspecified.
+    for (size_t i = 0; i < n; ++i) {
+      if (std::isnan(probes[i]) && std::isnan(reversed[i])) reversed[i] = 1;
+    }
+    std::vector<uint8_t> y = CastOnCpu(reversed.data(), DType::kF32, dtype, n);
+    for (float a : {0.0f, -1.0f, 1.0f / 1024, 3.3f, 65504.0f}) {
+      SCOPED_TRACE(a);
+      std::vector<uint8_t> scaled = x;
+      ASSERT_TRUE(Scale(scaled.data(), dtype, a, n).ok());
+      EXPECT_EQ(
+          OnGpu(x, x,
+                [&](void* d_y, void*) { return CudaScale(d_y, dtype, a, n); }),
+          scaled);
+      std::vector<uint8_t> updated = y;
+      ASSERT_TRUE(Axpy(updated.data(), dtype, a, x.data(), n).ok());
+      EXPECT_EQ(OnGpu(y, x,
+                      [&](void* d_y, void* d_x) {
+                        return CudaAxpy(d_y, dtype, a, d_x, n);
+                      }),
+                updated);
+    }
+  }
+}
+
 // Without --config=cuda the call says so; pairs without a kernel are
 // refused naming them.
 TEST(CudaCast, SaysWhatItCannotDo) {
@@ -105,8 +164,17 @@ TEST(CudaCast, SaysWhatItCannotDo) {
     EXPECT_EQ(status.message(),
               "casting 4 elements from f32 to f16 on the GPU: this binary "
               "was built without --config=cuda");
+    EXPECT_EQ(CudaScale(nullptr, DType::kBF16, 2.0f, 3).message(),
+              "scale of 3 bf16 elements on the GPU: this binary was built "
+              "without --config=cuda");
+    EXPECT_EQ(CudaAxpy(nullptr, DType::kF32, 2.0f, nullptr, 5).code(),
+              absl::StatusCode::kUnimplemented);
     return;
   }
+  EXPECT_EQ(CudaScale(nullptr, DType::kI32, 2.0f, 3).message(),
+            "no GPU scale for i32 (f32, f16, bf16 only)");
+  EXPECT_EQ(CudaAxpy(nullptr, DType::kI64, 2.0f, nullptr, 3).message(),
+            "no GPU axpy for i64 (f32, f16, bf16 only)");
   const absl::Status status =
       CudaCast(nullptr, DType::kF16, nullptr, DType::kI32, 4);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);

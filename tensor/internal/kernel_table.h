@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "tensor/cpu_features.h"
+#include "tensor/elementwise_math.h"
 #include "tensor/half.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -73,28 +74,11 @@ const KernelTable& Avx512Kernels();
 
 // ---- Scalar helpers: the definition of every kernel's result. ----
 
-// Element types: storage type T, exact widening to f32, rounding (to
-// nearest even) from f32, and the Inf/NaN test on the stored bits.
-struct F32 {
-  using T = float;
-  static float Load(T x) { return x; }
-  static T Store(float v) { return v; }
-  static bool IsInfOrNan(T x) {
-    return (FloatBits(x) & 0x7fffffffu) >= 0x7f800000u;
-  }
-};
-struct F16 {
-  using T = uint16_t;
-  static float Load(T x) { return HalfBitsToFloat(x); }
-  static T Store(float v) { return FloatToHalfBits(v); }
-  static bool IsInfOrNan(T x) { return (x & 0x7fffu) >= 0x7c00u; }
-};
-struct BF16 {
-  using T = uint16_t;
-  static float Load(T x) { return BFloat16BitsToFloat(x); }
-  static T Store(float v) { return FloatToBFloat16Bits(v); }
-  static bool IsInfOrNan(T x) { return (x & 0x7fffu) >= 0x7f80u; }
-};
+// Element types (F32, F16, BF16) and the per-element math, shared with
+// the CUDA kernels: tensor/elementwise_math.h.
+using elementwise_math::BF16;
+using elementwise_math::F16;
+using elementwise_math::F32;
 
 // out[i] = To(From(in[i])) for i < n.
 template <typename To, typename From>
@@ -105,15 +89,14 @@ void ScalarCast(typename To::T* out, const typename From::T* in, size_t n) {
 // x[i] = D(f32(x[i]) * a): computed in f32, rounded once to D.
 template <typename D>
 void ScalarScale(typename D::T* x, float a, size_t n) {
-  for (size_t i = 0; i < n; ++i) x[i] = D::Store(D::Load(x[i]) * a);
+  for (size_t i = 0; i < n; ++i) x[i] = elementwise_math::Scale<D>(x[i], a);
 }
 
 // y[i] = D(fma(a, f32(x[i]), f32(y[i]))): one f32 rounding, then D's.
 template <typename D>
 void ScalarAxpy(typename D::T* y, float a, const typename D::T* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    y[i] = D::Store(std::fma(a, D::Load(x[i]), D::Load(y[i])));
-  }
+  for (size_t i = 0; i < n; ++i)
+    y[i] = elementwise_math::Axpy<D>(y[i], a, x[i]);
 }
 
 template <typename D>
