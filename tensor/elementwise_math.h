@@ -32,13 +32,17 @@ struct F16 {
   using T = uint16_t;
   CZ_HOST_DEVICE static float Load(T x) { return HalfBitsToFloat(x); }
   CZ_HOST_DEVICE static T Store(float v) { return FloatToHalfBits(v); }
-  CZ_HOST_DEVICE static bool IsInfOrNan(T x) { return (x & 0x7fffu) >= 0x7c00u; }
+  CZ_HOST_DEVICE static bool IsInfOrNan(T x) {
+    return (x & 0x7fffu) >= 0x7c00u;
+  }
 };
 struct BF16 {
   using T = uint16_t;
   CZ_HOST_DEVICE static float Load(T x) { return BFloat16BitsToFloat(x); }
   CZ_HOST_DEVICE static T Store(float v) { return FloatToBFloat16Bits(v); }
-  CZ_HOST_DEVICE static bool IsInfOrNan(T x) { return (x & 0x7fffu) >= 0x7f80u; }
+  CZ_HOST_DEVICE static bool IsInfOrNan(T x) {
+    return (x & 0x7fffu) >= 0x7f80u;
+  }
 };
 
 // D(f32(x) * a): computed in f32, rounded once to D.
