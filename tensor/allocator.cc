@@ -24,14 +24,14 @@ void HostAllocator::Deallocate(void* ptr, size_t bytes) {
   ::operator delete(ptr, std::align_val_t(kAllocationAlignment));
 }
 
-absl::StatusOr<void*> CudaAllocator::Allocate(size_t bytes) {
-  return CudaMalloc(device_.index(), bytes);
+absl::StatusOr<void*> PinnedHostAllocator::Allocate(size_t bytes) {
+  return CudaHostAlloc(bytes);
 }
 
-void CudaAllocator::Deallocate(void* ptr, size_t bytes) {
-  // A failing cudaFree means a broken context; nothing useful can be done
-  // with the error at this point, so it is dropped.
-  CudaFree(device_.index(), ptr).IgnoreError();
+void PinnedHostAllocator::Deallocate(void* ptr, size_t /*bytes*/) {
+  // A failing cudaFreeHost means a broken context; nothing useful can be
+  // done with the error at this point.
+  CudaHostFree(ptr).IgnoreError();
 }
 
 absl::StatusOr<void*> CountingAllocator::Allocate(size_t bytes) {

@@ -19,30 +19,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
+#include "tensor/allocator_base.h"
 #include "tensor/device.h"
+#include "tensor/gpu_memory_runtime.h"
+#include "tensor/stream_ordered_allocator.h"
 
 namespace chunkzero {
-
-// Every allocation is aligned to this many bytes (one cache line, and the
-// widest vector load the kernels use).
-inline constexpr size_t kAllocationAlignment = 64;
-
-// Hands out memory of one device. Implementations must be thread-safe.
-class Allocator {
- public:
-  virtual ~Allocator() = default;
-
-  virtual Device device() const = 0;
-
-  // Returns `bytes` bytes aligned to kAllocationAlignment, ResourceExhausted
-  // when the device is out of memory. Allocate(0) returns a non-null pointer
-  // that must be passed back to Deallocate.
-  [[nodiscard]] virtual absl::StatusOr<void*> Allocate(size_t bytes) = 0;
-
-  // Releases memory from Allocate of this allocator; `bytes` is the size that
-  // was asked for.
-  virtual void Deallocate(void* ptr, size_t bytes) = 0;
-};
 
 // Host memory from aligned operator new. Used for Device::Cpu() and, as a
 // separate instance per index, for the simulated devices.
@@ -57,18 +39,39 @@ class HostAllocator final : public Allocator {
   const Device device_;
 };
 
-// GPU memory from cudaMalloc (see tensor/cuda_runtime.h). Only useful in a
+// GPU memory of cuda:N, cached per stream (tensor/stream_ordered_allocator.h)
+// on the legacy default stream unless a stream is named. Only useful in a
 // --config=cuda build on a machine with a GPU; elsewhere Allocate fails with
 // Unimplemented.
 class CudaAllocator final : public Allocator {
  public:
-  explicit CudaAllocator(Device device) : device_(device) {}
-  Device device() const override { return device_; }
-  [[nodiscard]] absl::StatusOr<void*> Allocate(size_t bytes) override;
-  void Deallocate(void* ptr, size_t bytes) override;
+  explicit CudaAllocator(Device device)
+      : runtime_(device.index()),
+        cache_(&runtime_, /*default_stream=*/nullptr) {}
+  Device device() const override { return runtime_.device(); }
+  [[nodiscard]] absl::StatusOr<void*> Allocate(size_t bytes) override {
+    return cache_.Allocate(bytes);
+  }
+  void Deallocate(void* ptr, size_t bytes) override {
+    cache_.Deallocate(ptr, bytes);
+  }
+  // For stream-aware callers: AllocateOn, RecordStream, stats.
+  StreamOrderedAllocator& cache() { return cache_; }
 
  private:
-  const Device device_;
+  CudaMemoryRuntime runtime_;
+  StreamOrderedAllocator cache_;
+};
+
+// Page-locked host memory (cudaHostAlloc), which the GPU's copy engines
+// read and write directly: asynchronous copies from and to it overlap
+// compute. Its device is the CPU. Pinning is slow and limited, so wrap it in
+// a CachingAllocator. Unimplemented in a build without CUDA.
+class PinnedHostAllocator final : public Allocator {
+ public:
+  Device device() const override { return Device::Cpu(); }
+  [[nodiscard]] absl::StatusOr<void*> Allocate(size_t bytes) override;
+  void Deallocate(void* ptr, size_t bytes) override;
 };
 
 // Forwards to another allocator and counts the calls and live bytes.

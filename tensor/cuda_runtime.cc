@@ -17,6 +17,20 @@ absl::Status FromCuda(cudaError_t error, const char* what) {
                       absl::StrCat(what, ": ", cudaGetErrorString(error)));
 }
 
+cudaStream_t Raw(CudaStream stream) {
+  return reinterpret_cast<cudaStream_t>(stream);
+}
+cudaEvent_t Raw(CudaEvent event) {
+  return reinterpret_cast<cudaEvent_t>(event);
+}
+
+absl::Status SetDevice(int device_index) {
+  const cudaError_t error = cudaSetDevice(device_index);
+  if (error == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("cudaSetDevice(", device_index,
+                                          "): ", cudaGetErrorString(error)));
+}
+
 }  // namespace
 
 bool BuiltWithCuda() { return true; }
@@ -48,6 +62,100 @@ absl::Status CudaFree(int device_index, void* ptr) {
 absl::Status CudaMemcpy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
   return FromCuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy");
+}
+
+}  // namespace chunkzero
+
+namespace chunkzero {
+
+absl::StatusOr<CudaStream> CudaStreamCreate(int device_index) {
+  absl::Status status = SetDevice(device_index);
+  if (!status.ok()) return status;
+  cudaStream_t stream = nullptr;
+  status = FromCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                    "cudaStreamCreateWithFlags");
+  if (!status.ok()) return status;
+  return reinterpret_cast<CudaStream>(stream);
+}
+
+absl::Status CudaStreamDestroy(CudaStream stream) {
+  return FromCuda(cudaStreamDestroy(Raw(stream)), "cudaStreamDestroy");
+}
+
+absl::Status CudaStreamSynchronize(CudaStream stream) {
+  return FromCuda(cudaStreamSynchronize(Raw(stream)), "cudaStreamSynchronize");
+}
+
+absl::Status CudaStreamWaitEvent(CudaStream stream, CudaEvent event) {
+  return FromCuda(cudaStreamWaitEvent(Raw(stream), Raw(event), 0),
+                  "cudaStreamWaitEvent");
+}
+
+absl::StatusOr<CudaEvent> CudaEventCreate(int device_index) {
+  absl::Status status = SetDevice(device_index);
+  if (!status.ok()) return status;
+  cudaEvent_t event = nullptr;
+  status = FromCuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                    "cudaEventCreateWithFlags");
+  if (!status.ok()) return status;
+  return reinterpret_cast<CudaEvent>(event);
+}
+
+absl::Status CudaEventDestroy(CudaEvent event) {
+  return FromCuda(cudaEventDestroy(Raw(event)), "cudaEventDestroy");
+}
+
+absl::Status CudaEventRecord(CudaEvent event, CudaStream stream) {
+  return FromCuda(cudaEventRecord(Raw(event), Raw(stream)), "cudaEventRecord");
+}
+
+absl::StatusOr<bool> CudaEventQuery(CudaEvent event) {
+  const cudaError_t error = cudaEventQuery(Raw(event));
+  if (error == cudaSuccess) return true;
+  if (error == cudaErrorNotReady) {
+    cudaGetLastError();  // cudaErrorNotReady is not sticky; clear it.
+    return false;
+  }
+  return FromCuda(error, "cudaEventQuery");
+}
+
+absl::Status CudaEventSynchronize(CudaEvent event) {
+  return FromCuda(cudaEventSynchronize(Raw(event)), "cudaEventSynchronize");
+}
+
+absl::Status CudaMemcpyAsync(void* dst, const void* src, size_t bytes,
+                             CudaStream stream) {
+  if (bytes == 0) return absl::OkStatus();
+  return FromCuda(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, Raw(stream)),
+      "cudaMemcpyAsync");
+}
+
+absl::StatusOr<void*> CudaHostAlloc(size_t bytes) {
+  void* ptr = nullptr;
+  const absl::Status status = FromCuda(
+      cudaHostAlloc(&ptr, bytes == 0 ? 1 : bytes, cudaHostAllocPortable),
+      "cudaHostAlloc");
+  if (!status.ok()) {
+    return absl::Status(status.code(),
+                        absl::StrCat(status.message(), " (", bytes,
+                                     " bytes of pinned memory)"));
+  }
+  return ptr;
+}
+
+absl::Status CudaHostFree(void* ptr) {
+  return FromCuda(cudaFreeHost(ptr), "cudaFreeHost");
+}
+
+absl::StatusOr<CudaMemoryInfo> CudaMemGetInfo(int device_index) {
+  absl::Status status = SetDevice(device_index);
+  if (!status.ok()) return status;
+  CudaMemoryInfo info;
+  status = FromCuda(cudaMemGetInfo(&info.free_bytes, &info.total_bytes),
+                    "cudaMemGetInfo");
+  if (!status.ok()) return status;
+  return info;
 }
 
 }  // namespace chunkzero

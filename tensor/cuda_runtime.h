@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "tensor/cuda_handles.h"
 
 namespace chunkzero {
 
@@ -32,6 +33,50 @@ int CudaDeviceCount();
 // Copies between any two of host and device memory (unified addressing
 // decides the direction) and waits for the copy to finish.
 [[nodiscard]] absl::Status CudaMemcpy(void* dst, const void* src, size_t bytes);
+
+// ---- Streams and events ----
+//
+// Handles: tensor/cuda_handles.h. Streams made here do not synchronise
+// with the null (legacy default) stream.
+
+[[nodiscard]] absl::StatusOr<CudaStream> CudaStreamCreate(int device_index);
+[[nodiscard]] absl::Status CudaStreamDestroy(CudaStream stream);
+// Waits on the host for everything enqueued on `stream` so far.
+[[nodiscard]] absl::Status CudaStreamSynchronize(CudaStream stream);
+// Makes work enqueued on `stream` from now on wait for `event`, without the
+// host waiting.
+[[nodiscard]] absl::Status CudaStreamWaitEvent(CudaStream stream,
+                                               CudaEvent event);
+
+// Events without timing (the cheap kind), for ordering and completion.
+[[nodiscard]] absl::StatusOr<CudaEvent> CudaEventCreate(int device_index);
+[[nodiscard]] absl::Status CudaEventDestroy(CudaEvent event);
+[[nodiscard]] absl::Status CudaEventRecord(CudaEvent event, CudaStream stream);
+// True once the work the event last recorded has finished (or if it was
+// never recorded); an error if that work failed.
+[[nodiscard]] absl::StatusOr<bool> CudaEventQuery(CudaEvent event);
+[[nodiscard]] absl::Status CudaEventSynchronize(CudaEvent event);
+
+// Enqueues a copy on `stream` and returns at once. Host memory must be
+// pinned (CudaHostAlloc) for the copy to overlap anything; from pageable
+// memory CUDA stages it and may return only when it is done.
+[[nodiscard]] absl::Status CudaMemcpyAsync(void* dst, const void* src,
+                                           size_t bytes, CudaStream stream);
+
+// ---- Pinned (page-locked) host memory ----
+//
+// Host memory the GPU's copy engines read and write directly, so that
+// copies run asynchronously at full bus speed. Portable: usable with every
+// GPU of the process.
+[[nodiscard]] absl::StatusOr<void*> CudaHostAlloc(size_t bytes);
+[[nodiscard]] absl::Status CudaHostFree(void* ptr);
+
+// Free and total memory of a GPU, in bytes.
+struct CudaMemoryInfo {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+[[nodiscard]] absl::StatusOr<CudaMemoryInfo> CudaMemGetInfo(int device_index);
 
 }  // namespace chunkzero
 

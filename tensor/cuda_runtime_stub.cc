@@ -16,5 +16,20 @@ int CudaDeviceCount() { return 0; }
 absl::StatusOr<void*> CudaMalloc(int, size_t) { return NoCuda(); }
 absl::Status CudaFree(int, void*) { return NoCuda(); }
 absl::Status CudaMemcpy(void*, const void*, size_t) { return NoCuda(); }
+absl::StatusOr<CudaStream> CudaStreamCreate(int) { return NoCuda(); }
+absl::Status CudaStreamDestroy(CudaStream) { return NoCuda(); }
+absl::Status CudaStreamSynchronize(CudaStream) { return NoCuda(); }
+absl::Status CudaStreamWaitEvent(CudaStream, CudaEvent) { return NoCuda(); }
+absl::StatusOr<CudaEvent> CudaEventCreate(int) { return NoCuda(); }
+absl::Status CudaEventDestroy(CudaEvent) { return NoCuda(); }
+absl::Status CudaEventRecord(CudaEvent, CudaStream) { return NoCuda(); }
+absl::StatusOr<bool> CudaEventQuery(CudaEvent) { return NoCuda(); }
+absl::Status CudaEventSynchronize(CudaEvent) { return NoCuda(); }
+absl::Status CudaMemcpyAsync(void*, const void*, size_t, CudaStream) {
+  return NoCuda();
+}
+absl::StatusOr<void*> CudaHostAlloc(size_t) { return NoCuda(); }
+absl::Status CudaHostFree(void*) { return NoCuda(); }
+absl::StatusOr<CudaMemoryInfo> CudaMemGetInfo(int) { return NoCuda(); }
 
 }  // namespace chunkzero
