@@ -12,6 +12,7 @@
 #define CHUNKZERO_TENSOR_ELEMENTWISE_MATH_H_
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "base/host_device.h"
@@ -44,6 +45,14 @@ struct BF16 {
     return (x & 0x7fffu) >= 0x7f80u;
   }
 };
+
+// SumOfSquares order, shared by the CPU and CUDA reductions. x is cut into
+// blocks of kSumBlock elements (the last may be shorter). In a block,
+// element k's square (exact in double) is added to lane k % kSumLanes, in
+// increasing k; the lanes are combined as lanes[i] += lanes[i + w] for
+// w = 8, 4, 2, 1. Block sums are added in block order to 0.0.
+inline constexpr size_t kSumBlock = 8192;
+inline constexpr size_t kSumLanes = 16;
 
 // D(f32(x) * a): computed in f32, rounded once to D.
 template <typename D>

@@ -28,12 +28,11 @@
 namespace chunkzero {
 namespace kernels_internal {
 
-// SumOfSquares order. x is cut into blocks of kSumBlock elements (the last
-// may be shorter). In a block, element k's square (exact in double) is added
-// to lane k % kSumLanes, in increasing k; the lanes are then combined as a
-// tree (CombineLanes). Block sums are added in block order by the caller.
-inline constexpr size_t kSumBlock = 8192;
-inline constexpr size_t kSumLanes = 16;
+// SumOfSquares order: tensor/elementwise_math.h (shared with the CUDA
+// reduction). The lanes are combined by CombineLanes; block sums are added
+// in block order by the caller.
+using elementwise_math::kSumBlock;
+using elementwise_math::kSumLanes;
 
 // Single-threaded implementations over x[0, n). `stream` asks for
 // non-temporal stores (a hint; the result is the same).
