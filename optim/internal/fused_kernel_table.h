@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "optim/internal/fused_kernels_isa.h"
+#include "optim/internal/fused_math.h"
 #include "tensor/cpu_features.h"
 #include "tensor/internal/kernel_table.h"
 
@@ -30,11 +31,6 @@ namespace optim_internal {
 using kernels_internal::BF16;
 using kernels_internal::F16;
 using kernels_internal::F32;
-
-// The element type of a null param_out: nothing is stored.
-struct NoOut {
-  using T = uint16_t;
-};
 
 // Single-threaded implementations over elements [begin, end) of the arrays.
 struct FusedKernelTable {
@@ -171,29 +167,13 @@ FusedKernelTable MakeFusedKernelTable() {
 
 // ---- Scalar helpers: the definition of every kernel's result ----
 
-template <typename O>
-void StoreOut(typename O::T* out, size_t i, float p) {
-  if constexpr (!std::is_same_v<O, NoOut>) out[i] = O::Store(p);
-}
-
 // Adam over elements [0, n) of arrays already offset to the first element.
 template <typename G, typename O, WeightDecay kMode>
 void ScalarAdam(const AdamConstants& c, float* param, float* exp_avg,
                 float* exp_avg_sq, const typename G::T* grad,
                 typename O::T* param_out, size_t n) {
   for (size_t i = 0; i < n; ++i) {
-    float g = G::Load(grad[i]) * c.grad_scale;
-    float p = param[i];
-    if constexpr (kMode == WeightDecay::kCoupled) g = g + c.weight_decay * p;
-    if constexpr (kMode == WeightDecay::kDecoupled) p = p * c.decay_factor;
-    const float m = c.beta1 * exp_avg[i] + c.one_minus_beta1 * g;
-    const float v = c.beta2 * exp_avg_sq[i] + c.one_minus_beta2 * (g * g);
-    const float denom = std::sqrt(v) / c.bias_correction2_sqrt + c.eps;
-    p = p - c.step_size * (m / denom);
-    param[i] = p;
-    exp_avg[i] = m;
-    exp_avg_sq[i] = v;
-    StoreOut<O>(param_out, i, p);
+    AdamAt<G, O, kMode>(c, param, exp_avg, exp_avg_sq, grad, param_out, i);
   }
 }
 
@@ -201,20 +181,7 @@ template <typename G, typename O>
 void ScalarSgd(const SgdConstants& c, float* param, float* momentum_buffer,
                const typename G::T* grad, typename O::T* param_out, size_t n) {
   for (size_t i = 0; i < n; ++i) {
-    float g = G::Load(grad[i]) * c.grad_scale;
-    float p = param[i];
-    if (c.has_weight_decay) g = g + c.weight_decay * p;
-    if (c.momentum_mode != Momentum::kNone) {
-      const float buf =
-          c.momentum_mode == Momentum::kFirst
-              ? g
-              : c.momentum * momentum_buffer[i] + c.one_minus_dampening * g;
-      momentum_buffer[i] = buf;
-      g = c.nesterov ? g + c.momentum * buf : buf;
-    }
-    p = p - c.lr * g;
-    param[i] = p;
-    StoreOut<O>(param_out, i, p);
+    SgdAt<G, O>(c, param, momentum_buffer, grad, param_out, i);
   }
 }
 
@@ -222,8 +189,7 @@ template <typename G, typename O>
 void ScalarAccumulate(bool first, float* acc, const typename G::T* grad,
                       const float* master, typename O::T* param_out, size_t n) {
   for (size_t i = 0; i < n; ++i) {
-    acc[i] = (first ? 0.0f : acc[i]) + G::Load(grad[i]);
-    StoreOut<O>(param_out, i, master[i]);
+    AccumulateAt<G, O>(first, acc, grad, master, param_out, i);
   }
 }
 

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 
+#include "optim/internal/fused_constants.h"
 #include "tensor/cpu_features.h"
 #include "tensor/dtype.h"
 
@@ -33,45 +34,6 @@ namespace optim_internal {
 inline constexpr size_t kParallelMinElements = size_t{1} << 16;
 // Each thread gets at least this many elements.
 inline constexpr size_t kParallelGrainElements = size_t{1} << 15;
-
-enum class WeightDecay {
-  kNone,
-  kCoupled,    // Adam: g = g + weight_decay * p.
-  kDecoupled,  // AdamW: p = p * (1 - lr * weight_decay).
-};
-
-// One Adam step's f32 scalars, folded once per call so that every ISA and
-// every thread multiply by exactly the same values.
-struct AdamConstants {
-  WeightDecay weight_decay_mode = WeightDecay::kNone;
-  float grad_scale = 1.0f;
-  float weight_decay = 0.0f;  // kCoupled.
-  float decay_factor = 1.0f;  // kDecoupled: 1 - lr * weight_decay.
-  float beta1 = 0.0f;
-  float one_minus_beta1 = 1.0f;
-  float beta2 = 0.0f;
-  float one_minus_beta2 = 1.0f;
-  float bias_correction2_sqrt = 1.0f;
-  float eps = 0.0f;
-  float step_size = 0.0f;  // lr / bias_correction1.
-};
-
-enum class Momentum {
-  kNone,
-  kFirst,    // buf = g
-  kRunning,  // buf = momentum * buf + (1 - dampening) * g
-};
-
-struct SgdConstants {
-  Momentum momentum_mode = Momentum::kNone;
-  bool has_weight_decay = false;
-  bool nesterov = false;
-  float grad_scale = 1.0f;
-  float weight_decay = 0.0f;
-  float momentum = 0.0f;
-  float one_minus_dampening = 1.0f;
-  float lr = 0.0f;
-};
 
 // The arrays of one call; `grad` and `param_out` hold elements of their
 // dtypes; param_out may be null. Kernels index them from 0.
