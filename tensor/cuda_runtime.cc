@@ -91,14 +91,24 @@ absl::Status CudaStreamWaitEvent(CudaStream stream, CudaEvent event) {
                   "cudaStreamWaitEvent");
 }
 
-absl::StatusOr<CudaEvent> CudaEventCreate(int device_index) {
+absl::StatusOr<CudaEvent> CudaEventCreate(int device_index, bool timing) {
   absl::Status status = SetDevice(device_index);
   if (!status.ok()) return status;
   cudaEvent_t event = nullptr;
-  status = FromCuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
-                    "cudaEventCreateWithFlags");
+  status =
+      FromCuda(cudaEventCreateWithFlags(
+                   &event, timing ? cudaEventDefault : cudaEventDisableTiming),
+               "cudaEventCreateWithFlags");
   if (!status.ok()) return status;
   return reinterpret_cast<CudaEvent>(event);
+}
+
+absl::StatusOr<float> CudaEventElapsedMs(CudaEvent start, CudaEvent end) {
+  float ms = 0;
+  absl::Status status = FromCuda(
+      cudaEventElapsedTime(&ms, Raw(start), Raw(end)), "cudaEventElapsedTime");
+  if (!status.ok()) return status;
+  return ms;
 }
 
 absl::Status CudaEventDestroy(CudaEvent event) {

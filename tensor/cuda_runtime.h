@@ -48,8 +48,13 @@ int CudaDeviceCount();
 [[nodiscard]] absl::Status CudaStreamWaitEvent(CudaStream stream,
                                                CudaEvent event);
 
-// Events without timing (the cheap kind), for ordering and completion.
-[[nodiscard]] absl::StatusOr<CudaEvent> CudaEventCreate(int device_index);
+// Events for ordering and completion; without `timing` (the cheap kind)
+// unless they are to be passed to CudaEventElapsedMs.
+[[nodiscard]] absl::StatusOr<CudaEvent> CudaEventCreate(int device_index,
+                                                        bool timing = false);
+// Milliseconds between two completed timing events.
+[[nodiscard]] absl::StatusOr<float> CudaEventElapsedMs(CudaEvent start,
+                                                       CudaEvent end);
 [[nodiscard]] absl::Status CudaEventDestroy(CudaEvent event);
 [[nodiscard]] absl::Status CudaEventRecord(CudaEvent event, CudaStream stream);
 // True once the work the event last recorded has finished (or if it was

@@ -20,7 +20,10 @@ absl::StatusOr<CudaStream> CudaStreamCreate(int) { return NoCuda(); }
 absl::Status CudaStreamDestroy(CudaStream) { return NoCuda(); }
 absl::Status CudaStreamSynchronize(CudaStream) { return NoCuda(); }
 absl::Status CudaStreamWaitEvent(CudaStream, CudaEvent) { return NoCuda(); }
-absl::StatusOr<CudaEvent> CudaEventCreate(int) { return NoCuda(); }
+absl::StatusOr<CudaEvent> CudaEventCreate(int, bool) { return NoCuda(); }
+absl::StatusOr<float> CudaEventElapsedMs(CudaEvent, CudaEvent) {
+  return NoCuda();
+}
 absl::Status CudaEventDestroy(CudaEvent) { return NoCuda(); }
 absl::Status CudaEventRecord(CudaEvent, CudaStream) { return NoCuda(); }
 absl::StatusOr<bool> CudaEventQuery(CudaEvent) { return NoCuda(); }

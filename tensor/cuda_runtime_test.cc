@@ -20,6 +20,8 @@ TEST(CudaRuntime, EveryCallIsUnimplementedWithoutCuda) {
   EXPECT_EQ(CudaStreamSynchronize(nullptr).code(), unimplemented);
   EXPECT_EQ(CudaStreamWaitEvent(nullptr, nullptr).code(), unimplemented);
   EXPECT_EQ(CudaEventCreate(0).status().code(), unimplemented);
+  EXPECT_EQ(CudaEventElapsedMs(nullptr, nullptr).status().code(),
+            unimplemented);
   EXPECT_EQ(CudaEventDestroy(nullptr).code(), unimplemented);
   EXPECT_EQ(CudaEventRecord(nullptr, nullptr).code(), unimplemented);
   EXPECT_EQ(CudaEventQuery(nullptr).status().code(), unimplemented);
@@ -103,6 +105,33 @@ TEST_F(CudaRuntimeOnGpu, StreamWaitEventOrdersTwoStreams) {
   EXPECT_TRUE(CudaEventDestroy(*copied).ok());
   EXPECT_TRUE(CudaStreamDestroy(*first).ok());
   EXPECT_TRUE(CudaStreamDestroy(*second).ok());
+  EXPECT_TRUE(CudaFree(0, *a).ok());
+  EXPECT_TRUE(CudaFree(0, *b).ok());
+}
+
+TEST_F(CudaRuntimeOnGpu, TimingEventsMeasureACopy) {
+  constexpr size_t kBytes = 256 << 20;
+  absl::StatusOr<void*> a = CudaMalloc(0, kBytes);
+  absl::StatusOr<void*> b = CudaMalloc(0, kBytes);
+  absl::StatusOr<CudaEvent> start = CudaEventCreate(0, /*timing=*/true);
+  absl::StatusOr<CudaEvent> end = CudaEventCreate(0, /*timing=*/true);
+  ASSERT_TRUE(a.ok() && b.ok() && start.ok() && end.ok());
+  ASSERT_TRUE(CudaEventRecord(*start, nullptr).ok());
+  ASSERT_TRUE(CudaMemcpyAsync(*b, *a, kBytes, nullptr).ok());
+  ASSERT_TRUE(CudaEventRecord(*end, nullptr).ok());
+  ASSERT_TRUE(CudaEventSynchronize(*end).ok());
+  absl::StatusOr<float> ms = CudaEventElapsedMs(*start, *end);
+  ASSERT_TRUE(ms.ok()) << ms.status();
+  EXPECT_GT(*ms, 0.0f);
+  // Untimed events cannot be timed.
+  absl::StatusOr<CudaEvent> cheap = CudaEventCreate(0);
+  ASSERT_TRUE(cheap.ok());
+  ASSERT_TRUE(CudaEventRecord(*cheap, nullptr).ok());
+  ASSERT_TRUE(CudaEventSynchronize(*cheap).ok());
+  EXPECT_FALSE(CudaEventElapsedMs(*start, *cheap).ok());
+  for (CudaEvent e : {*start, *end, *cheap}) {
+    EXPECT_TRUE(CudaEventDestroy(e).ok());
+  }
   EXPECT_TRUE(CudaFree(0, *a).ok());
   EXPECT_TRUE(CudaFree(0, *b).ok());
 }
