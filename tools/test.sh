@@ -3,8 +3,8 @@
 # the plain build), and ends with one line `N passed, N failed, N skipped`.
 #
 #   bash tools/test.sh                 # what the README's quick start runs
-#   bash tools/test.sh format thread-safety default tsan asan ubsan cuda fuzz
-#                                      # what CI runs (.ci/run)
+#   bash tools/test.sh format thread-safety default tsan asan ubsan cuda \
+#     gpu-bundle fuzz                  # what CI runs (.ci/run)
 #   bash tools/test.sh cuda            # nvcc and CUDA linked; GPU tests
 #                                      # skip where no GPU is visible
 #   bash tools/test.sh asan ubsan
@@ -12,6 +12,7 @@
 #                                      # (CHUNKZERO_FUZZ_SECONDS)
 #   bash tools/test.sh format          # .clang-format (tools/format_check.sh)
 #   bash tools/test.sh thread-safety   # build //... with clang -Wthread-safety
+#   bash tools/test.sh gpu-bundle      # tools/gpu/bundle.sh and its run.sh
 #
 # Counts are of GoogleTest test cases, read from the test.xml files Bazel
 # keeps; a test target that fails to build or times out counts as one failed.
@@ -48,6 +49,21 @@ for config in "${configs[@]}"; do
     else
       total_failed=$((total_failed + 1))
     fi
+    continue
+  fi
+  if [[ "${config}" == gpu-bundle ]]; then
+    # The GPU bundle builds, fits the 64 MiB that travels, and its run.sh
+    # runs here (every GPU test skips) and writes its summary: one case.
+    echo "=== gpu-bundle (tools/gpu/bundle.sh, then its run.sh)" >&2
+    bundle="$(mktemp -d)"
+    if bash tools/gpu/bundle.sh "${bundle}/gpu_bundle" >&2 &&
+      OUT="${bundle}/out" bash "${bundle}/gpu_bundle/run.sh" >&2 &&
+      [[ -s "${bundle}/out/summary.json" ]]; then
+      total_passed=$((total_passed + 1))
+    else
+      total_failed=$((total_failed + 1))
+    fi
+    rm -rf "${bundle}"
     continue
   fi
   if [[ "${config}" == fuzz ]]; then

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Packs everything that needs a GPU into one folder that runs on a machine
+# with a GPU and nothing else: no Bazel, no -dev packages, no network.
+#
+#   bash tools/gpu/bundle.sh                 # -> gpu_bundle/ (git-ignored)
+#   bash tools/gpu/bundle.sh /tmp/b          # elsewhere
+#   # on the GPU machine, from the folder's parent:
+#   OUT=/some/dir bash gpu_bundle/run.sh
+#
+# It builds every test tagged `gpu` and the GPU benchmarks with
+# --config=cuda --config=opt, our own libraries linked in statically,
+# strips them, and copies beside them each shared library they load except
+# the C library's own, the CUDA driver (libcuda, which comes with the
+# driver) and NCCL and cuBLAS (hundreds of MB; run.sh finds them on the
+# machine, in NVIDIA's Python wheels or the CUDA toolkit). The folder must
+# stay under 64 MiB (the most that travels to the GPU machine); the script
+# fails if it does not.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+bundle="${1:-gpu_bundle}"
+max_bytes=$((64 * 1024 * 1024))
+flags=(--config=cuda --config=opt --dynamic_mode=off)
+
+mapfile -t tests < <(bazel query --noshow_progress \
+  'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
+benchmarks=(//tools/bench:cuda_bench)
+if [[ ${#tests[@]} -eq 0 ]]; then
+  echo "bundle.sh: no test is tagged gpu" >&2
+  exit 1
+fi
+bazel build "${flags[@]}" "${tests[@]}" "${benchmarks[@]}"
+bin_dir="$(bazel info "${flags[@]}" bazel-bin 2>/dev/null)"
+
+rm -rf "$bundle"
+mkdir -p "$bundle/bin" "$bundle/lib"
+: >"$bundle/tests.txt"
+for label in "${tests[@]}" "${benchmarks[@]}"; do
+  path="${label#//}"
+  path="${path/://}"
+  name="$(echo "${label#//}" | tr '/:' '__')"
+  cp "$bin_dir/$path" "$bundle/bin/$name"
+  chmod u+w "$bundle/bin/$name"
+  strip "$bundle/bin/$name"
+  case " ${tests[*]} " in
+    *" $label "*) echo "$name" >>"$bundle/tests.txt" ;;
+  esac
+done
+
+# Shared libraries: what ldd resolves here, minus what the GPU machine has.
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libcuda\.so|libnccl|libcublas)'
+for binary in "$bundle"/bin/*; do
+  ldd "$binary" | awk '/=> \// {print $1, $3}'
+done | sort -u | while read -r soname path; do
+  if [[ "$soname" =~ $skip ]]; then continue; fi
+  cp -L "$path" "$bundle/lib/$soname"
+  chmod u+w "$bundle/lib/$soname"
+  strip --strip-unneeded "$bundle/lib/$soname" 2>/dev/null || true
+done
+
+cp tools/gpu/run.sh "$bundle/run.sh"
+git rev-parse --short HEAD >"$bundle/commit.txt" 2>/dev/null || true
+size=$(du -sb "$bundle" | cut -f1)
+echo "bundle.sh: $bundle holds $(ls "$bundle/bin" | wc -l) binaries and" \
+  "$(ls "$bundle/lib" | wc -l) libraries, $((size / 1024)) KiB"
+if ((size > max_bytes)); then
+  echo "bundle.sh: $bundle is over 64 MiB; it would not travel" >&2
+  exit 1
+fi
