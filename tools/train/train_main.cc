@@ -33,7 +33,8 @@ ABSL_FLAG(int, world_size, kDefaults.world_size, "Data-parallel ranks.");
 ABSL_FLAG(std::string, backend,
           std::string(chunkzero::BackendFlagValue(kDefaults.backend)),
           "inproc (ranks as threads sharing memory) or gloo (ranks as threads "
-          "talking TCP through Gloo); nccl is not built.");
+          "talking TCP through Gloo); nccl is refused until the model runs on "
+          "a GPU.");
 ABSL_FLAG(int, layers, kDefaults.model.layers, "Transformer blocks.");
 ABSL_FLAG(int, d_model, kDefaults.model.d_model, "Model width C.");
 ABSL_FLAG(int, heads, kDefaults.model.heads, "Attention heads.");

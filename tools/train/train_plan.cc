@@ -60,8 +60,9 @@ absl::Status CheckOptions(const TrainOptions& o) {
   }
   if (o.backend == Backend::kNccl) {
     return absl::UnimplementedError(
-        "--backend=nccl is not built: the model computes on the CPU, and "
-        "NCCL needs GPUs (use inproc or gloo)");
+        "--backend=nccl needs the model on a GPU, and the train job "
+        "computes on the CPU (comm/nccl has the NCCL process group; use "
+        "inproc or gloo here)");
   }
   if (o.world_size < 1) return Bad("world_size", o.world_size, "want >= 1");
   if (o.rank < -1) {

@@ -13,9 +13,9 @@
 // Gloo (one GlooProcessGroup per rank, TCP on loopback, rendezvous through a
 // shared in-memory store; the same bits as in-process), or one rank per
 // process over Gloo (TrainOptions::rank). Per-step figures and checkpoint
-// indexes reach rank 0 through collectives, so every mode works alike. NCCL
-// is not built: the model computes on the CPU (--backend=nccl is
-// Unimplemented). Each rank owns a GptModel, a ChunkManager over a
+// indexes reach rank 0 through collectives, so every mode works alike.
+// --backend=nccl is Unimplemented: NCCL needs GPU buffers, and the model
+// computes on the CPU. Each rank owns a GptModel, a ChunkManager over a
 // RecordingProcessGroup (per-step comm bytes and time blocked), a MemoryTracker
 // (peak payload bytes by category), a ZeroDdp (parameters registered at once in
 // the model's declaration order, which is its order of first use) and a

@@ -1,0 +1,96 @@
+// What NcclProcessGroup needs from NCCL and the CUDA runtime, behind an
+// interface so that its logic (stream ordering, completion, the watchdog,
+// abort) is tested on machines without a GPU against a fake
+// (comm/nccl/testing/fake_nccl_api.h).
+//
+//   std::unique_ptr<NcclApi> api = MakeCudaNcclApi(/*device_index=*/0);
+//   CZ_ASSIGN_OR_RETURN(std::string id, api->GetUniqueId());   // rank 0
+//   CZ_ASSIGN_OR_RETURN(NcclApi::Comm comm, api->InitRank(size, id, rank));
+//
+// Implementations must be thread-safe: the group's callers and its
+// watchdog thread use one concurrently.
+#ifndef CHUNKZERO_COMM_NCCL_NCCL_API_H_
+#define CHUNKZERO_COMM_NCCL_NCCL_API_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "comm/types.h"
+#include "tensor/cuda_handles.h"
+#include "tensor/dtype.h"
+
+namespace chunkzero {
+namespace comm {
+
+// One NCCL collective: the device buffers and what to do with them.
+// Broadcast and AllReduce read `send` and write `recv` (the same pointer
+// when in place); Reduce writes `recv` at the root only; AllGather reads
+// `count` elements and writes size * count; ReduceScatter reads
+// size * count and writes `count`.
+struct NcclCall {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+  DType dtype = DType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+};
+
+class NcclApi {
+ public:
+  struct CommOpaque;
+  using Comm = CommOpaque*;
+
+  virtual ~NcclApi() = default;
+
+  // ncclGetUniqueId: the bytes every rank passes to InitRank.
+  [[nodiscard]] virtual absl::StatusOr<std::string> GetUniqueId() = 0;
+  // ncclCommInitRank on this API's GPU; blocks until every rank has joined.
+  [[nodiscard]] virtual absl::StatusOr<Comm> InitRank(
+      int size, const std::string& unique_id, int rank) = 0;
+  // ncclCommGetAsyncError: OK while the communicator is healthy (or still
+  // working), else the error.
+  [[nodiscard]] virtual absl::Status AsyncError(Comm comm) = 0;
+  // ncclCommAbort: frees the communicator, making any of its kernels still
+  // on the GPU return.
+  [[nodiscard]] virtual absl::Status Abort(Comm comm) = 0;
+  // ncclCommDestroy, after the communicator's work has finished.
+  [[nodiscard]] virtual absl::Status Destroy(Comm comm) = 0;
+
+  // Device memory of this API's GPU (the group's barrier word).
+  [[nodiscard]] virtual absl::StatusOr<void*> Malloc(size_t bytes) = 0;
+  virtual void Free(void* ptr) = 0;
+
+  // Enqueues `call` on `stream`. kBarrier is an all-reduce of the call's
+  // buffer (NCCL has no barrier).
+  [[nodiscard]] virtual absl::Status Enqueue(Comm comm, const NcclCall& call,
+                                             CudaStream stream) = 0;
+
+  // A stream of this API's GPU that does not synchronise with the legacy
+  // default stream.
+  [[nodiscard]] virtual absl::StatusOr<CudaStream> CreateStream() = 0;
+  virtual void DestroyStream(CudaStream stream) = 0;
+  // Makes work enqueued on `stream` from now on wait for the work enqueued
+  // on `after` so far, without the host waiting.
+  [[nodiscard]] virtual absl::Status StreamWaitStream(CudaStream stream,
+                                                      CudaStream after) = 0;
+  // An event done once the work enqueued on `stream` so far has finished.
+  [[nodiscard]] virtual absl::StatusOr<CudaEvent> RecordEvent(
+      CudaStream stream) = 0;
+  // Whether the event's work has finished; an error if it failed.
+  [[nodiscard]] virtual absl::StatusOr<bool> EventDone(CudaEvent event) = 0;
+  virtual void ReleaseEvent(CudaEvent event) = 0;
+};
+
+// The real one, for GPU `device_index`. Without --config=cuda every call
+// fails with Unimplemented.
+std::unique_ptr<NcclApi> MakeCudaNcclApi(int device_index);
+
+}  // namespace comm
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_COMM_NCCL_NCCL_API_H_

@@ -1,0 +1,548 @@
+#include "comm/nccl/nccl_process_group.h"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/mutex.h"
+#include "comm/argument_checks.h"
+#include "gloo/rendezvous/file_store.h"
+#include "gloo/rendezvous/store.h"
+
+namespace chunkzero {
+namespace comm {
+namespace nccl_internal {
+namespace {
+
+std::string JoinKey(int rank) { return absl::StrCat("nccl/join/", rank); }
+constexpr char kUniqueIdKey[] = "nccl/unique_id";
+
+std::chrono::milliseconds Millis(absl::Duration d) {
+  return std::chrono::milliseconds(
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
+}
+
+// Waits for every other rank's join key until `deadline`; DeadlineExceeded
+// names the ranks that have not come.
+absl::Status WaitForAllRanks(gloo::rendezvous::Store& store, int rank, int size,
+                             absl::Time deadline, absl::Duration timeout) {
+  std::vector<int> missing;
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    const absl::Duration left =
+        missing.empty() ? deadline - absl::Now() : absl::Milliseconds(1);
+    try {
+      store.wait({JoinKey(r)}, Millis(left));
+    } catch (const std::exception&) {
+      missing.push_back(r);
+    }
+  }
+  if (missing.empty()) return absl::OkStatus();
+  return absl::DeadlineExceededError(
+      absl::StrCat("NcclProcessGroup::Create: rank ", rank, " of ", size,
+                   " timed out after ", absl::FormatDuration(timeout),
+                   " waiting for rank", missing.size() == 1 ? " " : "s ",
+                   absl::StrJoin(missing, ", "), " to join the rendezvous"));
+}
+
+}  // namespace
+
+// One issued collective until it completes.
+struct PendingOp {
+  std::string description;  // "rank 1: AllReduce #3 (f32, count=4, op=sum)"
+  CudaEvent event = nullptr;
+  absl::Time deadline;
+  absl::Duration timeout;
+  WorkCompletion completion;
+};
+
+// The state shared by the group, its watchdog and its Works (which may
+// outlive the group). Every NCCL and CUDA call goes through here, under
+// mu_.
+class Core : public std::enable_shared_from_this<Core> {
+ public:
+  Core(int rank, std::unique_ptr<NcclApi> api, NcclApi::Comm comm,
+       CudaStream comm_stream, CudaStream compute_stream, void* barrier_word)
+      : rank_(rank),
+        api_(std::move(api)),
+        comm_(comm),
+        comm_stream_(comm_stream),
+        compute_stream_(compute_stream),
+        barrier_word_(barrier_word) {}
+
+  CudaStream comm_stream() const { return comm_stream_; }
+  void* barrier_word() const { return barrier_word_; }
+
+  absl::Status abort_status() const {
+    MutexLock lock(&mu_);
+    return abort_status_;
+  }
+
+  std::unique_ptr<Work> Issue(const CollectiveCall& described,
+                              const NcclCall& call, absl::Duration timeout);
+
+  // Completes the collectives that have finished; aborts on an error or a
+  // passed deadline.
+  void Poll() {
+    MutexLock lock(&mu_);
+    PollLocked();
+  }
+
+  // The group is going away: abort if collectives are pending, else destroy
+  // the communicator. Works still held see their final status.
+  void Close() {
+    MutexLock lock(&mu_);
+    if (closed_) return;
+    PollLocked();
+    if (!pending_.empty()) {
+      AbortLocked(absl::CancelledError(
+          absl::StrCat(pending_.front()->description,
+                       ": the group was destroyed before it completed")));
+    } else if (abort_status_.ok()) {
+      // A failure here leaves nothing to clean up that we could reach.
+      api_->Destroy(comm_).IgnoreError();
+    }
+    api_->Free(barrier_word_);
+    api_->DestroyStream(comm_stream_);
+    closed_ = true;
+  }
+
+ private:
+  void PollLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AbortLocked(absl::Status cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int rank_;
+  const std::unique_ptr<NcclApi> api_;
+  const NcclApi::Comm comm_;
+  const CudaStream comm_stream_;
+  const CudaStream compute_stream_;
+  void* const barrier_word_;
+
+  mutable Mutex mu_;
+  std::deque<std::shared_ptr<PendingOp>> pending_ ABSL_GUARDED_BY(mu_);
+  absl::Status abort_status_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t issued_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+namespace {
+
+// A Work that polls its collective's event while it waits, so that a
+// caller sees completion at once rather than at the watchdog's next look.
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::shared_ptr<Core> core, std::unique_ptr<Work> done)
+      : core_(std::move(core)), done_(std::move(done)) {}
+
+  bool IsCompleted() override {
+    core_->Poll();
+    return done_->IsCompleted();
+  }
+
+ protected:
+  absl::Status DoWait(absl::Time deadline) override {
+    // Spin briefly (short collectives), then back off to 1 ms naps.
+    absl::Duration nap = absl::Microseconds(5);
+    while (true) {
+      core_->Poll();
+      if (done_->IsCompleted()) return done_->Wait();
+      const absl::Time now = absl::Now();
+      if (now >= deadline) return done_->Wait(deadline);
+      const absl::Status waited = done_->Wait(std::min(deadline, now + nap));
+      if (done_->IsCompleted()) return waited;
+      nap = std::min(nap * 2, absl::Milliseconds(1));
+    }
+  }
+
+ private:
+  std::shared_ptr<Core> core_;
+  std::unique_ptr<Work> done_;
+};
+
+}  // namespace
+
+std::unique_ptr<Work> Core::Issue(const CollectiveCall& described,
+                                  const NcclCall& call,
+                                  absl::Duration timeout) {
+  MutexLock lock(&mu_);
+  const std::string description =
+      absl::StrCat("rank ", rank_, ": ", CollectiveKindName(described.kind),
+                   " #", issued_++, " ", described.ToString(), " [nccl]");
+  if (closed_) {
+    return MakeCompletedWork(absl::FailedPreconditionError(
+        absl::StrCat(description, ": the group is closed")));
+  }
+  if (!abort_status_.ok()) {
+    return MakeCompletedWork(absl::FailedPreconditionError(
+        absl::StrCat(description,
+                     ": the group was aborted by an earlier "
+                     "failure: ",
+                     abort_status_.message())));
+  }
+  absl::Status status = api_->StreamWaitStream(comm_stream_, compute_stream_);
+  if (status.ok()) status = api_->Enqueue(comm_, call, comm_stream_);
+  absl::StatusOr<CudaEvent> event = status.ok()
+                                        ? api_->RecordEvent(comm_stream_)
+                                        : absl::StatusOr<CudaEvent>(status);
+  if (!event.ok()) {
+    // The ranks are out of step now: nothing after this can match.
+    const absl::Status failed =
+        absl::Status(event.status().code(),
+                     absl::StrCat(description, ": ", event.status().message()));
+    AbortLocked(failed);
+    return MakeCompletedWork(failed);
+  }
+  auto op = std::make_shared<PendingOp>(
+      PendingOp{description, *event, absl::Now() + timeout, timeout,
+                WorkCompletion(description)});
+  std::unique_ptr<Work> done = op->completion.MakeWork();
+  pending_.push_back(std::move(op));
+  return std::make_unique<NcclWork>(shared_from_this(), std::move(done));
+}
+
+void Core::PollLocked() {
+  if (closed_ || !abort_status_.ok()) return;
+  if (!pending_.empty()) {
+    if (absl::Status async = api_->AsyncError(comm_); !async.ok()) {
+      AbortLocked(absl::Status(
+          async.code(), absl::StrCat(pending_.front()->description,
+                                     ": NCCL reported an asynchronous error: ",
+                                     async.message())));
+      return;
+    }
+  }
+  const absl::Time now = absl::Now();
+  while (!pending_.empty()) {
+    PendingOp& op = *pending_.front();
+    absl::StatusOr<bool> done = api_->EventDone(op.event);
+    if (!done.ok()) {
+      AbortLocked(absl::Status(
+          done.status().code(),
+          absl::StrCat(op.description, ": ", done.status().message())));
+      return;
+    }
+    if (!*done) {
+      if (now >= op.deadline) {
+        AbortLocked(absl::DeadlineExceededError(absl::StrCat(
+            op.description, ": not complete within its timeout of ",
+            absl::FormatDuration(op.timeout),
+            "; the NCCL communicator was aborted")));
+      }
+      return;  // Later collectives finish after this one (one stream).
+    }
+    api_->ReleaseEvent(op.event);
+    op.completion.Complete(absl::OkStatus());
+    pending_.pop_front();
+  }
+}
+
+void Core::AbortLocked(absl::Status cause) {
+  abort_status_ = cause;
+  // The communicator is gone whatever Abort says.
+  api_->Abort(comm_).IgnoreError();
+  bool first = true;
+  for (const std::shared_ptr<PendingOp>& op : pending_) {
+    api_->ReleaseEvent(op->event);
+    op->completion.Complete(
+        first
+            ? cause
+            : absl::Status(
+                  cause.code(),
+                  absl::StrCat(op->description,
+                               ": aborted with the group: ", cause.message())));
+    first = false;
+  }
+  pending_.clear();
+}
+
+// Polls the core every `interval` until stopped.
+class Watchdog {
+ public:
+  Watchdog(std::shared_ptr<Core> core, absl::Duration interval)
+      : thread_([this, core = std::move(core), interval] {
+          while (true) {
+            {
+              MutexLock lock(&mu_);
+              if (stop_) return;
+              cv_.WaitWithDeadline(&mu_, absl::Now() + interval);
+              if (stop_) return;
+            }
+            core->Poll();
+          }
+        }) {}
+  ~Watchdog() {
+    {
+      MutexLock lock(&mu_);
+      stop_ = true;
+      cv_.SignalAll();
+    }
+    thread_.join();
+  }
+
+ private:
+  Mutex mu_;
+  CondVar cv_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace nccl_internal
+
+namespace {
+
+using nccl_internal::Core;
+
+absl::Status Invalid(absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("NcclProcessGroup::Create: ", what));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NcclProcessGroup>> NcclProcessGroup::Create(
+    int rank, int size, int device_index, gloo::rendezvous::Store& store,
+    const NcclOptions& options) {
+  if (device_index < 0) {
+    return Invalid(absl::StrCat("device index ", device_index, " is negative"));
+  }
+  return CreateWithApi(rank, size, MakeCudaNcclApi(device_index), store,
+                       options);
+}
+
+absl::StatusOr<std::unique_ptr<NcclProcessGroup>>
+NcclProcessGroup::CreateWithFileStore(int rank, int size, int device_index,
+                                      const std::string& directory,
+                                      const NcclOptions& options) {
+  std::error_code error;
+  std::filesystem::create_directories(directory, error);
+  if (error) {
+    return Invalid(
+        absl::StrCat("cannot create ", directory, ": ", error.message()));
+  }
+  std::unique_ptr<gloo::rendezvous::FileStore> store;
+  try {
+    store = std::make_unique<gloo::rendezvous::FileStore>(directory);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat(
+        "NcclProcessGroup::CreateWithFileStore: ", directory, ": ", e.what()));
+  }
+  absl::StatusOr<std::unique_ptr<NcclProcessGroup>> group =
+      Create(rank, size, device_index, *store, options);
+  if (!group.ok()) {
+    return absl::Status(
+        group.status().code(),
+        absl::StrCat(group.status().message(), " [rendezvous directory ",
+                     directory, "]"));
+  }
+  return group;
+}
+
+absl::StatusOr<std::unique_ptr<NcclProcessGroup>>
+NcclProcessGroup::CreateWithApi(int rank, int size,
+                                std::unique_ptr<NcclApi> api,
+                                gloo::rendezvous::Store& store,
+                                const NcclOptions& options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return Invalid(
+        absl::StrCat("rank ", rank, " is not in [0, size) for size ", size));
+  }
+  if (options.timeout <= absl::ZeroDuration() ||
+      options.watchdog_interval <= absl::ZeroDuration()) {
+    return Invalid(absl::StrCat(
+        "timeout ", absl::FormatDuration(options.timeout),
+        " and watchdog interval ",
+        absl::FormatDuration(options.watchdog_interval), " must be positive"));
+  }
+  const absl::Time deadline = absl::Now() + options.timeout;
+  const std::string where =
+      absl::StrCat("NcclProcessGroup::Create: rank ", rank, " of ", size);
+  // Join, and see every rank join, before NCCL blocks in ncclCommInitRank.
+  std::string unique_id;
+  try {
+    try {
+      const std::string joined = absl::StrCat(size);
+      store.set(nccl_internal::JoinKey(rank),
+                std::vector<char>(joined.begin(), joined.end()));
+    } catch (const std::exception& e) {
+      // FileStore says "already exists", HashStore "already set".
+      if (!absl::StrContains(e.what(), "already")) throw;
+      return absl::FailedPreconditionError(absl::StrCat(
+          where, ": the rendezvous store already holds this rank's key (",
+          e.what(), "); give each job a fresh store"));
+    }
+    if (absl::Status s = nccl_internal::WaitForAllRanks(
+            store, rank, size, deadline, options.timeout);
+        !s.ok()) {
+      return s;
+    }
+    if (rank == 0) {
+      absl::StatusOr<std::string> id = api->GetUniqueId();
+      if (!id.ok()) {
+        return absl::Status(id.status().code(),
+                            absl::StrCat(where, ": ", id.status().message()));
+      }
+      unique_id = *id;
+      store.set(nccl_internal::kUniqueIdKey,
+                std::vector<char>(unique_id.begin(), unique_id.end()));
+    } else {
+      store.wait({nccl_internal::kUniqueIdKey},
+                 std::chrono::milliseconds(std::max<int64_t>(
+                     1, absl::ToInt64Milliseconds(deadline - absl::Now()))));
+      const std::vector<char> id = store.get(nccl_internal::kUniqueIdKey);
+      unique_id.assign(id.begin(), id.end());
+    }
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat(where, ": rendezvous store: ", e.what()));
+  }
+  absl::StatusOr<NcclApi::Comm> comm = api->InitRank(size, unique_id, rank);
+  if (!comm.ok()) {
+    return absl::Status(comm.status().code(),
+                        absl::StrCat(where, ": ", comm.status().message()));
+  }
+  absl::StatusOr<CudaStream> stream = api->CreateStream();
+  absl::StatusOr<void*> word = stream.ok()
+                                   ? api->Malloc(sizeof(int32_t))
+                                   : absl::StatusOr<void*>(stream.status());
+  if (!word.ok()) {
+    if (stream.ok()) api->DestroyStream(*stream);
+    api->Destroy(*comm).IgnoreError();
+    return absl::Status(word.status().code(),
+                        absl::StrCat(where, ": ", word.status().message()));
+  }
+  auto core = std::make_shared<Core>(rank, std::move(api), *comm, *stream,
+                                     options.compute_stream, *word);
+  return std::unique_ptr<NcclProcessGroup>(new NcclProcessGroup(
+      rank, size, std::move(core), options.watchdog_interval));
+}
+
+NcclProcessGroup::NcclProcessGroup(int rank, int size,
+                                   std::shared_ptr<nccl_internal::Core> core,
+                                   absl::Duration watchdog_interval)
+    : rank_(rank),
+      size_(size),
+      core_(std::move(core)),
+      watchdog_(std::make_unique<nccl_internal::Watchdog>(core_,
+                                                          watchdog_interval)) {}
+
+NcclProcessGroup::~NcclProcessGroup() {
+  watchdog_.reset();
+  core_->Close();
+}
+
+bool NcclProcessGroup::SupportsDType(DType dtype) const {
+  return static_cast<int>(dtype) < kNumDTypes;
+}
+
+CudaStream NcclProcessGroup::comm_stream() const {
+  return core_->comm_stream();
+}
+
+absl::Status NcclProcessGroup::abort_status() const {
+  return core_->abort_status();
+}
+
+std::unique_ptr<Work> NcclProcessGroup::DoBroadcast(
+    MutableBuffer buffer, const BroadcastOptions& options) {
+  if (absl::Status s = CheckBroadcastArgs(*this, buffer, options); !s.ok()) {
+    return MakeCompletedWork(s);
+  }
+  NcclCall call{CollectiveKind::kBroadcast,
+                buffer.data,
+                buffer.data,
+                buffer.count,
+                buffer.dtype,
+                ReduceOp::kSum,
+                options.root};
+  return core_->Issue(DescribeBroadcast(buffer, options), call,
+                      options.timeout);
+}
+
+std::unique_ptr<Work> NcclProcessGroup::DoReduce(ConstBuffer send,
+                                                 MutableBuffer recv,
+                                                 const ReduceOptions& options) {
+  if (absl::Status s = CheckReduceArgs(*this, send, recv, options); !s.ok()) {
+    return MakeCompletedWork(s);
+  }
+  NcclCall call{CollectiveKind::kReduce,
+                send.data,
+                rank_ == options.root ? recv.data : nullptr,
+                send.count,
+                send.dtype,
+                options.op,
+                options.root};
+  return core_->Issue(DescribeReduce(send, options), call, options.timeout);
+}
+
+std::unique_ptr<Work> NcclProcessGroup::DoAllReduce(
+    MutableBuffer buffer, const AllReduceOptions& options) {
+  if (absl::Status s = CheckAllReduceArgs(*this, buffer, options); !s.ok()) {
+    return MakeCompletedWork(s);
+  }
+  NcclCall call{CollectiveKind::kAllReduce,
+                buffer.data,
+                buffer.data,
+                buffer.count,
+                buffer.dtype,
+                options.op,
+                0};
+  return core_->Issue(DescribeAllReduce(buffer, options), call,
+                      options.timeout);
+}
+
+std::unique_ptr<Work> NcclProcessGroup::DoAllGather(
+    ConstBuffer send, MutableBuffer recv, const AllGatherOptions& options) {
+  if (absl::Status s = CheckAllGatherArgs(*this, send, recv, options);
+      !s.ok()) {
+    return MakeCompletedWork(s);
+  }
+  NcclCall call{CollectiveKind::kAllGather,
+                send.data,
+                recv.data,
+                send.count,
+                send.dtype,
+                ReduceOp::kSum,
+                0};
+  return core_->Issue(DescribeAllGather(send, options), call, options.timeout);
+}
+
+std::unique_ptr<Work> NcclProcessGroup::DoReduceScatter(
+    ConstBuffer send, MutableBuffer recv, const ReduceScatterOptions& options) {
+  if (absl::Status s = CheckReduceScatterArgs(*this, send, recv, options);
+      !s.ok()) {
+    return MakeCompletedWork(s);
+  }
+  NcclCall call{CollectiveKind::kReduceScatter,
+                send.data,
+                recv.data,
+                recv.count,
+                recv.dtype,
+                options.op,
+                0};
+  return core_->Issue(DescribeReduceScatter(recv, options), call,
+                      options.timeout);
+}
+
+std::unique_ptr<Work> NcclProcessGroup::DoBarrier(
+    const BarrierOptions& options) {
+  NcclCall call{CollectiveKind::kBarrier,
+                core_->barrier_word(),
+                core_->barrier_word(),
+                1,
+                DType::kI32,
+                ReduceOp::kSum,
+                0};
+  return core_->Issue(DescribeBarrier(options), call, options.timeout);
+}
+
+}  // namespace comm
+}  // namespace chunkzero

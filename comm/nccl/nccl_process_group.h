@@ -1,0 +1,153 @@
+// NcclProcessGroup: a ProcessGroup over NCCL, for buffers in GPU memory,
+// one rank per GPU (NCCL refuses two ranks on one device; ranks sharing a
+// GPU use the Gloo backend, staged through host memory).
+//
+//   // Every rank, in its own process, with the same directory:
+//   CZ_ASSIGN_OR_RETURN(std::unique_ptr<NcclProcessGroup> group,
+//                       NcclProcessGroup::CreateWithFileStore(
+//                           rank, size, /*device_index=*/rank, "/tmp/job42"));
+//   CZ_RETURN_IF_ERROR(comm::AllReduce(*group, grads_on_gpu));
+//
+// Rendezvous. Every rank sets a join key in the store and waits (up to
+// NcclOptions::timeout) for all others', naming the ranks that do not come;
+// rank 0 then publishes ncclGetUniqueId's bytes, which the others read, and
+// every rank calls ncclCommInitRank. A store holding an earlier job's keys
+// is refused (FailedPrecondition). The store is used only inside Create.
+//
+// How a collective runs. Each call checks its arguments (argument_checks.h),
+// makes the group's communication stream wait for the compute stream
+// (NcclOptions::compute_stream) without the host waiting, enqueues the NCCL
+// call there, records an event after it, and returns a Work at once. The
+// Work completes when the event has: Wait and IsCompleted poll it, and so
+// does a watchdog thread every NcclOptions::watchdog_interval. Collectives
+// complete in issue order (one stream). Every dtype (f32, f16, bf16, u8,
+// i32, i64, f64) and every ReduceOp (avg divides after the sum; integers
+// by integer division) are supported; Barrier all-reduces one word.
+//
+// Differences from the ProcessGroup contract, as with NCCL anywhere:
+//  - Reductions are NCCL's (ring or tree order, 16-bit types accumulated as
+//    NCCL does), not the serial rank-order reduction of the other
+//    backends: deterministic for a fixed topology and size, but not the
+//    same bits as the in-process backend beyond one rank.
+//  - Nothing checks that the ranks issue matching calls; NCCL matches them
+//    by position alone, so mismatched calls hang until the timeout (or, if
+//    sizes agree, exchange the wrong data). The `tag` option is ignored.
+//
+// Timeouts, errors and abort. A collective that has not completed within
+// its options.timeout of being issued, an asynchronous NCCL error
+// (ncclCommGetAsyncError), a failed enqueue or a failed event ABORT the
+// group: ncclCommAbort frees the communicator (its kernels on the GPU
+// return), every pending Work fails with a status naming the rank and the
+// collective (DeadlineExceeded for a timeout), and every later collective
+// fails at once with FailedPrecondition quoting the first failure. Make a
+// new group (a new store) on every rank to go on.
+//
+// Thread-safety: all methods are thread-safe; collectives may be issued
+// from any thread (process_group.h on ordering). Destruction aborts the
+// communicator if collectives are still pending (their Works fail with
+// Cancelled), else destroys it; Works may outlive the group.
+#ifndef CHUNKZERO_COMM_NCCL_NCCL_PROCESS_GROUP_H_
+#define CHUNKZERO_COMM_NCCL_NCCL_PROCESS_GROUP_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "comm/nccl/nccl_api.h"
+#include "comm/options.h"
+#include "comm/process_group.h"
+#include "tensor/cuda_handles.h"
+
+namespace gloo {
+namespace rendezvous {
+class Store;
+}  // namespace rendezvous
+}  // namespace gloo
+
+namespace chunkzero {
+namespace comm {
+
+namespace nccl_internal {
+class Core;
+class Watchdog;
+}  // namespace nccl_internal
+
+struct NcclOptions {
+  // How long Create waits for every rank to join.
+  absl::Duration timeout = kDefaultCollectiveTimeout;
+  // The stream whose work each collective waits for before it runs (the
+  // stream that produced its input). Null: the legacy default stream.
+  CudaStream compute_stream = nullptr;
+  // How often the watchdog looks at pending collectives and at NCCL's
+  // asynchronous errors.
+  absl::Duration watchdog_interval = absl::Milliseconds(50);
+};
+
+class NcclProcessGroup final : public ProcessGroup {
+ public:
+  // Joins rank `rank` of `size` on GPU `device_index` through `store` (see
+  // "Rendezvous"). Errors: InvalidArgument for a bad rank, size, device or
+  // timeout; FailedPrecondition for a store left over from another job;
+  // DeadlineExceeded naming the ranks that did not join; Unimplemented in a
+  // build without --config=cuda; NCCL's and CUDA's errors otherwise.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<NcclProcessGroup>> Create(
+      int rank, int size, int device_index, gloo::rendezvous::Store& store,
+      const NcclOptions& options = {});
+
+  // As Create over a gloo FileStore in `directory` (created if missing).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<NcclProcessGroup>>
+  CreateWithFileStore(int rank, int size, int device_index,
+                      const std::string& directory,
+                      const NcclOptions& options = {});
+
+  // As Create, over `api` instead of NCCL itself (tests).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<NcclProcessGroup>>
+  CreateWithApi(int rank, int size, std::unique_ptr<NcclApi> api,
+                gloo::rendezvous::Store& store,
+                const NcclOptions& options = {});
+
+  ~NcclProcessGroup() override;
+  NcclProcessGroup(const NcclProcessGroup&) = delete;
+  NcclProcessGroup& operator=(const NcclProcessGroup&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  absl::string_view backend_name() const override { return "nccl"; }
+  bool SupportsDType(DType dtype) const override;
+
+  // The stream the collectives run on.
+  CudaStream comm_stream() const;
+  // The status that aborted the group (its first failure), or OK.
+  [[nodiscard]] absl::Status abort_status() const;
+
+ protected:
+  std::unique_ptr<Work> DoBroadcast(MutableBuffer buffer,
+                                    const BroadcastOptions& options) override;
+  std::unique_ptr<Work> DoReduce(ConstBuffer send, MutableBuffer recv,
+                                 const ReduceOptions& options) override;
+  std::unique_ptr<Work> DoAllReduce(MutableBuffer buffer,
+                                    const AllReduceOptions& options) override;
+  std::unique_ptr<Work> DoAllGather(ConstBuffer send, MutableBuffer recv,
+                                    const AllGatherOptions& options) override;
+  std::unique_ptr<Work> DoReduceScatter(
+      ConstBuffer send, MutableBuffer recv,
+      const ReduceScatterOptions& options) override;
+  std::unique_ptr<Work> DoBarrier(const BarrierOptions& options) override;
+
+ private:
+  NcclProcessGroup(int rank, int size,
+                   std::shared_ptr<nccl_internal::Core> core,
+                   absl::Duration watchdog_interval);
+
+  const int rank_;
+  const int size_;
+  std::shared_ptr<nccl_internal::Core> core_;
+  std::unique_ptr<nccl_internal::Watchdog> watchdog_;
+};
+
+}  // namespace comm
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_COMM_NCCL_NCCL_PROCESS_GROUP_H_
