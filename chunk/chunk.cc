@@ -10,6 +10,8 @@
 #include "base/status_macros.h"
 #include "tensor/allocator.h"
 #include "tensor/cast_kernels.h"
+#include "tensor/cuda_elementwise.h"
+#include "tensor/cuda_reductions.h"
 #include "tensor/reduction_kernels.h"
 
 namespace chunkzero {
@@ -592,32 +594,44 @@ absl::Status Chunk::WriteTensorScaled(int i, const Tensor& values,
   CZ_ASSIGN_OR_RETURN(const SliceTarget target,
                       TargetForWrite(i, values, DType::kF32));
   if (target.count == 0) return absl::OkStatus();
-  if (!target.device.is_host_accessible() ||
-      !values.device().is_host_accessible()) {
-    return absl::UnimplementedError(
-        absl::StrCat("scaled write of tensor '", tensors_[i].name,
-                     "' of chunk ", name_, " from ", values.device().ToString(),
-                     " to ", target.device.ToString()));
+  const float* src = values.data<float>() + target.first;
+  const size_t n = static_cast<size_t>(target.count);
+  const Device from = values.device();
+  if (target.device.is_host_accessible() && from.is_host_accessible()) {
+    return CastScaled(target.dst, options_.dtype, src, scale, n);
   }
-  return CastScaled(target.dst, options_.dtype,
-                    values.data<float>() + target.first, scale,
-                    static_cast<size_t>(target.count));
+  if (target.device == from) {  // Both on one GPU.
+    return CudaCastScaled(target.dst, options_.dtype, src, scale, n);
+  }
+  // Between the host and a GPU: scale on the host, copy the result.
+  std::vector<float> host_src;
+  if (!from.is_host_accessible()) {
+    host_src.resize(n);
+    CZ_RETURN_IF_ERROR(
+        CopyBytes(host_src.data(), Device::Cpu(), src, from, n * sizeof(float)),
+        "scaled write of tensor '", tensors_[i].name, "' of chunk ", name_);
+    src = host_src.data();
+  }
+  std::vector<char> out(n * ElementSize(options_.dtype));
+  CZ_RETURN_IF_ERROR(CastScaled(out.data(), options_.dtype, src, scale, n));
+  return CopyBytes(target.dst, target.device, out.data(), Device::Cpu(),
+                   out.size());
 }
 
 absl::StatusOr<bool> Chunk::HasInfOrNan() const {
   const Device where = full_->allocated() || shard_ == nullptr
                            ? full_->device()
                            : shard_->device();
-  if (!where.is_host_accessible()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "has_inf_or_nan of chunk ", name_, " on ", where.ToString()));
-  }
-  if (full_->allocated()) {
-    return chunkzero::HasInfOrNan(full_->data(), options_.dtype, used_);
-  }
+  const auto check = [&](const void* data, int64_t n) {
+    return where.is_host_accessible()
+               ? chunkzero::HasInfOrNan(data, options_.dtype,
+                                        static_cast<size_t>(n))
+               : CudaHasInfOrNan(data, options_.dtype, static_cast<size_t>(n));
+  };
+  if (full_->allocated()) return check(full_->data(), used_);
   if (shard_ == nullptr || !shard_->allocated()) return false;
   const int64_t n = std::clamp<int64_t>(used_ - shard_begin(), 0, shard_size_);
-  return chunkzero::HasInfOrNan(shard_->data(), options_.dtype, n);
+  return check(shard_->data(), n);
 }
 
 Tensor Chunk::TensorView(int i) const {

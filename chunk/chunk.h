@@ -237,8 +237,10 @@ class Chunk {
   // Writes `values` (f32, same element count) times `scale` into tensor i's
   // slice as CopyTensorToChunkSlice does, multiplied in f32 and rounded once
   // to the chunk's dtype (tensor/cast_kernels.h CastScaled), with no
-  // intermediate tensor: a rank's share of an averaged gradient. Unimplemented
-  // for a chunk on a device the host cannot address.
+  // intermediate tensor: a rank's share of an averaged gradient. On a GPU
+  // the kernel runs there (tensor/cuda_elementwise.h) when `values` is on
+  // the same GPU; between the host and a GPU the product is formed on the
+  // host and copied.
   [[nodiscard]] absl::Status WriteTensorScaled(int i, const Tensor& values,
                                                float scale);
 
@@ -259,7 +261,8 @@ class Chunk {
   bool CanMove() const;     // No tensor COMPUTE or READY_FOR_REDUCE.
 
   // Whether this rank's payload (full buffer when materialised, else shard)
-  // holds an Inf or NaN in its used elements.
+  // holds an Inf or NaN in its used elements; checked where it is (the GPU
+  // kernel for a chunk on a GPU).
   [[nodiscard]] absl::StatusOr<bool> HasInfOrNan() const;
 
   // The elements of tensor i inside this rank's shard, as [first, last) of

@@ -8,17 +8,21 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "comm/process_group.h"
+#include "optim/cuda_fused_kernels.h"
 #include "optim/fused_kernels.h"
 #include "optim/internal/host_range.h"
 #include "tensor/allocator.h"
 #include "tensor/cast_kernels.h"
+#include "tensor/cuda_reductions.h"
 #include "tensor/reduction_kernels.h"
 
 namespace chunkzero {
 namespace {
 
+using optim_internal::CommonGpu;
 using optim_internal::HostRange;
 using optim_internal::Intersect;
+using optim_internal::PayloadAt;
 
 constexpr char kAccumulatorGroup[] = "grad_accum";
 
@@ -265,6 +269,21 @@ absl::Status ZeroOptimizer::FoldIntoAccumulator(bool restore_weights) {
     const auto [begin, end] = HeldRange(i);
     if (begin == end) continue;
     Chunk* param = ParamChunk(i);
+    Chunk* acc_chunk = GroupChunk(kAccumulatorGroup, i);
+    Chunk* master_chunk = GroupChunk(ddp_->master_group(), i);
+    if (CommonGpu({param, acc_chunk, master_chunk}).has_value()) {
+      // All on one GPU: the kernel runs there, on the payloads.
+      void* grad = PayloadAt(param, begin);
+      CZ_RETURN_IF_ERROR(
+          CudaAccumulateGradAndRestore(
+              reinterpret_cast<float*>(PayloadAt(acc_chunk, begin)), grad,
+              dtype, first,
+              reinterpret_cast<const float*>(PayloadAt(master_chunk, begin)),
+              restore_weights ? grad : nullptr, dtype,
+              static_cast<size_t>(end - begin), /*stream=*/nullptr),
+          "accumulating the grads of chunk ", param->name());
+      continue;
+    }
     CZ_ASSIGN_OR_RETURN(HostRange grad, HostRange::Open(param, begin, end));
     CZ_ASSIGN_OR_RETURN(
         HostRange acc,
@@ -301,6 +320,15 @@ absl::StatusOr<double> ZeroOptimizer::LocalSumOfSquares(bool from_accumulator) {
     if (begin == end) continue;
     Chunk* chunk =
         from_accumulator ? GroupChunk(kAccumulatorGroup, i) : ParamChunk(i);
+    if (CommonGpu({chunk}).has_value()) {
+      absl::StatusOr<double> part =
+          CudaSumOfSquares(PayloadAt(chunk, begin), chunk->dtype(),
+                           static_cast<size_t>(end - begin));
+      CZ_RETURN_IF_ERROR(part.status(), "the grad norm of chunk ",
+                         chunk->name());
+      sum += *part;
+      continue;
+    }
     CZ_ASSIGN_OR_RETURN(HostRange grad, HostRange::Open(chunk, begin, end));
     CZ_ASSIGN_OR_RETURN(double part,
                         SumOfSquares(grad.get(), chunk->dtype(),
@@ -342,6 +370,13 @@ absl::Status ZeroOptimizer::Update(float grad_scale, double lr,
     if (begin == end) continue;
     Chunk* param_chunk = ParamChunk(i);
     const size_t n = static_cast<size_t>(end - begin);
+    if (absl::StatusOr<bool> on_gpu =
+            UpdateOnGpu(adam, sgd, i, begin, end, from_accumulator);
+        !on_gpu.ok() || *on_gpu) {
+      CZ_RETURN_IF_ERROR(on_gpu.status(), "updating chunk ",
+                         param_chunk->name());
+      continue;
+    }
     CZ_ASSIGN_OR_RETURN(HostRange param_out,
                         HostRange::Open(param_chunk, begin, end));
     CZ_ASSIGN_OR_RETURN(
@@ -376,6 +411,45 @@ absl::Status ZeroOptimizer::Update(float grad_scale, double lr,
     for (HostRange& s : states) CZ_RETURN_IF_ERROR(s.Finish());
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> ZeroOptimizer::UpdateOnGpu(const AdamStep& adam,
+                                                const SgdStep& sgd, int i,
+                                                int64_t begin, int64_t end,
+                                                bool from_accumulator) {
+  Chunk* param_chunk = ParamChunk(i);
+  Chunk* master_chunk = GroupChunk(ddp_->master_group(), i);
+  Chunk* acc_chunk =
+      from_accumulator ? GroupChunk(kAccumulatorGroup, i) : nullptr;
+  std::vector<Chunk*> states;
+  for (const std::string& state : state_names_) {
+    states.push_back(GroupChunk(state, i));
+  }
+  if (!CommonGpu({param_chunk, master_chunk, acc_chunk,
+                  states.empty() ? nullptr : states[0],
+                  states.size() < 2 ? nullptr : states[1]})
+           .has_value()) {
+    return false;  // Something rests elsewhere: the CPU kernel runs.
+  }
+  const DType dtype = ddp_->compute_dtype();
+  const size_t n = static_cast<size_t>(end - begin);
+  auto f32 = [&](Chunk* chunk) {
+    return reinterpret_cast<float*>(PayloadAt(chunk, begin));
+  };
+  void* param_out = PayloadAt(param_chunk, begin);
+  const void* grad = from_accumulator ? f32(acc_chunk) : param_out;
+  const DType grad_dtype = from_accumulator ? DType::kF32 : dtype;
+  if (options_.kind == OptimizerKind::kSgd) {
+    CZ_RETURN_IF_ERROR(CudaFusedSgd(sgd, f32(master_chunk),
+                                    states.empty() ? nullptr : f32(states[0]),
+                                    grad, grad_dtype, param_out, dtype, n,
+                                    /*stream=*/nullptr));
+  } else {
+    CZ_RETURN_IF_ERROR(CudaFusedAdam(adam, f32(master_chunk), f32(states[0]),
+                                     f32(states[1]), grad, grad_dtype,
+                                     param_out, dtype, n, /*stream=*/nullptr));
+  }
+  return true;
 }
 
 absl::StatusOr<StepResult> ZeroOptimizer::Step() {

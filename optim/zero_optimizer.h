@@ -91,6 +91,7 @@
 #include "absl/strings/string_view.h"
 #include "chunk/chunk_manager.h"
 #include "ddp/zero_ddp.h"
+#include "optim/fused_step.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer_state.h"
@@ -240,8 +241,6 @@ class ZeroOptimizer {
   // The elements this rank accounts for in sums and saved state: HeldRange,
   // or for the replicated layout a 1/world_size slice of it.
   std::pair<int64_t, int64_t> AccountedRange(int i) const;
-  // Pointer to element `element` of chunk `c`'s payload at rest.
-  static char* HeldPointer(Chunk* c, int64_t element);
   // updates/iterations and the loss scaler's state, without pieces.
   OptimizerState Scalars() const;
   // (state name, chunk group) of the masters and/or the states that exist.
@@ -251,6 +250,13 @@ class ZeroOptimizer {
   [[nodiscard]] absl::Status FoldIntoAccumulator(bool restore_weights);
   [[nodiscard]] absl::Status Update(float grad_scale, double lr,
                                     bool from_accumulator);
+  // Runs chunk i's update on the GPU, on the payloads, when the chunk, its
+  // master, states (and accumulator) all rest on one GPU; false (nothing
+  // done) otherwise.
+  [[nodiscard]] absl::StatusOr<bool> UpdateOnGpu(const AdamStep& adam,
+                                                 const SgdStep& sgd, int i,
+                                                 int64_t begin, int64_t end,
+                                                 bool from_accumulator);
   // Writes the pieces into the masters (then the compute-dtype weights
   // from them) and/or the states. REQUIRES: CheckPieces passed.
   [[nodiscard]] absl::Status LoadPieces(const OptimizerState& state,

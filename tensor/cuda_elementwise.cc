@@ -56,6 +56,26 @@ absl::Status CudaCast(void* dst, DType dst_dtype, const void* src,
   return FromCuda(error, dst_dtype, src_dtype, n);
 }
 
+absl::Status CudaCastScaled(void* dst, DType dst_dtype, const float* src,
+                            float scale, size_t n) {
+  switch (dst_dtype) {
+    case DType::kF32:
+      return FromCuda(
+          cuda_kernels::CastScaledF32(static_cast<float*>(dst), src, scale, n),
+          "scaled cast", dst_dtype, n);
+    case DType::kF16:
+      return FromCuda(cuda_kernels::CastScaledF16(static_cast<uint16_t*>(dst),
+                                                  src, scale, n),
+                      "scaled cast", dst_dtype, n);
+    case DType::kBF16:
+      return FromCuda(cuda_kernels::CastScaledBF16(static_cast<uint16_t*>(dst),
+                                                   src, scale, n),
+                      "scaled cast", dst_dtype, n);
+    default:
+      return NoKernel("scaled cast", dst_dtype);
+  }
+}
+
 absl::Status CudaScale(void* x, DType dtype, float a, size_t n) {
   switch (dtype) {
     case DType::kF32:

@@ -23,6 +23,13 @@ namespace chunkzero {
 [[nodiscard]] absl::Status CudaCast(void* dst, DType dst_dtype, const void* src,
                                     DType src_dtype, size_t n);
 
+// dst[n] (f32, f16 or bf16) = src[n] * scale, multiplied in f32 and rounded
+// once: tensor/cast_kernels.h's CastScaled. InvalidArgument for another
+// dtype.
+[[nodiscard]] absl::Status CudaCastScaled(void* dst, DType dst_dtype,
+                                          const float* src, float scale,
+                                          size_t n);
+
 // x[n] *= a, and y[n] += a * x[n] (one fused f32 rounding), for f32, f16
 // and bf16. InvalidArgument for another dtype.
 [[nodiscard]] absl::Status CudaScale(void* x, DType dtype, float a, size_t n);

@@ -72,6 +72,14 @@ struct AxpyBy {
   }
 };
 
+template <typename D>
+struct ScaledTo {
+  float scale;
+  __device__ typename D::T operator()(float x) const {
+    return D::Store(x * scale);
+  }
+};
+
 struct ToHalf {
   __device__ uint16_t operator()(float x) const { return FloatToHalfBits(x); }
 };
@@ -102,6 +110,16 @@ int CastF16ToF32(float* dst, const uint16_t* src, size_t n) {
 }
 int CastBF16ToF32(float* dst, const uint16_t* src, size_t n) {
   return Launch(dst, src, n, FromBFloat16());
+}
+
+int CastScaledF32(float* dst, const float* src, float scale, size_t n) {
+  return Launch(dst, src, n, ScaledTo<elementwise_math::F32>{scale});
+}
+int CastScaledF16(uint16_t* dst, const float* src, float scale, size_t n) {
+  return Launch(dst, src, n, ScaledTo<elementwise_math::F16>{scale});
+}
+int CastScaledBF16(uint16_t* dst, const float* src, float scale, size_t n) {
+  return Launch(dst, src, n, ScaledTo<elementwise_math::BF16>{scale});
 }
 
 int ScaleF32(float* x, float a, size_t n) {

@@ -17,6 +17,10 @@ int CastF32ToF16(uint16_t* dst, const float* src, size_t n);
 int CastF32ToBF16(uint16_t* dst, const float* src, size_t n);
 int CastF16ToF32(float* dst, const uint16_t* src, size_t n);
 int CastBF16ToF32(float* dst, const uint16_t* src, size_t n);
+// dst[n] = D(src[n] * scale): multiplied in f32, rounded once.
+int CastScaledF32(float* dst, const float* src, float scale, size_t n);
+int CastScaledF16(uint16_t* dst, const float* src, float scale, size_t n);
+int CastScaledBF16(uint16_t* dst, const float* src, float scale, size_t n);
 // x[n] *= a, and y[n] += a * x[n], per tensor/elementwise_math.h.
 int ScaleF32(float* x, float a, size_t n);
 int ScaleF16(uint16_t* x, float a, size_t n);

@@ -12,6 +12,13 @@ absl::Status CudaCast(void* dst, DType dst_dtype, const void* src,
                    " on the GPU: this binary was built without --config=cuda"));
 }
 
+absl::Status CudaCastScaled(void* dst, DType dst_dtype, const float* src,
+                            float scale, size_t n) {
+  return absl::UnimplementedError(
+      absl::StrCat("scaled cast of ", n, " elements to ", DTypeName(dst_dtype),
+                   " on the GPU: this binary was built without --config=cuda"));
+}
+
 absl::Status CudaScale(void* x, DType dtype, float a, size_t n) {
   return absl::UnimplementedError(absl::StrCat(
       "scale of ", n, " ", DTypeName(dtype),

@@ -154,6 +154,32 @@ TEST(CudaScaleAndAxpy, EqualTheCpuKernelsBitForBit) {
   }
 }
 
+// The scaled cast (the grad write of the backward) equals CastScaled.
+TEST(CudaCastScaled, EqualsTheCpuBitForBit) {
+  if (CudaDeviceCount() == 0) {
+    GTEST_SKIP() << "no GPU visible (built with CUDA: " << BuiltWithCuda()
+                 << ")";
+  }
+  const std::vector<float> probes = Probes();
+  const size_t n = probes.size();
+  std::vector<uint8_t> src(n * 4);
+  std::memcpy(src.data(), probes.data(), src.size());
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (float scale : {1.0f, 1.0f / 65536, 3.0f, 65504.0f}) {
+      SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " x" << scale);
+      std::vector<uint8_t> want(n * ElementSize(dtype));
+      ASSERT_TRUE(CastScaled(want.data(), dtype, probes.data(), scale, n).ok());
+      std::vector<uint8_t> dst(want.size(), 0);
+      EXPECT_EQ(OnGpu(dst, src,
+                      [&](void* d_dst, void* d_src) {
+                        return CudaCastScaled(
+                            d_dst, dtype, static_cast<float*>(d_src), scale, n);
+                      }),
+                want);
+    }
+  }
+}
+
 // Without --config=cuda the call says so; pairs without a kernel are
 // refused naming them.
 TEST(CudaCast, SaysWhatItCannotDo) {
@@ -169,12 +195,17 @@ TEST(CudaCast, SaysWhatItCannotDo) {
               "without --config=cuda");
     EXPECT_EQ(CudaAxpy(nullptr, DType::kF32, 2.0f, nullptr, 5).code(),
               absl::StatusCode::kUnimplemented);
+    EXPECT_EQ(CudaCastScaled(nullptr, DType::kF16, nullptr, 2.0f, 5).message(),
+              "scaled cast of 5 elements to f16 on the GPU: this binary was "
+              "built without --config=cuda");
     return;
   }
   EXPECT_EQ(CudaScale(nullptr, DType::kI32, 2.0f, 3).message(),
             "no GPU scale for i32 (f32, f16, bf16 only)");
   EXPECT_EQ(CudaAxpy(nullptr, DType::kI64, 2.0f, nullptr, 3).message(),
             "no GPU axpy for i64 (f32, f16, bf16 only)");
+  EXPECT_EQ(CudaCastScaled(nullptr, DType::kU8, nullptr, 2.0f, 3).message(),
+            "no GPU scaled cast for u8 (f32, f16, bf16 only)");
   const absl::Status status =
       CudaCast(nullptr, DType::kF16, nullptr, DType::kI32, 4);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);

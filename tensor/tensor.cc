@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "tensor/allocator.h"
 #include "tensor/half.h"
 
 namespace chunkzero {
@@ -208,23 +209,34 @@ absl::Status Tensor::CopyFrom(const Tensor& src) {
 absl::StatusOr<std::vector<float>> Tensor::ToFloats() const {
   CZ_RETURN_IF_ERROR(CheckComputeDType(dtype_, DebugString()));
   if (numel() == 0) return std::vector<float>();
-  if (!is_materialized() || !device().is_host_accessible()) {
+  if (!is_materialized()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("cannot read ", DebugString(), " on the host"));
+        absl::StrCat("cannot read ", DebugString(), ": no memory"));
+  }
+  // A device the host cannot read (a GPU) is copied to the host first.
+  const void* bytes = raw_data();
+  std::vector<char> staged;
+  if (!device().is_host_accessible()) {
+    staged.resize(nbytes());
+    CZ_RETURN_IF_ERROR(
+        CopyBytes(staged.data(), Device::Cpu(), raw_data(), device(), nbytes()),
+        "reading ", DebugString(), " on the host");
+    bytes = staged.data();
   }
   std::vector<float> out(numel());
+  const auto* halves = static_cast<const uint16_t*>(bytes);
   switch (dtype_) {
     case DType::kF32:
-      if (!out.empty()) std::memcpy(out.data(), raw_data(), nbytes());
+      std::memcpy(out.data(), bytes, nbytes());
       break;
     case DType::kF16:
       for (size_t i = 0; i < out.size(); ++i) {
-        out[i] = HalfBitsToFloat(data<uint16_t>()[i]);
+        out[i] = HalfBitsToFloat(halves[i]);
       }
       break;
     case DType::kBF16:
       for (size_t i = 0; i < out.size(); ++i) {
-        out[i] = BFloat16BitsToFloat(data<uint16_t>()[i]);
+        out[i] = BFloat16BitsToFloat(halves[i]);
       }
       break;
     case DType::kU8:

@@ -118,9 +118,10 @@ class Tensor {
   // materialised and have the same dtype and element count.
   [[nodiscard]] absl::Status CopyFrom(const Tensor& src);
 
-  // The values widened to f32 (for tests and reports). FailedPrecondition
-  // if not materialised or not on a host-accessible device, unless there
-  // are no elements to read.
+  // The values widened to f32 (for tests and reports), copied to the host
+  // first from a device it cannot read (a GPU). FailedPrecondition if not
+  // materialised, unless there are no elements to read; a failed copy's
+  // error otherwise.
   [[nodiscard]] absl::StatusOr<std::vector<float>> ToFloats() const;
 
   // "f16[768, 2304] on sim:0 (+128 B)".

@@ -16,11 +16,14 @@
 #include "base/mutex.h"
 #include "base/status_macros.h"
 #include "chunk/chunk_manager.h"
+#include "comm/staging_process_group.h"
 #include "comm/testing/spawn_ranks.h"
 #include "ddp/local_hooks.h"
 #include "ddp/zero_ddp.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tensor/caching_allocator.h"
+#include "tensor/cuda_runtime.h"
 #include "tensor/half.h"
 #include "tensor/memory_tracker.h"
 #include "tests/expect_close.h"
@@ -99,6 +102,9 @@ struct RunConfig {
   // first_use_order.
   int max_prefetch = 1;
   bool known_order = false;
+  // Runs the collectives through a StagingProcessGroup for this device (a
+  // GPU's buffers cannot be read by the in-process backend).
+  std::optional<Device> stage_on;
 };
 
 std::string Describe(const RunConfig& c) {
@@ -145,7 +151,14 @@ std::vector<absl::Status> RunZero(const RunConfig& c, RunResult* out) {
         options.device = c.device;
         options.comm_timeout = absl::Seconds(10);
         MemoryTracker tracker;
-        ChunkManager chunks(&g, options, &tracker);
+        PinnedHostAllocator pinned;
+        CachingAllocator staging_memory(&pinned);
+        std::optional<comm::StagingProcessGroup> staged;
+        if (c.stage_on.has_value()) {
+          staged.emplace(&g, *c.stage_on, &staging_memory);
+        }
+        ChunkManager chunks(staged.has_value() ? &*staged : &g, options,
+                            &tracker);
         ZeroDdpOptions ddp_options;
         ddp_options.compute_dtype = c.dtype;
         ddp_options.max_prefetch = c.max_prefetch;
@@ -708,6 +721,54 @@ absl::Status CheckViewsFollowChunks(ZeroDdp& ddp, ChunkManager& chunks,
     }
   }
   return absl::OkStatus();
+}
+
+// The update on a GPU: before each step the param chunks (grads in them),
+// the masters and the states move to cuda:0, so that every update runs the
+// CUDA kernels on the payloads themselves; after it everything comes back
+// for the CPU model. The kernels compute the CPU's bits, so the run equals
+// the CPU run bit for bit.
+TEST(ZeroOptimizer, UpdateOnGpuEqualsTheCpuBitForBit) {
+  if (CudaDeviceCount() == 0) {
+    GTEST_SKIP() << "no GPU visible (built with CUDA: " << BuiltWithCuda()
+                 << ")";
+  }
+  const Device gpu = Device::Cuda(0);
+  for (ChunkLayout layout :
+       {ChunkLayout::kReplicated, ChunkLayout::kOwner, ChunkLayout::kSharded}) {
+    for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgd}) {
+      RunConfig plain = Base(TestModelKind::kTied, 2, 32, layout, DType::kBF16);
+      plain.opt.kind = kind;
+      plain.opt.momentum = kind == OptimizerKind::kSgd ? 0.9 : 0.0;
+      plain.micro_batches = 2;
+      SCOPED_TRACE(Describe(plain));
+      RunResult want;
+      ASSERT_TRUE(AllRanksOk(RunZero(plain, &want)));
+
+      RunConfig on_gpu = plain;
+      on_gpu.stage_on = gpu;
+      on_gpu.before_step = [gpu](int, ZeroDdp& ddp, ZeroOptimizer& opt,
+                                 ChunkManager& chunks) -> absl::Status {
+        for (int i = 0; i < chunks.num_chunks(ddp.param_group()); ++i) {
+          CZ_RETURN_IF_ERROR(
+              chunks.MoveChunk(chunks.chunk(ddp.param_group(), i), gpu));
+        }
+        return opt.MoveStates(gpu);
+      };
+      on_gpu.after_step = [](int, ZeroDdp& ddp, ZeroOptimizer& opt,
+                             ChunkManager& chunks) -> absl::Status {
+        for (int i = 0; i < chunks.num_chunks(ddp.param_group()); ++i) {
+          CZ_RETURN_IF_ERROR(chunks.MoveChunk(
+              chunks.chunk(ddp.param_group(), i), Device::Cpu()));
+        }
+        return opt.MoveStates(Device::Cpu());
+      };
+      RunResult got;
+      ASSERT_TRUE(AllRanksOk(RunZero(on_gpu, &got)));
+      EXPECT_EQ(got.losses, want.losses);
+      EXPECT_EQ(got.masters, want.masters);
+    }
+  }
 }
 
 // Masters and states on the CPU while the f16 chunks live on the simulated

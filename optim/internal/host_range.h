@@ -1,10 +1,13 @@
 // HostRange: a range of a chunk's payload at rest through a host pointer,
-// for the optimizer's update and its state I/O (internal to optim/).
+// for the optimizer's update and its state I/O; and CommonGpu, which tells
+// when the update can run on the GPU itself (internal to optim/).
 #ifndef CHUNKZERO_OPTIM_INTERNAL_HOST_RANGE_H_
 #define CHUNKZERO_OPTIM_INTERNAL_HOST_RANGE_H_
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -18,6 +21,30 @@
 namespace chunkzero {
 namespace optim_internal {
 
+// Element `begin` (an index into the full chunk, inside this rank's
+// shard) of a chunk's payload at rest, wherever it is.
+inline char* PayloadAt(Chunk* chunk, int64_t begin) {
+  Tensor held = chunk->ShardStorageView();
+  return static_cast<char*>(held.raw_data()) +
+         (begin - chunk->shard_begin()) * ElementSize(chunk->dtype());
+}
+
+// The GPU every chunk rests on, if they all rest on one (null entries are
+// skipped); nullopt when any rests elsewhere.
+inline std::optional<Device> CommonGpu(
+    std::initializer_list<const Chunk*> chunks) {
+  std::optional<Device> gpu;
+  for (const Chunk* chunk : chunks) {
+    if (chunk == nullptr) continue;
+    const Device d = chunk->device();
+    if (d.type() != DeviceType::kCuda || (gpu.has_value() && *gpu != d)) {
+      return std::nullopt;
+    }
+    gpu = d;
+  }
+  return gpu;
+}
+
 // A range of a chunk's payload at rest, readable and writable through a
 // host pointer: the payload itself on host-accessible devices, else a host
 // copy that Finish() writes back.
@@ -28,10 +55,7 @@ class HostRange {
     HostRange r;
     r.chunk_ = chunk;
     r.bytes_ = static_cast<size_t>(end - begin) * ElementSize(chunk->dtype());
-    Tensor held = chunk->ShardStorageView();
-    r.device_pointer_ =
-        static_cast<char*>(held.raw_data()) +
-        (begin - chunk->shard_begin()) * ElementSize(chunk->dtype());
+    r.device_pointer_ = PayloadAt(chunk, begin);
     if (chunk->device().is_host_accessible()) return r;
     r.copy_.resize(r.bytes_);
     CZ_RETURN_IF_ERROR(CopyBytes(r.get(), Device::Cpu(), r.device_pointer_,
