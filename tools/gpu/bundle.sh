@@ -24,7 +24,7 @@ flags=(--config=cuda --config=opt --dynamic_mode=off)
 
 mapfile -t tests < <(bazel query --noshow_progress \
   'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
-benchmarks=(//tools/bench:cuda_bench)
+benchmarks=(//tools/bench:cuda_bench //tools/bench:chunk_cuda_bench)
 if [[ ${#tests[@]} -eq 0 ]]; then
   echo "bundle.sh: no test is tagged gpu" >&2
   exit 1
@@ -35,6 +35,7 @@ bin_dir="$(bazel info "${flags[@]}" bazel-bin 2>/dev/null)"
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib"
 : >"$bundle/tests.txt"
+: >"$bundle/benchmarks.txt"
 for label in "${tests[@]}" "${benchmarks[@]}"; do
   path="${label#//}"
   path="${path/://}"
@@ -44,6 +45,7 @@ for label in "${tests[@]}" "${benchmarks[@]}"; do
   strip "$bundle/bin/$name"
   case " ${tests[*]} " in
     *" $label "*) echo "$name" >>"$bundle/tests.txt" ;;
+    *) echo "$name" >>"$bundle/benchmarks.txt" ;;
   esac
 done
 
