@@ -10,6 +10,7 @@
 
 #include "base/status_macros.h"
 #include "chunk/chunk.h"
+#include "chunk/chunk_manager.h"
 #include "comm/staging_process_group.h"
 #include "comm/testing/spawn_ranks.h"
 #include "gmock/gmock.h"
@@ -129,6 +130,40 @@ TEST_P(ChunkOnGpu, GradWriteAndOverflowCheckOnTheGpu) {
         CZ_ASSIGN_OR_RETURN(overflow, chunk->HasInfOrNan());
         EXPECT_TRUE(overflow);
         return chunk->Release();
+      })));
+}
+
+// Chunks that compute on the GPU and rest on the host (parameter offload)
+// rest in pinned memory, and each access brings them to the GPU.
+TEST_P(ChunkOnGpu, OffloadedChunksRestInPinnedMemory) {
+  const ChunkLayout layout = GetParam();
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(2, [&](comm::ProcessGroup& g) -> absl::Status {
+        GpuRank rank(g);
+        ChunkManagerOptions options;
+        options.layout = layout;
+        options.chunk_size = 10;
+        options.device = kGpu;
+        options.rest_device = Device::Cpu();
+        ChunkManager manager(&rank.group, options, &rank.tracker);
+        CZ_RETURN_IF_ERROR(
+            manager.CreateGroup("p", DType::kBF16, MemoryCategory::kParam));
+        CZ_RETURN_IF_ERROR(
+            manager
+                .AppendTensor("p", "a",
+                              *Tensor::FromFloats({1, 2, 3}, {3}, DType::kBF16))
+                .status());
+        CZ_RETURN_IF_ERROR(manager.CloseGroup("p"));
+        Chunk* chunk = manager.chunk("p", 0);
+        Tensor rest = chunk->ShardStorageView();
+        if (rest.is_materialized()) {
+          EXPECT_EQ(rest.device(), Device::Cpu());
+          EXPECT_TRUE(*CudaIsPinned(rest.raw_data()));
+        }
+        CZ_RETURN_IF_ERROR(manager.AccessChunk(chunk));
+        EXPECT_EQ(chunk->FullView().device(), kGpu);
+        EXPECT_THAT(*chunk->TensorView(0).ToFloats(), ElementsAre(1, 2, 3));
+        return manager.ReleaseChunk(chunk);
       })));
 }
 

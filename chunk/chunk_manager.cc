@@ -137,7 +137,10 @@ StorageOptions ChunkManager::StorageFor(const Group& group) {
 
 absl::Status ChunkManager::EnsureCache(Device device) {
   if (caches_.count(device)) return absl::OkStatus();
-  CZ_ASSIGN_OR_RETURN(Allocator * inner, base_allocators_->Get(device));
+  Allocator* inner = &pinned_;
+  if (device != Device::Cpu() || options_.device.type() != DeviceType::kCuda) {
+    CZ_ASSIGN_OR_RETURN(inner, base_allocators_->Get(device));
+  }
   auto cache = std::make_unique<CachingAllocator>(inner);
   allocators_.Register(cache.get());
   caches_[device] = std::move(cache);

@@ -26,7 +26,8 @@
 // Memory: every chunk's storage goes through one CachingAllocator per
 // device (so materialising a chunk again reuses its block) and reports to
 // `tracker`, whose per-device, per-category figures are then exactly the
-// payload this rank holds.
+// payload this rank holds. When the chunks compute on a GPU, the host memory
+// they rest in (offload) is pinned.
 //
 // Accessed chunks: the manager keeps the set of chunks currently
 // materialised by Access; Access of a chunk in the set is skipped, and only
@@ -241,7 +242,10 @@ class ChunkManager {
   Tensor Record(Group& group, absl::string_view name, Chunk* chunk,
                 Tensor view);
   int NextOwner(const Group& group) const;
-  // Registers a CachingAllocator for `device` in allocators_ if missing.
+  // Registers a CachingAllocator for `device` in allocators_ if missing:
+  // over the base allocators, except host memory for chunks that compute on
+  // a GPU, which is pinned (so that copies to and from the GPU are
+  // asynchronous and run at bus speed).
   [[nodiscard]] absl::Status EnsureCache(Device device);
   void Forget(Chunk* chunk);
 
@@ -251,6 +255,7 @@ class ChunkManager {
   AllocatorRegistry* const base_allocators_;
   // Caching allocators per device, registered in allocators_.
   std::map<Device, std::unique_ptr<CachingAllocator>> caches_;
+  PinnedHostAllocator pinned_;
   AllocatorRegistry allocators_;
   std::vector<std::unique_ptr<Group>> groups_;
   std::vector<Chunk*> accessed_;

@@ -158,6 +158,14 @@ absl::Status CudaHostFree(void* ptr) {
   return FromCuda(cudaFreeHost(ptr), "cudaFreeHost");
 }
 
+absl::StatusOr<bool> CudaIsPinned(const void* ptr) {
+  cudaPointerAttributes attributes;
+  const absl::Status status = FromCuda(
+      cudaPointerGetAttributes(&attributes, ptr), "cudaPointerGetAttributes");
+  if (!status.ok()) return status;
+  return attributes.type == cudaMemoryTypeHost;
+}
+
 absl::StatusOr<CudaMemoryInfo> CudaMemGetInfo(int device_index) {
   absl::Status status = SetDevice(device_index);
   if (!status.ok()) return status;

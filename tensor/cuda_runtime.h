@@ -75,6 +75,8 @@ int CudaDeviceCount();
 // GPU of the process.
 [[nodiscard]] absl::StatusOr<void*> CudaHostAlloc(size_t bytes);
 [[nodiscard]] absl::Status CudaHostFree(void* ptr);
+// True if `ptr` points into memory from CudaHostAlloc.
+[[nodiscard]] absl::StatusOr<bool> CudaIsPinned(const void* ptr);
 
 // Free and total memory of a GPU, in bytes.
 struct CudaMemoryInfo {

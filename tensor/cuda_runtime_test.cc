@@ -30,6 +30,7 @@ TEST(CudaRuntime, EveryCallIsUnimplementedWithoutCuda) {
             unimplemented);
   EXPECT_EQ(CudaHostAlloc(16).status().code(), unimplemented);
   EXPECT_EQ(CudaHostFree(nullptr).code(), unimplemented);
+  EXPECT_EQ(CudaIsPinned(nullptr).status().code(), unimplemented);
   EXPECT_EQ(CudaMemGetInfo(0).status().code(), unimplemented);
   PinnedHostAllocator pinned;
   EXPECT_EQ(pinned.Allocate(16).status().code(), unimplemented);
@@ -54,6 +55,9 @@ TEST_F(CudaRuntimeOnGpu, AsyncCopiesOnAStreamRoundTripThroughPinnedMemory) {
   absl::StatusOr<void*> host_out = pinned.Allocate(kBytes);
   ASSERT_TRUE(host_in.ok()) << host_in.status();
   ASSERT_TRUE(host_out.ok()) << host_out.status();
+  EXPECT_TRUE(*CudaIsPinned(*host_in));
+  std::vector<char> pageable(16);
+  EXPECT_FALSE(*CudaIsPinned(pageable.data()));
   auto* in = static_cast<uint32_t*>(*host_in);
   for (size_t i = 0; i < kBytes / 4; ++i) in[i] = static_cast<uint32_t>(i * 7);
   std::memset(*host_out, 0, kBytes);
