@@ -11,6 +11,7 @@
 #include "optim/cuda_fused_kernels.h"
 #include "optim/fused_kernels.h"
 #include "optim/internal/host_range.h"
+#include "optim/internal/param_staging.h"
 #include "tensor/allocator.h"
 #include "tensor/cast_kernels.h"
 #include "tensor/cuda_reductions.h"
@@ -365,11 +366,40 @@ absl::Status ZeroOptimizer::Update(float grad_scale, double lr,
         static_cast<float>(std::sqrt(1.0 - std::pow(options_.beta2, t)));
     adam.grad_scale = grad_scale;
   }
+  // Chunks to update, and whether each one's params travel: a param chunk
+  // resting on a device while its master rests in host memory
+  // (ZeRO-Offload). Those are fetched one chunk ahead, so that a chunk's
+  // grads cross while the previous chunk updates, and go back while the
+  // next one does.
+  std::vector<int> todo;
   for (int i = 0; i < num_chunks(); ++i) {
     const auto [begin, end] = HeldRange(i);
-    if (begin == end) continue;
+    if (begin != end) todo.push_back(i);
+  }
+  auto travels = [&](int i) {
+    const Device param = ParamChunk(i)->device();
+    return param != Device::Cpu() &&
+           GroupChunk(ddp_->master_group(), i)->device() == Device::Cpu();
+  };
+  std::optional<optim_internal::ParamStaging> staging;
+  auto fetch = [&](size_t k) -> absl::Status {
+    if (k >= todo.size() || !travels(todo[k])) return absl::OkStatus();
+    Chunk* chunk = ParamChunk(todo[k]);
+    if (!staging.has_value()) {
+      CZ_ASSIGN_OR_RETURN(OffloadCopies copies,
+                          OffloadCopiesFor(chunk->device()));
+      staging.emplace(copies.copier, copies.host_memory);
+    }
+    const auto [begin, end] = HeldRange(todo[k]);
+    return staging->Fetch(chunk, begin, end);
+  };
+  CZ_RETURN_IF_ERROR(fetch(0));
+  for (size_t k = 0; k < todo.size(); ++k) {
+    const int i = todo[k];
+    const auto [begin, end] = HeldRange(i);
     Chunk* param_chunk = ParamChunk(i);
     const size_t n = static_cast<size_t>(end - begin);
+    CZ_RETURN_IF_ERROR(fetch(k + 1));
     if (absl::StatusOr<bool> on_gpu =
             UpdateOnGpu(adam, sgd, i, begin, end, from_accumulator);
         !on_gpu.ok() || *on_gpu) {
@@ -377,8 +407,16 @@ absl::Status ZeroOptimizer::Update(float grad_scale, double lr,
                          param_chunk->name());
       continue;
     }
-    CZ_ASSIGN_OR_RETURN(HostRange param_out,
-                        HostRange::Open(param_chunk, begin, end));
+    const bool staged = travels(i);
+    std::optional<HostRange> param_range;
+    void* param_out = nullptr;
+    if (staged) {
+      CZ_ASSIGN_OR_RETURN(param_out, staging->Get(param_chunk));
+    } else {
+      CZ_ASSIGN_OR_RETURN(param_range,
+                          HostRange::Open(param_chunk, begin, end));
+      param_out = param_range->get();
+    }
     CZ_ASSIGN_OR_RETURN(
         HostRange master,
         HostRange::Open(GroupChunk(ddp_->master_group(), i), begin, end));
@@ -387,7 +425,7 @@ absl::Status ZeroOptimizer::Update(float grad_scale, double lr,
       CZ_ASSIGN_OR_RETURN(
           acc, HostRange::Open(GroupChunk(kAccumulatorGroup, i), begin, end));
     }
-    const void* grad = from_accumulator ? acc->get() : param_out.get();
+    const void* grad = from_accumulator ? acc->get() : param_out;
     const DType grad_dtype = from_accumulator ? DType::kF32 : dtype;
     std::vector<HostRange> states;
     for (const std::string& state : state_names_) {
@@ -399,18 +437,43 @@ absl::Status ZeroOptimizer::Update(float grad_scale, double lr,
     if (options_.kind == OptimizerKind::kSgd) {
       status = FusedSgd(sgd, master.as<float>(),
                         states.empty() ? nullptr : states[0].as<float>(), grad,
-                        grad_dtype, param_out.get(), dtype, n);
+                        grad_dtype, param_out, dtype, n);
     } else {
       status = FusedAdam(adam, master.as<float>(), states[0].as<float>(),
-                         states[1].as<float>(), grad, grad_dtype,
-                         param_out.get(), dtype, n);
+                         states[1].as<float>(), grad, grad_dtype, param_out,
+                         dtype, n);
     }
     CZ_RETURN_IF_ERROR(status, "updating chunk ", param_chunk->name());
-    CZ_RETURN_IF_ERROR(param_out.Finish());
+    if (staged) {
+      CZ_RETURN_IF_ERROR(staging->Return(param_chunk));
+    } else {
+      CZ_RETURN_IF_ERROR(param_range->Finish());
+    }
     CZ_RETURN_IF_ERROR(master.Finish());
     for (HostRange& s : states) CZ_RETURN_IF_ERROR(s.Finish());
   }
+  if (staging.has_value()) {
+    CZ_RETURN_IF_ERROR(staging->Finish(), "writing the updated weights back");
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<ZeroOptimizer::OffloadCopies> ZeroOptimizer::OffloadCopiesFor(
+    Device device) {
+  auto it = copiers_.find(device);
+  if (it == copiers_.end()) {
+    CZ_ASSIGN_OR_RETURN(std::unique_ptr<AsyncCopier> copier,
+                        AsyncCopier::Create(device));
+    it = copiers_.emplace(device, std::move(copier)).first;
+  }
+  // Pinned memory for a GPU, so that the copies are asynchronous.
+  const bool gpu = device.type() == DeviceType::kCuda;
+  std::unique_ptr<CachingAllocator>& cache = gpu ? pinned_cache_ : host_cache_;
+  if (cache == nullptr) {
+    cache = std::make_unique<CachingAllocator>(
+        gpu ? static_cast<Allocator*>(&pinned_) : &host_);
+  }
+  return OffloadCopies{it->second.get(), cache.get()};
 }
 
 absl::StatusOr<bool> ZeroOptimizer::UpdateOnGpu(const AdamStep& adam,

@@ -80,6 +80,7 @@
 #define CHUNKZERO_OPTIM_ZERO_OPTIMIZER_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -95,6 +96,9 @@
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer_state.h"
+#include "tensor/allocator.h"
+#include "tensor/async_copier.h"
+#include "tensor/caching_allocator.h"
 #include "tensor/device.h"
 
 namespace chunkzero {
@@ -250,6 +254,13 @@ class ZeroOptimizer {
   [[nodiscard]] absl::Status FoldIntoAccumulator(bool restore_weights);
   [[nodiscard]] absl::Status Update(float grad_scale, double lr,
                                     bool from_accumulator);
+  // The copier and host staging memory for params that travel between
+  // `device` and the host for the update (made on first use).
+  struct OffloadCopies {
+    AsyncCopier* copier;
+    Allocator* host_memory;
+  };
+  [[nodiscard]] absl::StatusOr<OffloadCopies> OffloadCopiesFor(Device device);
   // Runs chunk i's update on the GPU, on the payloads, when the chunk, its
   // master, states (and accumulator) all rest on one GPU; false (nothing
   // done) otherwise.
@@ -273,8 +284,15 @@ class ZeroOptimizer {
   bool states_created_ = false;
   bool accumulator_created_ = false;
   std::optional<Device> states_device_;  // Where MoveStates put them.
-  int backwards_seen_ = 0;               // ddp_->steps_finished() consumed.
-  int micro_batches_ = 0;                // Accumulated since the last Step.
+  // ZeRO-Offload's copies (OffloadCopiesFor). The caches are declared after
+  // what they allocate from, so they empty into it first.
+  std::map<Device, std::unique_ptr<AsyncCopier>> copiers_;
+  PinnedHostAllocator pinned_;
+  HostAllocator host_{Device::Cpu()};
+  std::unique_ptr<CachingAllocator> pinned_cache_;
+  std::unique_ptr<CachingAllocator> host_cache_;
+  int backwards_seen_ = 0;  // ddp_->steps_finished() consumed.
+  int micro_batches_ = 0;   // Accumulated since the last Step.
   int64_t updates_ = 0;
   int64_t iterations_ = 0;
   // Overflowed steps in a row taken with the scale at its minimum.
