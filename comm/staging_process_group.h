@@ -13,7 +13,8 @@
 // backend stages CUDA tensors the same way). Every buffer passed to this
 // group lives on `device`. A collective copies its input from the device
 // into staging memory on the calling thread (for a GPU, a cudaMemcpy, which
-// also waits for the kernels that produced it), issues the inner
+// also waits for the kernels that produced it on the legacy default stream;
+// work on other streams must be synchronised by the caller), issues the inner
 // collective on the staged copy and returns a Work at once; a worker
 // thread waits for the inner collectives in issue order, copies each
 // result back to the device and completes its Work. Staging memory comes

@@ -37,10 +37,12 @@ unsigned Blocks(size_t n) {
   return static_cast<unsigned>(wanted < 65535 * 8 ? wanted : 65535 * 8);
 }
 
+// Waits for the legacy default stream only, not the whole device: a
+// collective running on its own stream goes on.
 int Finish() {
   const cudaError_t launched = cudaGetLastError();
   if (launched != cudaSuccess) return launched;
-  return cudaDeviceSynchronize();
+  return cudaStreamSynchronize(0);
 }
 
 template <typename Out, typename In, typename Op>

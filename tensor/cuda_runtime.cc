@@ -46,6 +46,10 @@ absl::StatusOr<void*> CudaMalloc(int device_index, size_t bytes) {
   void* ptr = nullptr;
   status = FromCuda(cudaMalloc(&ptr, bytes == 0 ? 1 : bytes), "cudaMalloc");
   if (!status.ok()) {
+    // An allocation failure is recorded as the thread's last error; the
+    // caller may recover (a cache emptied, a retry), so clear it lest the
+    // next kernel launch check report it.
+    cudaGetLastError();
     return absl::Status(status.code(),
                         absl::StrCat(status.message(), " (", bytes,
                                      " bytes on cuda:", device_index, ")"));
@@ -147,6 +151,7 @@ absl::StatusOr<void*> CudaHostAlloc(size_t bytes) {
       cudaHostAlloc(&ptr, bytes == 0 ? 1 : bytes, cudaHostAllocPortable),
       "cudaHostAlloc");
   if (!status.ok()) {
+    cudaGetLastError();  // As in CudaMalloc: the caller may recover.
     return absl::Status(status.code(),
                         absl::StrCat(status.message(), " (", bytes,
                                      " bytes of pinned memory)"));

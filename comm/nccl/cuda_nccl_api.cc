@@ -58,7 +58,7 @@ ncclRedOp_t NcclOp(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
       return ncclSum;
-    case ReduceOp::kAvg:  // NCCL divides integers after the sum, too.
+    case ReduceOp::kAvg:  // Integers: sum, then divide; floats: premultiply.
       return ncclAvg;
     case ReduceOp::kMax:
       return ncclMax;
@@ -74,10 +74,33 @@ ncclComm_t Raw(NcclApi::Comm comm) {
 cudaStream_t Raw(CudaStream s) { return reinterpret_cast<cudaStream_t>(s); }
 cudaEvent_t Raw(CudaEvent e) { return reinterpret_cast<cudaEvent_t>(e); }
 
+// Makes `device` current for the scope and restores the caller's device
+// after, so that events, streams and kernels meet in one context whatever
+// thread calls (the watchdog, a staging worker, the caller).
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    status_ = FromCuda(cudaSetDevice(device),
+                       absl::StrCat("cudaSetDevice(", device, ")"));
+  }
+  ~ScopedDevice() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+  const absl::Status& status() const { return status_; }
+
+ private:
+  int previous_ = -1;
+  absl::Status status_;
+};
+
 class CudaNcclApi final : public NcclApi {
  public:
   explicit CudaNcclApi(int device_index) : device_(device_index) {}
   ~CudaNcclApi() override {
+    const ScopedDevice device(device_);
     MutexLock lock(&mu_);
     for (CudaEvent event : idle_events_) cudaEventDestroy(Raw(event));
   }
@@ -98,7 +121,8 @@ class CudaNcclApi final : public NcclApi {
           absl::StrCat("NCCL unique id of ", unique_id.size(),
                        " bytes, expected ", NCCL_UNIQUE_ID_BYTES));
     }
-    if (absl::Status s = SetDevice(); !s.ok()) return s;
+    const ScopedDevice device(device_);
+    if (!device.status().ok()) return device.status();
     ncclUniqueId id;
     std::memcpy(id.internal, unique_id.data(), NCCL_UNIQUE_ID_BYTES);
     ncclComm_t comm = nullptr;
@@ -111,6 +135,7 @@ class CudaNcclApi final : public NcclApi {
   }
 
   absl::Status AsyncError(Comm comm) override {
+    const ScopedDevice device(device_);
     ncclResult_t async = ncclSuccess;
     if (absl::Status s = FromNccl(ncclCommGetAsyncError(Raw(comm), &async),
                                   "ncclCommGetAsyncError");
@@ -121,15 +146,13 @@ class CudaNcclApi final : public NcclApi {
   }
 
   absl::Status Abort(Comm comm) override {
+    const ScopedDevice device(device_);
     return FromNccl(ncclCommAbort(Raw(comm)), "ncclCommAbort");
   }
 
-  absl::Status Destroy(Comm comm) override {
-    return FromNccl(ncclCommDestroy(Raw(comm)), "ncclCommDestroy");
-  }
-
   absl::StatusOr<void*> Malloc(size_t bytes) override {
-    if (absl::Status s = SetDevice(); !s.ok()) return s;
+    const ScopedDevice device(device_);
+    if (!device.status().ok()) return device.status();
     void* ptr = nullptr;
     if (absl::Status s = FromCuda(cudaMalloc(&ptr, bytes), "cudaMalloc");
         !s.ok()) {
@@ -138,11 +161,15 @@ class CudaNcclApi final : public NcclApi {
     return ptr;
   }
 
-  void Free(void* ptr) override { cudaFree(ptr); }
+  void Free(void* ptr) override {
+    const ScopedDevice device(device_);
+    cudaFree(ptr);
+  }
 
   absl::Status Enqueue(Comm comm, const NcclCall& call,
                        CudaStream stream) override {
-    if (absl::Status s = SetDevice(); !s.ok()) return s;
+    const ScopedDevice device(device_);
+    if (!device.status().ok()) return device.status();
     const ncclDataType_t type = NcclType(call.dtype);
     const ncclRedOp_t op = NcclOp(call.op);
     ncclResult_t result = ncclSuccess;
@@ -173,7 +200,8 @@ class CudaNcclApi final : public NcclApi {
   }
 
   absl::StatusOr<CudaStream> CreateStream() override {
-    if (absl::Status s = SetDevice(); !s.ok()) return s;
+    const ScopedDevice device(device_);
+    if (!device.status().ok()) return device.status();
     cudaStream_t stream = nullptr;
     if (absl::Status s =
             FromCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
@@ -185,10 +213,12 @@ class CudaNcclApi final : public NcclApi {
   }
 
   void DestroyStream(CudaStream stream) override {
+    const ScopedDevice device(device_);
     cudaStreamDestroy(Raw(stream));
   }
 
   absl::Status StreamWaitStream(CudaStream stream, CudaStream after) override {
+    const ScopedDevice device(device_);
     absl::StatusOr<CudaEvent> event = RecordEvent(after);
     if (!event.ok()) return event.status();
     const absl::Status status =
@@ -199,6 +229,8 @@ class CudaNcclApi final : public NcclApi {
   }
 
   absl::StatusOr<CudaEvent> RecordEvent(CudaStream stream) override {
+    const ScopedDevice device(device_);
+    if (!device.status().ok()) return device.status();
     CudaEvent event = nullptr;
     {
       MutexLock lock(&mu_);
@@ -208,7 +240,6 @@ class CudaNcclApi final : public NcclApi {
       }
     }
     if (event == nullptr) {
-      if (absl::Status s = SetDevice(); !s.ok()) return s;
       cudaEvent_t raw = nullptr;
       if (absl::Status s =
               FromCuda(cudaEventCreateWithFlags(&raw, cudaEventDisableTiming),
@@ -228,6 +259,7 @@ class CudaNcclApi final : public NcclApi {
   }
 
   absl::StatusOr<bool> EventDone(CudaEvent event) override {
+    const ScopedDevice device(device_);
     const cudaError_t error = cudaEventQuery(Raw(event));
     if (error == cudaSuccess) return true;
     if (error == cudaErrorNotReady) {
@@ -243,11 +275,6 @@ class CudaNcclApi final : public NcclApi {
   }
 
  private:
-  absl::Status SetDevice() {
-    return FromCuda(cudaSetDevice(device_),
-                    absl::StrCat("cudaSetDevice(", device_, ")"));
-  }
-
   const int device_;
   Mutex mu_;
   std::vector<CudaEvent> idle_events_ ABSL_GUARDED_BY(mu_);

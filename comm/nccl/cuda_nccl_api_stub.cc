@@ -18,7 +18,6 @@ class NoNcclApi final : public NcclApi {
   }
   absl::Status AsyncError(Comm) override { return NoNccl(); }
   absl::Status Abort(Comm) override { return NoNccl(); }
-  absl::Status Destroy(Comm) override { return NoNccl(); }
   absl::StatusOr<void*> Malloc(size_t) override { return NoNccl(); }
   void Free(void*) override {}
   absl::Status Enqueue(Comm, const NcclCall&, CudaStream) override {

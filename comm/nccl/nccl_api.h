@@ -8,7 +8,8 @@
 //   CZ_ASSIGN_OR_RETURN(NcclApi::Comm comm, api->InitRank(size, id, rank));
 //
 // Implementations must be thread-safe: the group's callers and its
-// watchdog thread use one concurrently.
+// watchdog thread use one concurrently. The CUDA one selects its GPU for
+// each call and restores the caller's current GPU after it.
 #ifndef CHUNKZERO_COMM_NCCL_NCCL_API_H_
 #define CHUNKZERO_COMM_NCCL_NCCL_API_H_
 
@@ -56,10 +57,10 @@ class NcclApi {
   // working), else the error.
   [[nodiscard]] virtual absl::Status AsyncError(Comm comm) = 0;
   // ncclCommAbort: frees the communicator, making any of its kernels still
-  // on the GPU return.
+  // on the GPU return. The group's only way to free one: ncclCommDestroy
+  // waits for every peer to be quiescent, so it can hang when a peer has
+  // died (what PyTorch's process group does at shutdown too).
   [[nodiscard]] virtual absl::Status Abort(Comm comm) = 0;
-  // ncclCommDestroy, after the communicator's work has finished.
-  [[nodiscard]] virtual absl::Status Destroy(Comm comm) = 0;
 
   // Device memory of this API's GPU (the group's barrier word).
   [[nodiscard]] virtual absl::StatusOr<void*> Malloc(size_t bytes) = 0;

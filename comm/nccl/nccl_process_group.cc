@@ -89,36 +89,50 @@ class Core : public std::enable_shared_from_this<Core> {
 
   std::unique_ptr<Work> Issue(const CollectiveCall& described,
                               const NcclCall& call, absl::Duration timeout);
+  std::unique_ptr<Work> IssueLocked(const CollectiveCall& described,
+                                    const NcclCall& call,
+                                    absl::Duration timeout);
 
   // Completes the collectives that have finished; aborts on an error or a
   // passed deadline.
   void Poll() {
-    MutexLock lock(&mu_);
-    PollLocked();
+    {
+      MutexLock lock(&mu_);
+      PollLocked();
+    }
+    AbortIfDue();
   }
 
-  // The group is going away: abort if collectives are pending, else destroy
-  // the communicator. Works still held see their final status.
+  // The group is going away: collectives still pending fail with Cancelled
+  // (Works still held see it), and the communicator is aborted, not
+  // destroyed: ncclCommDestroy waits for every peer to be quiescent and
+  // would hang behind a dead one.
   void Close() {
-    MutexLock lock(&mu_);
-    if (closed_) return;
-    PollLocked();
-    if (!pending_.empty()) {
-      AbortLocked(absl::CancelledError(
-          absl::StrCat(pending_.front()->description,
-                       ": the group was destroyed before it completed")));
-    } else if (abort_status_.ok()) {
-      // A failure here leaves nothing to clean up that we could reach.
-      api_->Destroy(comm_).IgnoreError();
+    {
+      MutexLock lock(&mu_);
+      if (closed_) return;
+      PollLocked();
+      if (abort_status_.ok()) {
+        FailPendingLocked(absl::CancelledError(
+            absl::StrCat("rank ", rank_, ": the NCCL group was destroyed")));
+        abort_due_ = true;
+      }
+      closed_ = true;
     }
+    AbortIfDue();
     api_->Free(barrier_word_);
     api_->DestroyStream(comm_stream_);
-    closed_ = true;
   }
 
  private:
   void PollLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records `cause` as the abort status and fails every pending Work with
+  // it; the communicator is aborted by AbortIfDue, outside the lock, since
+  // ncclCommAbort can block and waiters must still see their Works fail.
   void AbortLocked(absl::Status cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailPendingLocked(const absl::Status& cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AbortIfDue() ABSL_LOCKS_EXCLUDED(mu_);
 
   const int rank_;
   const std::unique_ptr<NcclApi> api_;
@@ -131,6 +145,8 @@ class Core : public std::enable_shared_from_this<Core> {
   std::deque<std::shared_ptr<PendingOp>> pending_ ABSL_GUARDED_BY(mu_);
   absl::Status abort_status_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool abort_due_ ABSL_GUARDED_BY(mu_) =
+      false;  // ncclCommAbort not yet called.
   uint64_t issued_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -173,6 +189,14 @@ class NcclWork final : public Work {
 std::unique_ptr<Work> Core::Issue(const CollectiveCall& described,
                                   const NcclCall& call,
                                   absl::Duration timeout) {
+  std::unique_ptr<Work> work = IssueLocked(described, call, timeout);
+  AbortIfDue();
+  return work;
+}
+
+std::unique_ptr<Work> Core::IssueLocked(const CollectiveCall& described,
+                                        const NcclCall& call,
+                                        absl::Duration timeout) {
   MutexLock lock(&mu_);
   const std::string description =
       absl::StrCat("rank ", rank_, ": ", CollectiveKindName(described.kind),
@@ -247,13 +271,16 @@ void Core::PollLocked() {
 
 void Core::AbortLocked(absl::Status cause) {
   abort_status_ = cause;
-  // The communicator is gone whatever Abort says.
-  api_->Abort(comm_).IgnoreError();
+  abort_due_ = true;
+  FailPendingLocked(cause);
+}
+
+void Core::FailPendingLocked(const absl::Status& cause) {
   bool first = true;
   for (const std::shared_ptr<PendingOp>& op : pending_) {
     api_->ReleaseEvent(op->event);
     op->completion.Complete(
-        first
+        first && !absl::IsCancelled(cause)
             ? cause
             : absl::Status(
                   cause.code(),
@@ -262,6 +289,16 @@ void Core::AbortLocked(absl::Status cause) {
     first = false;
   }
   pending_.clear();
+}
+
+void Core::AbortIfDue() {
+  {
+    MutexLock lock(&mu_);
+    if (!abort_due_) return;
+    abort_due_ = false;
+  }
+  // The communicator is gone whatever Abort says.
+  api_->Abort(comm_).IgnoreError();
 }
 
 // Polls the core every `interval` until stopped.
@@ -415,7 +452,7 @@ NcclProcessGroup::CreateWithApi(int rank, int size,
                                    : absl::StatusOr<void*>(stream.status());
   if (!word.ok()) {
     if (stream.ok()) api->DestroyStream(*stream);
-    api->Destroy(*comm).IgnoreError();
+    api->Abort(*comm).IgnoreError();
     return absl::Status(word.status().code(),
                         absl::StrCat(where, ": ", word.status().message()));
   }

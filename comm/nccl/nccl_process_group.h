@@ -21,8 +21,9 @@
 // Work completes when the event has: Wait and IsCompleted poll it, and so
 // does a watchdog thread every NcclOptions::watchdog_interval. Collectives
 // complete in issue order (one stream). Every dtype (f32, f16, bf16, u8,
-// i32, i64, f64) and every ReduceOp (avg divides after the sum; integers
-// by integer division) are supported; Barrier all-reduces one word.
+// i32, i64, f64) and every ReduceOp are supported (avg: NCCL's, which
+// divides integers after the sum, truncating, but multiplies floating-point
+// inputs by 1/size before it); Barrier all-reduces one word.
 //
 // Differences from the ProcessGroup contract, as with NCCL anywhere:
 //  - Reductions are NCCL's (ring or tree order, 16-bit types accumulated as
@@ -43,9 +44,17 @@
 // new group (a new store) on every rank to go on.
 //
 // Thread-safety: all methods are thread-safe; collectives may be issued
-// from any thread (process_group.h on ordering). Destruction aborts the
-// communicator if collectives are still pending (their Works fail with
-// Cancelled), else destroys it; Works may outlive the group.
+// from any thread (process_group.h on ordering). ncclCommAbort runs outside
+// the group's lock (it can block), after the pending Works have failed.
+// Destruction fails pending Works with Cancelled and aborts the
+// communicator: ncclCommDestroy would wait for every peer to be quiescent,
+// and hang behind a dead one. Works may outlive the group.
+//
+// Known limits: ncclCommInitRank and the first collective of each kind
+// block until the peers arrive (a blocking communicator); a peer that
+// never comes holds the issuing thread past the timeout. The optimizer and
+// chunk kernels run on the legacy default stream, so leave
+// NcclOptions::compute_stream null until they take a stream.
 #ifndef CHUNKZERO_COMM_NCCL_NCCL_PROCESS_GROUP_H_
 #define CHUNKZERO_COMM_NCCL_NCCL_PROCESS_GROUP_H_
 

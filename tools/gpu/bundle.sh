@@ -24,7 +24,8 @@ flags=(--config=cuda --config=opt --dynamic_mode=off)
 
 mapfile -t tests < <(bazel query --noshow_progress \
   'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
-benchmarks=(//tools/bench:cuda_bench //tools/bench:chunk_cuda_bench)
+benchmarks=(//tools/bench:cuda_bench //tools/bench:chunk_cuda_bench
+  //tools/bench:offload_bench)
 if [[ ${#tests[@]} -eq 0 ]]; then
   echo "bundle.sh: no test is tagged gpu" >&2
   exit 1
@@ -50,6 +51,13 @@ for label in "${tests[@]}" "${benchmarks[@]}"; do
 done
 
 # Shared libraries: what ldd resolves here, minus what the GPU machine has.
+# A library ldd cannot find here would be missing there too.
+missing="$(ldd "$bundle"/bin/* | grep 'not found' | sort -u || true)"
+if [[ -n "$missing" ]]; then
+  echo "bundle.sh: unresolved libraries:" >&2
+  echo "$missing" >&2
+  exit 1
+fi
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libcuda\.so|libnccl|libcublas)'
 for binary in "$bundle"/bin/*; do
   ldd "$binary" | awk '/=> \// {print $1, $3}'

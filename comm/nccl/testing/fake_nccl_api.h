@@ -66,11 +66,6 @@ class FakeNcclApi final : public NcclApi {
     completed_ = enqueued_;
     return absl::OkStatus();
   }
-  absl::Status Destroy(Comm) override {
-    MutexLock lock(&mu_);
-    Log("destroy");
-    return absl::OkStatus();
-  }
 
   absl::StatusOr<void*> Malloc(size_t bytes) override {
     MutexLock lock(&mu_);
@@ -218,7 +213,6 @@ class ForwardingNcclApi final : public NcclApi {
     return target_->AsyncError(comm);
   }
   absl::Status Abort(Comm comm) override { return target_->Abort(comm); }
-  absl::Status Destroy(Comm comm) override { return target_->Destroy(comm); }
   absl::StatusOr<void*> Malloc(size_t bytes) override {
     return target_->Malloc(bytes);
   }
