@@ -68,6 +68,13 @@ class TimedWork final : public Work {
     *blocked_ += absl::ToInt64Nanoseconds(absl::Now() - start);
     return status;
   }
+  // The inner backend decides whether the host blocks; time it either way.
+  absl::Status DoWaitOnStream(CudaStream stream) override {
+    const absl::Time start = absl::Now();
+    absl::Status status = inner_->WaitOnStream(stream);
+    *blocked_ += absl::ToInt64Nanoseconds(absl::Now() - start);
+    return status;
+  }
 
  private:
   std::unique_ptr<Work> inner_;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 #include "comm/testing/mock_process_group.h"
 #include "comm/testing/spawn_ranks.h"
 #include "gmock/gmock.h"
@@ -144,6 +145,23 @@ TEST(RecordingProcessGroup, MeasuresTimeBlockedInCollectives) {
   EXPECT_LT(blocked[1], blocked[0]);
   EXPECT_EQ(after_reset[0], absl::ZeroDuration());
   EXPECT_EQ(after_reset[1], absl::ZeroDuration());
+}
+
+// WaitOnStream goes to the inner backend's Work (which here waits on the
+// host) and is timed like Wait.
+TEST(RecordingProcessGroup, ForwardsAndTimesWaitOnStream) {
+  std::vector<absl::Duration> blocked(2);
+  EXPECT_TRUE(AllRanksOk(SpawnRanks(2, [&](ProcessGroup& g) -> absl::Status {
+    RecordingProcessGroup rec(g);
+    std::vector<float> x = {1.0f + g.rank()};
+    if (g.rank() == 1) absl::SleepFor(absl::Milliseconds(100));
+    std::unique_ptr<Work> work = rec.AllReduce(MutableBuffer::Of(x), {});
+    CZ_RETURN_IF_ERROR(work->WaitOnStream(nullptr));
+    if (x[0] != 3.0f) return absl::InternalError("not reduced");
+    blocked[g.rank()] = rec.Snapshot().blocked;
+    return absl::OkStatus();
+  })));
+  EXPECT_GE(blocked[0], absl::Milliseconds(90));
 }
 
 TEST(RecordingProcessGroup, LogIsBoundedButCountersKeepCounting) {

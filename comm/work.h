@@ -21,6 +21,7 @@
 #include "absl/base/attributes.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "tensor/cuda_handles.h"
 
 namespace chunkzero {
 namespace comm {
@@ -47,8 +48,21 @@ class [[nodiscard]] Work {
   // the operation's own timeout bounds it.
   [[nodiscard]] absl::Status Wait() { return DoWait(absl::InfiniteFuture()); }
 
+  // Orders the work enqueued on CUDA stream `stream` from now on after the
+  // operation, without the host waiting where the backend can do that
+  // (NCCL: the stream waits for the operation's event). Returns the
+  // operation's status when it is already known, else OK: a later failure
+  // then surfaces through the backend (NCCL aborts the group, and every
+  // later collective fails). The default waits on the host, as Wait().
+  [[nodiscard]] absl::Status WaitOnStream(CudaStream stream) {
+    return DoWaitOnStream(stream);
+  }
+
  protected:
   virtual absl::Status DoWait(absl::Time deadline) = 0;
+  virtual absl::Status DoWaitOnStream(CudaStream /*stream*/) {
+    return DoWait(absl::InfiniteFuture());
+  }
 };
 
 // Returns a Work that is already completed with `status`. Used for argument

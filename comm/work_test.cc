@@ -59,6 +59,20 @@ TEST(Work, HandleAndCompletionHaveIndependentLifetimes) {
   completion.Complete(absl::OkStatus());
 }
 
+// Backends that cannot order a stream after their work wait on the host.
+TEST(Work, WaitOnStreamDefaultsToWaitingOnTheHost) {
+  std::unique_ptr<Work> failed =
+      MakeCompletedWork(absl::UnavailableError("peer gone"));
+  EXPECT_EQ(failed->WaitOnStream(nullptr).code(),
+            absl::StatusCode::kUnavailable);
+  WorkCompletion completion("AllReduce #0 on rank 0");
+  std::unique_ptr<Work> pending = completion.MakeWork();
+  std::thread finisher([&] { completion.Complete(absl::OkStatus()); });
+  EXPECT_TRUE(pending->WaitOnStream(nullptr).ok());
+  EXPECT_TRUE(pending->IsCompleted());
+  finisher.join();
+}
+
 }  // namespace
 }  // namespace comm
 }  // namespace chunkzero

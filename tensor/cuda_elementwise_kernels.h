@@ -2,8 +2,8 @@
 // (tensor/cuda_elementwise_kernels.cu): plain functions over device
 // pointers, free of Abseil so that nvcc needs no more than this header and
 // tensor/elementwise_math.h. Each launches on the legacy default stream,
-// waits for that stream, and returns the cudaError_t (0: success). Call them through
-// tensor/cuda_elementwise.h, which turns the result into a Status.
+// waits for that stream, and returns the cudaError_t (0: success). Call them
+// through tensor/cuda_elementwise.h, which turns the result into a Status.
 #ifndef CHUNKZERO_TENSOR_CUDA_ELEMENTWISE_KERNELS_H_
 #define CHUNKZERO_TENSOR_CUDA_ELEMENTWISE_KERNELS_H_
 

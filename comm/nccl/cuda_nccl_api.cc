@@ -228,6 +228,13 @@ class CudaNcclApi final : public NcclApi {
     return status;
   }
 
+  absl::Status StreamWaitEvent(CudaStream stream, CudaEvent event) override {
+    const ScopedDevice device(device_);
+    if (!device.status().ok()) return device.status();
+    return FromCuda(cudaStreamWaitEvent(Raw(stream), Raw(event), 0),
+                    "cudaStreamWaitEvent");
+  }
+
   absl::StatusOr<CudaEvent> RecordEvent(CudaStream stream) override {
     const ScopedDevice device(device_);
     if (!device.status().ok()) return device.status();

@@ -28,6 +28,9 @@ class NoNcclApi final : public NcclApi {
   absl::Status StreamWaitStream(CudaStream, CudaStream) override {
     return NoNccl();
   }
+  absl::Status StreamWaitEvent(CudaStream, CudaEvent) override {
+    return NoNccl();
+  }
   absl::StatusOr<CudaEvent> RecordEvent(CudaStream) override {
     return NoNccl();
   }

@@ -79,6 +79,10 @@ class NcclApi {
   // on `after` so far, without the host waiting.
   [[nodiscard]] virtual absl::Status StreamWaitStream(CudaStream stream,
                                                       CudaStream after) = 0;
+  // Makes work enqueued on `stream` from now on wait for `event` (its state
+  // when this is called), without the host waiting.
+  [[nodiscard]] virtual absl::Status StreamWaitEvent(CudaStream stream,
+                                                     CudaEvent event) = 0;
   // An event done once the work enqueued on `stream` so far has finished.
   [[nodiscard]] virtual absl::StatusOr<CudaEvent> RecordEvent(
       CudaStream stream) = 0;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/mutex.h"
+#include "base/status_macros.h"
 #include "comm/argument_checks.h"
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/rendezvous/store.h"
@@ -80,6 +81,20 @@ class Core : public std::enable_shared_from_this<Core> {
         barrier_word_(barrier_word) {}
 
   CudaStream comm_stream() const { return comm_stream_; }
+
+  // Makes `stream` wait for `op` if it is still pending; false if it was
+  // not (its status is then final).
+  absl::StatusOr<bool> WaitOnStream(const std::shared_ptr<PendingOp>& op,
+                                    CudaStream stream) {
+    MutexLock lock(&mu_);
+    for (const std::shared_ptr<PendingOp>& pending : pending_) {
+      if (pending != op) continue;
+      CZ_RETURN_IF_ERROR(api_->StreamWaitEvent(stream, op->event),
+                         op->description);
+      return true;
+    }
+    return false;
+  }
   void* barrier_word() const { return barrier_word_; }
 
   absl::Status abort_status() const {
@@ -156,8 +171,9 @@ namespace {
 // caller sees completion at once rather than at the watchdog's next look.
 class NcclWork final : public Work {
  public:
-  NcclWork(std::shared_ptr<Core> core, std::unique_ptr<Work> done)
-      : core_(std::move(core)), done_(std::move(done)) {}
+  NcclWork(std::shared_ptr<Core> core, std::shared_ptr<PendingOp> op,
+           std::unique_ptr<Work> done)
+      : core_(std::move(core)), op_(std::move(op)), done_(std::move(done)) {}
 
   bool IsCompleted() override {
     core_->Poll();
@@ -179,8 +195,16 @@ class NcclWork final : public Work {
     }
   }
 
+  absl::Status DoWaitOnStream(CudaStream stream) override {
+    absl::StatusOr<bool> waiting = core_->WaitOnStream(op_, stream);
+    if (!waiting.ok()) return waiting.status();
+    if (*waiting) return absl::OkStatus();
+    return done_->Wait();  // Completed already: its final status.
+  }
+
  private:
   std::shared_ptr<Core> core_;
+  std::shared_ptr<PendingOp> op_;
   std::unique_ptr<Work> done_;
 };
 
@@ -229,8 +253,9 @@ std::unique_ptr<Work> Core::IssueLocked(const CollectiveCall& described,
       PendingOp{description, *event, absl::Now() + timeout, timeout,
                 WorkCompletion(description)});
   std::unique_ptr<Work> done = op->completion.MakeWork();
-  pending_.push_back(std::move(op));
-  return std::make_unique<NcclWork>(shared_from_this(), std::move(done));
+  pending_.push_back(op);
+  return std::make_unique<NcclWork>(shared_from_this(), std::move(op),
+                                    std::move(done));
 }
 
 void Core::PollLocked() {

@@ -194,6 +194,36 @@ TEST(NcclProcessGroup, WorkCompletesWhenItsStreamDoes) {
   EXPECT_TRUE(f.group->abort_status().ok());
 }
 
+// A compute stream waits for a pending collective on the GPU, not the host;
+// for one that has completed there is nothing to wait for.
+TEST(NcclProcessGroup, AStreamWaitsForAPendingCollectiveOnTheGpu) {
+  Fixture f;
+  f.fake->HoldCompletion();
+  std::vector<float> x = {1};
+  std::unique_ptr<Work> w = f.group->AllReduce(MutableBuffer::Of(x), {});
+  f.fake->TakeLog();
+  const CudaStream compute = reinterpret_cast<CudaStream>(uintptr_t{7});
+  EXPECT_TRUE(w->WaitOnStream(compute).ok());
+  EXPECT_FALSE(w->IsCompleted());  // The host did not wait.
+  EXPECT_THAT(f.fake->TakeLog(), ElementsAre("stream_wait_event 7"));
+  f.fake->CompleteAll();
+  ASSERT_TRUE(w->Wait().ok());
+  EXPECT_TRUE(w->WaitOnStream(compute).ok());
+  EXPECT_THAT(f.fake->TakeLog(), ElementsAre());
+}
+
+TEST(NcclProcessGroup, WaitOnStreamOfAFailedCollectiveReturnsItsError) {
+  Fixture f;
+  f.fake->HoldCompletion();
+  std::vector<float> x = {1};
+  AllReduceOptions quick;
+  quick.timeout = absl::Milliseconds(1);
+  std::unique_ptr<Work> w = f.group->AllReduce(MutableBuffer::Of(x), quick);
+  ASSERT_EQ(w->Wait().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(w->WaitOnStream(nullptr).code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
 TEST(NcclProcessGroup, TimeoutAbortsAndFailsEveryPendingWork) {
   Fixture f;
   f.fake->HoldCompletion();

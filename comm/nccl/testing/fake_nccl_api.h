@@ -106,6 +106,12 @@ class FakeNcclApi final : public NcclApi {
     Log(absl::StrCat("wait_stream ", reinterpret_cast<uintptr_t>(after)));
     return absl::OkStatus();
   }
+  absl::Status StreamWaitEvent(CudaStream stream, CudaEvent) override {
+    MutexLock lock(&mu_);
+    Log(absl::StrCat("stream_wait_event ",
+                     reinterpret_cast<uintptr_t>(stream)));
+    return absl::OkStatus();
+  }
   absl::StatusOr<CudaEvent> RecordEvent(CudaStream) override {
     MutexLock lock(&mu_);
     const uintptr_t id = ++next_event_;
@@ -229,6 +235,9 @@ class ForwardingNcclApi final : public NcclApi {
   }
   absl::Status StreamWaitStream(CudaStream stream, CudaStream after) override {
     return target_->StreamWaitStream(stream, after);
+  }
+  absl::Status StreamWaitEvent(CudaStream stream, CudaEvent event) override {
+    return target_->StreamWaitEvent(stream, event);
   }
   absl::StatusOr<CudaEvent> RecordEvent(CudaStream stream) override {
     return target_->RecordEvent(stream);
