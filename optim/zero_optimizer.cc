@@ -391,7 +391,9 @@ absl::Status ZeroOptimizer::Update(float grad_scale, double lr,
       staging.emplace(copies.copier, copies.host_memory);
     }
     const auto [begin, end] = HeldRange(todo[k]);
-    return staging->Fetch(chunk, begin, end);
+    // Grads from the accumulator: the range is only written.
+    return staging->Fetch(chunk, begin, end,
+                          /*copy_in=*/!from_accumulator);
   };
   CZ_RETURN_IF_ERROR(fetch(0));
   for (size_t k = 0; k < todo.size(); ++k) {

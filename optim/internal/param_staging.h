@@ -42,8 +42,12 @@ class ParamStaging {
   ParamStaging& operator=(const ParamStaging&) = delete;
 
   // Starts copying elements [begin, end) of `chunk`'s payload at rest
-  // (on copier's device) into staging memory. One range per chunk.
-  [[nodiscard]] absl::Status Fetch(Chunk* chunk, int64_t begin, int64_t end);
+  // (on copier's device) into staging memory. One range per chunk. With
+  // `copy_in` false the range only gets its staging memory (its contents
+  // are about to be overwritten: an update whose grads come from the
+  // accumulator), and only Return copies.
+  [[nodiscard]] absl::Status Fetch(Chunk* chunk, int64_t begin, int64_t end,
+                                   bool copy_in = true);
   // The host copy of the range fetched for `chunk`, once it has arrived.
   [[nodiscard]] absl::StatusOr<void*> Get(Chunk* chunk);
   // Starts copying the (updated) host copy back into the chunk.

@@ -65,6 +65,31 @@ TEST(ParamStaging, RangesRoundTripThroughHostMemory) {
   })));
 }
 
+// A range fetched without copying in only gets memory; Return still
+// copies the (overwritten) host range back.
+TEST(ParamStaging, ARangeToBeOverwrittenIsNotCopiedIn) {
+  EXPECT_TRUE(AllRanksOk(SpawnRanks(1, [](comm::ProcessGroup& g) {
+    std::unique_ptr<Chunk> a = SimChunk(g, "a");
+    std::unique_ptr<AsyncCopier> copier = *AsyncCopier::Create(kSim);
+    HostAllocator host(Device::Cpu());
+    ParamStaging staging(copier.get(), &host);
+    CZ_RETURN_IF_ERROR(staging.Fetch(a.get(), 0, 4, /*copy_in=*/false));
+    CZ_ASSIGN_OR_RETURN(void* got, staging.Get(a.get()));
+    float* f = static_cast<float*>(got);
+    for (int k = 0; k < 4; ++k) f[k] = -1.0f - k;
+    CZ_RETURN_IF_ERROR(staging.Return(a.get()));
+    CZ_RETURN_IF_ERROR(staging.Finish());
+    EXPECT_THAT(*a->TensorView(0).ToFloats(),
+                ElementsAre(-1, -2, -3, -4, 4, 5, 6, 7));
+    // One copy issued in all (the return): the next ticket is the second.
+    char byte = 0;
+    CZ_ASSIGN_OR_RETURN(AsyncCopier::Ticket next,
+                        copier->Copy(&byte, Device::Cpu(), &byte, kSim, 0));
+    EXPECT_EQ(next, 2);
+    return absl::OkStatus();
+  })));
+}
+
 TEST(ParamStaging, RefusesRangesOutOfTurn) {
   EXPECT_TRUE(AllRanksOk(SpawnRanks(1, [](comm::ProcessGroup& g) {
     std::unique_ptr<Chunk> a = SimChunk(g, "a");
