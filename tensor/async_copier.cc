@@ -26,12 +26,16 @@ absl::StatusOr<std::unique_ptr<AsyncCopier>> AsyncCopier::Create(
                                      ": ", stream.status().message()));
   }
   copier->stream_ = *stream;
+  copier->gpu_ = std::make_unique<CudaMemoryRuntime>(device.index());
   return copier;
 }
 
 AsyncCopier::~AsyncCopier() {
   WaitAll().IgnoreError();  // Nobody is left to hear about a failed copy.
-  if (stream_ != nullptr) CudaStreamDestroy(stream_).IgnoreError();
+  if (stream_ != nullptr) {
+    const ScopedCudaDevice device(device_.index());
+    CudaStreamDestroy(stream_).IgnoreError();
+  }
 }
 
 absl::StatusOr<AsyncCopier::Ticket> AsyncCopier::Copy(void* dst,
@@ -58,20 +62,15 @@ absl::StatusOr<AsyncCopier::Ticket> AsyncCopier::Copy(void* dst,
     });
     return ticket;
   }
-  absl::Status status = CudaMemcpyAsync(dst, src, bytes, stream_);
-  absl::StatusOr<CudaEvent> event = status.ok()
-                                        ? CudaEventCreate(device_.index())
-                                        : absl::StatusOr<CudaEvent>(status);
+  const absl::Status copied = CudaMemcpyAsync(dst, src, bytes, stream_);
+  absl::StatusOr<CudaEvent> event = copied.ok()
+                                        ? gpu_->RecordEvent(stream_)
+                                        : absl::StatusOr<CudaEvent>(copied);
   if (event.ok()) {
-    status = CudaEventRecord(*event, stream_);
-    if (status.ok()) {
-      events_.emplace_back(ticket, *event);
-      return ticket;
-    }
-    CudaEventDestroy(*event).IgnoreError();
-  } else {
-    status = event.status();
+    events_.emplace_back(ticket, *event);
+    return ticket;
   }
+  const absl::Status& status = event.status();
   gpu_error_.Update(absl::Status(
       status.code(),
       absl::StrCat("copy of ", bytes, " bytes to ", dst_device.ToString(), ": ",
@@ -88,8 +87,8 @@ absl::Status AsyncCopier::Wait(Ticket ticket) {
   while (!events_.empty() && events_.front().first <= ticket) {
     const CudaEvent event = events_.front().second;
     events_.pop_front();
-    gpu_error_.Update(CudaEventSynchronize(event));
-    CudaEventDestroy(event).IgnoreError();
+    gpu_error_.Update(gpu_->WaitEvent(event));
+    gpu_->ReleaseEvent(event);
   }
   return gpu_error_;
 }

@@ -34,6 +34,7 @@
 #include "tensor/copy_stream.h"
 #include "tensor/cuda_handles.h"
 #include "tensor/device.h"
+#include "tensor/gpu_memory_runtime.h"
 
 namespace chunkzero {
 
@@ -65,8 +66,10 @@ class AsyncCopier {
 
   const Device device_;
   Ticket issued_ = 0;  // Tickets are 1, 2, ...
-  // GPU: the stream and each pending ticket's event, oldest first.
+  // GPU: the stream, the event pool, and each pending ticket's event,
+  // oldest first.
   CudaStream stream_ = nullptr;
+  std::unique_ptr<CudaMemoryRuntime> gpu_;
   std::deque<std::pair<Ticket, CudaEvent>> events_;
   absl::Status gpu_error_;
   // Host-backed device: what the copy thread has done, and the thread

@@ -33,6 +33,15 @@ absl::Status SetDevice(int device_index) {
 
 }  // namespace
 
+ScopedCudaDevice::ScopedCudaDevice(int device_index) {
+  if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+  status_ = SetDevice(device_index);
+}
+
+ScopedCudaDevice::~ScopedCudaDevice() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
 bool BuiltWithCuda() { return true; }
 
 int CudaDeviceCount() {

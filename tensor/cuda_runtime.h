@@ -27,6 +27,24 @@ bool BuiltWithCuda();
 // Number of visible GPUs; 0 without CUDA or without a driver.
 int CudaDeviceCount();
 
+// Makes GPU `device_index` the calling thread's current GPU for the scope
+// and restores the previous one after, so that events, streams (the legacy
+// default stream above all) and kernels meet in one context whichever
+// thread calls. status() says whether the GPU could be selected
+// (Unimplemented without CUDA).
+class ScopedCudaDevice {
+ public:
+  explicit ScopedCudaDevice(int device_index);
+  ~ScopedCudaDevice();
+  ScopedCudaDevice(const ScopedCudaDevice&) = delete;
+  ScopedCudaDevice& operator=(const ScopedCudaDevice&) = delete;
+  const absl::Status& status() const { return status_; }
+
+ private:
+  int previous_ = -1;
+  absl::Status status_;
+};
+
 [[nodiscard]] absl::StatusOr<void*> CudaMalloc(int device_index, size_t bytes);
 [[nodiscard]] absl::Status CudaFree(int device_index, void* ptr);
 

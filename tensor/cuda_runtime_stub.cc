@@ -11,6 +11,11 @@ absl::Status NoCuda() {
 
 }  // namespace
 
+ScopedCudaDevice::ScopedCudaDevice(int) : status_(NoCuda()) {}
+ScopedCudaDevice::~ScopedCudaDevice() {
+  (void)previous_;  // No GPU was selected, so none is restored.
+}
+
 bool BuiltWithCuda() { return false; }
 int CudaDeviceCount() { return 0; }
 absl::StatusOr<void*> CudaMalloc(int, size_t) { return NoCuda(); }

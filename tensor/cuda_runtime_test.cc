@@ -32,6 +32,7 @@ TEST(CudaRuntime, EveryCallIsUnimplementedWithoutCuda) {
   EXPECT_EQ(CudaHostFree(nullptr).code(), unimplemented);
   EXPECT_EQ(CudaIsPinned(nullptr).status().code(), unimplemented);
   EXPECT_EQ(CudaMemGetInfo(0).status().code(), unimplemented);
+  EXPECT_EQ(ScopedCudaDevice(0).status().code(), unimplemented);
   PinnedHostAllocator pinned;
   EXPECT_EQ(pinned.Allocate(16).status().code(), unimplemented);
   CudaMemoryRuntime runtime(0);
@@ -148,6 +149,8 @@ TEST_F(CudaRuntimeOnGpu, MemoryInfoIsConsistent) {
 }
 
 TEST_F(CudaRuntimeOnGpu, BadDeviceIndexIsAnError) {
+  EXPECT_TRUE(ScopedCudaDevice(0).status().ok());
+  EXPECT_FALSE(ScopedCudaDevice(CudaDeviceCount()).status().ok());
   EXPECT_FALSE(CudaStreamCreate(CudaDeviceCount()).ok());
   EXPECT_FALSE(CudaMalloc(CudaDeviceCount(), 16).ok());
 }

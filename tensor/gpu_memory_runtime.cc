@@ -5,6 +5,7 @@
 namespace chunkzero {
 
 CudaMemoryRuntime::~CudaMemoryRuntime() {
+  const ScopedCudaDevice device(device_index_);
   MutexLock lock(&mu_);
   // A failure here means a broken CUDA context; the events die with it.
   for (CudaEvent event : idle_events_) CudaEventDestroy(event).IgnoreError();
@@ -19,6 +20,9 @@ absl::Status CudaMemoryRuntime::Free(void* ptr) {
 }
 
 absl::StatusOr<CudaEvent> CudaMemoryRuntime::RecordEvent(CudaStream stream) {
+  // Pooled events were made on this GPU; the (legacy) stream must be its.
+  const ScopedCudaDevice device(device_index_);
+  if (!device.status().ok()) return device.status();
   CudaEvent event = nullptr;
   {
     MutexLock lock(&mu_);
@@ -41,10 +45,12 @@ absl::StatusOr<CudaEvent> CudaMemoryRuntime::RecordEvent(CudaStream stream) {
 }
 
 absl::StatusOr<bool> CudaMemoryRuntime::EventDone(CudaEvent event) {
+  const ScopedCudaDevice device(device_index_);
   return CudaEventQuery(event);
 }
 
 absl::Status CudaMemoryRuntime::WaitEvent(CudaEvent event) {
+  const ScopedCudaDevice device(device_index_);
   return CudaEventSynchronize(event);
 }
 

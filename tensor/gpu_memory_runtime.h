@@ -48,7 +48,10 @@ class GpuMemoryRuntime {
 
 // The CUDA runtime's implementation for GPU `device_index`, with a pool of
 // events so that recording one costs no cudaEventCreate in the steady
-// state. In a build without CUDA every call fails with Unimplemented.
+// state. Each call selects the GPU and restores the caller's after
+// (ScopedCudaDevice). Also the event pool of the NCCL API and of
+// AsyncCopier. In a build without CUDA every call fails with
+// Unimplemented.
 class CudaMemoryRuntime final : public GpuMemoryRuntime {
  public:
   explicit CudaMemoryRuntime(int device_index) : device_index_(device_index) {}

@@ -1,14 +1,12 @@
 // The CUDA build of MakeCudaNcclApi (selected by --config=cuda).
-#include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <cstring>
-#include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "base/mutex.h"
 #include "comm/nccl/nccl_api.h"
+#include "tensor/cuda_runtime.h"
+#include "tensor/gpu_memory_runtime.h"
 
 namespace chunkzero {
 namespace comm {
@@ -26,12 +24,6 @@ absl::Status FromNccl(ncclResult_t result, absl::string_view what) {
           : absl::StatusCode::kInternal;
   return absl::Status(code, absl::StrCat(what, ": ", ncclGetErrorString(result),
                                          " (", ncclGetLastError(nullptr), ")"));
-}
-
-absl::Status FromCuda(cudaError_t error, absl::string_view what) {
-  if (error == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(what, ": ", cudaGetErrorString(error)));
 }
 
 ncclDataType_t NcclType(DType dtype) {
@@ -72,38 +64,11 @@ ncclComm_t Raw(NcclApi::Comm comm) {
   return reinterpret_cast<ncclComm_t>(comm);
 }
 cudaStream_t Raw(CudaStream s) { return reinterpret_cast<cudaStream_t>(s); }
-cudaEvent_t Raw(CudaEvent e) { return reinterpret_cast<cudaEvent_t>(e); }
-
-// Makes `device` current for the scope and restores the caller's device
-// after, so that events, streams and kernels meet in one context whatever
-// thread calls (the watchdog, a staging worker, the caller).
-class ScopedDevice {
- public:
-  explicit ScopedDevice(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    status_ = FromCuda(cudaSetDevice(device),
-                       absl::StrCat("cudaSetDevice(", device, ")"));
-  }
-  ~ScopedDevice() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-  const absl::Status& status() const { return status_; }
-
- private:
-  int previous_ = -1;
-  absl::Status status_;
-};
 
 class CudaNcclApi final : public NcclApi {
  public:
-  explicit CudaNcclApi(int device_index) : device_(device_index) {}
-  ~CudaNcclApi() override {
-    const ScopedDevice device(device_);
-    MutexLock lock(&mu_);
-    for (CudaEvent event : idle_events_) cudaEventDestroy(Raw(event));
-  }
+  explicit CudaNcclApi(int device_index)
+      : device_(device_index), memory_(device_index) {}
 
   absl::StatusOr<std::string> GetUniqueId() override {
     ncclUniqueId id;
@@ -121,7 +86,7 @@ class CudaNcclApi final : public NcclApi {
           absl::StrCat("NCCL unique id of ", unique_id.size(),
                        " bytes, expected ", NCCL_UNIQUE_ID_BYTES));
     }
-    const ScopedDevice device(device_);
+    const ScopedCudaDevice device(device_);
     if (!device.status().ok()) return device.status();
     ncclUniqueId id;
     std::memcpy(id.internal, unique_id.data(), NCCL_UNIQUE_ID_BYTES);
@@ -135,7 +100,7 @@ class CudaNcclApi final : public NcclApi {
   }
 
   absl::Status AsyncError(Comm comm) override {
-    const ScopedDevice device(device_);
+    const ScopedCudaDevice device(device_);
     ncclResult_t async = ncclSuccess;
     if (absl::Status s = FromNccl(ncclCommGetAsyncError(Raw(comm), &async),
                                   "ncclCommGetAsyncError");
@@ -146,29 +111,24 @@ class CudaNcclApi final : public NcclApi {
   }
 
   absl::Status Abort(Comm comm) override {
-    const ScopedDevice device(device_);
+    const ScopedCudaDevice device(device_);
     return FromNccl(ncclCommAbort(Raw(comm)), "ncclCommAbort");
   }
 
+  // Memory, streams and events: the CUDA runtime wrappers, and the event
+  // pool of CudaMemoryRuntime (each selects this API's GPU).
   absl::StatusOr<void*> Malloc(size_t bytes) override {
-    const ScopedDevice device(device_);
-    if (!device.status().ok()) return device.status();
-    void* ptr = nullptr;
-    if (absl::Status s = FromCuda(cudaMalloc(&ptr, bytes), "cudaMalloc");
-        !s.ok()) {
-      return s;
-    }
-    return ptr;
+    return memory_.Malloc(bytes);
   }
 
   void Free(void* ptr) override {
-    const ScopedDevice device(device_);
-    cudaFree(ptr);
+    // A failure means a broken context: nothing left to do with the error.
+    memory_.Free(ptr).IgnoreError();
   }
 
   absl::Status Enqueue(Comm comm, const NcclCall& call,
                        CudaStream stream) override {
-    const ScopedDevice device(device_);
+    const ScopedCudaDevice device(device_);
     if (!device.status().ok()) return device.status();
     const ncclDataType_t type = NcclType(call.dtype);
     const ncclRedOp_t op = NcclOp(call.op);
@@ -200,91 +160,42 @@ class CudaNcclApi final : public NcclApi {
   }
 
   absl::StatusOr<CudaStream> CreateStream() override {
-    const ScopedDevice device(device_);
-    if (!device.status().ok()) return device.status();
-    cudaStream_t stream = nullptr;
-    if (absl::Status s =
-            FromCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                     "cudaStreamCreateWithFlags");
-        !s.ok()) {
-      return s;
-    }
-    return reinterpret_cast<CudaStream>(stream);
+    const ScopedCudaDevice device(device_);
+    return CudaStreamCreate(device_);
   }
 
   void DestroyStream(CudaStream stream) override {
-    const ScopedDevice device(device_);
-    cudaStreamDestroy(Raw(stream));
+    const ScopedCudaDevice device(device_);
+    CudaStreamDestroy(stream).IgnoreError();  // As Free.
   }
 
   absl::Status StreamWaitStream(CudaStream stream, CudaStream after) override {
-    const ScopedDevice device(device_);
     absl::StatusOr<CudaEvent> event = RecordEvent(after);
     if (!event.ok()) return event.status();
-    const absl::Status status =
-        FromCuda(cudaStreamWaitEvent(Raw(stream), Raw(*event), 0),
-                 "cudaStreamWaitEvent");
+    const absl::Status status = StreamWaitEvent(stream, *event);
     ReleaseEvent(*event);  // The wait holds on to what it needs.
     return status;
   }
 
   absl::Status StreamWaitEvent(CudaStream stream, CudaEvent event) override {
-    const ScopedDevice device(device_);
+    const ScopedCudaDevice device(device_);
     if (!device.status().ok()) return device.status();
-    return FromCuda(cudaStreamWaitEvent(Raw(stream), Raw(event), 0),
-                    "cudaStreamWaitEvent");
+    return CudaStreamWaitEvent(stream, event);
   }
 
   absl::StatusOr<CudaEvent> RecordEvent(CudaStream stream) override {
-    const ScopedDevice device(device_);
-    if (!device.status().ok()) return device.status();
-    CudaEvent event = nullptr;
-    {
-      MutexLock lock(&mu_);
-      if (!idle_events_.empty()) {
-        event = idle_events_.back();
-        idle_events_.pop_back();
-      }
-    }
-    if (event == nullptr) {
-      cudaEvent_t raw = nullptr;
-      if (absl::Status s =
-              FromCuda(cudaEventCreateWithFlags(&raw, cudaEventDisableTiming),
-                       "cudaEventCreateWithFlags");
-          !s.ok()) {
-        return s;
-      }
-      event = reinterpret_cast<CudaEvent>(raw);
-    }
-    if (absl::Status s = FromCuda(cudaEventRecord(Raw(event), Raw(stream)),
-                                  "cudaEventRecord");
-        !s.ok()) {
-      ReleaseEvent(event);
-      return s;
-    }
-    return event;
+    return memory_.RecordEvent(stream);
   }
 
   absl::StatusOr<bool> EventDone(CudaEvent event) override {
-    const ScopedDevice device(device_);
-    const cudaError_t error = cudaEventQuery(Raw(event));
-    if (error == cudaSuccess) return true;
-    if (error == cudaErrorNotReady) {
-      cudaGetLastError();  // Not sticky; clear it.
-      return false;
-    }
-    return FromCuda(error, "cudaEventQuery");
+    return memory_.EventDone(event);
   }
 
-  void ReleaseEvent(CudaEvent event) override {
-    MutexLock lock(&mu_);
-    idle_events_.push_back(event);
-  }
+  void ReleaseEvent(CudaEvent event) override { memory_.ReleaseEvent(event); }
 
  private:
   const int device_;
-  Mutex mu_;
-  std::vector<CudaEvent> idle_events_ ABSL_GUARDED_BY(mu_);
+  CudaMemoryRuntime memory_;
 };
 
 }  // namespace
