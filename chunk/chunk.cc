@@ -340,8 +340,17 @@ void Chunk::DropPayload() {
 
 absl::Status Chunk::Access() {
   CZ_ASSIGN_OR_RETURN(std::unique_ptr<comm::Work> work, StartAccess());
-  CZ_RETURN_IF_ERROR(work->Wait(), "accessing chunk ", name_);
+  CZ_RETURN_IF_ERROR(WaitBeforeCompute(*work), "accessing chunk ", name_);
   return absl::OkStatus();
+}
+
+bool Chunk::ComputeWaitsOnStream() const {
+  return device_ != Device::Cpu() && rest_device_ == device_;
+}
+
+absl::Status Chunk::WaitBeforeCompute(comm::Work& work) const {
+  if (ComputeWaitsOnStream()) return work.WaitOnStream(kComputeStream);
+  return work.Wait();
 }
 
 absl::Status Chunk::StateError(absl::string_view operation,
@@ -450,7 +459,7 @@ absl::Status Chunk::Reduce(comm::ReduceOp op) {
       break;
     }
   }
-  CZ_RETURN_IF_ERROR(work->Wait(), "reducing chunk ", name_);
+  CZ_RETURN_IF_ERROR(WaitBeforeCompute(*work), "reducing chunk ", name_);
   accessed_ = false;
   if (is_holder()) {
     // The reduced grads rest where the parameters do, for the optimizer.

@@ -184,8 +184,23 @@ class Chunk {
   // returns a completed Work and issues nothing. FailedPrecondition before
   // Close.
   [[nodiscard]] absl::StatusOr<std::unique_ptr<comm::Work>> StartAccess();
-  // StartAccess, then wait.
+  // StartAccess, then WaitBeforeCompute.
   [[nodiscard]] absl::Status Access();
+
+  // Orders this rank's use of the chunk after `work`, one of its
+  // collectives (StartAccess's). A chunk that computes and rests on one
+  // device other than the CPU (a GPU, or the simulated device standing in
+  // for one) asks for Work::WaitOnStream(kComputeStream): on NCCL the
+  // compute stream (the legacy default stream, where chunkzero's kernels,
+  // copies and frees run) waits for the collective's event and the host
+  // runs on; host backends wait on the host. Anywhere else the host waits,
+  // because it reads the result itself (a shard resting on the host, a
+  // holder's buffer going back to it). A stream wait returns the
+  // collective's error only when it is already known; a later one fails
+  // the backend's next collective (NCCL aborts the group).
+  [[nodiscard]] absl::Status WaitBeforeCompute(comm::Work& work) const;
+  // True when WaitBeforeCompute leaves the waiting to the GPU.
+  bool ComputeWaitsOnStream() const;
 
   // Allocates the full buffer filled with zeros, without any collective:
   // for a rank that must join the reduction of grads it never computed
@@ -201,8 +216,9 @@ class Chunk {
 
   // Reduces the grads held in the chunk across ranks: all-reduce
   // (replicated), reduce to the owner (owner), reduce-scatter into the
-  // shard (sharded); then releases. Tensors become HOLD where the payload
-  // stays, FREE elsewhere. Requires CanReduce() and a materialised chunk.
+  // shard (sharded), waited for as WaitBeforeCompute does; then releases.
+  // Tensors become HOLD where the payload stays, FREE elsewhere. Requires
+  // CanReduce() and a materialised chunk.
   [[nodiscard]] absl::Status Reduce(comm::ReduceOp op = comm::ReduceOp::kSum);
 
   // Moves the payload to `device`, which becomes where the chunk computes
@@ -221,8 +237,9 @@ class Chunk {
   // device(), its payload taken from the full buffer already there rather
   // than copied from the host: a holder's buffer simply stays; a sharded
   // rank's shard is refilled from its part of the full buffer. No
-  // host-device copy. REQUIRES the access's collective to have completed
-  // (as Release does). FailedPrecondition when not accessed.
+  // host-device copy. REQUIRES the access's collective to have been waited
+  // for (WaitBeforeCompute), as Release does. FailedPrecondition when not
+  // accessed.
   [[nodiscard]] absl::Status RestWhereItComputes();
 
   // Moves tensor `i` to state `to` (tensor_state.h).

@@ -356,7 +356,8 @@ absl::StatusOr<std::unique_ptr<comm::Work>> ChunkManager::StartAccessChunk(
 absl::Status ChunkManager::AccessChunk(Chunk* chunk) {
   CZ_ASSIGN_OR_RETURN(std::unique_ptr<comm::Work> work,
                       StartAccessChunk(chunk));
-  CZ_RETURN_IF_ERROR(work->Wait(), "accessing chunk ", chunk->name());
+  CZ_RETURN_IF_ERROR(chunk->WaitBeforeCompute(*work), "accessing chunk ",
+                     chunk->name());
   return absl::OkStatus();
 }
 

@@ -2,10 +2,12 @@
 
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "base/mutex.h"
 #include "base/status_macros.h"
+#include "comm/testing/mock_process_group.h"
 #include "comm/testing/spawn_ranks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -17,11 +19,19 @@ namespace chunkzero {
 namespace {
 
 using ::chunkzero::comm_testing::AllRanksOk;
+using ::chunkzero::comm_testing::MockProcessGroup;
+using ::chunkzero::comm_testing::MockWork;
 using ::chunkzero::comm_testing::SpawnRanks;
+using ::testing::_;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
+using ::testing::InSequence;
+using ::testing::NiceMock;
+using ::testing::Return;
+using ::testing::StrictMock;
 
+constexpr Device kSim = Device::Simulated(0);
 constexpr ChunkLayout kLayouts[] = {ChunkLayout::kReplicated,
                                     ChunkLayout::kOwner, ChunkLayout::kSharded};
 
@@ -789,6 +799,77 @@ TEST(Chunk, HasInfOrNanLooksAtThisRanksPayload) {
         EXPECT_TRUE(*chunk->HasInfOrNan());
         return absl::OkStatus();
       })));
+}
+
+// A Work that expects exactly one wait: on the compute stream, or on the
+// host.
+std::unique_ptr<comm::Work> ExpectWait(bool on_stream,
+                                       absl::Status status = {}) {
+  auto work = std::make_unique<StrictMock<MockWork>>();
+  if (on_stream) {
+    EXPECT_CALL(*work, DoWaitOnStream(kComputeStream)).WillOnce(Return(status));
+  } else {
+    EXPECT_CALL(*work, DoWait(absl::InfiniteFuture())).WillOnce(Return(status));
+  }
+  return work;
+}
+
+// A chunk that computes and rests on one device other than the CPU leaves
+// the waiting for its all-gather and reduce-scatter to that device's
+// compute stream; the host waits where it reads the result itself.
+TEST(Chunk, ComputeWaitsForCollectivesOnTheStreamWhereThePayloadStays) {
+  struct Case {
+    Device device;
+    std::optional<Device> rest;
+    bool on_stream;
+  };
+  for (const Case& c :
+       {Case{kSim, std::nullopt, true}, Case{kSim, Device::Cpu(), false},
+        Case{Device::Cpu(), std::nullopt, false}}) {
+    SCOPED_TRACE(c.device.ToString() + (c.rest ? " resting on cpu" : ""));
+    NiceMock<MockProcessGroup> group(/*rank=*/0, /*size=*/2);
+    ChunkOptions o = Options(ChunkLayout::kSharded, 8);
+    o.device = c.device;
+    o.rest_device = c.rest;
+    std::unique_ptr<Chunk> chunk = *Chunk::Create(o, &group);
+    ASSERT_TRUE(chunk->Append("w", *Tensor::FromFloats({1, 2}, {2})).ok());
+    ASSERT_TRUE(chunk->Close().ok());
+    EXPECT_EQ(chunk->ComputeWaitsOnStream(), c.on_stream);
+    {
+      InSequence in_order;
+      EXPECT_CALL(group, DoAllGather(_, _, _)).WillOnce([&](auto&&...) {
+        return ExpectWait(c.on_stream);
+      });
+      EXPECT_CALL(group, DoReduceScatter(_, _, _)).WillOnce([&](auto&&...) {
+        return ExpectWait(c.on_stream);
+      });
+    }
+    ASSERT_TRUE(chunk->Access().ok());
+    ASSERT_TRUE(chunk->SetTensorState(0, TensorState::kCompute).ok());
+    ASSERT_TRUE(chunk->SetTensorState(0, TensorState::kReadyForReduce).ok());
+    ASSERT_TRUE(chunk->Reduce().ok());
+    EXPECT_FALSE(chunk->is_materialised());
+    EXPECT_EQ(States(*chunk), std::vector<TensorState>{TensorState::kFree});
+  }
+}
+
+// A collective whose failure is already known when the stream is asked to
+// wait fails the access, naming the chunk, and leaves the chunk accessed
+// (as a failed host wait does) so that the caller can release it.
+TEST(Chunk, AStreamWaitReportsAFailureItAlreadyKnows) {
+  NiceMock<MockProcessGroup> group(/*rank=*/1, /*size=*/2);
+  ChunkOptions o = Options(ChunkLayout::kSharded, 8);
+  o.device = kSim;
+  std::unique_ptr<Chunk> chunk = *Chunk::Create(o, &group);
+  ASSERT_TRUE(chunk->Close().ok());
+  EXPECT_CALL(group, DoAllGather(_, _, _)).WillOnce([](auto&&...) {
+    return ExpectWait(/*on_stream=*/true,
+                      absl::AbortedError("NCCL communicator aborted"));
+  });
+  const absl::Status status = chunk->Access();
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(status.message(), HasSubstr("accessing chunk fp16_param#3"));
+  EXPECT_TRUE(chunk->is_accessed());
 }
 
 // Materialising a chunk again must not reach the system allocator: the

@@ -54,39 +54,42 @@ CollectiveStats RecordingSnapshot::Total() const {
 
 namespace {
 
-// A Work that adds the time its caller spends blocked in Wait to `blocked`
-// (nanoseconds). Shares the counter, so it may outlive the group.
+// A Work that adds the time its caller spends blocked in its waits to the
+// group's counters, and counts the waits by kind. (A template, so that it
+// need not name the group's private counters type.)
+template <typename Counters>
 class TimedWork final : public Work {
  public:
-  TimedWork(std::unique_ptr<Work> inner,
-            std::shared_ptr<std::atomic<int64_t>> blocked)
-      : inner_(std::move(inner)), blocked_(std::move(blocked)) {}
+  TimedWork(std::unique_ptr<Work> inner, std::shared_ptr<Counters> counters)
+      : inner_(std::move(inner)), counters_(std::move(counters)) {}
   bool IsCompleted() override { return inner_->IsCompleted(); }
   absl::Status DoWait(absl::Time deadline) override {
+    ++counters_->host_waits;
     const absl::Time start = absl::Now();
     absl::Status status = inner_->Wait(deadline);
-    *blocked_ += absl::ToInt64Nanoseconds(absl::Now() - start);
+    counters_->blocked_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
     return status;
   }
   // The inner backend decides whether the host blocks; time it either way.
   absl::Status DoWaitOnStream(CudaStream stream) override {
+    ++counters_->stream_waits;
     const absl::Time start = absl::Now();
     absl::Status status = inner_->WaitOnStream(stream);
-    *blocked_ += absl::ToInt64Nanoseconds(absl::Now() - start);
+    counters_->blocked_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
     return status;
   }
 
  private:
   std::unique_ptr<Work> inner_;
-  std::shared_ptr<std::atomic<int64_t>> blocked_;
+  std::shared_ptr<Counters> counters_;
 };
 
 }  // namespace
 
 std::unique_ptr<Work> RecordingProcessGroup::Timed(absl::Time issued,
                                                    std::unique_ptr<Work> work) {
-  *blocked_ += absl::ToInt64Nanoseconds(absl::Now() - issued);
-  return std::make_unique<TimedWork>(std::move(work), blocked_);
+  waits_->blocked_ns += absl::ToInt64Nanoseconds(absl::Now() - issued);
+  return std::make_unique<TimedWork<WaitCounters>>(std::move(work), waits_);
 }
 
 RecordingProcessGroup::RecordingProcessGroup(ProcessGroup& inner,
@@ -110,7 +113,9 @@ RecordingSnapshot RecordingProcessGroup::SnapshotLocked() const {
   RecordingSnapshot snapshot;
   snapshot.calls = calls_;
   snapshot.calls_not_logged = calls_not_logged_;
-  snapshot.blocked = absl::Nanoseconds(blocked_->load());
+  snapshot.blocked = absl::Nanoseconds(waits_->blocked_ns.load());
+  snapshot.host_waits = waits_->host_waits.load();
+  snapshot.stream_waits = waits_->stream_waits.load();
   for (int k = 0; k < kNumCollectiveKinds; ++k) {
     CollectiveStats& s = snapshot.per_kind[k];
     s.calls = counts_[k];
@@ -132,7 +137,7 @@ void RecordingProcessGroup::Reset() {
   calls_not_logged_ = 0;
   counts_ = {};
   payload_bytes_ = {};
-  *blocked_ = 0;
+  waits_->Reset();
 }
 
 RecordingSnapshot RecordingProcessGroup::SnapshotAndReset() {
@@ -142,7 +147,7 @@ RecordingSnapshot RecordingProcessGroup::SnapshotAndReset() {
   calls_not_logged_ = 0;
   counts_ = {};
   payload_bytes_ = {};
-  *blocked_ = 0;
+  waits_->Reset();
   return snapshot;
 }
 

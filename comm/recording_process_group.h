@@ -67,6 +67,11 @@ struct RecordingSnapshot {
   // Time this rank's callers spent inside the collective calls and blocked
   // in their Works' Wait (the train tool's comm_wait).
   absl::Duration blocked;
+  // Waits asked of the Works handed out: on the host (Wait) and by ordering
+  // a CUDA stream after the collective (WaitOnStream), whatever the backend
+  // then does.
+  int64_t host_waits = 0;
+  int64_t stream_waits = 0;
 
   const CollectiveStats& operator[](CollectiveKind kind) const {
     return per_kind[static_cast<int>(kind)];
@@ -116,16 +121,27 @@ class RecordingProcessGroup final : public ProcessGroup {
   void Record(const CollectiveCall& call) ABSL_LOCKS_EXCLUDED(mu_);
   RecordingSnapshot SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Adds the time since `issued` to blocked_ and wraps `work` so that its
-  // Wait adds to it too.
+  // Adds the time since `issued` to the blocked time and wraps `work` so
+  // that its waits are timed and counted too.
   [[nodiscard]] std::unique_ptr<Work> Timed(absl::Time issued,
                                             std::unique_ptr<Work> work);
 
+  // Time blocked and waits counted; shared with the Works handed out, which
+  // may outlive the group.
+  struct WaitCounters {
+    std::atomic<int64_t> blocked_ns{0};
+    std::atomic<int64_t> host_waits{0};
+    std::atomic<int64_t> stream_waits{0};
+    void Reset() {
+      blocked_ns = 0;
+      host_waits = 0;
+      stream_waits = 0;
+    }
+  };
+
   ProcessGroup& inner_;
   const size_t max_logged_calls_;
-  // Nanoseconds blocked; shared with the Works handed out.
-  std::shared_ptr<std::atomic<int64_t>> blocked_ =
-      std::make_shared<std::atomic<int64_t>>(0);
+  const std::shared_ptr<WaitCounters> waits_ = std::make_shared<WaitCounters>();
   mutable Mutex mu_;
   std::vector<CollectiveCall> calls_ ABSL_GUARDED_BY(mu_);
   int64_t calls_not_logged_ ABSL_GUARDED_BY(mu_) = 0;

@@ -151,6 +151,7 @@ TEST(RecordingProcessGroup, MeasuresTimeBlockedInCollectives) {
 // host) and is timed like Wait.
 TEST(RecordingProcessGroup, ForwardsAndTimesWaitOnStream) {
   std::vector<absl::Duration> blocked(2);
+  std::vector<RecordingSnapshot> snapshots(2);
   EXPECT_TRUE(AllRanksOk(SpawnRanks(2, [&](ProcessGroup& g) -> absl::Status {
     RecordingProcessGroup rec(g);
     std::vector<float> x = {1.0f + g.rank()};
@@ -159,9 +160,21 @@ TEST(RecordingProcessGroup, ForwardsAndTimesWaitOnStream) {
     CZ_RETURN_IF_ERROR(work->WaitOnStream(nullptr));
     if (x[0] != 3.0f) return absl::InternalError("not reduced");
     blocked[g.rank()] = rec.Snapshot().blocked;
+    // Two host waits on a second collective; the reset clears the counts.
+    std::unique_ptr<Work> again = rec.AllReduce(MutableBuffer::Of(x), {});
+    CZ_RETURN_IF_ERROR(again->Wait());
+    CZ_RETURN_IF_ERROR(again->Wait(absl::InfiniteFuture()));
+    snapshots[g.rank()] = rec.SnapshotAndReset();
+    if (rec.Snapshot().host_waits != 0 || rec.Snapshot().stream_waits != 0) {
+      return absl::InternalError("waits survived the reset");
+    }
     return absl::OkStatus();
   })));
   EXPECT_GE(blocked[0], absl::Milliseconds(90));
+  for (const RecordingSnapshot& s : snapshots) {
+    EXPECT_EQ(s.stream_waits, 1);
+    EXPECT_EQ(s.host_waits, 2);
+  }
 }
 
 TEST(RecordingProcessGroup, LogIsBoundedButCountersKeepCounting) {

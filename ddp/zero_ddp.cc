@@ -29,7 +29,7 @@ absl::Status ZeroDdp::Use(absl::Span<Parameter* const> params) {
     if (auto it = prefetching_.find(chunk); it != prefetching_.end()) {
       // Prefetched: a hit if the gather is already done.
       if (it->second->IsCompleted()) ++counters_.prefetch_hits;
-      absl::Status done = it->second->Wait();
+      absl::Status done = chunk->WaitBeforeCompute(*it->second);
       prefetching_.erase(it);
       CZ_RETURN_IF_ERROR(done, "prefetching chunk ", chunk->name());
     } else if (!chunk->is_accessed()) {
@@ -155,17 +155,17 @@ absl::Status ZeroDdp::FirstStepRound(absl::Span<Parameter* const> params,
   // Every rank had the same chunks materialised before the round and makes
   // the same decisions from the same flags, so they stay in step.
   CZ_RETURN_IF_ERROR(chunks_->ReleaseAccessedExcept(needed).status());
-  std::vector<std::unique_ptr<comm::Work>> gathers;
+  std::vector<std::pair<Chunk*, std::unique_ptr<comm::Work>>> gathers;
   for (Chunk* chunk : needed) {
     if (chunk->is_accessed()) continue;
     ++counters_.chunk_accesses;
     CZ_ASSIGN_OR_RETURN(std::unique_ptr<comm::Work> work,
                         chunks_->StartAccessChunk(chunk));
-    gathers.push_back(std::move(work));
+    gathers.emplace_back(chunk, std::move(work));
   }
   absl::Status status = absl::OkStatus();
-  for (auto& work : gathers) {
-    absl::Status done_gathering = work->Wait();
+  for (auto& [chunk, work] : gathers) {
+    absl::Status done_gathering = chunk->WaitBeforeCompute(*work);
     if (status.ok() && !done_gathering.ok()) status = done_gathering;
   }
   return status;

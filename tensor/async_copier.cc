@@ -62,7 +62,8 @@ absl::StatusOr<AsyncCopier::Ticket> AsyncCopier::Copy(void* dst,
     });
     return ticket;
   }
-  const absl::Status copied = CudaMemcpyAsync(dst, src, bytes, stream_);
+  absl::Status copied = OrderAfterComputeStream();
+  if (copied.ok()) copied = CudaMemcpyAsync(dst, src, bytes, stream_);
   absl::StatusOr<CudaEvent> event = copied.ok()
                                         ? gpu_->RecordEvent(stream_)
                                         : absl::StatusOr<CudaEvent>(copied);
@@ -76,6 +77,15 @@ absl::StatusOr<AsyncCopier::Ticket> AsyncCopier::Copy(void* dst,
       absl::StrCat("copy of ", bytes, " bytes to ", dst_device.ToString(), ": ",
                    status.message())));
   return ticket;  // Its Wait reports the error.
+}
+
+absl::Status AsyncCopier::OrderAfterComputeStream() {
+  absl::StatusOr<CudaEvent> computed = gpu_->RecordEvent(kComputeStream);
+  if (!computed.ok()) return computed.status();
+  const absl::Status waiting = CudaStreamWaitEvent(stream_, *computed);
+  // The wait has captured the event's work; the event may be reused.
+  gpu_->ReleaseEvent(*computed);
+  return waiting;
 }
 
 absl::Status AsyncCopier::Wait(Ticket ticket) {

@@ -10,10 +10,13 @@
 //   CZ_RETURN_IF_ERROR(copier->Wait(in));   // `host` now holds the bytes
 //
 // On a GPU the copies run on a CUDA stream of the copier's own (events mark
-// the tickets), asynchronous when the host side is pinned memory; between
-// host-backed devices (the simulated one) they run on a copy thread
-// (tensor/copy_stream.h). The caller keeps both buffers valid and
-// untouched until the copy's ticket has been waited for.
+// the tickets), asynchronous when the host side is pinned memory. Each copy
+// is ordered after the work already enqueued on the compute stream (the
+// legacy default stream, where chunkzero's kernels run and its collectives
+// are waited for), so it reads what that work wrote without the host
+// waiting. Between host-backed devices (the simulated one) the copies run
+// on a copy thread (tensor/copy_stream.h). The caller keeps both buffers
+// valid and untouched until the copy's ticket has been waited for.
 //
 // Errors: Copy refuses a pair that is not the host and the copier's device
 // (InvalidArgument); a failed copy's error is returned by the Wait of its
@@ -63,6 +66,8 @@ class AsyncCopier {
 
  private:
   explicit AsyncCopier(Device device) : device_(device) {}
+  // Makes stream_ wait for what the legacy default stream has enqueued.
+  absl::Status OrderAfterComputeStream();
 
   const Device device_;
   Ticket issued_ = 0;  // Tickets are 1, 2, ...

@@ -103,5 +103,33 @@ TEST(AsyncCopier, RoundTripThroughAGpu) {
   pinned.Deallocate(back, kBytes);
 }
 
+// A copy from the GPU issued right after the compute stream was given work
+// on the same bytes sees that work's result, with no host wait between.
+TEST(AsyncCopier, CopiesWaitForTheComputeStream) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no GPU visible";
+  constexpr size_t kBytes = 256 << 20;  // Long enough to race with.
+  PinnedHostAllocator pinned;
+  auto* ones = static_cast<uint8_t*>(*pinned.Allocate(kBytes));
+  auto* back = static_cast<uint8_t*>(*pinned.Allocate(kBytes));
+  std::memset(ones, 1, kBytes);
+  std::memset(back, 0, kBytes);
+  void* gpu = *CudaMalloc(0, kBytes);
+  std::vector<uint8_t> zeros(kBytes, 0);
+  ASSERT_TRUE(CudaMemcpy(gpu, zeros.data(), kBytes).ok());
+  std::unique_ptr<AsyncCopier> copier = *AsyncCopier::Create(Device::Cuda(0));
+  // The compute stream fills the buffer; the copier reads it back.
+  ASSERT_TRUE(CudaMemcpyAsync(gpu, ones, kBytes, /*stream=*/nullptr).ok());
+  absl::StatusOr<AsyncCopier::Ticket> out =
+      copier->Copy(back, Device::Cpu(), gpu, Device::Cuda(0), kBytes);
+  ASSERT_TRUE(out.ok());
+  ASSERT_TRUE(copier->Wait(*out).ok());
+  EXPECT_EQ(back[0], 1);
+  EXPECT_EQ(back[kBytes - 1], 1);
+  EXPECT_EQ(std::memcmp(ones, back, kBytes), 0);
+  EXPECT_TRUE(CudaFree(0, gpu).ok());
+  pinned.Deallocate(ones, kBytes);
+  pinned.Deallocate(back, kBytes);
+}
+
 }  // namespace
 }  // namespace chunkzero

@@ -15,6 +15,12 @@ struct CudaEventOpaque;
 using CudaStream = CudaStreamOpaque*;
 using CudaEvent = CudaEventOpaque*;
 
+// The stream chunkzero computes on: the legacy default stream. Its kernels,
+// cudaMemcpy and the GPU allocator's default pool are on it; the
+// collectives' and the copiers' own streams are ordered against it with
+// events (comm/nccl, tensor/async_copier.h).
+inline constexpr CudaStream kComputeStream = nullptr;
+
 }  // namespace chunkzero
 
 #endif  // CHUNKZERO_TENSOR_CUDA_HANDLES_H_

@@ -662,51 +662,66 @@ TEST(ZeroDdp, StateDictGathersAndLoads) {
 // Prefetching changes when chunks are gathered, never what is computed or
 // how much is sent: grads are bit-identical for max_prefetch 0, 1 and 3,
 // every step gathers each of the 3 chunks once in forward and once in
-// backward, and prefetches are counted.
+// backward, and prefetches are counted. On a device other than the CPU
+// (sim:0 standing in for a GPU) every gather and reduce-scatter is waited
+// for on the compute stream, prefetched or not; on the CPU, on the host.
 TEST(ZeroDdp, PrefetchKeepsResultsAndTraffic) {
   std::map<int, std::map<std::string, std::vector<float>>> grads;
   for (int prefetch : {0, 1, 3}) {
-    SCOPED_TRACE(testing::Message() << "max_prefetch " << prefetch);
-    Mutex mu;
-    EXPECT_TRUE(
-        AllRanksOk(SpawnRanks(2, [&](comm::ProcessGroup& g) -> absl::Status {
-          comm::RecordingProcessGroup recorder(g);
-          std::unique_ptr<TestModel> model =
-              MakeTestModel(TestModelKind::kMlp, 1);
-          ChunkManagerOptions options;
-          options.chunk_size = 32;  // [fc1.w] [fc1.b fc2.w] [fc2.b]
-          ChunkManager chunks(&recorder, options);
-          ZeroDdpOptions ddp_options;
-          ddp_options.max_prefetch = prefetch;
-          CZ_ASSIGN_OR_RETURN(
-              std::unique_ptr<ZeroDdp> ddp,
-              ZeroDdp::Create(model.get(), &chunks, ddp_options));
-          const Batch batch = MakeBatch(*model, 2, 5 + g.rank());
-          for (int step = 0; step < 3; ++step) {
-            recorder.Reset();
-            CZ_RETURN_IF_ERROR(model->Forward(*ddp, batch, g.rank()).status());
-            CZ_RETURN_IF_ERROR(model->Backward(*ddp));
-            CZ_RETURN_IF_ERROR(ddp->FinishBackward());
-            if (step < 2) CZ_RETURN_IF_ERROR(ddp->RestoreParamsFromMasters());
-          }
-          EXPECT_EQ(chunks.num_chunks("f16_param"), 3);
-          const StepCounters& c = ddp->last_step_counters();
-          EXPECT_EQ(c.chunk_accesses, 6);
-          EXPECT_EQ(c.prefetches > 0, prefetch > 0);
-          EXPECT_LE(c.prefetch_hits, c.prefetches);
-          EXPECT_EQ(recorder.Snapshot()[comm::CollectiveKind::kAllGather].calls,
-                    6);
-          EXPECT_EQ(
-              recorder.Snapshot()[comm::CollectiveKind::kReduceScatter].calls,
-              3);
-          MutexLock lock(&mu);
-          for (Parameter* p : model->Parameters()) {
-            std::vector<float>& slot =
-                grads[prefetch][absl::StrCat(p->name(), "@", g.rank())];
-            slot = *p->grad().ToFloats();
-          }
-          return absl::OkStatus();
-        })));
+    for (Device device : {Device::Cpu(), Device::Simulated(0)}) {
+      SCOPED_TRACE(testing::Message() << "max_prefetch " << prefetch << " on "
+                                      << device.ToString());
+      Mutex mu;
+      EXPECT_TRUE(
+          AllRanksOk(SpawnRanks(2, [&](comm::ProcessGroup& g) -> absl::Status {
+            comm::RecordingProcessGroup recorder(g);
+            std::unique_ptr<TestModel> model =
+                MakeTestModel(TestModelKind::kMlp, 1);
+            ChunkManagerOptions options;
+            options.chunk_size = 32;  // [fc1.w] [fc1.b fc2.w] [fc2.b]
+            options.device = device;
+            ChunkManager chunks(&recorder, options);
+            ZeroDdpOptions ddp_options;
+            ddp_options.max_prefetch = prefetch;
+            CZ_ASSIGN_OR_RETURN(
+                std::unique_ptr<ZeroDdp> ddp,
+                ZeroDdp::Create(model.get(), &chunks, ddp_options));
+            const Batch batch = MakeBatch(*model, 2, 5 + g.rank());
+            for (int step = 0; step < 3; ++step) {
+              recorder.Reset();
+              CZ_RETURN_IF_ERROR(
+                  model->Forward(*ddp, batch, g.rank()).status());
+              CZ_RETURN_IF_ERROR(model->Backward(*ddp));
+              CZ_RETURN_IF_ERROR(ddp->FinishBackward());
+              if (step < 2) CZ_RETURN_IF_ERROR(ddp->RestoreParamsFromMasters());
+            }
+            EXPECT_EQ(chunks.num_chunks("f16_param"), 3);
+            const StepCounters& c = ddp->last_step_counters();
+            EXPECT_EQ(c.chunk_accesses, 6);
+            EXPECT_EQ(c.prefetches > 0, prefetch > 0);
+            EXPECT_LE(c.prefetch_hits, c.prefetches);
+            EXPECT_EQ(
+                recorder.Snapshot()[comm::CollectiveKind::kAllGather].calls, 6);
+            EXPECT_EQ(
+                recorder.Snapshot()[comm::CollectiveKind::kReduceScatter].calls,
+                3);
+            // The step's other collective (the all-reduce agreeing on unused
+            // parameters) is read by the host, so waited for there.
+            const comm::RecordingSnapshot s = recorder.Snapshot();
+            EXPECT_EQ(s[comm::CollectiveKind::kAllReduce].calls, 1);
+            EXPECT_EQ(s.Total().calls, 10);
+            const bool on_stream = device != Device::Cpu();
+            EXPECT_EQ(s.stream_waits, on_stream ? 9 : 0);
+            EXPECT_EQ(s.host_waits, on_stream ? 1 : 10);
+            MutexLock lock(&mu);
+            for (Parameter* p : model->Parameters()) {
+              std::vector<float>& slot = grads[prefetch][absl::StrCat(
+                  p->name(), "@", g.rank(), "@", device.ToString())];
+              slot = *p->grad().ToFloats();
+            }
+            return absl::OkStatus();
+          })));
+    }
   }
   EXPECT_EQ(grads[1], grads[0]);
   EXPECT_EQ(grads[3], grads[0]);

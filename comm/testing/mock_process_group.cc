@@ -19,5 +19,11 @@ MockProcessGroup::MockProcessGroup(int rank, int size)
   ON_CALL(*this, DoBarrier(_)).WillByDefault(ReturnWork(absl::OkStatus()));
 }
 
+MockWork::MockWork() {
+  ON_CALL(*this, IsCompleted()).WillByDefault(Return(true));
+  ON_CALL(*this, DoWait(_)).WillByDefault(Return(absl::OkStatus()));
+  ON_CALL(*this, DoWaitOnStream(_)).WillByDefault(Return(absl::OkStatus()));
+}
+
 }  // namespace comm_testing
 }  // namespace chunkzero

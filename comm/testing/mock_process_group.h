@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "comm/process_group.h"
 #include "gmock/gmock.h"
+#include "tensor/cuda_handles.h"
 
 namespace chunkzero {
 namespace comm_testing {
@@ -57,6 +58,22 @@ class MockProcessGroup : public comm::ProcessGroup {
  private:
   const int rank_;
   const int size_;
+};
+
+// A GoogleMock Work, for tests of how a component waits for a collective
+// (on the host, or by ordering a CUDA stream after it):
+//
+//   auto work = std::make_unique<::testing::StrictMock<MockWork>>();
+//   EXPECT_CALL(*work, DoWaitOnStream(kComputeStream));
+//
+// Defaults (ON_CALL): completed, and both waits return OK.
+class MockWork : public comm::Work {
+ public:
+  MockWork();
+
+  MOCK_METHOD(bool, IsCompleted, (), (override));
+  MOCK_METHOD(absl::Status, DoWait, (absl::Time deadline), (override));
+  MOCK_METHOD(absl::Status, DoWaitOnStream, (CudaStream stream), (override));
 };
 
 // Action: return an already-completed comm::Work with `status`.

@@ -60,6 +60,29 @@ TEST(MockProcessGroup, InjectsErrors) {
             absl::StatusCode::kUnavailable);
 }
 
+// Each public wait reaches its own mocked hook, so a test can tell a host
+// wait from a stream wait.
+TEST(MockWork, SeparatesHostAndStreamWaits) {
+  StrictMock<MockWork> work;
+  {
+    InSequence in_order;
+    EXPECT_CALL(work, DoWaitOnStream(kComputeStream))
+        .WillOnce(::testing::Return(absl::AbortedError("aborted")));
+    EXPECT_CALL(work, DoWait(absl::InfiniteFuture()))
+        .WillOnce(::testing::Return(absl::OkStatus()));
+  }
+  EXPECT_EQ(work.WaitOnStream(kComputeStream).code(),
+            absl::StatusCode::kAborted);
+  EXPECT_TRUE(work.Wait().ok());
+}
+
+TEST(MockWork, DefaultsToCompletedAndOk) {
+  NiceMock<MockWork> work;
+  EXPECT_TRUE(work.IsCompleted());
+  EXPECT_TRUE(work.Wait().ok());
+  EXPECT_TRUE(work.WaitOnStream(kComputeStream).ok());
+}
+
 }  // namespace
 }  // namespace comm_testing
 }  // namespace chunkzero
