@@ -91,24 +91,34 @@ class CudaNcclApi final : public NcclApi {
     ncclUniqueId id;
     std::memcpy(id.internal, unique_id.data(), NCCL_UNIQUE_ID_BYTES);
     ncclComm_t comm = nullptr;
-    if (absl::Status s = FromNccl(ncclCommInitRank(&comm, size, id, rank),
-                                  "ncclCommInitRank");
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    if (absl::Status s =
+            FromNccl(ncclCommInitRankConfig(&comm, size, id, rank, &config),
+                     "ncclCommInitRankConfig");
         !s.ok()) {
       return s;
     }
     return reinterpret_cast<Comm>(comm);
   }
 
-  absl::Status AsyncError(Comm comm) override {
+  absl::StatusOr<bool> Ready(Comm comm) override {
     const ScopedCudaDevice device(device_);
-    ncclResult_t async = ncclSuccess;
-    if (absl::Status s = FromNccl(ncclCommGetAsyncError(Raw(comm), &async),
+    ncclResult_t state = ncclSuccess;
+    if (absl::Status s = FromNccl(ncclCommGetAsyncError(Raw(comm), &state),
                                   "ncclCommGetAsyncError");
         !s.ok()) {
       return s;
     }
-    return FromNccl(async, "NCCL asynchronous error");
+    if (state == ncclInProgress) return false;
+    if (absl::Status s = FromNccl(state, "NCCL asynchronous error"); !s.ok()) {
+      return s;
+    }
+    return true;
   }
+
+  // In progress is healthy: only the error matters here.
+  absl::Status AsyncError(Comm comm) override { return Ready(comm).status(); }
 
   absl::Status Abort(Comm comm) override {
     const ScopedCudaDevice device(device_);

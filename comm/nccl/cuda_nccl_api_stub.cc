@@ -16,6 +16,7 @@ class NoNcclApi final : public NcclApi {
   absl::StatusOr<Comm> InitRank(int, const std::string&, int) override {
     return NoNccl();
   }
+  absl::StatusOr<bool> Ready(Comm) override { return NoNccl(); }
   absl::Status AsyncError(Comm) override { return NoNccl(); }
   absl::Status Abort(Comm) override { return NoNccl(); }
   absl::StatusOr<void*> Malloc(size_t) override { return NoNccl(); }

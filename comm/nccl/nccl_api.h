@@ -6,6 +6,7 @@
 //   std::unique_ptr<NcclApi> api = MakeCudaNcclApi(/*device_index=*/0);
 //   CZ_ASSIGN_OR_RETURN(std::string id, api->GetUniqueId());   // rank 0
 //   CZ_ASSIGN_OR_RETURN(NcclApi::Comm comm, api->InitRank(size, id, rank));
+//   ... poll api->Ready(comm) until true, or abort at the deadline ...
 //
 // Implementations must be thread-safe: the group's callers and its
 // watchdog thread use one concurrently. The CUDA one selects its GPU for
@@ -50,9 +51,17 @@ class NcclApi {
 
   // ncclGetUniqueId: the bytes every rank passes to InitRank.
   [[nodiscard]] virtual absl::StatusOr<std::string> GetUniqueId() = 0;
-  // ncclCommInitRank on this API's GPU; blocks until every rank has joined.
+  // Starts ncclCommInitRankConfig for a non-blocking communicator
+  // (config.blocking = 0) on this API's GPU and returns it at once, so that
+  // a rank that never joins cannot hold the caller past its deadline. The
+  // communicator is usable once Ready says so.
   [[nodiscard]] virtual absl::StatusOr<Comm> InitRank(
       int size, const std::string& unique_id, int rank) = 0;
+  // ncclCommGetAsyncError on a non-blocking communicator: false while its
+  // last call (init, an enqueue) is still in progress, true once it has
+  // finished, the error if it failed. NCCL's rule: after a call, wait for
+  // Ready before the next NCCL call and before more work on its stream.
+  [[nodiscard]] virtual absl::StatusOr<bool> Ready(Comm comm) = 0;
   // ncclCommGetAsyncError: OK while the communicator is healthy (or still
   // working), else the error.
   [[nodiscard]] virtual absl::Status AsyncError(Comm comm) = 0;
@@ -66,8 +75,9 @@ class NcclApi {
   [[nodiscard]] virtual absl::StatusOr<void*> Malloc(size_t bytes) = 0;
   virtual void Free(void* ptr) = 0;
 
-  // Enqueues `call` on `stream`. kBarrier is an all-reduce of the call's
-  // buffer (NCCL has no barrier).
+  // Enqueues `call` on `stream`; it may still be in progress on return
+  // (wait for Ready). kBarrier is an all-reduce of the call's buffer (NCCL
+  // has no barrier).
   [[nodiscard]] virtual absl::Status Enqueue(Comm comm, const NcclCall& call,
                                              CudaStream stream) = 0;
 

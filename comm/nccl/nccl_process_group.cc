@@ -13,6 +13,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
 #include "comm/argument_checks.h"
@@ -53,6 +55,21 @@ absl::Status WaitForAllRanks(gloo::rendezvous::Store& store, int rank, int size,
                    " timed out after ", absl::FormatDuration(timeout),
                    " waiting for rank", missing.size() == 1 ? " " : "s ",
                    absl::StrJoin(missing, ", "), " to join the rendezvous"));
+}
+
+// Polls Ready until the communicator's last call has finished: spins
+// briefly (an enqueue takes microseconds), then naps up to 1 ms. The
+// error Ready reports, or DeadlineExceeded (no message) at `deadline`.
+absl::Status AwaitReady(NcclApi& api, NcclApi::Comm comm, absl::Time deadline) {
+  absl::Duration nap = absl::Microseconds(1);
+  while (true) {
+    absl::StatusOr<bool> ready = api.Ready(comm);
+    if (!ready.ok()) return ready.status();
+    if (*ready) return absl::OkStatus();
+    if (absl::Now() >= deadline) return absl::DeadlineExceededError("");
+    absl::SleepFor(nap);
+    nap = std::min(nap * 2, absl::Milliseconds(1));
+  }
 }
 
 }  // namespace
@@ -238,6 +255,17 @@ std::unique_ptr<Work> Core::IssueLocked(const CollectiveCall& described,
   }
   absl::Status status = api_->StreamWaitStream(comm_stream_, compute_stream_);
   if (status.ok()) status = api_->Enqueue(comm_, call, comm_stream_);
+  if (status.ok()) {
+    // A non-blocking communicator may still be enqueueing: NCCL allows no
+    // other call, and no event on its stream, until it has finished.
+    status = AwaitReady(*api_, comm_, absl::Now() + timeout);
+    if (absl::IsDeadlineExceeded(status)) {
+      status = absl::DeadlineExceededError(
+          absl::StrCat("still being enqueued after its timeout of ",
+                       absl::FormatDuration(timeout),
+                       "; the NCCL communicator was aborted"));
+    }
+  }
   absl::StatusOr<CudaEvent> event = status.ok()
                                         ? api_->RecordEvent(comm_stream_)
                                         : absl::StatusOr<CudaEvent>(status);
@@ -470,6 +498,23 @@ NcclProcessGroup::CreateWithApi(int rank, int size,
   if (!comm.ok()) {
     return absl::Status(comm.status().code(),
                         absl::StrCat(where, ": ", comm.status().message()));
+  }
+  // Every rank joined the rendezvous, but one may die (or fail to reach the
+  // others) before NCCL's own bootstrap completes: the deadline holds here
+  // too, which a blocking ncclCommInitRank could not promise.
+  if (absl::Status ready = nccl_internal::AwaitReady(*api, *comm, deadline);
+      !ready.ok()) {
+    api->Abort(*comm).IgnoreError();
+    if (absl::IsDeadlineExceeded(ready)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          where, ": the NCCL communicator was not ready within the timeout of ",
+          absl::FormatDuration(options.timeout),
+          " (every rank had joined the rendezvous: one has died since, or "
+          "the ranks cannot reach each other); it was aborted"));
+    }
+    return absl::Status(ready.code(),
+                        absl::StrCat(where, ": NCCL communicator init failed: ",
+                                     ready.message()));
   }
   absl::StatusOr<CudaStream> stream = api->CreateStream();
   absl::StatusOr<void*> word = stream.ok()

@@ -11,13 +11,18 @@
 // Rendezvous. Every rank sets a join key in the store and waits (up to
 // NcclOptions::timeout) for all others', naming the ranks that do not come;
 // rank 0 then publishes ncclGetUniqueId's bytes, which the others read, and
-// every rank calls ncclCommInitRank. A store holding an earlier job's keys
-// is refused (FailedPrecondition). The store is used only inside Create.
+// every rank starts a non-blocking ncclCommInitRankConfig and polls it
+// until it is ready, all within the same timeout; past it the communicator
+// is aborted and Create fails with DeadlineExceeded. A store holding an
+// earlier job's keys is refused (FailedPrecondition). The store is used
+// only inside Create.
 //
 // How a collective runs. Each call checks its arguments (argument_checks.h),
 // makes the group's communication stream wait for the compute stream
 // (NcclOptions::compute_stream) without the host waiting, enqueues the NCCL
-// call there, records an event after it, and returns a Work at once. The
+// call there (polling the non-blocking communicator until the enqueue has
+// finished, within the collective's timeout), records an event after it,
+// and returns a Work at once. The
 // Work completes when the event has: Wait and IsCompleted poll it, and so
 // does a watchdog thread every NcclOptions::watchdog_interval. Collectives
 // complete in issue order (one stream). Every dtype (f32, f16, bf16, u8,
@@ -50,11 +55,9 @@
 // communicator: ncclCommDestroy would wait for every peer to be quiescent,
 // and hang behind a dead one. Works may outlive the group.
 //
-// Known limits: ncclCommInitRank and the first collective of each kind
-// block until the peers arrive (a blocking communicator); a peer that
-// never comes holds the issuing thread past the timeout. The optimizer and
-// chunk kernels run on the legacy default stream, so leave
-// NcclOptions::compute_stream null until they take a stream.
+// Known limits: the optimizer and chunk kernels run on the legacy default
+// stream, so leave NcclOptions::compute_stream null until they take a
+// stream.
 #ifndef CHUNKZERO_COMM_NCCL_NCCL_PROCESS_GROUP_H_
 #define CHUNKZERO_COMM_NCCL_NCCL_PROCESS_GROUP_H_
 

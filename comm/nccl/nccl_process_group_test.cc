@@ -168,6 +168,81 @@ TEST(NcclProcessGroup, InitFailureIsReportedNamingTheRank) {
             "NcclProcessGroup::Create: rank 0 of 1: no GPU 7");
 }
 
+// The communicator is non-blocking: Create polls it until NCCL says it is
+// ready, and only then makes its stream.
+TEST(NcclProcessGroup, CreateWaitsUntilTheCommunicatorIsReady) {
+  gloo::rendezvous::HashStore store;
+  FakeNcclApi fake;
+  fake.SetInProgressPolls(/*after_init=*/3, /*after_enqueue=*/0);
+  absl::StatusOr<std::unique_ptr<NcclProcessGroup>> g =
+      NcclProcessGroup::CreateWithApi(0, 1, ForwardTo(&fake), store);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(fake.ready_polls(), 4);
+  EXPECT_THAT(fake.TakeLog(), ElementsAre("get_unique_id", "init_rank 0 of 1",
+                                          "create_stream", "malloc 4"));
+}
+
+// A peer that joined the rendezvous but never completes NCCL's bootstrap
+// cannot hold Create past its timeout: the communicator is aborted.
+TEST(NcclProcessGroup, InitThatNeverCompletesIsAbortedAtTheDeadline) {
+  gloo::rendezvous::HashStore store;
+  FakeNcclApi fake;
+  fake.SetInProgressPolls(/*after_init=*/-1, /*after_enqueue=*/0);
+  NcclOptions options;
+  options.timeout = absl::Milliseconds(100);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<NcclProcessGroup>> g =
+      NcclProcessGroup::CreateWithApi(0, 1, ForwardTo(&fake), store, options);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(g.status().message(),
+              HasSubstr("NcclProcessGroup::Create: rank 0 of 1: the NCCL "
+                        "communicator was not ready within the timeout of "
+                        "100ms"));
+  EXPECT_THAT(fake.TakeLog(),
+              ElementsAre("get_unique_id", "init_rank 0 of 1", "abort"));
+}
+
+TEST(NcclProcessGroup, InitFailingAfterItStartedIsAbortedAndReported) {
+  gloo::rendezvous::HashStore store;
+  FakeNcclApi fake;
+  fake.SetInProgressPolls(/*after_init=*/-1, /*after_enqueue=*/0);
+  fake.FailReady(absl::UnavailableError("NCCL: remote process exited"));
+  absl::StatusOr<std::unique_ptr<NcclProcessGroup>> g =
+      NcclProcessGroup::CreateWithApi(0, 1, ForwardTo(&fake), store);
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(g.status().message(),
+            "NcclProcessGroup::Create: rank 0 of 1: NCCL communicator init "
+            "failed: NCCL: remote process exited");
+  EXPECT_THAT(fake.TakeLog(), Contains("abort"));
+}
+
+// An enqueue still in progress is polled to the end before the event goes
+// on the stream; one that never ends aborts the group at the collective's
+// timeout.
+TEST(NcclProcessGroup, AnEnqueueInProgressIsWaitedForWithinTheTimeout) {
+  Fixture f;
+  f.fake->SetInProgressPolls(/*after_init=*/0, /*after_enqueue=*/2);
+  const int polls_before = f.fake->ready_polls();
+  std::vector<float> x = {5};
+  ASSERT_TRUE(AllReduce(*f.group, MutableBuffer::Of(x)).ok());
+  EXPECT_EQ(f.fake->ready_polls() - polls_before, 3);
+  EXPECT_EQ(x[0], 5);
+
+  f.fake->SetInProgressPolls(/*after_init=*/0, /*after_enqueue=*/-1);
+  AllReduceOptions options;
+  options.timeout = absl::Milliseconds(50);
+  const absl::Status status =
+      AllReduce(*f.group, MutableBuffer::Of(x), options);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(status.message(),
+            "rank 0: AllReduce #1 AllReduce(f32, count=1, op=sum) [nccl]: "
+            "still being enqueued after its timeout of 50ms; the NCCL "
+            "communicator was aborted");
+  EXPECT_EQ(f.group->abort_status(), status);
+  EXPECT_THAT(f.fake->TakeLog(), Contains("abort"));
+}
+
 TEST(NcclProcessGroup, WithoutCudaCreateIsUnimplemented) {
   if (MakeCudaNcclApi(0)->CreateStream().status().code() !=
       absl::StatusCode::kUnimplemented) {

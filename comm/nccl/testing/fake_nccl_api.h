@@ -8,8 +8,9 @@
 //   ... fake->CompleteAll();             // ...until now
 //   fake->FailAsync(absl::UnavailableError("peer gone"));
 //
-// Every call is logged ("enqueue AllReduce f32 count=4", "abort", ...),
-// so tests can assert exact call sequences. Thread-safe.
+// Every call that acts is logged ("enqueue AllReduce f32 count=4",
+// "abort", ...), so tests can assert exact call sequences; polls (Ready,
+// AsyncError, EventDone) are not, and Ready's are counted. Thread-safe.
 #ifndef CHUNKZERO_COMM_NCCL_TESTING_FAKE_NCCL_API_H_
 #define CHUNKZERO_COMM_NCCL_TESTING_FAKE_NCCL_API_H_
 
@@ -52,7 +53,17 @@ class FakeNcclApi final : public NcclApi {
     if (!init_error_.ok()) return init_error_;
     seen_unique_id_ = unique_id;
     size_ = size;
+    polls_left_ = init_polls_;
     return reinterpret_cast<Comm>(uintptr_t{0xC0});
+  }
+
+  absl::StatusOr<bool> Ready(Comm) override {
+    MutexLock lock(&mu_);
+    ++ready_polls_;
+    if (!ready_error_.ok()) return ready_error_;
+    if (polls_left_ == 0) return true;
+    if (polls_left_ > 0) --polls_left_;
+    return false;
   }
 
   absl::Status AsyncError(Comm) override {
@@ -87,6 +98,7 @@ class FakeNcclApi final : public NcclApi {
                      DTypeName(call.dtype), " count=", call.count));
     if (!enqueue_error_.ok()) return enqueue_error_;
     if (size_ == 1) MoveData(call);
+    polls_left_ = enqueue_polls_;
     ++enqueued_;
     if (!hold_) completed_ = enqueued_;
     return absl::OkStatus();
@@ -156,6 +168,22 @@ class FakeNcclApi final : public NcclApi {
     MutexLock lock(&mu_);
     init_error_ = std::move(error);
   }
+  // How many Ready polls say "in progress" after InitRank and after each
+  // Enqueue (negative: for ever); 0 by default.
+  void SetInProgressPolls(int after_init, int after_enqueue) {
+    MutexLock lock(&mu_);
+    init_polls_ = after_init;
+    enqueue_polls_ = after_enqueue;
+  }
+  // Ready fails with `error` (a failed init or enqueue).
+  void FailReady(absl::Status error) {
+    MutexLock lock(&mu_);
+    ready_error_ = std::move(error);
+  }
+  int ready_polls() const {
+    MutexLock lock(&mu_);
+    return ready_polls_;
+  }
 
   std::vector<std::string> TakeLog() {
     MutexLock lock(&mu_);
@@ -198,6 +226,11 @@ class FakeNcclApi final : public NcclApi {
   absl::Status async_error_ ABSL_GUARDED_BY(mu_);
   absl::Status enqueue_error_ ABSL_GUARDED_BY(mu_);
   absl::Status event_error_ ABSL_GUARDED_BY(mu_);
+  absl::Status ready_error_ ABSL_GUARDED_BY(mu_);
+  int init_polls_ ABSL_GUARDED_BY(mu_) = 0;
+  int enqueue_polls_ ABSL_GUARDED_BY(mu_) = 0;
+  int polls_left_ ABSL_GUARDED_BY(mu_) = 0;
+  int ready_polls_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status init_error_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -214,6 +247,9 @@ class ForwardingNcclApi final : public NcclApi {
   absl::StatusOr<Comm> InitRank(int size, const std::string& id,
                                 int rank) override {
     return target_->InitRank(size, id, rank);
+  }
+  absl::StatusOr<bool> Ready(Comm comm) override {
+    return target_->Ready(comm);
   }
   absl::Status AsyncError(Comm comm) override {
     return target_->AsyncError(comm);
