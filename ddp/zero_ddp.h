@@ -153,8 +153,9 @@ class ZeroDdp final : public ParamHooks {
   // The full fp32 value of every parameter (masters; parameters kept out of
   // chunks give their own data), one chunk at a time: `fn` sees each
   // parameter once, in registration order (then the unused ones), on rank 0
-  // only unless `all_ranks`. Peak extra memory is one materialised master
-  // chunk plus what `fn` keeps. Collective.
+  // only unless `all_ranks`, as a copy in host memory wherever the chunks
+  // are. Peak extra memory is one materialised master chunk plus what `fn`
+  // keeps. Collective.
   [[nodiscard]] absl::Status VisitFullParameters(
       bool all_ranks,
       const std::function<absl::Status(const std::string& name,
@@ -162,7 +163,8 @@ class ZeroDdp final : public ParamHooks {
   // VisitFullParameters collected into a map (on rank 0, or everywhere).
   [[nodiscard]] absl::StatusOr<std::map<std::string, Tensor>> GatherStateDict(
       bool all_ranks);
-  // Loads full values (any float dtype, the parameters' shapes) into the
+  // Loads full values (any float dtype, the parameters' shapes, on any
+  // device) into the
   // masters and the compute-dtype chunks (or, before registration, into the
   // parameters). Every rank passes the same dict. NotFound naming a missing
   // parameter, InvalidArgument for a wrong shape; nothing is written then.

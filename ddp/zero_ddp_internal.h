@@ -10,7 +10,7 @@
 namespace chunkzero {
 namespace zero_ddp_internal {
 
-// `t` converted to `dtype` in new CPU storage.
+// `t` (on any device) converted to `dtype` in new CPU storage.
 [[nodiscard]] absl::StatusOr<Tensor> CastTo(const Tensor& t, DType dtype);
 
 }  // namespace zero_ddp_internal

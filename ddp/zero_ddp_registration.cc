@@ -11,15 +11,14 @@
 #include "comm/process_group.h"
 #include "ddp/zero_ddp.h"
 #include "ddp/zero_ddp_internal.h"
-#include "tensor/cast_kernels.h"
+#include "tensor/cast_tensor.h"
 
 namespace chunkzero {
 namespace zero_ddp_internal {
 
 absl::StatusOr<Tensor> CastTo(const Tensor& t, DType dtype) {
   CZ_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(t.shape(), dtype));
-  CZ_RETURN_IF_ERROR(
-      Cast(out.raw_data(), dtype, t.raw_data(), t.dtype(), t.numel()));
+  CZ_RETURN_IF_ERROR(CastTensor(out, t));
   return out;
 }
 

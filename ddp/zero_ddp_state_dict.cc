@@ -9,7 +9,7 @@
 #include "base/status_macros.h"
 #include "ddp/zero_ddp.h"
 #include "ddp/zero_ddp_internal.h"
-#include "tensor/cast_kernels.h"
+#include "tensor/cast_tensor.h"
 
 namespace chunkzero {
 
@@ -23,7 +23,7 @@ absl::Status ZeroDdp::VisitFullParameters(
     Chunk* chunk = chunks_->chunk(master_group_, c);
     CZ_RETURN_IF_ERROR(chunks_->AccessChunk(chunk));
     for (int i = 0; visit && i < chunk->num_tensors(); ++i) {
-      CZ_ASSIGN_OR_RETURN(Tensor value, chunk->TensorView(i).Clone());
+      CZ_ASSIGN_OR_RETURN(Tensor value, chunk->TensorView(i).To(Device::Cpu()));
       CZ_RETURN_IF_ERROR(fn(chunk->tensor(i).name, value));
     }
     CZ_RETURN_IF_ERROR(chunks_->ReleaseChunk(chunk));
@@ -88,9 +88,8 @@ absl::Status ZeroDdp::RestoreParamsFromMasters() {
     Tensor to = param->ShardStorageView();
     Tensor from = master->ShardStorageView();
     if (!to.is_materialized() || !from.is_materialized()) continue;
-    CZ_RETURN_IF_ERROR(Cast(to.raw_data(), to.dtype(), from.raw_data(),
-                            from.dtype(), to.numel()),
-                       "restoring chunk ", param->name(), " from its masters");
+    CZ_RETURN_IF_ERROR(CastTensor(to, from), "restoring chunk ", param->name(),
+                       " from its masters");
   }
   return absl::OkStatus();
 }

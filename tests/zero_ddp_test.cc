@@ -568,8 +568,11 @@ TEST(ZeroDdp, CommVolumePerStepMatchesDesign) {
 TEST(ZeroDdp, StateDictGathersAndLoads) {
   for (ChunkLayout layout :
        {ChunkLayout::kReplicated, ChunkLayout::kOwner, ChunkLayout::kSharded}) {
-    for (int world : {1, 2, 4}) {
-      SCOPED_TRACE(testing::Message() << layout << " world " << world);
+    for (auto [world, device] :
+         {std::pair{1, Device::Cpu()}, std::pair{2, Device::Cpu()},
+          std::pair{4, Device::Cpu()}, std::pair{2, Device::Simulated(0)}}) {
+      SCOPED_TRACE(testing::Message() << layout << " world " << world << " on "
+                                      << device.ToString());
       std::unique_ptr<TestModel> rank0 =
           MakeTestModel(TestModelKind::kUnused, kModelSeed);
       std::map<std::string, std::vector<float>> initial;
@@ -583,6 +586,7 @@ TEST(ZeroDdp, StateDictGathersAndLoads) {
             ChunkManagerOptions options;
             options.chunk_size = 32;
             options.layout = layout;
+            options.device = device;
             options.comm_timeout = absl::Seconds(5);
             ChunkManager chunks(&g, options);
             CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
@@ -602,6 +606,8 @@ TEST(ZeroDdp, StateDictGathersAndLoads) {
                              .begin();
                 }
                 EXPECT_EQ(*dict.at(name).ToFloats(), want) << name;
+                // Gathered into host memory, wherever the chunks are.
+                EXPECT_EQ(dict.at(name).device(), Device::Cpu()) << name;
               }
             };
             CZ_ASSIGN_OR_RETURN(auto before, ddp->GatherStateDict(true));
@@ -623,8 +629,10 @@ TEST(ZeroDdp, StateDictGathersAndLoads) {
             for (const auto& [name, values] : initial) {
               std::vector<float> v = values;
               for (float& x : v) x += 1;
+              // Given on the chunks' device: loading reads it from there.
               next[name] =
-                  *Tensor::FromFloats(v, {static_cast<int64_t>(v.size())});
+                  *Tensor::FromFloats(v, {static_cast<int64_t>(v.size())})
+                       ->To(device);
             }
             // Shapes are checked against the parameters: give 2-D ones theirs.
             for (Parameter* p : model->Parameters()) {
