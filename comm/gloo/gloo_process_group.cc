@@ -29,6 +29,7 @@
 #include "comm/argument_checks.h"
 #include "comm/gloo/shared_segments.h"
 #include "comm/internal/reduce_kernels.h"
+#include "comm/internal/rendezvous_join.h"
 #include "gloo/allgather.h"
 #include "gloo/allgatherv.h"
 #include "gloo/alltoall.h"
@@ -74,11 +75,9 @@ constexpr uint8_t kHeaderSlotPrefix = 0x7c;
 constexpr uint8_t kWrittenSlotPrefix = 0x7d;
 constexpr uint8_t kReducedSlotPrefix = 0x7e;
 
-// Rendezvous key a rank sets in the store when it joins (FileStore keys are
-// file names: no '/').
-std::string JoinKey(int rank) {
-  return absl::StrCat("chunkzero_gloo_joined_", rank);
-}
+// Prefix of the rendezvous key a rank sets in the store when it joins
+// (comm/internal/rendezvous_join.h).
+constexpr char kJoinKeyPrefix[] = "chunkzero_gloo_joined_";
 
 // What a rank sends its peers before collective #k (see the header comment).
 // Fixed size and plain bytes, so every rank can post its receives up front.
@@ -905,40 +904,6 @@ absl::Status CompareJoinValues(int rank, const std::string& mine, int peer,
       " (every rank of a job must be started with the same flags)"));
 }
 
-// Waits until every rank has set its JoinKey, comparing each rank's value
-// with this rank's as it arrives (rank 0's first); DeadlineExceeded names
-// the ranks that have not come.
-absl::Status WaitForAllRanks(gloo::rendezvous::Store& store, int rank, int size,
-                             const std::string& mine, absl::Time deadline,
-                             absl::Duration timeout) {
-  std::vector<int> missing;
-  for (int r = 0; r < size; ++r) {
-    if (r == rank) continue;
-    // After the first miss, only probe: the deadline has passed.
-    const std::chrono::milliseconds wait =
-        missing.empty() ? GlooTimeout(deadline) : std::chrono::milliseconds(1);
-    std::vector<char> value;
-    try {
-      store.wait({JoinKey(r)}, wait);
-      value = store.get(JoinKey(r));
-    } catch (const std::exception& e) {
-      missing.push_back(r);
-      continue;
-    }
-    if (absl::Status s = CompareJoinValues(
-            rank, mine, r, std::string(value.begin(), value.end()));
-        !s.ok()) {
-      return s;
-    }
-  }
-  if (missing.empty()) return absl::OkStatus();
-  return absl::DeadlineExceededError(
-      absl::StrCat("GlooProcessGroup::Create: rank ", rank, " of ", size,
-                   " timed out after ", absl::FormatDuration(timeout),
-                   " waiting for rank", missing.size() == 1 ? " " : "s ",
-                   absl::StrJoin(missing, ", "), " to join the rendezvous"));
-}
-
 }  // namespace
 }  // namespace gloo_internal
 
@@ -967,19 +932,21 @@ absl::StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
     // carries what the ranks must agree on.
     const std::string joined =
         gloo_internal::JoinValue(size, options.job_config);
-    try {
-      store.set(gloo_internal::JoinKey(rank),
-                std::vector<char>(joined.begin(), joined.end()));
-    } catch (const std::exception& e) {
-      if (!absl::StrContains(e.what(), "already exists")) throw;
-      return absl::FailedPreconditionError(absl::StrCat(
-          where,
-          ": the rendezvous store already holds this rank's key, so "
-          "it holds an earlier job's rendezvous (",
-          e.what(), "); give each job a fresh store (a fresh directory)"));
+    if (absl::Status s = comm_internal::AnnounceJoin(
+            store, gloo_internal::kJoinKeyPrefix, rank, joined, where);
+        !s.ok()) {
+      return s;
     }
-    if (absl::Status s = gloo_internal::WaitForAllRanks(
-            store, rank, size, joined, deadline, options.timeout);
+    // Each rank's value is compared with this rank's as it arrives (rank
+    // 0's first), so ranks started differently fail at once.
+    if (absl::Status s = comm_internal::AwaitJoins(
+            store, gloo_internal::kJoinKeyPrefix, rank, size, deadline,
+            options.timeout,
+            absl::StrCat("GlooProcessGroup::Create: rank ", rank, " of ", size),
+            [&](int peer, const std::string& theirs) {
+              return gloo_internal::CompareJoinValues(rank, joined, peer,
+                                                      theirs);
+            });
         !s.ok()) {
       return s;
     }

@@ -18,6 +18,7 @@
 #include "base/mutex.h"
 #include "base/status_macros.h"
 #include "comm/argument_checks.h"
+#include "comm/internal/rendezvous_join.h"
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/rendezvous/store.h"
 
@@ -26,35 +27,14 @@ namespace comm {
 namespace nccl_internal {
 namespace {
 
-std::string JoinKey(int rank) { return absl::StrCat("nccl/join/", rank); }
-constexpr char kUniqueIdKey[] = "nccl/unique_id";
+// Rendezvous keys (comm/internal/rendezvous_join.h). FileStore keys are
+// file names: no '/'.
+constexpr char kJoinKeyPrefix[] = "chunkzero_nccl_joined_";
+constexpr char kUniqueIdKey[] = "chunkzero_nccl_unique_id";
 
 std::chrono::milliseconds Millis(absl::Duration d) {
   return std::chrono::milliseconds(
       std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
-}
-
-// Waits for every other rank's join key until `deadline`; DeadlineExceeded
-// names the ranks that have not come.
-absl::Status WaitForAllRanks(gloo::rendezvous::Store& store, int rank, int size,
-                             absl::Time deadline, absl::Duration timeout) {
-  std::vector<int> missing;
-  for (int r = 0; r < size; ++r) {
-    if (r == rank) continue;
-    const absl::Duration left =
-        missing.empty() ? deadline - absl::Now() : absl::Milliseconds(1);
-    try {
-      store.wait({JoinKey(r)}, Millis(left));
-    } catch (const std::exception&) {
-      missing.push_back(r);
-    }
-  }
-  if (missing.empty()) return absl::OkStatus();
-  return absl::DeadlineExceededError(
-      absl::StrCat("NcclProcessGroup::Create: rank ", rank, " of ", size,
-                   " timed out after ", absl::FormatDuration(timeout),
-                   " waiting for rank", missing.size() == 1 ? " " : "s ",
-                   absl::StrJoin(missing, ", "), " to join the rendezvous"));
 }
 
 // Polls Ready until the communicator's last call has finished: spins
@@ -455,25 +435,22 @@ NcclProcessGroup::CreateWithApi(int rank, int size,
   const absl::Time deadline = absl::Now() + options.timeout;
   const std::string where =
       absl::StrCat("NcclProcessGroup::Create: rank ", rank, " of ", size);
-  // Join, and see every rank join, before NCCL blocks in ncclCommInitRank.
+  // Join, and see every rank join, before NCCL's bootstrap: a rank that
+  // never comes is named.
   std::string unique_id;
+  if (absl::Status s =
+          comm_internal::AnnounceJoin(store, nccl_internal::kJoinKeyPrefix,
+                                      rank, absl::StrCat(size), where);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          comm_internal::AwaitJoins(store, nccl_internal::kJoinKeyPrefix, rank,
+                                    size, deadline, options.timeout, where);
+      !s.ok()) {
+    return s;
+  }
   try {
-    try {
-      const std::string joined = absl::StrCat(size);
-      store.set(nccl_internal::JoinKey(rank),
-                std::vector<char>(joined.begin(), joined.end()));
-    } catch (const std::exception& e) {
-      // FileStore says "already exists", HashStore "already set".
-      if (!absl::StrContains(e.what(), "already")) throw;
-      return absl::FailedPreconditionError(absl::StrCat(
-          where, ": the rendezvous store already holds this rank's key (",
-          e.what(), "); give each job a fresh store"));
-    }
-    if (absl::Status s = nccl_internal::WaitForAllRanks(
-            store, rank, size, deadline, options.timeout);
-        !s.ok()) {
-      return s;
-    }
     if (rank == 0) {
       absl::StatusOr<std::string> id = api->GetUniqueId();
       if (!id.ok()) {
@@ -485,8 +462,7 @@ NcclProcessGroup::CreateWithApi(int rank, int size,
                 std::vector<char>(unique_id.begin(), unique_id.end()));
     } else {
       store.wait({nccl_internal::kUniqueIdKey},
-                 std::chrono::milliseconds(std::max<int64_t>(
-                     1, absl::ToInt64Milliseconds(deadline - absl::Now()))));
+                 nccl_internal::Millis(deadline - absl::Now()));
       const std::vector<char> id = store.get(nccl_internal::kUniqueIdKey);
       unique_id.assign(id.begin(), id.end());
     }
