@@ -35,15 +35,13 @@
 #include <optional>
 #include <string>
 
+#include "models/gpt2/gemm_types.h"
+
 namespace chunkzero {
 namespace gemm {
 
-enum class Transpose { kNo, kYes };
-
-// What the products multiply. kBf16 is torch.autocast's bf16 matmul: A and B
-// rounded to bf16 (to nearest, ties to even), the products accumulated in
-// f32, C in f32 (not rounded). Bf16RouteHere() says how it runs.
-enum class Precision { kF32, kBf16 };
+// Transpose and Precision are in models/gpt2/gemm_types.h.
+// Bf16RouteHere() says how kBf16 products run here.
 
 // How kBf16 products run. Both compute the same exact products of bf16
 // values (a product of two bf16 values is exact in f32) and add them in f32;

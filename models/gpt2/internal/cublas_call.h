@@ -1,0 +1,24 @@
+// The cuBLAS call behind CudaGemm (models/gpt2/cuda_gemm.h), after its
+// arguments were checked: the CUDA build's cublasGemmStridedBatchedEx, or
+// Unimplemented without --config=cuda.
+#ifndef CHUNKZERO_MODELS_GPT2_INTERNAL_CUBLAS_CALL_H_
+#define CHUNKZERO_MODELS_GPT2_INTERNAL_CUBLAS_CALL_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "models/gpt2/cuda_gemm.h"
+
+namespace chunkzero {
+namespace gemm_internal {
+
+// Row-major arguments, as CudaGemm's; valid.
+[[nodiscard]] absl::Status CublasGemm(
+    gemm::Transpose trans_a, gemm::Transpose trans_b, int m, int n, int k,
+    float alpha, gemm::DeviceMatrix a, gemm::DeviceMatrix b, float beta,
+    float* c, int ldc, gemm::Precision precision, int batch, int64_t stride_c);
+
+}  // namespace gemm_internal
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_MODELS_GPT2_INTERNAL_CUBLAS_CALL_H_
