@@ -9,6 +9,7 @@
 
 #include "base/parallel_for.h"
 #include "models/gpt2/gemm.h"
+#include "models/gpt2/internal/gpt_math.h"
 
 // The row loops are compiled three times (AVX-512, AVX2+FMA, baseline
 // x86-64) and picked at load time by the CPU (GCC function multiversioning):
@@ -85,41 +86,7 @@ inline float Max(const float* x, int n) {
   return m;
 }
 
-// Cody-Waite range reduction x = n ln2 + r, |r| <= ln2 / 2, and the Cephes
-// expf polynomial for e^r; 2^n is built in the exponent bits. Branch-free
-// (the clamp keeps 2^n a normal float) so that loops over it vectorise.
-inline float Exp(float x) {
-  x = std::min(std::max(x, -87.0f), 88.0f);
-  // 1.5 * 2^23: adding it rounds x * log2(e) to an integer in the low
-  // mantissa bits.
-  constexpr float kShifter = 12582912.0f;
-  const float shifted = x * 1.44269504088896341f + kShifter;
-  const float n = shifted - kShifter;
-  // Unsigned, so that a NaN x (a diverged run) gives a NaN, not undefined
-  // behaviour in the shift below; for finite x the bits are the same.
-  uint32_t ni;
-  std::memcpy(&ni, &shifted, sizeof(ni));
-  ni -= 0x4B400000u;  // The bits of kShifter.
-  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const uint32_t bits = (ni + 127u) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
-}
-
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluCube = 0.044715f;
-
-// tanh(u) = 1 - 2 / (e^{2u} + 1): absolute error ~1e-7, which is what GELU
-// needs (it adds tanh to 1).
-inline float Tanh(float u) { return 1.0f - 2.0f / (Exp(2.0f * u) + 1.0f); }
+using gpt_math::Exp;
 
 // --- Row kernels (multiversioned). ---
 
@@ -228,19 +195,14 @@ GPT_KERNEL void BroadcastRows(size_t begin, size_t end, float* out,
 GPT_KERNEL void GeluRange(size_t begin, size_t end, float* out,
                           const float* x) {
   for (size_t i = begin; i < end; ++i) {
-    const float v = x[i];
-    const float t = Tanh(kGeluScale * (v + kGeluCube * v * v * v));
-    out[i] = 0.5f * v * (1.0f + t);
+    out[i] = gpt_math::Gelu(x[i]);
   }
 }
 
 GPT_KERNEL void GeluBackwardRange(size_t begin, size_t end, float* dx,
                                   const float* x, const float* dout) {
   for (size_t i = begin; i < end; ++i) {
-    const float v = x[i];
-    const float t = Tanh(kGeluScale * (v + kGeluCube * v * v * v));
-    const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * v * v);
-    dx[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+    dx[i] = gpt_math::GeluGrad(x[i], dout[i]);
   }
 }
 
