@@ -2,11 +2,11 @@
 
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/gpt2/testing/compare.h"
 #include "tensor/cuda_runtime.h"
 #include "tensor/half.h"
 
@@ -14,6 +14,8 @@ namespace chunkzero {
 namespace gemm {
 namespace {
 
+using ::chunkzero::gpt_testing::RandomFloats;
+using ::chunkzero::gpt_testing::RelativeError;
 using ::testing::HasSubstr;
 
 constexpr Transpose kNo = Transpose::kNo;
@@ -64,14 +66,6 @@ TEST(CudaGemm, WithoutAGpuItSaysWhy) {
   EXPECT_THAT(status.message(), HasSubstr("gemm(N, N, m=1, n=1, k=1, f32): "));
 }
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
 // Copies `bytes` of host data to a new device buffer.
 void* ToGpu(const void* host, size_t bytes) {
   void* p = *CudaMalloc(0, bytes);
@@ -112,17 +106,6 @@ std::vector<float> Bf16Values(const std::vector<float>& x) {
   return v;
 }
 
-// max |got - want| / max |want|.
-double RelativeError(const std::vector<float>& got,
-                     const std::vector<float>& want) {
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    err = std::max(err, std::fabs(double{got[i]} - want[i]));
-    scale = std::max(scale, std::fabs(double{want[i]}));
-  }
-  return err / scale;
-}
-
 // Every transpose pair, both precisions, a batch of three with padded
 // leading dimensions and beta != 0, against products summed in double.
 TEST(CudaGemm, MatchesTheCpuProducts) {
@@ -140,11 +123,11 @@ TEST(CudaGemm, MatchesTheCpuProducts) {
         const int64_t sa = int64_t{a_rows} * lda, sb = int64_t{b_rows} * ldb,
                       sc = int64_t{m} * ldc;
         const bool bf16 = precision == Precision::kBf16;
-        const std::vector<float> a = Random(sa * batch, 1),
-                                 b = Random(sb * batch, 2);
+        const std::vector<float> a = RandomFloats(sa * batch, 1),
+                                 b = RandomFloats(sb * batch, 2);
         const std::vector<float> ra = bf16 ? Bf16Values(a) : a,
                                  rb = bf16 ? Bf16Values(b) : b;
-        std::vector<float> c = Random(sc * batch, 3), want = c;
+        std::vector<float> c = RandomFloats(sc * batch, 3), want = c;
         for (int i = 0; i < batch; ++i) {
           NaiveGemm(ta, tb, m, n, k, 0.5f, ra.data() + i * sa, lda,
                     rb.data() + i * sb, ldb, 2.0f, want.data() + i * sc, ldc);

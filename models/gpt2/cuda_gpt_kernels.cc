@@ -1,0 +1,123 @@
+#include "models/gpt2/cuda_gpt_kernels.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "models/gpt2/internal/cuda_gpt_kernels.h"
+#include "tensor/cuda_runtime.h"
+
+namespace chunkzero {
+namespace cuda_gpt_kernels {
+namespace {
+
+namespace internal = cuda_gpt_internal;
+
+absl::Status Check(int error, const char* layer) {
+  if (error == 0) return absl::OkStatus();
+  const std::string message =
+      absl::StrCat(layer, " on the GPU: ", internal::ErrorName(error));
+  return error == internal::kNoCuda ? absl::UnimplementedError(message)
+                                    : absl::InternalError(message);
+}
+
+}  // namespace
+
+absl::Status EmbeddingForward(float* out, const int32_t* tokens,
+                              const float* wte, const float* wpe, int B, int T,
+                              int C, int V) {
+  return Check(
+      internal::EmbeddingForward(out, tokens, wte, wpe, B * T, T, C, V),
+      "embedding forward");
+}
+
+absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dout,
+                               const int32_t* tokens, int B, int T, int C,
+                               int V, int P) {
+  return Check(
+      internal::EmbeddingBackward(dwte, dwpe, dout, tokens, B * T, T, C, V, P),
+      "embedding backward");
+}
+
+absl::Status LayerNormForward(float* out, float* mean, float* rstd,
+                              const float* x, const float* w, const float* b,
+                              int N, int C) {
+  return Check(internal::LayerNormForward(out, mean, rstd, x, w, b, N, C),
+               "layernorm forward");
+}
+
+absl::Status LayerNormBackward(float* dx, float* dw, float* db,
+                               const float* dout, const float* x,
+                               const float* w, const float* mean,
+                               const float* rstd, int N, int C) {
+  return Check(
+      internal::LayerNormBackward(dx, dw, db, dout, x, w, mean, rstd, N, C),
+      "layernorm backward");
+}
+
+absl::Status BroadcastRows(float* out, const float* bias, int N, int C) {
+  return Check(internal::BroadcastRows(out, bias, N, C), "bias broadcast");
+}
+
+absl::Status ColumnSums(float* out, const float* in, int N, int C) {
+  return Check(internal::ColumnSums(out, in, N, C), "column sums");
+}
+
+absl::Status GeluForward(float* out, const float* x, size_t n) {
+  return Check(internal::GeluForward(out, x, n), "gelu forward");
+}
+
+absl::Status GeluBackward(float* dx, const float* x, const float* dout,
+                          size_t n) {
+  return Check(internal::GeluBackward(dx, x, dout, n), "gelu backward");
+}
+
+absl::Status Add(float* out, const float* a, const float* b, size_t n) {
+  return Check(internal::Add(out, a, b, n), "add");
+}
+
+absl::Status RoundToBf16(uint16_t* out, const float* x, size_t n) {
+  return Check(internal::RoundToBf16(out, x, n), "bf16 rounding");
+}
+
+absl::Status CausalSoftmax(float* att, size_t rows, int T) {
+  return Check(internal::CausalSoftmax(att, rows, T), "causal softmax");
+}
+
+absl::Status CausalSoftmaxBackward(float* datt, const float* att, size_t rows,
+                                   int T, float scale) {
+  return Check(internal::CausalSoftmaxBackward(datt, att, rows, T, scale),
+               "causal softmax backward");
+}
+
+absl::StatusOr<double> CrossEntropyForward(float* logits,
+                                           const int32_t* targets, int N, int V,
+                                           double* row_losses) {
+  if (absl::Status s = Check(
+          internal::CrossEntropyForward(logits, targets, N, V, row_losses),
+          "cross-entropy forward");
+      !s.ok()) {
+    return s;
+  }
+  if (N == 0) return 0.0;
+  std::vector<double> losses(N);
+  if (absl::Status s =
+          CudaMemcpy(losses.data(), row_losses, sizeof(double) * N);
+      !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("cross-entropy forward: ",
+                                     "reading the row losses: ", s.message()));
+  }
+  double sum = 0;
+  for (double loss : losses) sum += loss;
+  return sum / N;
+}
+
+absl::Status CrossEntropyBackward(float* probs, const int32_t* targets,
+                                  float dloss_per_row, int N, int V) {
+  return Check(
+      internal::CrossEntropyBackward(probs, targets, dloss_per_row, N, V),
+      "cross-entropy backward");
+}
+
+}  // namespace cuda_gpt_kernels
+}  // namespace chunkzero

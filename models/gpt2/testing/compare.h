@@ -1,0 +1,45 @@
+// What the GPU layers' tests compare with: random inputs, and the error
+// of a result relative to its reference's largest magnitude.
+#ifndef CHUNKZERO_MODELS_GPT2_TESTING_COMPARE_H_
+#define CHUNKZERO_MODELS_GPT2_TESTING_COMPARE_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace chunkzero {
+namespace gpt_testing {
+
+// n values uniform in [-scale, scale), the same for the same seed.
+inline std::vector<float> RandomFloats(size_t n, uint32_t seed,
+                                       float scale = 1) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+// max |got - want| / max |want| (the absolute error when want is all
+// zeros), so that tiny elements do not dominate; infinite on a size
+// mismatch or a NaN where want has none.
+inline double RelativeError(const std::vector<float>& got,
+                            const std::vector<float>& want) {
+  if (got.size() != want.size()) return INFINITY;
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = std::fabs(double{got[i]} - want[i]);
+    if (std::isnan(d) && !std::isnan(want[i])) return INFINITY;
+    err = std::max(err, d);
+    scale = std::max(scale, std::fabs(double{want[i]}));
+  }
+  return scale == 0 ? err : err / scale;
+}
+
+}  // namespace gpt_testing
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_MODELS_GPT2_TESTING_COMPARE_H_
