@@ -14,6 +14,7 @@ namespace chunkzero {
 namespace gemm {
 namespace {
 
+using ::chunkzero::gpt_testing::Bf16Bits;
 using ::chunkzero::gpt_testing::RandomFloats;
 using ::chunkzero::gpt_testing::RelativeError;
 using ::testing::HasSubstr;
@@ -92,12 +93,7 @@ void NaiveGemm(Transpose ta, Transpose tb, int m, int n, int k, float alpha,
   }
 }
 
-// x rounded to bf16 (nearest, ties to even), as bit patterns and as values.
-std::vector<uint16_t> Bf16Bits(const std::vector<float>& x) {
-  std::vector<uint16_t> bits(x.size());
-  for (size_t i = 0; i < x.size(); ++i) bits[i] = FloatToBFloat16Bits(x[i]);
-  return bits;
-}
+// x rounded to bf16, as values.
 std::vector<float> Bf16Values(const std::vector<float>& x) {
   std::vector<float> v(x.size());
   for (size_t i = 0; i < x.size(); ++i) {

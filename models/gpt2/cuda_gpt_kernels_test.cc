@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "models/gpt2/gpt_kernels.h"
 #include "models/gpt2/testing/compare.h"
+#include "models/gpt2/testing/device_buffers.h"
 #include "tensor/cuda_runtime.h"
 #include "tensor/half.h"
 
@@ -17,6 +18,8 @@ namespace chunkzero {
 namespace cuda_gpt_kernels {
 namespace {
 
+using ::chunkzero::gpt_testing::Bf16Bits;
+using ::chunkzero::gpt_testing::GpuTest;
 using ::chunkzero::gpt_testing::RandomFloats;
 using ::chunkzero::gpt_testing::RelativeError;
 using ::testing::HasSubstr;
@@ -41,43 +44,8 @@ TEST(CudaGptKernels, WithoutAGpuEachLayerSaysWhich) {
 
 // ---- With a GPU ----
 
-class CudaGptKernelsOnGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no GPU visible";
-  }
-  void TearDown() override {
-    for (void* p : allocated_) EXPECT_TRUE(CudaFree(0, p).ok());
-  }
+class CudaGptKernelsOnGpu : public GpuTest {};
 
-  // A device copy of `host`, freed after the test.
-  template <typename T>
-  T* Up(const std::vector<T>& host) {
-    T* p = Zeros<T>(host.size());
-    EXPECT_TRUE(CudaMemcpy(p, host.data(), host.size() * sizeof(T)).ok());
-    return p;
-  }
-  template <typename T>
-  T* Zeros(size_t n) {
-    void* p = *CudaMalloc(0, std::max<size_t>(n, 1) * sizeof(T));
-    allocated_.push_back(p);
-    std::vector<T> zeros(n, T{});
-    EXPECT_TRUE(CudaMemcpy(p, zeros.data(), n * sizeof(T)).ok());
-    return static_cast<T*>(p);
-  }
-  template <typename T>
-  std::vector<T> Down(const T* device, size_t n) {
-    std::vector<T> host(n);
-    EXPECT_TRUE(CudaMemcpy(host.data(), device, n * sizeof(T)).ok());
-    return host;
-  }
-
- private:
-  std::vector<void*> allocated_;
-};
-
-// Adds only, in the CPU's order: the same bits. A token outside the
-// vocabulary gives a NaN row forward and is skipped backward.
 TEST_F(CudaGptKernelsOnGpu, EmbeddingIsTheCpusBitForBit) {
   constexpr int B = 2, T = 5, C = 40, V = 11, P = 7, N = B * T;
   std::vector<int32_t> tokens(N);

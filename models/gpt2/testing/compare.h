@@ -1,5 +1,6 @@
-// What the GPU layers' tests compare with: random inputs, and the error
-// of a result relative to its reference's largest magnitude.
+// What the GPU layers' tests compare with: random inputs, their bf16
+// rounding, and the error of a result relative to its reference's largest
+// magnitude.
 #ifndef CHUNKZERO_MODELS_GPT2_TESTING_COMPARE_H_
 #define CHUNKZERO_MODELS_GPT2_TESTING_COMPARE_H_
 
@@ -9,6 +10,8 @@
 #include <cstdint>
 #include <random>
 #include <vector>
+
+#include "tensor/half.h"
 
 namespace chunkzero {
 namespace gpt_testing {
@@ -37,6 +40,13 @@ inline double RelativeError(const std::vector<float>& got,
     scale = std::max(scale, std::fabs(double{want[i]}));
   }
   return scale == 0 ? err : err / scale;
+}
+
+// x rounded to bf16 (nearest, ties to even), as bit patterns.
+inline std::vector<uint16_t> Bf16Bits(const std::vector<float>& x) {
+  std::vector<uint16_t> bits(x.size());
+  for (size_t i = 0; i < x.size(); ++i) bits[i] = FloatToBFloat16Bits(x[i]);
+  return bits;
 }
 
 }  // namespace gpt_testing

@@ -1,0 +1,115 @@
+// GPT-2's matrix-product layers on a GPU: the CUDA counterparts of
+// gpt_kernels.h's Matmul*, MatmulTransposed* and Attention* (same
+// arguments, layouts and results to rounding), built from CudaGemm
+// (models/gpt2/cuda_gemm.h) and the kernels of cuda_gpt_kernels.h.
+//
+//   Bf16Scratch scratch(Device::Cuda(0), {MemoryCategory::kActivation,
+//                                         &tracker});
+//   CZ_RETURN_IF_ERROR(cuda_gpt_layers::MatmulForward(
+//       out, x, {w_f32, w_bf16}, bias, N, IC, OC, Precision::kBf16,
+//       scratch));
+//
+// Precision kBf16 is the CPU's: every product of the layer multiplies
+// bf16-rounded operands with f32 accumulation. Activations and grads are
+// rounded into `scratch` on the GPU before each product; a weight uses its
+// bf16 copy when the layer has one (the param stored in bf16), else it is
+// rounded too.
+//
+// Everything is enqueued on the compute stream without a host wait.
+// Errors: the failing product's or kernel's Status; scratch allocation
+// failures (ResourceExhausted at a memory cap).
+#ifndef CHUNKZERO_MODELS_GPT2_CUDA_GPT_LAYERS_H_
+#define CHUNKZERO_MODELS_GPT2_CUDA_GPT_LAYERS_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "models/gpt2/gemm_types.h"
+#include "tensor/device.h"
+#include "tensor/storage.h"
+
+namespace chunkzero {
+namespace cuda_gpt_layers {
+
+// Device memory that bf16 products round their operands into: a few
+// slots, each grown to its largest request and kept, counted by `options`
+// (the activation category). A slot may be reused as soon as the products
+// reading it are enqueued: they run in stream order. One per model, used
+// by one thread.
+class Bf16Scratch {
+ public:
+  static constexpr int kSlots = 3;
+
+  explicit Bf16Scratch(Device device,
+                       StorageOptions options = {MemoryCategory::kActivation});
+
+  // `n` bf16 elements in `slot` (0 <= slot < kSlots).
+  [[nodiscard]] absl::StatusOr<uint16_t*> Get(int slot, size_t n);
+  // Bytes held over all slots.
+  size_t bytes() const;
+
+ private:
+  const Device device_;
+  const StorageOptions options_;
+  std::array<std::shared_ptr<Storage>, kSlots> slots_;
+};
+
+// A weight matrix in GPU memory: its f32 values and, when its parameter is
+// stored in bf16, the bit patterns (else null). kBf16 products read the
+// bits when present (f32 may then be null); kF32 products read the values.
+struct CudaWeight {
+  const float* f32 = nullptr;
+  const uint16_t* bf16 = nullptr;
+};
+
+using gemm::Precision;
+
+// out[N, OC] = x[N, IC] w[IC, OC] + bias[OC] (bias may be null).
+[[nodiscard]] absl::Status MatmulForward(float* out, const float* x,
+                                         const CudaWeight& w, const float* bias,
+                                         int N, int IC, int OC,
+                                         Precision precision,
+                                         Bf16Scratch& scratch);
+// dx[N, IC] = dout w^T, dw[IC, OC] = x^T dout, dbias = column sums of
+// dout (dbias may be null); all overwritten.
+[[nodiscard]] absl::Status MatmulBackward(float* dx, float* dw, float* dbias,
+                                          const float* dout, const float* x,
+                                          const CudaWeight& w, int N, int IC,
+                                          int OC, Precision precision,
+                                          Bf16Scratch& scratch);
+
+// out[N, OC] = x[N, IC] w[OC, IC]^T (the tied output projection).
+[[nodiscard]] absl::Status MatmulTransposedForward(float* out, const float* x,
+                                                   const CudaWeight& w, int N,
+                                                   int IC, int OC,
+                                                   Precision precision,
+                                                   Bf16Scratch& scratch);
+// dx[N, IC] = dout w, dw[OC, IC] = dout^T x; both overwritten.
+[[nodiscard]] absl::Status MatmulTransposedBackward(
+    float* dx, float* dw, const float* dout, const float* x,
+    const CudaWeight& w, int N, int IC, int OC, Precision precision,
+    Bf16Scratch& scratch);
+
+// Causal multi-head self-attention over qkv[N, 3C] (see gpt_kernels.h):
+// scores through batched products per sequence, the masked softmax kept
+// in att[B, NH, T, T] for the backward.
+[[nodiscard]] absl::Status AttentionForward(float* out, float* att,
+                                            const float* qkv, int B, int T,
+                                            int C, int NH, Precision precision,
+                                            Bf16Scratch& scratch);
+// dqkv[N, 3C] overwritten; datt[B, NH, T, T] is scratch.
+[[nodiscard]] absl::Status AttentionBackward(float* dqkv, float* datt,
+                                             const float* dout,
+                                             const float* qkv, const float* att,
+                                             int B, int T, int C, int NH,
+                                             Precision precision,
+                                             Bf16Scratch& scratch);
+
+}  // namespace cuda_gpt_layers
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_MODELS_GPT2_CUDA_GPT_LAYERS_H_

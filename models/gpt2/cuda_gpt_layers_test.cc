@@ -1,0 +1,146 @@
+// The GPU product layers against the CPU ones (models/gpt2/gpt_kernels.h),
+// in f32 and bf16. Bf16Scratch is tested on the simulated device.
+#include "models/gpt2/cuda_gpt_layers.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/gpt2/gpt_kernels.h"
+#include "models/gpt2/testing/compare.h"
+#include "models/gpt2/testing/device_buffers.h"
+#include "tensor/cuda_runtime.h"
+#include "tensor/half.h"
+#include "tensor/memory_tracker.h"
+
+namespace chunkzero {
+namespace cuda_gpt_layers {
+namespace {
+
+using ::chunkzero::gpt_testing::Bf16Bits;
+using ::chunkzero::gpt_testing::GpuTest;
+using ::chunkzero::gpt_testing::RandomFloats;
+using ::chunkzero::gpt_testing::RelativeError;
+using ::testing::HasSubstr;
+
+constexpr Device kSim = Device::Simulated(0);
+
+// Slots grow to their largest request and keep it; the bytes count as
+// activations.
+TEST(Bf16Scratch, SlotsGrowAndAreCountedAsActivations) {
+  MemoryTracker tracker;
+  Bf16Scratch scratch(kSim, {MemoryCategory::kActivation, &tracker});
+  absl::StatusOr<uint16_t*> a = scratch.Get(0, 100);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(*scratch.Get(0, 40), *a);  // Smaller: the same block.
+  ASSERT_TRUE(scratch.Get(2, 10).ok());
+  EXPECT_EQ(scratch.bytes(), 220u);
+  EXPECT_EQ(tracker.Current(kSim, MemoryCategory::kActivation), 220);
+  ASSERT_TRUE(scratch.Get(0, 300).ok());  // Grows: the old block goes.
+  EXPECT_EQ(scratch.bytes(), 620u);
+  EXPECT_EQ(tracker.Current(kSim, MemoryCategory::kActivation), 620);
+  const absl::Status bad = scratch.Get(3, 1).status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.message(), "bf16 scratch slot 3 is not in [0, 3)");
+}
+
+TEST(CudaGptLayers, WithoutAGpuTheProductSaysWhy) {
+  if (CudaDeviceCount() > 0) GTEST_SKIP() << "a GPU is visible";
+  Bf16Scratch scratch(Device::Cuda(0));
+  float x = 1, w = 2, out = 0;
+  const absl::Status status =
+      MatmulForward(&out, &x, {&w}, nullptr, 1, 1, 1, Precision::kF32, scratch);
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr("gemm(N, N, m=1, n=1, k=1, f32)"));
+}
+
+// ---- With a GPU ----
+
+class CudaGptLayersOnGpu : public GpuTest {
+ protected:
+  Bf16Scratch scratch_{Device::Cuda(0)};
+};
+
+TEST_F(CudaGptLayersOnGpu, ProductsMatchTheCpu) {
+  constexpr int N = 24, IC = 40, OC = 72;
+  const std::vector<float> x = RandomFloats(N * IC, 1),
+                           w = RandomFloats(IC * OC, 2),
+                           bias = RandomFloats(OC, 3),
+                           dout = RandomFloats(N * OC, 4);
+  for (Precision precision : {Precision::kF32, Precision::kBf16}) {
+    SCOPED_TRACE(precision == Precision::kBf16 ? "bf16" : "f32");
+    std::vector<float> out(N * OC), dx(N * IC), dw(IC * OC), db(OC),
+        tout(N * OC), tdx(N * IC), tdw(OC * IC);
+    gpt_kernels::MatmulForward(out.data(), x.data(), w.data(), bias.data(), N,
+                               IC, OC, precision);
+    gpt_kernels::MatmulBackward(dx.data(), dw.data(), db.data(), dout.data(),
+                                x.data(), w.data(), N, IC, OC, precision);
+    // The tied layout reads w as [OC, IC].
+    gpt_kernels::MatmulTransposedForward(tout.data(), x.data(), w.data(), N, IC,
+                                         OC, precision);
+    gpt_kernels::MatmulTransposedBackward(tdx.data(), tdw.data(), dout.data(),
+                                          x.data(), w.data(), N, IC, OC,
+                                          precision);
+    float *g_x = Up(x), *g_dout = Up(dout), *g_out = Up(out), *g_dx = Up(dx),
+          *g_dw = Up(dw), *g_db = Up(db);
+    // bf16 products read the bf16 copy when there is one.
+    const CudaWeight weight = precision == Precision::kBf16
+                                  ? CudaWeight{nullptr, Up(Bf16Bits(w))}
+                                  : CudaWeight{Up(w), nullptr};
+    ASSERT_TRUE(MatmulForward(g_out, g_x, weight, Up(bias), N, IC, OC,
+                              precision, scratch_)
+                    .ok());
+    EXPECT_LT(RelativeError(Down(g_out, N * OC), out), 1e-5);
+    ASSERT_TRUE(MatmulBackward(g_dx, g_dw, g_db, g_dout, g_x, weight, N, IC, OC,
+                               precision, scratch_)
+                    .ok());
+    EXPECT_LT(RelativeError(Down(g_dx, N * IC), dx), 1e-5);
+    EXPECT_LT(RelativeError(Down(g_dw, IC * OC), dw), 1e-5);
+    EXPECT_EQ(Down(g_db, OC), db);
+    ASSERT_TRUE(MatmulTransposedForward(g_out, g_x, weight, N, IC, OC,
+                                        precision, scratch_)
+                    .ok());
+    EXPECT_LT(RelativeError(Down(g_out, N * OC), tout), 1e-5);
+    ASSERT_TRUE(MatmulTransposedBackward(g_dx, g_dw, g_dout, g_x, weight, N, IC,
+                                         OC, precision, scratch_)
+                    .ok());
+    EXPECT_LT(RelativeError(Down(g_dx, N * IC), tdx), 1e-5);
+    EXPECT_LT(RelativeError(Down(g_dw, OC * IC), tdw), 1e-5);
+  }
+}
+
+// In bf16 the probabilities are rounded before their products, and the CPU
+// and GPU probabilities differ in the last f32 bits, so an element may
+// round to the neighbouring bf16 value: a looser bound there.
+TEST_F(CudaGptLayersOnGpu, AttentionMatchesTheCpu) {
+  constexpr int B = 2, T = 37, C = 48, NH = 4, N = B * T;
+  const std::vector<float> qkv = RandomFloats(N * 3 * C, 1, 2),
+                           dout = RandomFloats(N * C, 2);
+  for (Precision precision : {Precision::kF32, Precision::kBf16}) {
+    SCOPED_TRACE(precision == Precision::kBf16 ? "bf16" : "f32");
+    const double bound = precision == Precision::kBf16 ? 2e-2 : 1e-5;
+    std::vector<float> out(N * C), att(B * NH * T * T), dqkv(N * 3 * C),
+        datt(att.size());
+    gpt_kernels::AttentionForward(out.data(), att.data(), qkv.data(), B, T, C,
+                                  NH, precision);
+    gpt_kernels::AttentionBackward(dqkv.data(), datt.data(), dout.data(),
+                                   qkv.data(), att.data(), B, T, C, NH,
+                                   precision);
+    float *g_qkv = Up(qkv), *g_out = Up(out), *g_att = Up(att),
+          *g_dqkv = Up(dqkv), *g_datt = Up(datt);
+    ASSERT_TRUE(
+        AttentionForward(g_out, g_att, g_qkv, B, T, C, NH, precision, scratch_)
+            .ok());
+    EXPECT_LT(RelativeError(Down(g_att, att.size()), att), 1e-5);
+    EXPECT_LT(RelativeError(Down(g_out, N * C), out), bound);
+    ASSERT_TRUE(AttentionBackward(g_dqkv, g_datt, Up(dout), g_qkv, g_att, B, T,
+                                  C, NH, precision, scratch_)
+                    .ok());
+    EXPECT_LT(RelativeError(Down(g_dqkv, N * 3 * C), dqkv), bound);
+  }
+}
+
+}  // namespace
+}  // namespace cuda_gpt_layers
+}  // namespace chunkzero
