@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "tensor/cuda_elementwise.h"
 #include "tensor/elementwise_kernels.h"
 
 namespace chunkzero {
@@ -36,6 +37,10 @@ absl::Status LocalHooks::HandGrad(Parameter& param, const Tensor& grad) {
     return absl::OkStatus();
   }
   Tensor sum = param.grad();
+  if (!sum.device().is_host_accessible()) {  // A model on a GPU.
+    return CudaAxpy(sum.raw_data(), DType::kF32, 1.0f, grad.raw_data(),
+                    grad.numel());
+  }
   AxpyF32(sum.data<float>(), 1.0f, grad.data<float>(), grad.numel());
   return absl::OkStatus();
 }

@@ -1,15 +1,17 @@
 // LocalHooks: ParamHooks for running a model on one rank with plain
 // tensors: no chunks, no communication. Each parameter's grad() becomes an
 // f32 tensor of its shape holding the sum of the grads handed over in the
-// step. The single-process reference that ZeroDdp is tested against.
+// step, on the device the grads come from (a model on a GPU keeps its
+// grads there). The single-process reference that ZeroDdp is tested
+// against.
 //
 //   LocalHooks hooks;
 //   CZ_RETURN_IF_ERROR(model.Forward(hooks, batch));
 //   CZ_RETURN_IF_ERROR(model.Backward(hooks));
 //   CZ_RETURN_IF_ERROR(hooks.EndStep());   // order errors, deferred errors
 //
-// Parameter data is used as it is (it must be materialised, on a host
-// device). Thread-safety: one instance per thread.
+// Parameter data is used as it is (it must be materialised where the model
+// computes). Thread-safety: one instance per thread.
 #ifndef CHUNKZERO_DDP_LOCAL_HOOKS_H_
 #define CHUNKZERO_DDP_LOCAL_HOOKS_H_
 

@@ -79,6 +79,22 @@ absl::Status RoundToBf16(uint16_t* out, const float* x, size_t n) {
   return Check(internal::RoundToBf16(out, x, n), "bf16 rounding");
 }
 
+absl::Status Widen(float* out, const uint16_t* x, DType dtype, size_t n) {
+  switch (dtype) {
+    case DType::kBF16:
+      return Check(internal::WidenBf16(out, x, n), "bf16 widening");
+    case DType::kF16:
+      return Check(internal::WidenF16(out, x, n), "f16 widening");
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "widening ", DTypeName(dtype), " on the GPU: only bf16 and f16"));
+  }
+}
+
+absl::Status Zero(float* x, size_t n) {
+  return Check(internal::Zero(x, n), "zeroing");
+}
+
 absl::Status CausalSoftmax(float* att, size_t rows, int T) {
   return Check(internal::CausalSoftmax(att, rows, T), "causal softmax");
 }

@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "tensor/dtype.h"
 
 namespace chunkzero {
 namespace cuda_gpt_kernels {
@@ -63,6 +64,11 @@ namespace cuda_gpt_kernels {
 // out[n] = x[n] rounded to bf16 (nearest, ties to even): a bf16 product's
 // operand (models/gpt2/cuda_gemm.h).
 [[nodiscard]] absl::Status RoundToBf16(uint16_t* out, const float* x, size_t n);
+// out[n] = the f32 value of 16-bit x[n] (`dtype` kBF16 or kF16; exact;
+// InvalidArgument for another dtype), and x[n] = 0.
+[[nodiscard]] absl::Status Widen(float* out, const uint16_t* x, DType dtype,
+                                 size_t n);
+[[nodiscard]] absl::Status Zero(float* x, size_t n);
 
 // The attention's softmax over scores att[rows, T] (row r is query
 // position r % T: entries past it are masked to 0), and its backward: datt

@@ -140,6 +140,23 @@ TEST_F(CudaGptKernelsOnGpu, ElementWiseLayersMatchTheCpu) {
   for (size_t i = 0; i < n; ++i) {
     ASSERT_EQ(bits[i], FloatToBFloat16Bits(x[i])) << i;
   }
+  // Widening is exact, from either 16-bit type; Zero clears.
+  ASSERT_TRUE(Widen(g_out, g_bits, DType::kBF16, n).ok());
+  std::vector<float> widened = Down(g_out, n);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(widened[i], BFloat16BitsToFloat(bits[i])) << i;
+  }
+  std::vector<uint16_t> halves(n);
+  for (size_t i = 0; i < n; ++i) halves[i] = FloatToHalfBits(x[i]);
+  ASSERT_TRUE(Widen(g_out, Up(halves), DType::kF16, n).ok());
+  widened = Down(g_out, n);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(widened[i], HalfBitsToFloat(halves[i])) << i;
+  }
+  EXPECT_EQ(Widen(g_out, g_bits, DType::kF32, n).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(Zero(g_out, n).ok());
+  EXPECT_EQ(Down(g_out, n), std::vector<float>(n, 0.0f));
 }
 
 // Softmax rows of a causal attention, and their backward, against sums in

@@ -10,14 +10,50 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "models/gpt2/gpt_kernels.h"
-#include "tensor/cast_kernels.h"
+#include "tensor/allocator.h"
+#include "tensor/cast_tensor.h"
+#include "tensor/storage.h"
 
 namespace chunkzero {
 
-namespace k = gpt_kernels;
-
 namespace {
+
+// An array of T in memory of one device, from the registry's allocator.
+// The model reports these bytes itself (GptModel::Hold), so the storage
+// reports nowhere. Host memory starts zeroed, as the std::vectors it
+// replaces did.
+template <typename T>
+class DeviceArray {
+ public:
+  T* data() const {
+    return storage_ == nullptr ? nullptr : static_cast<T*>(storage_->data());
+  }
+  size_t size() const { return size_; }
+  static constexpr size_t kElementBytes = sizeof(T);
+
+  // n elements on `device` in place of what was held.
+  absl::Status Allocate(size_t n, Device device) {
+    Reset();
+    if (n == 0) return absl::OkStatus();
+    absl::StatusOr<std::shared_ptr<Storage>> made =
+        Storage::Create(n * sizeof(T), device);
+    if (!made.ok()) return made.status();
+    storage_ = *std::move(made);
+    if (device.is_host_accessible()) {
+      std::memset(storage_->data(), 0, n * sizeof(T));
+    }
+    size_ = n;
+    return absl::OkStatus();
+  }
+  void Reset() {
+    storage_.reset();
+    size_ = 0;
+  }
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  size_t size_ = 0;
+};
 
 // Offsets of a block's parameters from its first one, in declaration order.
 enum BlockParam {
@@ -132,35 +168,42 @@ double GptModelFlopsPerStep(const GptConfig& config, int seq_len,
 }
 
 // What Forward keeps for Backward; per-layer arrays hold L slices.
+// What Forward keeps for Backward, on the backend's device; per-layer
+// arrays hold L slices.
 struct GptModel::Activations {
+  using F = DeviceArray<float>;
   int batch = 0, seq = 0;
-  std::vector<int32_t> tokens, targets;
-  std::vector<float> encoded;                  // [N, C]
-  std::vector<float> ln1, ln1_mean, ln1_rstd;  // [L, N, C], [L, N]
-  std::vector<float> qkv;                      // [L, N, 3C]
-  std::vector<float> att;                      // [L, B, NH, T, T]
-  std::vector<float> atty;                     // [L, N, C]
-  std::vector<float> res2;                     // [L, N, C]
-  std::vector<float> ln2, ln2_mean, ln2_rstd;  // [L, N, C], [L, N]
-  std::vector<float> fch, fch_gelu;            // [L, N, 4C]
-  std::vector<float> res3;                     // [L, N, C] block outputs
-  std::vector<float> lnf, lnf_mean, lnf_rstd;  // [N, C], [N]
-  std::vector<float> probs;                    // [N, V]
-  std::vector<double> row_losses;              // [N]
+  DeviceArray<int32_t> tokens, targets;
+  F encoded;                       // [N, C]
+  F ln1, ln1_mean, ln1_rstd;       // [L, N, C], [L, N]
+  F qkv;                           // [L, N, 3C]
+  F att;                           // [L, B, NH, T, T]
+  F atty;                          // [L, N, C]
+  F res2;                          // [L, N, C]
+  F ln2, ln2_mean, ln2_rstd;       // [L, N, C], [L, N]
+  F fch, fch_gelu;                 // [L, N, 4C]
+  F res3;                          // [L, N, C] block outputs
+  F lnf, lnf_mean, lnf_rstd;       // [N, C], [N]
+  F probs;                         // [N, V]
+  DeviceArray<double> row_losses;  // [N]
 };
 
 // Backward's working buffers, shared by all layers.
 struct GptModel::Scratch {
-  std::vector<float> dresidual;  // [N, C]
-  std::vector<float> dln;        // [N, C]
-  std::vector<float> datty;      // [N, C]
-  std::vector<float> dqkv;       // [N, 3C]
-  std::vector<float> dfch;       // [N, 4C]
-  std::vector<float> datt;       // [B, NH, T, T]
+  DeviceArray<float> dresidual;  // [N, C]
+  DeviceArray<float> dln;        // [N, C]
+  DeviceArray<float> datty;      // [N, C]
+  DeviceArray<float> dqkv;       // [N, 3C]
+  DeviceArray<float> dfch;       // [N, 4C]
+  DeviceArray<float> datt;       // [B, NH, T, T]
 };
 
-GptModel::GptModel(const GptConfig& config)
+struct GptModel::WidenBuffer : DeviceArray<float> {};
+
+GptModel::GptModel(const GptConfig& config, std::unique_ptr<GptBackend> backend)
     : config_(config),
+      backend_(std::move(backend)),
+      widen_(std::make_unique<WidenBuffer>()),
       acts_(std::make_unique<Activations>()),
       scratch_(std::make_unique<Scratch>()) {}
 
@@ -171,9 +214,19 @@ GptModel::~GptModel() {
 }
 
 absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
-    const GptConfig& config, uint64_t seed, DType dtype) {
+    const GptConfig& config, uint64_t seed, DType dtype, Device device) {
   CZ_RETURN_IF_ERROR(config.Validate());
-  std::unique_ptr<GptModel> model(new GptModel(config));
+  std::unique_ptr<GptBackend> backend;
+  if (device == Device::Cpu()) {
+    backend = MakeCpuGptBackend();
+  } else if (device.type() == DeviceType::kCuda) {
+    CZ_ASSIGN_OR_RETURN(backend, MakeCudaGptBackend(device));
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GptModel computes on the cpu or a GPU (cuda:N), not ",
+                     device.ToString()));
+  }
+  std::unique_ptr<GptModel> model(new GptModel(config, std::move(backend)));
   const int64_t C = config.d_model, L = config.layers;
   NormalSampler normal(seed);
   const double proj_std = 0.02 / std::sqrt(2.0 * L);
@@ -193,6 +246,12 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
       for (float& v : values) v = static_cast<float>(stddev * normal.Next());
     }
     CZ_ASSIGN_OR_RETURN(Tensor data, Tensor::FromFloats(values, shape, dtype));
+    if (device != Device::Cpu()) {
+      absl::StatusOr<Tensor> there = data.To(device);
+      CZ_RETURN_IF_ERROR(there.status(), "making parameter '", name, "' on ",
+                         device.ToString());
+      data = *std::move(there);
+    }
     model->params_.push_back(
         std::make_unique<Parameter>(name, std::move(data)));
     model->shapes_.push_back(std::move(shape));
@@ -226,7 +285,8 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   const int64_t block_max = C * 4 * C + 4 * C + 4 * C * C + C;  // mlp
   const int64_t grads = std::max<int64_t>(
       block_max, (static_cast<int64_t>(config.vocab) + config.seq_len) * C);
-  CZ_ASSIGN_OR_RETURN(model->grad_buffer_, Tensor::Empty({grads}, DType::kF32));
+  CZ_ASSIGN_OR_RETURN(model->grad_buffer_,
+                      Tensor::Empty({grads}, DType::kF32, device));
   return model;
 }
 
@@ -259,15 +319,13 @@ absl::Status GptModel::LoadStateDict(
           "state dict tensor '", p.name(), "' is ", it->second.DebugString(),
           ", expected shape ", ShapeToString(shapes_[i])));
     }
-    if (!it->second.is_materialized() ||
-        !it->second.device().is_host_accessible()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "state dict tensor '", p.name(), "' is not readable on the host"));
+    if (!it->second.is_materialized()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("state dict tensor '", p.name(), "' has no memory"));
     }
-    if (!p.data().is_materialized() ||
-        !p.data().device().is_host_accessible()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "parameter '", p.name(), "' is not materialised on the host"));
+    if (!p.data().is_materialized()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("parameter '", p.name(), "' is not materialised"));
     }
   }
   if (state.size() != params_.size()) {
@@ -279,9 +337,7 @@ absl::Status GptModel::LoadStateDict(
     }
   }
   for (auto& p : params_) {
-    const Tensor& src = state.at(p->name());
-    CZ_RETURN_IF_ERROR(Cast(p->mutable_data().raw_data(), p->data().dtype(),
-                            src.raw_data(), src.dtype(), src.numel()),
+    CZ_RETURN_IF_ERROR(CastTensor(p->mutable_data(), state.at(p->name())),
                        "loading '", p->name(), "'");
   }
   return absl::OkStatus();
@@ -290,7 +346,7 @@ absl::Status GptModel::LoadStateDict(
 struct GptModel::ScopeWeights {
   // f32 values (null for a bits-only matrix, see Weights).
   const float* operator[](int i) const { return f32[i]; }
-  k::WeightMatrix matrix(int i) const { return {f32[i], bf16[i]}; }
+  GptBackend::Weight matrix(int i) const { return {f32[i], bf16[i]}; }
 
   const float* f32[kMaxScopeParams] = {};
   const uint16_t* bf16[kMaxScopeParams] = {};
@@ -307,10 +363,11 @@ absl::Status GptModel::Weights(const ScopeParams& scope, ScopeWeights* out) {
   for (size_t i = 0; i < scope.index.size(); ++i) {
     const Parameter& p = *scope.params[i];
     const Tensor& data = p.data();
-    if (!data.is_materialized() || !data.device().is_host_accessible()) {
+    if (!data.is_materialized() || !backend_->Reads(data.device())) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "parameter '", p.name(),
-          "' is not materialised on the host: ", data.DebugString()));
+          "parameter '", p.name(), "' is not materialised where the model ",
+          "computes (", backend_->device().ToString(),
+          "): ", data.DebugString()));
     }
     if (data.shape() != shapes_[scope.index[i]]) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -320,12 +377,21 @@ absl::Status GptModel::Weights(const ScopeParams& scope, ScopeWeights* out) {
     if (data.dtype() != DType::kF32 && !bits_only(i)) widen += data.numel();
   }
   // Grows once to the largest 16-bit scope, then is reused.
-  if (widen_.size() < widen) {
-    CZ_RETURN_IF_ERROR(
-        Hold(workspace_bytes() +
-             static_cast<int64_t>((widen - widen_.size()) * sizeof(float))),
-        "widening the weights of parameter '", scope.params[0]->name(), "'");
-    widen_.resize(widen);
+  if (widen_->size() < widen) {
+    const int64_t held = workspace_bytes();
+    const int64_t grown =
+        held + static_cast<int64_t>((widen - widen_->size()) * sizeof(float));
+    CZ_RETURN_IF_ERROR(Hold(grown), "widening the weights of parameter '",
+                       scope.params[0]->name(), "'");
+    const absl::Status made = widen_->Allocate(widen, backend_->device());
+    if (!made.ok()) {
+      Hold(held - static_cast<int64_t>(widen_->size() * sizeof(float)))
+          .IgnoreError();  // Shrinking always fits.
+      return absl::Status(
+          made.code(),
+          absl::StrCat("widening the weights of parameter '",
+                       scope.params[0]->name(), "': ", made.message()));
+    }
   }
   size_t offset = 0;
   for (size_t i = 0; i < scope.index.size(); ++i) {
@@ -338,9 +404,10 @@ absl::Status GptModel::Weights(const ScopeParams& scope, ScopeWeights* out) {
       continue;
     }
     if (bits_only(i)) continue;
-    float* dst = widen_.data() + offset;
+    float* dst = widen_->data() + offset;
     CZ_RETURN_IF_ERROR(
-        Cast(dst, DType::kF32, data.raw_data(), data.dtype(), data.numel()));
+        backend_->Widen(dst, data.raw_data(), data.dtype(), data.numel()),
+        "widening parameter '", scope.params[i]->name(), "'");
     out->f32[i] = dst;
     offset += data.numel();
   }
@@ -349,18 +416,19 @@ absl::Status GptModel::Weights(const ScopeParams& scope, ScopeWeights* out) {
 
 absl::Status GptModel::RunForward(
     ParamHooks& hooks, const ScopeParams& scope,
-    absl::FunctionRef<void(const ScopeWeights& w)> fn) {
+    absl::FunctionRef<absl::Status(const ScopeWeights& w)> fn) {
   CZ_ASSIGN_OR_RETURN(HookScope hook_scope,
                       HookScope::Forward(hooks, scope.params));
   ScopeWeights w;
   CZ_RETURN_IF_ERROR(Weights(scope, &w));
-  fn(w);
+  CZ_RETURN_IF_ERROR(fn(w));
   return hook_scope.Exit();
 }
 
 absl::Status GptModel::RunBackward(
     ParamHooks& hooks, const ScopeParams& scope, bool read_weights,
-    absl::FunctionRef<void(const ScopeWeights& w, float* const* g)> fn) {
+    absl::FunctionRef<absl::Status(const ScopeWeights& w, float* const* g)>
+        fn) {
   CZ_ASSIGN_OR_RETURN(HookScope hook_scope,
                       HookScope::Backward(hooks, scope.params));
   ScopeWeights w;
@@ -376,7 +444,7 @@ absl::Status GptModel::RunBackward(
     g[grads.size()] = view.data<float>();
     grads.push_back(std::move(view));
   }
-  fn(w, g);
+  CZ_RETURN_IF_ERROR(fn(w, g));
   // Only now, with every read of the weights done: under ZeroDdp a grad
   // may overwrite its parameter's storage.
   for (size_t i = 0; i < grads.size(); ++i) {
@@ -392,8 +460,9 @@ absl::Status GptModel::LayerNormBackward(ParamHooks& hooks,
   const int N = acts_->batch * acts_->seq;
   return RunBackward(hooks, scope, /*read_weights=*/true,
                      [&](const ScopeWeights& w, float* const* g) {
-                       k::LayerNormBackward(dx, g[0], g[1], dout, x, w[0], mean,
-                                            rstd, N, config_.d_model);
+                       return backend_->LayerNormBackward(dx, g[0], g[1], dout,
+                                                          x, w[0], mean, rstd,
+                                                          N, config_.d_model);
                      });
 }
 
@@ -438,20 +507,26 @@ absl::Status GptModel::ResizeBuffers(int batch, int seq) {
   if (a.batch == batch && a.seq == seq) return absl::OkStatus();
   int64_t bytes = 0;
   VisitBuffers(batch, seq, [&](auto& buffer, size_t n) {
-    bytes += static_cast<int64_t>(n * sizeof(buffer[0]));
+    bytes += static_cast<int64_t>(n * buffer.kElementBytes);
   });
   // The old buffers go first, so that the limit sees only the new ones.
-  VisitBuffers(0, 0, [](auto& buffer, size_t) {
-    std::decay_t<decltype(buffer)>().swap(buffer);
-  });
+  VisitBuffers(0, 0, [](auto& buffer, size_t) { buffer.Reset(); });
   a.batch = a.seq = 0;
   const int64_t others = workspace_bytes() - buffer_bytes_;
   buffer_bytes_ = 0;
   CZ_RETURN_IF_ERROR(Hold(others));
   CZ_RETURN_IF_ERROR(Hold(others + bytes));
-  VisitBuffers(batch, seq, [](auto& buffer, size_t n) {
-    std::decay_t<decltype(buffer)>(n).swap(buffer);
+  absl::Status made = absl::OkStatus();
+  const Device device = backend_->device();
+  VisitBuffers(batch, seq, [&](auto& buffer, size_t n) {
+    if (made.ok()) made = buffer.Allocate(n, device);
   });
+  if (!made.ok()) {
+    // The device itself ran out before the limit: hold nothing.
+    VisitBuffers(0, 0, [](auto& buffer, size_t) { buffer.Reset(); });
+    Hold(others).IgnoreError();  // Shrinking always fits.
+    return made;
+  }
   buffer_bytes_ = bytes;
   a.batch = batch;
   a.seq = seq;
@@ -460,7 +535,7 @@ absl::Status GptModel::ResizeBuffers(int batch, int seq) {
 
 int64_t GptModel::workspace_bytes() const {
   return buffer_bytes_ + static_cast<int64_t>(grad_buffer_.nbytes()) +
-         static_cast<int64_t>(widen_.size() * sizeof(float));
+         static_cast<int64_t>(widen_->size() * sizeof(float));
 }
 
 absl::Status GptModel::Hold(int64_t bytes) {
@@ -488,6 +563,7 @@ absl::Status GptModel::set_memory_accounting(MemoryTracker* tracker,
   if (tracker_ != nullptr) {
     tracker_->Subtract(device_, MemoryCategory::kActivation, reported_);
   }
+  backend_->set_scratch_accounting(tracker);
   tracker_ = tracker;
   device_ = device;
   reported_ = held;
@@ -524,15 +600,21 @@ absl::StatusOr<float> GptModel::Forward(ParamHooks& hooks, int batch, int seq,
                      "GptModel::Forward: ", "activations for batch ", batch,
                      " x seq ", seq);
   Activations& a = *acts_;
-  std::copy(tokens.begin(), tokens.end(), a.tokens.begin());
-  std::copy(targets.begin(), targets.end(), a.targets.begin());
+  const Device device = backend_->device();
+  CZ_RETURN_IF_ERROR(CopyBytes(a.tokens.data(), device, tokens.data(),
+                               Device::Cpu(), n_tokens * sizeof(int32_t)),
+                     "GptModel::Forward: tokens to ", device.ToString());
+  CZ_RETURN_IF_ERROR(CopyBytes(a.targets.data(), device, targets.data(),
+                               Device::Cpu(), n_tokens * sizeof(int32_t)),
+                     "GptModel::Forward: targets to ", device.ToString());
   const int B = batch, T = seq, C = cfg.d_model, NH = cfg.heads, V = cfg.vocab,
             N = B * T;
   const size_t NC = static_cast<size_t>(N) * C;
   const size_t att_size = static_cast<size_t>(B) * NH * T * T;
 
   CZ_RETURN_IF_ERROR(RunForward(hooks, embedding_, [&](const ScopeWeights& w) {
-    k::EmbeddingForward(a.encoded.data(), a.tokens.data(), w[0], w[1], B, T, C);
+    return backend_->EmbeddingForward(a.encoded.data(), a.tokens.data(), w[0],
+                                      w[1], B, T, C, V);
   }));
   for (int l = 0; l < cfg.layers; ++l) {
     const BlockScopes& block = blocks_[l];
@@ -548,44 +630,50 @@ absl::StatusOr<float> GptModel::Forward(ParamHooks& hooks, int batch, int seq,
     float* res3 = a.res3.data() + l * NC;
     CZ_RETURN_IF_ERROR(
         RunForward(hooks, block.ln_1, [&](const ScopeWeights& w) {
-          k::LayerNormForward(ln1, a.ln1_mean.data() + l * N,
-                              a.ln1_rstd.data() + l * N, x, w[0], w[1], N, C);
+          return backend_->LayerNormForward(ln1, a.ln1_mean.data() + l * N,
+                                            a.ln1_rstd.data() + l * N, x, w[0],
+                                            w[1], N, C);
         }));
     CZ_RETURN_IF_ERROR(
         RunForward(hooks, block.attn, [&](const ScopeWeights& w) {
-          k::MatmulForward(qkv, ln1, w.matrix(0), w[1], N, C, 3 * C,
-                           matmul_precision_);
-          k::AttentionForward(atty, att, qkv, B, T, C, NH, matmul_precision_);
-          k::MatmulForward(res2, atty, w.matrix(2), w[3], N, C, C,
-                           matmul_precision_);
-          k::Add(res2, res2, x, NC);
+          CZ_RETURN_IF_ERROR(backend_->MatmulForward(
+              qkv, ln1, w.matrix(0), w[1], N, C, 3 * C, matmul_precision_));
+          CZ_RETURN_IF_ERROR(backend_->AttentionForward(atty, att, qkv, B, T, C,
+                                                        NH, matmul_precision_));
+          CZ_RETURN_IF_ERROR(backend_->MatmulForward(
+              res2, atty, w.matrix(2), w[3], N, C, C, matmul_precision_));
+          CZ_RETURN_IF_ERROR(backend_->Add(res2, res2, x, NC));
+          return absl::OkStatus();
         }));
     CZ_RETURN_IF_ERROR(
         RunForward(hooks, block.ln_2, [&](const ScopeWeights& w) {
-          k::LayerNormForward(ln2, a.ln2_mean.data() + l * N,
-                              a.ln2_rstd.data() + l * N, res2, w[0], w[1], N,
-                              C);
+          return backend_->LayerNormForward(ln2, a.ln2_mean.data() + l * N,
+                                            a.ln2_rstd.data() + l * N, res2,
+                                            w[0], w[1], N, C);
         }));
     CZ_RETURN_IF_ERROR(RunForward(hooks, block.mlp, [&](const ScopeWeights& w) {
-      k::MatmulForward(fch, ln2, w.matrix(0), w[1], N, C, 4 * C,
-                       matmul_precision_);
-      k::GeluForward(fch_gelu, fch, 4 * NC);
-      k::MatmulForward(res3, fch_gelu, w.matrix(2), w[3], N, 4 * C, C,
-                       matmul_precision_);
-      k::Add(res3, res3, res2, NC);
+      CZ_RETURN_IF_ERROR(backend_->MatmulForward(fch, ln2, w.matrix(0), w[1], N,
+                                                 C, 4 * C, matmul_precision_));
+      CZ_RETURN_IF_ERROR(backend_->GeluForward(fch_gelu, fch, 4 * NC));
+      CZ_RETURN_IF_ERROR(backend_->MatmulForward(
+          res3, fch_gelu, w.matrix(2), w[3], N, 4 * C, C, matmul_precision_));
+      CZ_RETURN_IF_ERROR(backend_->Add(res3, res3, res2, NC));
+      return absl::OkStatus();
     }));
   }
   const float* last = a.res3.data() + (cfg.layers - 1) * NC;
   CZ_RETURN_IF_ERROR(RunForward(hooks, ln_f_, [&](const ScopeWeights& w) {
-    k::LayerNormForward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(),
-                        last, w[0], w[1], N, C);
+    return backend_->LayerNormForward(a.lnf.data(), a.lnf_mean.data(),
+                                      a.lnf_rstd.data(), last, w[0], w[1], N,
+                                      C);
   }));
   CZ_RETURN_IF_ERROR(RunForward(hooks, lm_head_, [&](const ScopeWeights& w) {
-    k::MatmulTransposedForward(a.probs.data(), a.lnf.data(), w.matrix(0), N, C,
-                               V, matmul_precision_);
+    return backend_->MatmulTransposedForward(
+        a.probs.data(), a.lnf.data(), w.matrix(0), N, C, V, matmul_precision_);
   }));
-  const double loss = k::CrossEntropyForward(a.probs.data(), a.targets.data(),
-                                             N, V, a.row_losses.data());
+  CZ_ASSIGN_OR_RETURN(const double loss, backend_->CrossEntropyForward(
+                                             a.probs.data(), a.targets.data(),
+                                             N, V, a.row_losses.data()));
   have_forward_ = true;
   return static_cast<float>(loss);
 }
@@ -611,13 +699,15 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
   CZ_RETURN_IF_ERROR(RunBackward(
       hooks, lm_head_, /*read_weights=*/true,
       [&](const ScopeWeights& w, float* const* g) {
-        k::CrossEntropyBackward(a.probs.data(), a.targets.data(),
-                                loss_grad_scale / N, N, V);
-        k::MatmulTransposedBackward(dln, g[0], a.probs.data(), a.lnf.data(),
-                                    w.matrix(0), N, C, V, matmul_precision_);
+        CZ_RETURN_IF_ERROR(backend_->CrossEntropyBackward(
+            a.probs.data(), a.targets.data(), loss_grad_scale / N, N, V));
+        CZ_RETURN_IF_ERROR(backend_->MatmulTransposedBackward(
+            dln, g[0], a.probs.data(), a.lnf.data(), w.matrix(0), N, C, V,
+            matmul_precision_));
+        return absl::OkStatus();
       }));
   const float* last = a.res3.data() + (cfg.layers - 1) * NC;
-  std::memset(dres, 0, sizeof(float) * NC);
+  CZ_RETURN_IF_ERROR(backend_->Zero(dres, NC));
   CZ_RETURN_IF_ERROR(LayerNormBackward(hooks, ln_f_, dres, dln, last,
                                        a.lnf_mean.data(), a.lnf_rstd.data()));
   // dres holds d(loss)/d(block output), then, in place, d/d(block input).
@@ -637,26 +727,33 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
         hooks, block.mlp, /*read_weights=*/true,
         [&](const ScopeWeights& w, float* const* g) {
           float* dfch = s.dfch.data();
-          k::MatmulBackward(dfch, g[2], g[3], dres, fch_gelu, w.matrix(2), N,
-                            4 * C, C, matmul_precision_);
-          k::GeluBackward(dfch, fch, dfch, 4 * NC);
-          k::MatmulBackward(dln, g[0], g[1], dfch, ln2, w.matrix(0), N, C,
-                            4 * C, matmul_precision_);
+          CZ_RETURN_IF_ERROR(backend_->MatmulBackward(
+              dfch, g[2], g[3], dres, fch_gelu, w.matrix(2), N, 4 * C, C,
+              matmul_precision_));
+          CZ_RETURN_IF_ERROR(backend_->GeluBackward(dfch, fch, dfch, 4 * NC));
+          CZ_RETURN_IF_ERROR(
+              backend_->MatmulBackward(dln, g[0], g[1], dfch, ln2, w.matrix(0),
+                                       N, C, 4 * C, matmul_precision_));
+          return absl::OkStatus();
         }));
     CZ_RETURN_IF_ERROR(LayerNormBackward(hooks, block.ln_2, dres, dln, res2,
                                          a.ln2_mean.data() + l * N,
                                          a.ln2_rstd.data() + l * N));
     // res2 = x + c_proj(attention(c_attn(ln1))).
-    CZ_RETURN_IF_ERROR(RunBackward(
-        hooks, block.attn, /*read_weights=*/true,
-        [&](const ScopeWeights& w, float* const* g) {
-          k::MatmulBackward(s.datty.data(), g[2], g[3], dres, atty, w.matrix(2),
-                            N, C, C, matmul_precision_);
-          k::AttentionBackward(s.dqkv.data(), s.datt.data(), s.datty.data(),
-                               qkv, att, B, T, C, NH, matmul_precision_);
-          k::MatmulBackward(dln, g[0], g[1], s.dqkv.data(), ln1, w.matrix(0), N,
-                            C, 3 * C, matmul_precision_);
-        }));
+    CZ_RETURN_IF_ERROR(
+        RunBackward(hooks, block.attn, /*read_weights=*/true,
+                    [&](const ScopeWeights& w, float* const* g) {
+                      CZ_RETURN_IF_ERROR(backend_->MatmulBackward(
+                          s.datty.data(), g[2], g[3], dres, atty, w.matrix(2),
+                          N, C, C, matmul_precision_));
+                      CZ_RETURN_IF_ERROR(backend_->AttentionBackward(
+                          s.dqkv.data(), s.datt.data(), s.datty.data(), qkv,
+                          att, B, T, C, NH, matmul_precision_));
+                      CZ_RETURN_IF_ERROR(backend_->MatmulBackward(
+                          dln, g[0], g[1], s.dqkv.data(), ln1, w.matrix(0), N,
+                          C, 3 * C, matmul_precision_));
+                      return absl::OkStatus();
+                    }));
     CZ_RETURN_IF_ERROR(LayerNormBackward(hooks, block.ln_1, dres, dln, x,
                                          a.ln1_mean.data() + l * N,
                                          a.ln1_rstd.data() + l * N));
@@ -664,9 +761,9 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
   // encoded = wte[tokens] + wpe[positions]: no weights read.
   CZ_RETURN_IF_ERROR(RunBackward(hooks, embedding_, /*read_weights=*/false,
                                  [&](const ScopeWeights&, float* const* g) {
-                                   k::EmbeddingBackward(g[0], g[1], dres,
-                                                        a.tokens.data(), B, T,
-                                                        C, V, cfg.seq_len);
+                                   return backend_->EmbeddingBackward(
+                                       g[0], g[1], dres, a.tokens.data(), B, T,
+                                       C, V, cfg.seq_len);
                                  }));
   return absl::OkStatus();
 }

@@ -1,5 +1,5 @@
-// GPT-2 on the CPU, forward and backward, implementing the ddp/ hook
-// contract (ddp/param_hooks.h), so that ZeroDdp can shard it.
+// GPT-2 on the CPU or a GPU, forward and backward, implementing the ddp/
+// hook contract (ddp/param_hooks.h), so that ZeroDdp can shard it.
 //
 //   GptConfig config;                    // GPT-2 small: 12 x 768, 12 heads
 //   CZ_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model,
@@ -47,12 +47,20 @@
 // during the HandGrad call: hooks copy or reduce it before returning (as
 // LocalHooks and ZeroDdp do).
 //
+// Device: the model computes on the CPU or on one GPU (Create's `device`),
+// through a GptBackend (models/gpt2/gpt_backend.h): the same scopes, hooks
+// and buffers, with the CPU layers of gpt_kernels.h or their CUDA
+// counterparts. Parameters, activations, scratch and the grads handed to
+// the hooks live on that device; a parameter must be there (or, for the CPU,
+// on any host-readable device) when its scope runs. On a GPU the layers are
+// enqueued on the compute stream and Forward waits only for the loss.
+//
 // Storage: parameters may be f32, f16 or bf16 (Create's `dtype`, or
 // whatever ZeroDdp sets data() to). The model computes in f32: inside each
 // scope, 16-bit weights are widened into a scratch buffer; f32 weights are
 // read in place. Grads are f32.
 //
-// Threads: every layer, matmuls included (models/gpt2/gemm.h), runs on
+// Threads (CPU): every layer, matmuls included (models/gpt2/gemm.h), runs on
 // base/parallel_for.h's one pool (CHUNKZERO_NUM_THREADS), from the thread
 // running Forward/Backward. Models on several threads (ranks as threads)
 // share that pool; each caller uses at most its ScopedParallelThreads share
@@ -83,6 +91,7 @@
 #include "ddp/param_hooks.h"
 #include "ddp/parameter.h"
 #include "models/gpt2/gemm.h"
+#include "models/gpt2/gpt_backend.h"
 #include "tensor/device.h"
 #include "tensor/dtype.h"
 #include "tensor/memory_tracker.h"
@@ -137,15 +146,21 @@ class GptModel final : public Module {
   // from one std::mt19937_64 seeded with `seed`, through Box-Muller (the
   // standard library's normal_distribution is not the same on every
   // platform), drawn parameter by parameter in declaration order, so a seed
-  // gives the same values everywhere (before rounding to `dtype`).
+  // gives the same values everywhere (before rounding to `dtype`). The
+  // model computes on `device` (the CPU or cuda:N), where its parameters
+  // are made; InvalidArgument for another device (the simulated one holds
+  // parameters, but the CPU computes for it).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<GptModel>> Create(
-      const GptConfig& config, uint64_t seed, DType dtype = DType::kF32);
+      const GptConfig& config, uint64_t seed, DType dtype = DType::kF32,
+      Device device = Device::Cpu());
 
   GptModel(const GptModel&) = delete;
   GptModel& operator=(const GptModel&) = delete;
   ~GptModel() override;
 
   const GptConfig& config() const { return config_; }
+  // Where the layers compute.
+  Device compute_device() const { return backend_->device(); }
 
   // What the matrix products multiply (models/gpt2/gemm.h): f32 (the
   // default), or bf16-rounded inputs with f32 accumulation, which is
@@ -161,9 +176,10 @@ class GptModel final : public Module {
   Parameter* FindParameter(const std::string& name);
 
   // Copies `state` (every parameter by name, any float dtype, the
-  // parameter's shape) into the parameters, converting to their dtype.
-  // InvalidArgument naming the tensor when one is missing, extra or
-  // mis-shaped; nothing is changed then. Parameters must be materialised.
+  // parameter's shape, on any device) into the parameters, converting to
+  // their dtype. InvalidArgument naming the tensor when one is missing,
+  // extra, mis-shaped or without memory; nothing is changed then.
+  // Parameters must be materialised.
   [[nodiscard]] absl::Status LoadStateDict(
       const std::map<std::string, Tensor>& state);
 
@@ -184,8 +200,9 @@ class GptModel final : public Module {
   // buffers would pass it fails with ResourceExhausted before it allocates
   // them. What is held moves from the previous tracker (if any) to this
   // one; ResourceExhausted if it does not fit there (nothing changes then).
-  // nullptr stops reporting. The tracker must outlive the model or be
-  // replaced before it goes.
+  // nullptr stops reporting. A GPU backend's bf16 scratch, which grows with
+  // the products, reports itself to the same tracker. The tracker must
+  // outlive the model or be replaced before it goes.
   [[nodiscard]] absl::Status set_memory_accounting(MemoryTracker* tracker,
                                                    Device device);
   // The bytes held for computing now, as reported above.
@@ -202,7 +219,7 @@ class GptModel final : public Module {
   struct Activations;
   struct Scratch;
 
-  explicit GptModel(const GptConfig& config);
+  GptModel(const GptConfig& config, std::unique_ptr<GptBackend> backend);
 
   // One hook scope: indices into params_ and the matching pointers.
   struct ScopeParams {
@@ -222,29 +239,30 @@ class GptModel final : public Module {
   // The values of `scope`'s parameters (out for scope.index[i] at i): f32
   // data in place, 16-bit data widened into widen_; with bf16 products,
   // bf16 data also as its bits, and a bf16 weight matrix only as its bits.
-  // FailedPrecondition naming a parameter that is not materialised on the
-  // host or not of its shape.
+  // FailedPrecondition naming a parameter that is not materialised where
+  // the backend reads it or not of its shape.
   [[nodiscard]] absl::Status Weights(const ScopeParams& scope,
                                      ScopeWeights* out);
   // One forward use: PreForward, fn(weights as in Weights), PostForward.
   [[nodiscard]] absl::Status RunForward(
       ParamHooks& hooks, const ScopeParams& scope,
-      absl::FunctionRef<void(const ScopeWeights& w)> fn);
+      absl::FunctionRef<absl::Status(const ScopeWeights& w)> fn);
   // One backward use: PreBackward, fn(weights, grads) where g[i] is the f32
   // grad buffer of scope.params[i] for fn to fill (w is all null unless
   // `read_weights`), then HandGrad of each in order, then PostBackward.
   [[nodiscard]] absl::Status RunBackward(
       ParamHooks& hooks, const ScopeParams& scope, bool read_weights,
-      absl::FunctionRef<void(const ScopeWeights& w, float* const* g)> fn);
+      absl::FunctionRef<absl::Status(const ScopeWeights& w, float* const* g)>
+          fn);
   // The backward of a LayerNorm scope: dx += d/dx, grads handed over.
   [[nodiscard]] absl::Status LayerNormBackward(
       ParamHooks& hooks, const ScopeParams& scope, float* dx, const float* dout,
       const float* x, const float* mean, const float* rstd);
   // Makes the activations and scratch for `batch` x `seq` (all of them
   // again, exactly as large as needed, when the shape changes), within the
-  // accounting's limit.
+  // accounting's limit, on the backend's device.
   [[nodiscard]] absl::Status ResizeBuffers(int batch, int seq);
-  // Calls fn(buffer, elements) for every activation and scratch vector and
+  // Calls fn(buffer, elements) for every activation and scratch array and
   // its size for `batch` x `seq`.
   template <typename Fn>
   void VisitBuffers(int batch, int seq, Fn fn);
@@ -254,15 +272,20 @@ class GptModel final : public Module {
   [[nodiscard]] absl::Status Hold(int64_t bytes);
 
   GptConfig config_;
+  const std::unique_ptr<GptBackend> backend_;
   gemm::Precision matmul_precision_ = gemm::Precision::kF32;
   std::vector<std::unique_ptr<Parameter>> params_;  // Declaration order.
   std::vector<Shape> shapes_;                       // params_' shapes.
   ScopeParams embedding_, lm_head_, ln_f_;
   std::vector<BlockScopes> blocks_;
-  std::vector<float> widen_;  // Widened 16-bit weights of one scope.
+  // Widened 16-bit weights of one scope (a DeviceArray<float>, defined in
+  // gpt_model.cc, on the backend's device).
+  struct WidenBuffer;
+  std::unique_ptr<WidenBuffer> widen_;
   std::unique_ptr<Activations> acts_;
   std::unique_ptr<Scratch> scratch_;
-  Tensor grad_buffer_;  // f32, big enough for the largest scope's grads.
+  // f32 on the backend's device, big enough for the largest scope's grads.
+  Tensor grad_buffer_;
   bool have_forward_ = false;
   int64_t buffer_bytes_ = 0;  // Of the activation and scratch vectors.
   // Where workspace_bytes() are reported, and how many are.

@@ -606,6 +606,18 @@ TEST(GptModelTest, FlopsFormula) {
                    (6.0 * 124439808 + 12.0 * 12 * 1024 * 768) * 1000);
 }
 
+// The model computes on the CPU or a GPU; the simulated device only holds
+// parameters for a CPU model.
+TEST(GptModelTest, CreateRefusesADeviceThatCannotCompute) {
+  const absl::StatusOr<std::unique_ptr<GptModel>> sim =
+      GptModel::Create(TinyConfig(), 1, DType::kF32, Device::Simulated(0));
+  EXPECT_EQ(sim.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(sim.status().message(),
+            "GptModel computes on the cpu or a GPU (cuda:N), not sim:0");
+  auto cpu = *GptModel::Create(TinyConfig(), 1);
+  EXPECT_EQ(cpu->compute_device(), Device::Cpu());
+}
+
 TEST(GptConfigTest, ValidateNamesTheField) {
   struct Case {
     const char* field;

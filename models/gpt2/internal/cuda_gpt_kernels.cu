@@ -196,6 +196,14 @@ __global__ void RoundToBf16Kernel(uint16_t* out, const float* x, size_t n) {
   CZ_GRID_STRIDE(i, n) { out[i] = FloatToBFloat16Bits(x[i]); }
 }
 
+__global__ void WidenBf16Kernel(float* out, const uint16_t* x, size_t n) {
+  CZ_GRID_STRIDE(i, n) { out[i] = BFloat16BitsToFloat(x[i]); }
+}
+
+__global__ void WidenF16Kernel(float* out, const uint16_t* x, size_t n) {
+  CZ_GRID_STRIDE(i, n) { out[i] = HalfBitsToFloat(x[i]); }
+}
+
 // ---- Causal softmax (attention) ----
 
 // Row r of att[rows, T] holds the scores of query position r % T.
@@ -368,6 +376,22 @@ int RoundToBf16(uint16_t* out, const float* x, size_t n) {
   if (n == 0) return cudaSuccess;
   RoundToBf16Kernel<<<Blocks(n), kThreads>>>(out, x, n);
   return Launched();
+}
+
+int WidenBf16(float* out, const uint16_t* x, size_t n) {
+  if (n == 0) return cudaSuccess;
+  WidenBf16Kernel<<<Blocks(n), kThreads>>>(out, x, n);
+  return Launched();
+}
+
+int WidenF16(float* out, const uint16_t* x, size_t n) {
+  if (n == 0) return cudaSuccess;
+  WidenF16Kernel<<<Blocks(n), kThreads>>>(out, x, n);
+  return Launched();
+}
+
+int Zero(float* x, size_t n) {
+  return cudaMemsetAsync(x, 0, n * sizeof(float), nullptr);
 }
 
 int CausalSoftmax(float* att, size_t rows, int T) {

@@ -33,6 +33,9 @@ int GeluForward(float* out, const float* x, size_t n);
 int GeluBackward(float* dx, const float* x, const float* dout, size_t n);
 int Add(float* out, const float* a, const float* b, size_t n);
 int RoundToBf16(uint16_t* out, const float* x, size_t n);
+int WidenBf16(float* out, const uint16_t* x, size_t n);
+int WidenF16(float* out, const uint16_t* x, size_t n);
+int Zero(float* x, size_t n);
 int CausalSoftmax(float* att, size_t rows, int T);
 int CausalSoftmaxBackward(float* datt, const float* att, size_t rows, int T,
                           float scale);

@@ -26,6 +26,9 @@ int GeluForward(float*, const float*, size_t) { return kNoCuda; }
 int GeluBackward(float*, const float*, const float*, size_t) { return kNoCuda; }
 int Add(float*, const float*, const float*, size_t) { return kNoCuda; }
 int RoundToBf16(uint16_t*, const float*, size_t) { return kNoCuda; }
+int WidenBf16(float*, const uint16_t*, size_t) { return kNoCuda; }
+int WidenF16(float*, const uint16_t*, size_t) { return kNoCuda; }
+int Zero(float*, size_t) { return kNoCuda; }
 int CausalSoftmax(float*, size_t, int) { return kNoCuda; }
 int CausalSoftmaxBackward(float*, const float*, size_t, int, float) {
   return kNoCuda;

@@ -1,0 +1,128 @@
+// GptBackend: where GptModel's layers run, the CPU or a GPU, behind one
+// interface, so that the model's scopes, hooks and buffers are written once.
+//
+//   std::unique_ptr<GptBackend> cpu = MakeCpuGptBackend();
+//   CZ_ASSIGN_OR_RETURN(std::unique_ptr<GptBackend> gpu,
+//                       MakeCudaGptBackend(Device::Cuda(0)));
+//   CZ_RETURN_IF_ERROR(gpu->LayerNormForward(out, mean, rstd, x, w, b, N, C));
+//
+// Every layer has the arguments and results of models/gpt2/gpt_kernels.h
+// (which the CPU backend runs); the CUDA backend runs
+// models/gpt2/cuda_gpt_kernels.h and cuda_gpt_layers.h on the compute stream,
+// with results equal to the CPU's to rounding. Pointers are memory of
+// device(): host memory for the CPU backend, the GPU's for a CUDA backend.
+//
+// Errors: the CPU backend's layers cannot fail (their preconditions are the
+// caller's); the CUDA backend returns its kernels' and products' errors.
+// Thread-safety: a backend is used by one thread (its model's) at a time.
+#ifndef CHUNKZERO_MODELS_GPT2_GPT_BACKEND_H_
+#define CHUNKZERO_MODELS_GPT2_GPT_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "models/gpt2/gemm_types.h"
+#include "tensor/device.h"
+#include "tensor/dtype.h"
+#include "tensor/memory_tracker.h"
+
+namespace chunkzero {
+
+class GptBackend {
+ public:
+  using Precision = gemm::Precision;
+
+  // A weight matrix: its f32 values, and its bf16 bit patterns when its
+  // parameter is stored in bf16 (else null). bf16 products read the bits
+  // when present (f32 may then be null); f32 products read the values.
+  struct Weight {
+    const float* f32 = nullptr;
+    const uint16_t* bf16 = nullptr;
+  };
+
+  virtual ~GptBackend() = default;
+
+  // Where the layers compute: Device::Cpu(), or cuda:N.
+  virtual Device device() const = 0;
+  // Whether the layers can read a tensor on `device` in place (the CPU
+  // backend: any host-accessible device; a CUDA backend: its GPU).
+  virtual bool Reads(Device device) const = 0;
+  // Where the backend's own working memory (a GPU's bf16 scratch) is
+  // counted, as MemoryCategory::kActivation on device(); nullptr: nowhere.
+  // Drops that memory (it grows back as the products need it).
+  virtual void set_scratch_accounting(MemoryTracker* tracker) = 0;
+  // The bytes of that working memory held now.
+  virtual int64_t scratch_bytes() const = 0;
+
+  virtual absl::Status EmbeddingForward(float* out, const int32_t* tokens,
+                                        const float* wte, const float* wpe,
+                                        int B, int T, int C, int V) = 0;
+  virtual absl::Status EmbeddingBackward(float* dwte, float* dwpe,
+                                         const float* dout,
+                                         const int32_t* tokens, int B, int T,
+                                         int C, int V, int P) = 0;
+  virtual absl::Status LayerNormForward(float* out, float* mean, float* rstd,
+                                        const float* x, const float* w,
+                                        const float* b, int N, int C) = 0;
+  virtual absl::Status LayerNormBackward(float* dx, float* dw, float* db,
+                                         const float* dout, const float* x,
+                                         const float* w, const float* mean,
+                                         const float* rstd, int N, int C) = 0;
+  virtual absl::Status MatmulForward(float* out, const float* x, Weight w,
+                                     const float* bias, int N, int IC, int OC,
+                                     Precision precision) = 0;
+  virtual absl::Status MatmulBackward(float* dx, float* dw, float* dbias,
+                                      const float* dout, const float* x,
+                                      Weight w, int N, int IC, int OC,
+                                      Precision precision) = 0;
+  virtual absl::Status MatmulTransposedForward(float* out, const float* x,
+                                               Weight w, int N, int IC, int OC,
+                                               Precision precision) = 0;
+  virtual absl::Status MatmulTransposedBackward(float* dx, float* dw,
+                                                const float* dout,
+                                                const float* x, Weight w, int N,
+                                                int IC, int OC,
+                                                Precision precision) = 0;
+  virtual absl::Status AttentionForward(float* out, float* att,
+                                        const float* qkv, int B, int T, int C,
+                                        int NH, Precision precision) = 0;
+  virtual absl::Status AttentionBackward(float* dqkv, float* datt,
+                                         const float* dout, const float* qkv,
+                                         const float* att, int B, int T, int C,
+                                         int NH, Precision precision) = 0;
+  virtual absl::Status GeluForward(float* out, const float* x, size_t n) = 0;
+  virtual absl::Status GeluBackward(float* dx, const float* x,
+                                    const float* dout, size_t n) = 0;
+  virtual absl::Status Add(float* out, const float* a, const float* b,
+                           size_t n) = 0;
+  // The mean row loss; `row_losses` is memory of device(). On a GPU this
+  // waits for the loss to come to the host.
+  virtual absl::StatusOr<double> CrossEntropyForward(float* logits,
+                                                     const int32_t* targets,
+                                                     int N, int V,
+                                                     double* row_losses) = 0;
+  virtual absl::Status CrossEntropyBackward(float* probs,
+                                            const int32_t* targets,
+                                            float dloss_per_row, int N,
+                                            int V) = 0;
+  // x[n] = 0.
+  virtual absl::Status Zero(float* x, size_t n) = 0;
+  // out[n] = the f32 value of x[n], a parameter of `dtype` (f16 or bf16).
+  virtual absl::Status Widen(float* out, const void* x, DType dtype,
+                             size_t n) = 0;
+};
+
+// The layers of models/gpt2/gpt_kernels.h on the CPU.
+std::unique_ptr<GptBackend> MakeCpuGptBackend();
+
+// The CUDA layers on `device` (cuda:N). InvalidArgument for a device that
+// is not a GPU.
+[[nodiscard]] absl::StatusOr<std::unique_ptr<GptBackend>> MakeCudaGptBackend(
+    Device device);
+
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_MODELS_GPT2_GPT_BACKEND_H_

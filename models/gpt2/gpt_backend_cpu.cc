@@ -1,0 +1,131 @@
+// The CPU GptBackend: models/gpt2/gpt_kernels.h as it is.
+#include <cstring>
+#include <memory>
+
+#include "models/gpt2/gpt_backend.h"
+#include "models/gpt2/gpt_kernels.h"
+#include "tensor/cast_kernels.h"
+
+namespace chunkzero {
+namespace {
+
+namespace k = gpt_kernels;
+
+k::WeightMatrix Matrix(GptBackend::Weight w) { return {w.f32, w.bf16}; }
+
+class CpuGptBackend final : public GptBackend {
+ public:
+  Device device() const override { return Device::Cpu(); }
+  bool Reads(Device device) const override {
+    return device.is_host_accessible();
+  }
+  void set_scratch_accounting(MemoryTracker*) override {}
+  int64_t scratch_bytes() const override { return 0; }
+
+  absl::Status EmbeddingForward(float* out, const int32_t* tokens,
+                                const float* wte, const float* wpe, int B,
+                                int T, int C, int) override {
+    k::EmbeddingForward(out, tokens, wte, wpe, B, T, C);
+    return absl::OkStatus();
+  }
+  absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dout,
+                                 const int32_t* tokens, int B, int T, int C,
+                                 int V, int P) override {
+    k::EmbeddingBackward(dwte, dwpe, dout, tokens, B, T, C, V, P);
+    return absl::OkStatus();
+  }
+  absl::Status LayerNormForward(float* out, float* mean, float* rstd,
+                                const float* x, const float* w, const float* b,
+                                int N, int C) override {
+    k::LayerNormForward(out, mean, rstd, x, w, b, N, C);
+    return absl::OkStatus();
+  }
+  absl::Status LayerNormBackward(float* dx, float* dw, float* db,
+                                 const float* dout, const float* x,
+                                 const float* w, const float* mean,
+                                 const float* rstd, int N, int C) override {
+    k::LayerNormBackward(dx, dw, db, dout, x, w, mean, rstd, N, C);
+    return absl::OkStatus();
+  }
+  absl::Status MatmulForward(float* out, const float* x, Weight w,
+                             const float* bias, int N, int IC, int OC,
+                             Precision precision) override {
+    k::MatmulForward(out, x, Matrix(w), bias, N, IC, OC, precision);
+    return absl::OkStatus();
+  }
+  absl::Status MatmulBackward(float* dx, float* dw, float* dbias,
+                              const float* dout, const float* x, Weight w,
+                              int N, int IC, int OC,
+                              Precision precision) override {
+    k::MatmulBackward(dx, dw, dbias, dout, x, Matrix(w), N, IC, OC, precision);
+    return absl::OkStatus();
+  }
+  absl::Status MatmulTransposedForward(float* out, const float* x, Weight w,
+                                       int N, int IC, int OC,
+                                       Precision precision) override {
+    k::MatmulTransposedForward(out, x, Matrix(w), N, IC, OC, precision);
+    return absl::OkStatus();
+  }
+  absl::Status MatmulTransposedBackward(float* dx, float* dw, const float* dout,
+                                        const float* x, Weight w, int N, int IC,
+                                        int OC, Precision precision) override {
+    k::MatmulTransposedBackward(dx, dw, dout, x, Matrix(w), N, IC, OC,
+                                precision);
+    return absl::OkStatus();
+  }
+  absl::Status AttentionForward(float* out, float* att, const float* qkv, int B,
+                                int T, int C, int NH,
+                                Precision precision) override {
+    k::AttentionForward(out, att, qkv, B, T, C, NH, precision);
+    return absl::OkStatus();
+  }
+  absl::Status AttentionBackward(float* dqkv, float* datt, const float* dout,
+                                 const float* qkv, const float* att, int B,
+                                 int T, int C, int NH,
+                                 Precision precision) override {
+    k::AttentionBackward(dqkv, datt, dout, qkv, att, B, T, C, NH, precision);
+    return absl::OkStatus();
+  }
+  absl::Status GeluForward(float* out, const float* x, size_t n) override {
+    k::GeluForward(out, x, n);
+    return absl::OkStatus();
+  }
+  absl::Status GeluBackward(float* dx, const float* x, const float* dout,
+                            size_t n) override {
+    k::GeluBackward(dx, x, dout, n);
+    return absl::OkStatus();
+  }
+  absl::Status Add(float* out, const float* a, const float* b,
+                   size_t n) override {
+    k::Add(out, a, b, n);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<double> CrossEntropyForward(float* logits,
+                                             const int32_t* targets, int N,
+                                             int V,
+                                             double* row_losses) override {
+    return k::CrossEntropyForward(logits, targets, N, V, row_losses);
+  }
+  absl::Status CrossEntropyBackward(float* probs, const int32_t* targets,
+                                    float dloss_per_row, int N,
+                                    int V) override {
+    k::CrossEntropyBackward(probs, targets, dloss_per_row, N, V);
+    return absl::OkStatus();
+  }
+  absl::Status Zero(float* x, size_t n) override {
+    std::memset(x, 0, n * sizeof(float));
+    return absl::OkStatus();
+  }
+  absl::Status Widen(float* out, const void* x, DType dtype,
+                     size_t n) override {
+    return Cast(out, DType::kF32, x, dtype, n);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<GptBackend> MakeCpuGptBackend() {
+  return std::make_unique<CpuGptBackend>();
+}
+
+}  // namespace chunkzero
