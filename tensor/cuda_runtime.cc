@@ -180,6 +180,17 @@ absl::StatusOr<bool> CudaIsPinned(const void* ptr) {
   return attributes.type == cudaMemoryTypeHost;
 }
 
+bool CudaIsDeviceMemory(const void* ptr) {
+  if (ptr == nullptr) return false;
+  cudaPointerAttributes attributes;
+  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+    cudaGetLastError();  // Not a CUDA pointer (or no GPU): not sticky.
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice ||
+         attributes.type == cudaMemoryTypeManaged;
+}
+
 absl::StatusOr<CudaMemoryInfo> CudaMemGetInfo(int device_index) {
   absl::Status status = SetDevice(device_index);
   if (!status.ok()) return status;

@@ -95,6 +95,9 @@ class ScopedCudaDevice {
 [[nodiscard]] absl::Status CudaHostFree(void* ptr);
 // True if `ptr` points into memory from CudaHostAlloc.
 [[nodiscard]] absl::StatusOr<bool> CudaIsPinned(const void* ptr);
+// True if `ptr` points into a GPU's memory (cudaMalloc, or managed
+// memory); false for host memory, pinned or not, and without CUDA or a GPU.
+bool CudaIsDeviceMemory(const void* ptr);
 
 // Free and total memory of a GPU, in bytes.
 struct CudaMemoryInfo {

@@ -39,6 +39,7 @@ absl::Status CudaMemcpyAsync(void*, const void*, size_t, CudaStream) {
 absl::StatusOr<void*> CudaHostAlloc(size_t) { return NoCuda(); }
 absl::Status CudaHostFree(void*) { return NoCuda(); }
 absl::StatusOr<bool> CudaIsPinned(const void*) { return NoCuda(); }
+bool CudaIsDeviceMemory(const void*) { return false; }
 absl::StatusOr<CudaMemoryInfo> CudaMemGetInfo(int) { return NoCuda(); }
 
 }  // namespace chunkzero

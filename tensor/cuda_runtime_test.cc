@@ -31,6 +31,8 @@ TEST(CudaRuntime, EveryCallIsUnimplementedWithoutCuda) {
   EXPECT_EQ(CudaHostAlloc(16).status().code(), unimplemented);
   EXPECT_EQ(CudaHostFree(nullptr).code(), unimplemented);
   EXPECT_EQ(CudaIsPinned(nullptr).status().code(), unimplemented);
+  int host = 0;
+  EXPECT_FALSE(CudaIsDeviceMemory(&host));  // Nothing is, without CUDA.
   EXPECT_EQ(CudaMemGetInfo(0).status().code(), unimplemented);
   EXPECT_EQ(ScopedCudaDevice(0).status().code(), unimplemented);
   PinnedHostAllocator pinned;
@@ -59,6 +61,8 @@ TEST_F(CudaRuntimeOnGpu, AsyncCopiesOnAStreamRoundTripThroughPinnedMemory) {
   EXPECT_TRUE(*CudaIsPinned(*host_in));
   std::vector<char> pageable(16);
   EXPECT_FALSE(*CudaIsPinned(pageable.data()));
+  EXPECT_FALSE(CudaIsDeviceMemory(*host_in));  // Pinned, but host memory.
+  EXPECT_FALSE(CudaIsDeviceMemory(pageable.data()));
   auto* in = static_cast<uint32_t*>(*host_in);
   for (size_t i = 0; i < kBytes / 4; ++i) in[i] = static_cast<uint32_t>(i * 7);
   std::memset(*host_out, 0, kBytes);
@@ -66,6 +70,7 @@ TEST_F(CudaRuntimeOnGpu, AsyncCopiesOnAStreamRoundTripThroughPinnedMemory) {
   absl::StatusOr<void*> a = CudaMalloc(0, kBytes);
   absl::StatusOr<void*> b = CudaMalloc(0, kBytes);
   ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(CudaIsDeviceMemory(*a));
   absl::StatusOr<CudaStream> stream = CudaStreamCreate(0);
   absl::StatusOr<CudaEvent> done = CudaEventCreate(0);
   ASSERT_TRUE(stream.ok()) << stream.status();
