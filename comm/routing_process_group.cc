@@ -9,8 +9,7 @@ namespace chunkzero {
 namespace comm {
 
 RoutingProcessGroup::RoutingProcessGroup(ProcessGroup* device,
-                                         ProcessGroup* host,
-                                         OnDevice on_device)
+                                         ProcessGroup* host, OnDevice on_device)
     : device_(device),
       host_(host),
       on_device_(on_device != nullptr ? std::move(on_device)
@@ -33,10 +32,10 @@ ProcessGroup* RoutingProcessGroup::Route(const void* a, size_t a_count,
 }
 
 std::unique_ptr<Work> RoutingProcessGroup::Mixed(CollectiveKind kind) const {
-  return MakeCompletedWork(absl::InvalidArgumentError(absl::StrCat(
-      "rank ", rank(), ": ", CollectiveKindName(kind),
-      " with one buffer in GPU memory and one in host memory (", name_,
-      " runs each collective on one side)")));
+  return MakeCompletedWork(absl::InvalidArgumentError(
+      absl::StrCat("rank ", rank(), ": ", CollectiveKindName(kind),
+                   " with one buffer in GPU memory and one in host memory (",
+                   name_, " runs each collective on one side)")));
 }
 
 std::unique_ptr<Work> RoutingProcessGroup::DoBroadcast(

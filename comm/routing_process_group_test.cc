@@ -41,9 +41,11 @@ class RoutingTest : public ::testing::Test {
 TEST_F(RoutingTest, EachCollectiveGoesWhereItsBuffersAre) {
   const MutableBuffer grads = Device(0, 8), shard = Device(8, 4);
   const MutableBuffer flags = MutableBuffer::Of(host_memory_);
-  EXPECT_CALL(device_group_, DoAllReduce(BufferIs(grads.data, 8, DType::kF32), _))
+  EXPECT_CALL(device_group_,
+              DoAllReduce(BufferIs(grads.data, 8, DType::kF32), _))
       .WillOnce(ReturnWork(absl::OkStatus()));
-  EXPECT_CALL(host_group_, DoAllReduce(BufferIs(flags.data, 64, DType::kF32), _))
+  EXPECT_CALL(host_group_,
+              DoAllReduce(BufferIs(flags.data, 64, DType::kF32), _))
       .WillOnce(ReturnWork(absl::OkStatus()));
   EXPECT_CALL(device_group_, DoReduceScatter(_, _, _))
       .WillOnce(ReturnWork(absl::OkStatus()));
@@ -64,12 +66,12 @@ TEST_F(RoutingTest, EachCollectiveGoesWhereItsBuffersAre) {
           .ok());
   EXPECT_TRUE(
       AllGather(group_, ConstBuffer{shard.data, 4, DType::kF32}, grads).ok());
-  EXPECT_TRUE(AllGather(group_, ConstBuffer{host_memory_.data(), 32, DType::kF32},
+  EXPECT_TRUE(AllGather(group_,
+                        ConstBuffer{host_memory_.data(), 32, DType::kF32},
                         flags)
                   .ok());
   EXPECT_TRUE(Broadcast(group_, grads).ok());
-  EXPECT_TRUE(
-      Reduce(group_, ConstBuffer{grads.data, 8, DType::kF32}, {}).ok());
+  EXPECT_TRUE(Reduce(group_, ConstBuffer{grads.data, 8, DType::kF32}, {}).ok());
   EXPECT_TRUE(Barrier(group_).ok());
 }
 
@@ -77,15 +79,15 @@ TEST_F(RoutingTest, EachCollectiveGoesWhereItsBuffersAre) {
 TEST_F(RoutingTest, EmptyBuffersHaveNoSay) {
   EXPECT_CALL(host_group_, DoAllGather(_, _, _))
       .WillOnce(ReturnWork(absl::OkStatus()));
-  EXPECT_TRUE(AllGather(group_, ConstBuffer{host_memory_.data(), 0, DType::kF32},
+  EXPECT_TRUE(AllGather(group_,
+                        ConstBuffer{host_memory_.data(), 0, DType::kF32},
                         Device(0, 0))
                   .ok());
 }
 
 TEST_F(RoutingTest, BuffersOnBothSidesAreRefusedBeforeEitherGroup) {
-  const absl::Status status =
-      AllGather(group_, ConstBuffer{host_memory_.data(), 4, DType::kF32},
-                Device(0, 8));
+  const absl::Status status = AllGather(
+      group_, ConstBuffer{host_memory_.data(), 4, DType::kF32}, Device(0, 8));
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(status.message(),
             "rank 1: AllGather with one buffer in GPU memory and one in host "

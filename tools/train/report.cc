@@ -128,6 +128,9 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
       OptimizerKindName(o.optimizer),
       r.chunk_size > 0 ? absl::StrCat(r.chunk_size) : "one tensor",
       100 * r.chunk_utilisation);
+  if (r.compute_device != "cpu") {
+    absl::StrAppendFormat(&s, "device: %s\n", r.compute_device);
+  }
   absl::StrAppendFormat(&s, "matmuls: %s on %s, %d thread%s per rank\n",
                         MatmulPrecision(o.precision) == gemm::Precision::kBf16
                             ? "bf16 (inputs rounded to bf16, f32 accumulation)"

@@ -85,12 +85,13 @@ RankStepMetrics DecodeRankStepMetrics(const std::vector<int64_t>& v) {
 
 RankStepMetrics MeasureRankStep(const MemoryTracker& tracker,
                                 const comm::RecordingSnapshot& comm,
-                                int64_t h2d_bytes, int64_t d2h_bytes) {
+                                int64_t h2d_bytes, int64_t d2h_bytes,
+                                Device device) {
   RankStepMetrics m;
   m.h2d_bytes = h2d_bytes;
   m.d2h_bytes = d2h_bytes;
   m.peak_total_bytes = tracker.PeakAll();
-  for (Device d : {Device::Cpu(), Device::Simulated(0)}) {
+  for (Device d : {Device::Cpu(), device}) {
     for (int k = 0; k < kNumMemoryCategories; ++k) {
       const auto category = static_cast<MemoryCategory>(k);
       const int64_t peak = tracker.Peak(d, category);

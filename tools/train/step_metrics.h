@@ -57,12 +57,13 @@ struct StepMetrics {
   std::vector<RankStepMetrics> ranks;
 };
 
-// This rank's figures: peak payload bytes by category (host, plus any
-// device that held something), the bus bytes of `comm` by collective, and
-// the step's host-device copies.
+// This rank's figures: peak payload bytes by category (host, plus `device`,
+// the rank's compute device, where it held something), the bus bytes of
+// `comm` by collective, and the step's host-device copies.
 RankStepMetrics MeasureRankStep(const MemoryTracker& tracker,
                                 const comm::RecordingSnapshot& comm,
-                                int64_t h2d_bytes = 0, int64_t d2h_bytes = 0);
+                                int64_t h2d_bytes = 0, int64_t d2h_bytes = 0,
+                                Device device = Device::Simulated(0));
 
 // `m` as a fixed-length list of integers (the same length on every rank,
 // for an all-gather): the peak of every category, the two totals, then

@@ -22,7 +22,7 @@ absl::StatusOr<Backend> ParseBackendFlag(absl::string_view value) {
   for (Backend b : {Backend::kInProcess, Backend::kGloo, Backend::kNccl}) {
     if (value == BackendFlagValue(b)) return b;
   }
-  return Bad("backend", value, "want inproc or gloo");
+  return Bad("backend", value, "want inproc, gloo or nccl");
 }
 
 absl::string_view BackendFlagValue(Backend backend) {
@@ -33,6 +33,23 @@ absl::string_view BackendFlagValue(Backend backend) {
       return "gloo";
     case Backend::kNccl:
       return "nccl";
+  }
+  return "";
+}
+
+absl::StatusOr<ComputeDevice> ParseDeviceFlag(absl::string_view value) {
+  for (ComputeDevice d : {ComputeDevice::kCpu, ComputeDevice::kCuda}) {
+    if (value == DeviceFlagValue(d)) return d;
+  }
+  return Bad("device", value, "want cpu or cuda");
+}
+
+absl::string_view DeviceFlagValue(ComputeDevice device) {
+  switch (device) {
+    case ComputeDevice::kCpu:
+      return "cpu";
+    case ComputeDevice::kCuda:
+      return "cuda";
   }
   return "";
 }

@@ -17,10 +17,15 @@
 
 namespace chunkzero {
 
-// --backend: "inproc", "gloo" or "nccl" (parsed; PlanTraining refuses it
-// as Unimplemented on this CPU build).
+// --backend: "inproc", "gloo" or "nccl" (which PlanTraining accepts only
+// with --device=cuda).
 [[nodiscard]] absl::StatusOr<Backend> ParseBackendFlag(absl::string_view value);
 absl::string_view BackendFlagValue(Backend backend);
+
+// --device: "cpu" or "cuda".
+[[nodiscard]] absl::StatusOr<ComputeDevice> ParseDeviceFlag(
+    absl::string_view value);
+absl::string_view DeviceFlagValue(ComputeDevice device);
 
 // --precision: "fp32", "fp16" or "bf16" (the compute dtype).
 [[nodiscard]] absl::StatusOr<DType> ParsePrecisionFlag(absl::string_view value);

@@ -36,6 +36,8 @@ TEST(TrainFlags, SpellingsAreTheCommandLines) {
   EXPECT_EQ(PrecisionFlagValue(DType::kI64), "");
   EXPECT_EQ(OffloadFlagValue(OffloadPolicy::kOptimizer), "optimizer");
   EXPECT_EQ(ParamOrderFlagValue(ParamOrder::kRecord), "record");
+  EXPECT_EQ(DeviceFlagValue(ComputeDevice::kCuda), "cuda");
+  EXPECT_EQ(*ParseDeviceFlag("cpu"), ComputeDevice::kCpu);
 }
 
 TEST(TrainFlags, UnknownValuesNameTheFlagAndWhatItTakes) {
@@ -45,7 +47,9 @@ TEST(TrainFlags, UnknownValuesNameTheFlagAndWhatItTakes) {
   };
   for (const Case& c : {
            Case{ParseBackendFlag("mpi").status(),
-                "--backend=mpi: want inproc or gloo"},
+                "--backend=mpi: want inproc, gloo or nccl"},
+           Case{ParseDeviceFlag("tpu").status(),
+                "--device=tpu: want cpu or cuda"},
            Case{ParsePrecisionFlag("fp8").status(),
                 "--precision=fp8 is not one of fp32, fp16, bf16"},
            Case{ParseOffloadFlag("disk").status(),

@@ -32,9 +32,14 @@ const chunkzero::TrainOptions kDefaults;
 ABSL_FLAG(int, world_size, kDefaults.world_size, "Data-parallel ranks.");
 ABSL_FLAG(std::string, backend,
           std::string(chunkzero::BackendFlagValue(kDefaults.backend)),
-          "inproc (ranks as threads sharing memory) or gloo (ranks as threads "
-          "talking TCP through Gloo); nccl is refused until the model runs on "
-          "a GPU.");
+          "inproc (ranks as threads sharing memory), gloo (ranks as threads "
+          "or processes talking TCP through Gloo) or nccl (one GPU per rank, "
+          "--device=cuda).");
+ABSL_FLAG(std::string, device,
+          std::string(chunkzero::DeviceFlagValue(kDefaults.device)),
+          "cpu, or cuda: the model, its chunks and the optimizer on GPUs "
+          "(rank r on cuda:r mod the GPUs visible; ranks sharing a GPU use "
+          "inproc or gloo, staged through the host).");
 ABSL_FLAG(int, layers, kDefaults.model.layers, "Transformer blocks.");
 ABSL_FLAG(int, d_model, kDefaults.model.d_model, "Model width C.");
 ABSL_FLAG(int, heads, kDefaults.model.heads, "Attention heads.");
@@ -146,6 +151,8 @@ class MetricsFile {
 absl::Status ParseEnumFlags(chunkzero::TrainOptions* o) {
   CZ_ASSIGN_OR_RETURN(
       o->backend, chunkzero::ParseBackendFlag(absl::GetFlag(FLAGS_backend)));
+  CZ_ASSIGN_OR_RETURN(o->device,
+                      chunkzero::ParseDeviceFlag(absl::GetFlag(FLAGS_device)));
   CZ_ASSIGN_OR_RETURN(o->optimizer, chunkzero::ParseOptimizerFlag(
                                         absl::GetFlag(FLAGS_optimizer)));
   CZ_ASSIGN_OR_RETURN(

@@ -18,7 +18,15 @@ namespace chunkzero {
 enum class Backend {
   kInProcess,  // Threads sharing memory.
   kGloo,       // Threads or processes over TCP.
-  kNccl,       // GPUs; not built into this CPU job.
+  kNccl,       // One GPU per rank (--device=cuda); host-side agreements
+               // run in-process (threads) or over Gloo (processes).
+};
+
+// Where each rank's model computes (--device).
+enum class ComputeDevice {
+  kCpu,   // The host; with --offload or --device_memory_limit its chunks go
+          // to the host-backed simulated device sim:0.
+  kCuda,  // A GPU: rank r computes on cuda:(r mod the GPUs visible).
 };
 
 // How ZeroDdp learns the order in which forward first uses the parameters
@@ -33,6 +41,7 @@ struct TrainOptions {
 
   int world_size = 4;
   Backend backend = Backend::kInProcess;
+  ComputeDevice device = ComputeDevice::kCpu;
   // Defaults: 2 x 128, 4 heads, 64 positions, V 256. With `init`, the
   // shape comes from the file (heads from here).
   GptConfig model;
@@ -83,8 +92,9 @@ struct TrainOptions {
   // is refused before anything is allocated.
   int64_t memory_limit_bytes = 0;
   // Bytes each rank's compute device may hold (--device_memory_limit); 0:
-  // no limit. With a limit the job computes for the host-backed simulated
-  // device sim:0, as it would on an accelerator: the compute chunks, the
+  // no limit. With a limit a CPU job computes for the host-backed simulated
+  // device sim:0, as it would on an accelerator (a GPU job for its GPU):
+  // the compute chunks, the
   // model's activations and working buffers, and (without
   // --offload=optimizer) the masters and optimizer states live there and
   // count against it. A configuration whose estimate does not fit is

@@ -9,6 +9,7 @@
 #include "base/status_macros.h"
 #include "base/system_memory.h"
 #include "chunk/chunk_size_search.h"
+#include "tensor/cuda_runtime.h"
 #include "tensor/reduction_kernels.h"
 #include "tools/train/train_flags.h"
 
@@ -35,7 +36,10 @@ absl::Status CheckOptions(const TrainOptions& o) {
     const char* want;
   } enums[] = {
       {"backend", static_cast<int>(o.backend),
-       ParseBackendFlag(BackendFlagValue(o.backend)).ok(), "inproc or gloo"},
+       ParseBackendFlag(BackendFlagValue(o.backend)).ok(),
+       "inproc, gloo or nccl"},
+      {"device", static_cast<int>(o.device),
+       ParseDeviceFlag(DeviceFlagValue(o.device)).ok(), "cpu or cuda"},
       {"precision", static_cast<int>(o.precision),
        ParsePrecisionFlag(PrecisionFlagValue(o.precision)).ok(),
        "fp32, fp16 or bf16"},
@@ -58,23 +62,39 @@ absl::Status CheckOptions(const TrainOptions& o) {
                  absl::StrCat("want ", want));
     }
   }
-  if (o.backend == Backend::kNccl) {
-    return absl::UnimplementedError(
-        "--backend=nccl needs the model on a GPU, and the train job "
-        "computes on the CPU (comm/nccl has the NCCL process group; use "
-        "inproc or gloo here)");
-  }
   if (o.world_size < 1) return Bad("world_size", o.world_size, "want >= 1");
+  if (o.backend == Backend::kNccl && o.device != ComputeDevice::kCuda) {
+    return Bad("backend", "nccl",
+               "NCCL moves GPU memory: give --device=cuda too (or use inproc "
+               "or gloo on the CPU)");
+  }
+  if (o.device == ComputeDevice::kCuda) {
+    const int gpus = CudaDeviceCount();
+    if (gpus == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--device=cuda: no GPU is visible",
+          BuiltWithCuda() ? ""
+                          : " (this train binary was built without "
+                            "--config=cuda)"));
+    }
+    if (o.backend == Backend::kNccl && o.rank < 0 && o.world_size > gpus) {
+      return Bad("world_size", o.world_size,
+                 absl::StrCat("--backend=nccl runs one rank per GPU and ", gpus,
+                              " are visible; ranks sharing a GPU use "
+                              "--backend=gloo or inproc"));
+    }
+  }
   if (o.rank < -1) {
     return Bad("rank", o.rank,
                "want -1 (every rank as a thread of this process) or this "
                "process's rank in [0, world_size)");
   }
-  if (o.rank >= 0 && (o.rank >= o.world_size || o.backend != Backend::kGloo ||
-                      o.rendezvous.empty())) {
+  if (o.rank >= 0 &&
+      (o.rank >= o.world_size || o.backend == Backend::kInProcess ||
+       o.rendezvous.empty())) {
     return Bad("rank", o.rank,
                "one rank per process needs 0 <= rank < world_size, "
-               "--backend=gloo and a --rendezvous directory");
+               "--backend=gloo or nccl and a --rendezvous directory");
   }
   if (o.rank < 0 && !o.rendezvous.empty()) {
     return Bad("rendezvous", o.rendezvous,

@@ -28,12 +28,18 @@
 #include "comm/gather.h"
 #include "comm/gloo/gloo_process_group.h"
 #include "comm/inprocess/in_process_group.h"
+#include "comm/nccl/nccl_process_group.h"
 #include "comm/recording_process_group.h"
+#include "comm/routing_process_group.h"
+#include "comm/staging_process_group.h"
 #include "ddp/zero_ddp.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "models/gpt2/gemm.h"
 #include "models/gpt2/gpt_checkpoint.h"
 #include "optim/zero_optimizer.h"
+#include "tensor/allocator.h"
+#include "tensor/caching_allocator.h"
+#include "tensor/cuda_runtime.h"
 #include "tensor/memory_tracker.h"
 #include "tools/train/step_metrics.h"
 #include "tools/train/token_data.h"
@@ -75,6 +81,8 @@ std::map<std::string, std::string> RendezvousConfig(const TrainPlan& plan) {
   config["storage"] = std::string(ChunkLayoutName(o.storage));
   config["chunk_size"] = absl::StrCat(plan.chunk_size.value_or(0));
   config["offload"] = std::string(OffloadFlagValue(o.offload));
+  config["device"] = std::string(DeviceFlagValue(o.device));
+  config["backend"] = std::string(BackendFlagValue(o.backend));
   config["param_order"] = std::string(ParamOrderFlagValue(o.param_order));
   config["save"] = o.save;
   config["resume"] = o.resume;
@@ -87,11 +95,14 @@ std::map<std::string, std::string> RendezvousConfig(const TrainPlan& plan) {
 // One rank's whole run.
 class RankRunner {
  public:
-  // `result` is filled on rank 0 only.
-  RankRunner(const TrainPlan& plan, comm::ProcessGroup& group,
+  // `result` is filled on rank 0 only. `device` is where the rank's chunks
+  // compute: its GPU for --device=cuda, else the simulated device (used
+  // with --offload or a device memory limit).
+  RankRunner(const TrainPlan& plan, comm::ProcessGroup& group, Device device,
              const StepCallback& on_step, TrainResult* result)
       : plan_(plan),
         o_(plan.options),
+        device_(device),
         raw_(group),
         recorded_(group),
         on_step_(on_step),
@@ -112,7 +123,7 @@ class RankRunner {
     // Model data only: the model's working buffers (reported under a
     // device memory limit) are not chunk payloads.
     int64_t at_rest = 0;
-    for (Device d : {Device::Cpu(), Device::Simulated(0)}) {
+    for (Device d : {Device::Cpu(), device_}) {
       at_rest += tracker_.CurrentTotal(d) -
                  tracker_.Current(d, MemoryCategory::kActivation);
     }
@@ -154,10 +165,12 @@ class RankRunner {
     // occupy the device. Under a device memory limit the job computes for
     // that device too, with the masters there unless offloaded; the limit
     // caps everything this rank's storages and the model's working buffers
-    // hold on it.
-    const Device device = Device::Simulated(0);
+    // hold on it. On a GPU the model, its chunks and (unless offloaded) the
+    // masters and states all live there.
+    const Device device = device_;
+    const bool gpu = o_.device == ComputeDevice::kCuda;
     const bool capped = o_.device_memory_limit > 0;
-    if (o_.offload != OffloadPolicy::kNone || capped) {
+    if (gpu || o_.offload != OffloadPolicy::kNone || capped) {
       chunk_options.device = device;
     }
     if (OffloadsParams(o_.offload)) {
@@ -167,9 +180,11 @@ class RankRunner {
     if (capped) tracker_.SetLimit(device, o_.device_memory_limit);
     chunks_ =
         std::make_unique<ChunkManager>(&recorded_, chunk_options, &tracker_);
-    CZ_ASSIGN_OR_RETURN(model_, GptModel::Create(plan_.model, o_.seed));
+    CZ_ASSIGN_OR_RETURN(model_,
+                        GptModel::Create(plan_.model, o_.seed, DType::kF32,
+                                         gpu ? device : Device::Cpu()));
     model_->set_matmul_precision(MatmulPrecision(o_.precision));
-    if (capped) {
+    if (capped || gpu) {
       CZ_RETURN_IF_ERROR(model_->set_memory_accounting(&tracker_, device));
     }
     if (plan_.init.has_value()) {
@@ -262,10 +277,10 @@ class RankRunner {
     transfers_ = moved;
     CZ_ASSIGN_OR_RETURN(
         std::vector<std::vector<int64_t>> figures,
-        comm::AllGatherInt64(
-            raw_,
-            EncodeRankStepMetrics(MeasureRankStep(tracker_, comm, h2d, d2h)),
-            timeout()));
+        comm::AllGatherInt64(raw_,
+                             EncodeRankStepMetrics(MeasureRankStep(
+                                 tracker_, comm, h2d, d2h, device_)),
+                             timeout()));
     absl::Status reported;
     if (rank() == 0) {
       StepMetrics m;
@@ -303,6 +318,7 @@ class RankRunner {
 
   const TrainPlan& plan_;
   const TrainOptions& o_;
+  const Device device_;
   comm::ProcessGroup& raw_;
   comm::RecordingProcessGroup recorded_;
   const StepCallback& on_step_;
@@ -358,16 +374,35 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   result.chunk_bytes = plan.chunk_size.value_or(plan.largest_tensor) *
                        ElementSize(options.precision);
 
-  // The ranks' process groups: one in-process world, or one Gloo group per
-  // rank over TCP, rendezvousing through a shared in-memory store (threads)
-  // or a FileStore directory (one rank per process).
+  // The ranks' host process groups: one in-process world, or one Gloo
+  // group per rank over TCP, rendezvousing through a shared in-memory store
+  // (threads) or a FileStore directory (one rank per process). With NCCL
+  // they carry the host-side agreements: in-process for threads, Gloo for
+  // processes; NCCL meets through its own store (threads) or the same
+  // directory.
+  const bool gpu = options.device == ComputeDevice::kCuda;
+  const bool nccl = options.backend == Backend::kNccl;
   std::unique_ptr<comm::InProcessWorld> world;
-  std::unique_ptr<gloo::rendezvous::HashStore> store;
-  if (options.backend == Backend::kInProcess) {
+  std::unique_ptr<gloo::rendezvous::HashStore> store, nccl_store;
+  if (options.backend == Backend::kInProcess || (nccl && options.rank < 0)) {
     world = std::make_unique<comm::InProcessWorld>(options.world_size);
     result.comm_transport = "in-process";
   } else if (options.rank < 0) {
     store = std::make_unique<gloo::rendezvous::HashStore>();
+  }
+  if (nccl && options.rank < 0) {
+    nccl_store = std::make_unique<gloo::rendezvous::HashStore>();
+  }
+  const int gpus = gpu ? CudaDeviceCount() : 0;
+  comm::NcclOptions nccl_options;
+  nccl_options.timeout = absl::Seconds(options.comm_timeout_s);
+  if (gpu) {
+    result.compute_device =
+        absl::StrCat("cuda (", gpus, gpus == 1 ? " GPU" : " GPUs",
+                     ", rank r on cuda:r mod ", gpus, ")");
+    result.gemm_kernel = options.precision == DType::kBF16
+                             ? "cuBLAS, bf16 tensor cores with f32 accumulation"
+                             : "cuBLAS f32";
   }
   comm::GlooOptions gloo_options;
   gloo_options.timeout = absl::Seconds(options.comm_timeout_s);
@@ -401,13 +436,31 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   // CHUNKZERO_NUM_THREADS).
   const int ranks_here = options.rank >= 0 ? 1 : options.world_size;
   result.threads_per_rank = ParallelThreadsShare(ranks_here);
-  result.gemm_kernel = gemm::GemmKernelName(MatmulPrecision(options.precision));
+  if (!gpu) {
+    result.gemm_kernel =
+        gemm::GemmKernelName(MatmulPrecision(options.precision));
+  }
   auto run_rank = [&](int r) {
     ScopedParallelThreads share(result.threads_per_rank);
-    absl::Status status;
+    // This rank's GPU is the thread's current one for the whole run (the
+    // chunks' kernels run on the current GPU).
+    const Device device = gpu ? Device::Cuda(r % gpus) : Device::Simulated(0);
+    std::optional<ScopedCudaDevice> on_gpu;
+    if (gpu) on_gpu.emplace(device.index());
+    absl::Status status =
+        on_gpu.has_value() ? on_gpu->status() : absl::OkStatus();
+    // Pinned, cached host memory for collectives staged through the host
+    // (ranks sharing a GPU), declared before the groups that use it.
+    PinnedHostAllocator pinned;
+    CachingAllocator staging_memory(&pinned);
     std::unique_ptr<comm::GlooProcessGroup> gloo_group;
+    std::unique_ptr<comm::NcclProcessGroup> nccl_group;
+    std::unique_ptr<comm::StagingProcessGroup> staged_group;
+    std::unique_ptr<comm::RoutingProcessGroup> routed_group;
     comm::ProcessGroup* group = nullptr;
-    if (world) {
+    if (!status.ok()) {
+      // The GPU could not be selected: nothing below can run.
+    } else if (world) {
       absl::StatusOr<comm::ProcessGroup*> mine = world->group(r);
       if (mine.ok()) {
         group = *mine;
@@ -435,12 +488,48 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
         status = created.status();
       }
     }
+    // On GPUs, collectives on GPU memory go to NCCL or through the host
+    // group staged via pinned memory; host memory stays on the host group.
+    if (gpu && group != nullptr) {
+      comm::ProcessGroup* device_side = nullptr;
+      if (nccl) {
+        absl::StatusOr<std::unique_ptr<comm::NcclProcessGroup>> created =
+            nccl_store ? comm::NcclProcessGroup::Create(
+                             r, options.world_size, device.index(), *nccl_store,
+                             nccl_options)
+                       : comm::NcclProcessGroup::CreateWithFileStore(
+                             r, options.world_size, device.index(),
+                             options.rendezvous, nccl_options);
+        if (created.ok()) {
+          nccl_group = *std::move(created);
+          device_side = nccl_group.get();
+        } else {
+          status = created.status();
+        }
+      } else {
+        staged_group = std::make_unique<comm::StagingProcessGroup>(
+            group, device, &staging_memory);
+        device_side = staged_group.get();
+      }
+      if (device_side != nullptr) {
+        routed_group =
+            std::make_unique<comm::RoutingProcessGroup>(device_side, group);
+        if (r == 0) {
+          result.comm_transport =
+              nccl ? absl::StrCat("nccl; host-side agreements ",
+                                  result.comm_transport)
+                   : absl::StrCat(result.comm_transport,
+                                  ", staged through pinned host memory");
+        }
+      }
+      group = routed_group.get();
+    }
     if (group != nullptr) {
       // No exception may end the process from a rank's thread: what the
       // planning could not foresee (an allocation that fails) is an error
       // of this rank like any other.
       try {
-        RankRunner runner(plan, *group, on_step, &result);
+        RankRunner runner(plan, *group, device, on_step, &result);
         status = runner.Run();
       } catch (const std::bad_alloc&) {
         status = absl::ResourceExhaustedError(

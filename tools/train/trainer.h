@@ -71,8 +71,11 @@ struct TrainResult {
   std::string gemm_kernel;
   // How rank 0's collectives move their data: "in-process", "gloo over TCP"
   // or "gloo, shared memory for collectives from 1 MiB" (GlooProcessGroup's
-  // ranks on one host; smaller collectives stay on TCP).
+  // ranks on one host; smaller collectives stay on TCP); on GPUs, NCCL or
+  // the host group staged through pinned memory.
   std::string comm_transport;
+  // Where the model computes: "cpu", or "cuda (N GPUs, ...)".
+  std::string compute_device = "cpu";
 };
 
 // Called after every step on rank 0; an error ends the run with it (for

@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "models/gpt2/gpt_model.h"
 #include "nlohmann/json.hpp"
+#include "tensor/cuda_runtime.h"
 #include "tools/train/report.h"
 #include "tools/train/train_flags.h"
 #include "tools/train/train_plan.h"
@@ -1011,12 +1012,24 @@ TEST(TrainerTest, ALayoutPastTheDeviceLimitIsRefusedWithAdvice) {
             "--device_memory_limit=-1: want >= 0 (0: no limit)");
 }
 
-TEST(TrainerTest, NcclIsUnimplemented) {
+// NCCL moves GPU memory: it needs --device=cuda, which needs a GPU.
+TEST(TrainerTest, NcclAndCudaNeedAGpu) {
   TrainOptions o = Tiny();
   o.backend = Backend::kNccl;
   absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(std::string(r.status().message()), HasSubstr("--backend=nccl"));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("--backend=nccl: NCCL moves GPU memory: give "
+                        "--device=cuda too"));
+  if (CudaDeviceCount() > 0) return;  // The rest is for machines without.
+  o.device = ComputeDevice::kCuda;
+  r = RunTraining(o, nullptr);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("--device=cuda: no GPU is visible"));
+  o.backend = Backend::kGloo;
+  EXPECT_EQ(RunTraining(o, nullptr).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 // The Gloo backend reduces in the same rank order as the in-process one, so
