@@ -7,7 +7,8 @@
 #   # on the GPU machine, from the tarball's folder:
 #   tar -xzf gpu_bundle.tar.gz && OUT=/some/dir bash gpu_bundle/run.sh
 #
-# It builds every test tagged `gpu` and the GPU benchmarks with
+# It builds every test tagged `gpu`, the GPU benchmarks and the train
+# binary (with train_checks.sh and its PyTorch baseline) with
 # --config=cuda --config=opt, our own libraries linked in statically,
 # strips them, and copies beside them each shared library they load except
 # the C library's own, the CUDA driver (libcuda, which comes with the
@@ -28,18 +29,19 @@ mapfile -t tests < <(bazel query --noshow_progress \
   'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
 benchmarks=(//tools/bench:cuda_bench //tools/bench:chunk_cuda_bench
   //tools/bench:offload_bench)
+programs=(//tools/train:train)
 if [[ ${#tests[@]} -eq 0 ]]; then
   echo "bundle.sh: no test is tagged gpu" >&2
   exit 1
 fi
-bazel build "${flags[@]}" "${tests[@]}" "${benchmarks[@]}"
+bazel build "${flags[@]}" "${tests[@]}" "${benchmarks[@]}" "${programs[@]}"
 bin_dir="$(bazel info "${flags[@]}" bazel-bin 2>/dev/null)"
 
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib"
 : >"$bundle/tests.txt"
 : >"$bundle/benchmarks.txt"
-for label in "${tests[@]}" "${benchmarks[@]}"; do
+for label in "${tests[@]}" "${benchmarks[@]}" "${programs[@]}"; do
   path="${label#//}"
   path="${path/://}"
   name="$(echo "${label#//}" | tr '/:' '__')"
@@ -48,7 +50,11 @@ for label in "${tests[@]}" "${benchmarks[@]}"; do
   strip "$bundle/bin/$name"
   case " ${tests[*]} " in
     *" $label "*) echo "$name" >>"$bundle/tests.txt" ;;
-    *) echo "$name" >>"$bundle/benchmarks.txt" ;;
+    *)
+      case " ${benchmarks[*]} " in
+        *" $label "*) echo "$name" >>"$bundle/benchmarks.txt" ;;
+      esac
+      ;;
   esac
 done
 
@@ -70,7 +76,8 @@ done | sort -u | while read -r soname path; do
   strip --strip-unneeded "$bundle/lib/$soname" 2>/dev/null || true
 done
 
-cp tools/gpu/run.sh "$bundle/run.sh"
+cp tools/gpu/run.sh tools/gpu/train_checks.sh tools/gpu/torch_gpt2_bench.py \
+  "$bundle/"
 git rev-parse --short HEAD >"$bundle/commit.txt" 2>/dev/null || true
 tarball="$bundle.tar.gz"
 tar -C "$(dirname "$bundle")" -czf "$tarball" "$(basename "$bundle")"

@@ -3,16 +3,20 @@
 #
 #   OUT=/results bash gpu_bundle/run.sh      # default OUT: gpu_bundle/out
 #
-# Every GPU test binary runs (2 minutes each at most), then each GPU
-# benchmark (2.5 minutes at most), all within a 9-minute budget
-# (CHUNKZERO_GPU_RUN_SECONDS), so the run ends inside the GPU machine's
-# 10-minute command limit. Into $OUT, four files:
+# Every GPU test binary runs (2 minutes each at most), then the train job's
+# checks (train_checks.sh: CPU/GPU parity, a capped run, GPT-2 124M against
+# PyTorch; at most 5 minutes, leaving 100 s), then each GPU benchmark (2.5
+# minutes at most), all within a 9-minute budget (CHUNKZERO_GPU_RUN_SECONDS),
+# so the run ends inside the GPU machine's 10-minute command limit. Into
+# $OUT, six files:
 #   summary.json    per test binary: exit code, tests passed, failed and
 #                   skipped (from GoogleTest's JSON); totals; the GPU; the
 #                   benchmark rows' counters.
 #   tests.log       every binary's output, in order.
 #   bench.json      every benchmark's Google Benchmark JSON, by binary.
 #   nvidia-smi.txt  the GPU and driver as nvidia-smi reports them.
+#   train.json      the train checks' figures and exit codes, and
+#   train.log       their output (train_checks.sh).
 # Exits 0 iff every test binary exited 0 and the summary was written.
 #
 # NCCL and cuBLAS are not in the bundle: they are looked for in NVIDIA's
@@ -72,6 +76,16 @@ while read -r name; do
   echo "=== $name exit $rc" >>"$out/tests.log"
   ((rc != 0)) && status=1
 done <"$here/tests.txt"
+
+# The train job: its checks get what is left but 100 s, 300 s at most.
+train_seconds=$((budget_end - SECONDS - 100))
+((train_seconds > 300)) && train_seconds=300
+if ((train_seconds >= 30)); then
+  bash "$here/train_checks.sh" "$here" "$out" "$train_seconds" \
+    >>"$out/tests.log" 2>&1
+else
+  echo "=== train checks not run: the time budget is spent" >>"$out/tests.log"
+fi
 
 # Each benchmark's JSON lands in $work; summary.json carries their rows and
 # bench.json all of them.
@@ -144,6 +158,10 @@ for name in sorted(os.listdir(work)):
             if k in b:
                 row[k] = b[k]
         summary["benchmarks"].append(row)
+try:
+    summary["train"] = json.load(open(os.path.join(out, "train.json")))
+except (OSError, ValueError):
+    summary["train"] = None
 json.dump(everything, open(os.path.join(out, "bench.json"), "w"), indent=1)
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
 t = summary["totals"]
