@@ -15,6 +15,9 @@
 #             world size 1, beside PyTorch running the same model eagerly
 #             (torch_gpt2_bench.py) and the GPU's bf16 GEMM rate: step
 #             times, tokens/s and model FLOPs utilisation.
+#   shared    the same 124M step as 2 ranks sharing cuda:0 (in-process,
+#             staged through pinned memory), 4 sequences each: its step
+#             time over world size 1's (the same samples per step).
 # Writes OUT_DIR/train.json (every figure and each run's exit code) and
 # OUT_DIR/train.log (every run's output). The environment (LD_LIBRARY_PATH)
 # is run.sh's.
@@ -67,6 +70,9 @@ run bench_ours 150 "$train" --layers=12 --d_model=768 --heads=12 \
   --seq_len=1024 --vocab=50257 --batch=8 --steps=8 --world_size=1 \
   --device=cuda --precision=bf16 --metrics_out="$work/bench_ours.jsonl"
 run bench_torch 120 python3 "$here/torch_gpt2_bench.py" "${big[@]}"
+run bench_shared 150 "$train" --layers=12 --d_model=768 --heads=12 \
+  --seq_len=1024 --vocab=50257 --batch=4 --steps=6 --world_size=2 \
+  --device=cuda --precision=bf16 --metrics_out="$work/bench_shared.jsonl"
 
 python3 - "$work" "$out" <<'PY'
 import json, os, sys
@@ -117,6 +123,12 @@ try:
     bench["torch"] = torch
 except (OSError, ValueError, IndexError):
     torch = None
+shared = metrics("bench_shared")
+if len(shared) >= 3 and "ours_step_ms" in bench:
+    steady = sorted(m["step_time_s"] for m in shared[2:])
+    bench["shared_2_ranks_step_ms"] = steady[len(steady) // 2] * 1e3
+    bench["shared_vs_world_1_per_sample"] = (
+        bench["shared_2_ranks_step_ms"] / bench["ours_step_ms"])
 if "ours_step_ms" in bench and torch:
     rate = torch["gemm_tflops"] * 1e12
     bench["ours_mfu"] = flops_per_step / (bench["ours_step_ms"] / 1e3) / rate
