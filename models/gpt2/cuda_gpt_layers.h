@@ -109,6 +109,26 @@ using gemm::Precision;
                                              Precision precision,
                                              Bf16Scratch& scratch);
 
+// The same attention fused, keeping no T x T matrix: out[N, C] as
+// AttentionForward's, and lse[B, NH, T] (each query row's log-sum-exp of
+// its scaled scores) for the backward, which recomputes the probabilities
+// from it (FlashAttention's scheme). O(T) memory per head instead of
+// O(T^2), at the price of CUDA-core rather than tensor-core arithmetic in
+// this first, simple version (one thread per query or key row). With bf16
+// precision q, k, v and dout are rounded to bf16 as the products' operands
+// are; the probabilities stay f32, where the batched path rounds them too.
+// InvalidArgument for a head size above 128.
+[[nodiscard]] absl::Status FusedAttentionForward(float* out, float* lse,
+                                                 const float* qkv, int B, int T,
+                                                 int C, int NH,
+                                                 Precision precision);
+// dqkv[N, 3C] overwritten from dout, qkv and the forward's out and lse;
+// delta[B, NH, T] is scratch.
+[[nodiscard]] absl::Status FusedAttentionBackward(
+    float* dqkv, float* delta, const float* dout, const float* qkv,
+    const float* out, const float* lse, int B, int T, int C, int NH,
+    Precision precision);
+
 }  // namespace cuda_gpt_layers
 }  // namespace chunkzero
 

@@ -141,6 +141,59 @@ TEST_F(CudaGptLayersOnGpu, AttentionMatchesTheCpu) {
   }
 }
 
+// The fused attention takes whole heads of at most 128: refused before
+// anything runs, on any machine.
+TEST(CudaGptLayers, FusedAttentionRefusesWideHeads) {
+  float x = 0;
+  const absl::Status status =
+      FusedAttentionForward(&x, &x, &x, 1, 1, 300, 1, Precision::kF32);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "fused attention: head size 300 (C 300, 1 heads); it takes whole "
+            "heads of at most 128");
+}
+
+// Fused, the attention gives the CPU's output and grads (to rounding)
+// while keeping only a log-sum-exp per query row. T = 100 spans two blocks
+// of 64 query rows and ends inside a tile of 32 keys.
+TEST_F(CudaGptLayersOnGpu, FusedAttentionMatchesTheCpu) {
+  constexpr int B = 2, T = 100, C = 128, NH = 2, N = B * T;  // hd 64.
+  const std::vector<float> qkv = RandomFloats(N * 3 * C, 1, 2),
+                           dout = RandomFloats(N * C, 2);
+  for (Precision precision : {Precision::kF32, Precision::kBf16}) {
+    SCOPED_TRACE(precision == Precision::kBf16 ? "bf16" : "f32");
+    const double out_bound = precision == Precision::kBf16 ? 2e-2 : 1e-5;
+    const double grad_bound = precision == Precision::kBf16 ? 2e-2 : 1e-4;
+    std::vector<float> out(N * C), att(B * NH * T * T), dqkv(N * 3 * C),
+        datt(att.size());
+    gpt_kernels::AttentionForward(out.data(), att.data(), qkv.data(), B, T, C,
+                                  NH, precision);
+    gpt_kernels::AttentionBackward(dqkv.data(), datt.data(), dout.data(),
+                                   qkv.data(), att.data(), B, T, C, NH,
+                                   precision);
+    float *g_qkv = Up(qkv), *g_out = Zeros<float>(N * C),
+          *g_lse = Zeros<float>(B * NH * T),
+          *g_delta = Zeros<float>(B * NH * T),
+          *g_dqkv = Up(std::vector<float>(N * 3 * C, 7.0f));  // Overwritten.
+    ASSERT_TRUE(
+        FusedAttentionForward(g_out, g_lse, g_qkv, B, T, C, NH, precision)
+            .ok());
+    EXPECT_LT(RelativeError(Down(g_out, N * C), out), out_bound);
+    ASSERT_TRUE(FusedAttentionBackward(g_dqkv, g_delta, Up(dout), g_qkv, g_out,
+                                       g_lse, B, T, C, NH, precision)
+                    .ok());
+    EXPECT_LT(RelativeError(Down(g_dqkv, N * 3 * C), dqkv), grad_bound);
+    // Each row's log-sum-exp: the first query sees one key, so its lse is
+    // its own scaled score.
+    const std::vector<float> lse = Down(g_lse, B * NH * T);
+    float qk = 0;
+    for (int d = 0; d < C / NH; ++d) qk += qkv[d] * qkv[C + d];
+    if (precision == Precision::kF32) {
+      EXPECT_NEAR(lse[0], qk / 8.0f, 1e-5f);  // 1 / sqrt(64)
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cuda_gpt_layers
 }  // namespace chunkzero
