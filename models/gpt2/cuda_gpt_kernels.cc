@@ -13,14 +13,18 @@ namespace {
 namespace internal = cuda_gpt_internal;
 
 absl::Status Check(int error, const char* layer) {
-  if (error == 0) return absl::OkStatus();
-  const std::string message =
-      absl::StrCat(layer, " on the GPU: ", internal::ErrorName(error));
-  return error == internal::kNoCuda ? absl::UnimplementedError(message)
-                                    : absl::InternalError(message);
+  return LaunchStatus(error, layer);
 }
 
 }  // namespace
+
+absl::Status LaunchStatus(int error, const char* what) {
+  if (error == 0) return absl::OkStatus();
+  const std::string message =
+      absl::StrCat(what, " on the GPU: ", internal::ErrorName(error));
+  return error == internal::kNoCuda ? absl::UnimplementedError(message)
+                                    : absl::InternalError(message);
+}
 
 absl::Status EmbeddingForward(float* out, const int32_t* tokens,
                               const float* wte, const float* wpe, int B, int T,

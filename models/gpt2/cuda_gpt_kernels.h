@@ -86,6 +86,11 @@ namespace cuda_gpt_kernels {
                                                          const int32_t* targets,
                                                          int N, int V,
                                                          double* row_losses);
+// `error` (a cudaError_t from the internal layer functions, or their
+// kNoCuda) as a Status naming `what`: OK, Unimplemented without CUDA,
+// Internal otherwise.
+[[nodiscard]] absl::Status LaunchStatus(int error, const char* what);
+
 [[nodiscard]] absl::Status CrossEntropyBackward(float* probs,
                                                 const int32_t* targets,
                                                 float dloss_per_row, int N,

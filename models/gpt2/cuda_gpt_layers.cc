@@ -7,7 +7,6 @@
 #include "models/gpt2/cuda_gemm.h"
 #include "models/gpt2/cuda_gpt_kernels.h"
 #include "models/gpt2/internal/cuda_fused_attention.h"
-#include "models/gpt2/internal/cuda_gpt_kernels.h"
 
 namespace chunkzero {
 namespace cuda_gpt_layers {
@@ -229,14 +228,6 @@ absl::Status AttentionBackward(float* dqkv, float* datt, const float* dout,
 
 namespace {
 
-absl::Status FusedResult(int error, const char* what) {
-  if (error == 0) return absl::OkStatus();
-  const std::string message =
-      absl::StrCat(what, " on the GPU: ", cuda_gpt_internal::ErrorName(error));
-  return error == cuda_gpt_internal::kNoCuda ? absl::UnimplementedError(message)
-                                             : absl::InternalError(message);
-}
-
 absl::Status CheckHeadDim(int C, int NH) {
   if (NH > 0 && C % NH == 0 && C / NH <= cuda_gpt_internal::kMaxFusedHeadDim) {
     return absl::OkStatus();
@@ -253,7 +244,7 @@ absl::Status FusedAttentionForward(float* out, float* lse, const float* qkv,
                                    int B, int T, int C, int NH,
                                    Precision precision) {
   CZ_RETURN_IF_ERROR(CheckHeadDim(C, NH));
-  return FusedResult(
+  return cuda_gpt_kernels::LaunchStatus(
       cuda_gpt_internal::FusedAttentionForward(out, lse, qkv, B, T, C, NH,
                                                precision == Precision::kBf16),
       "fused attention forward");
@@ -264,10 +255,11 @@ absl::Status FusedAttentionBackward(float* dqkv, float* delta,
                                     const float* out, const float* lse, int B,
                                     int T, int C, int NH, Precision precision) {
   CZ_RETURN_IF_ERROR(CheckHeadDim(C, NH));
-  return FusedResult(cuda_gpt_internal::FusedAttentionBackward(
-                         dqkv, delta, dout, qkv, out, lse, B, T, C, NH,
-                         precision == Precision::kBf16),
-                     "fused attention backward");
+  return cuda_gpt_kernels::LaunchStatus(
+      cuda_gpt_internal::FusedAttentionBackward(dqkv, delta, dout, qkv, out,
+                                                lse, B, T, C, NH,
+                                                precision == Precision::kBf16),
+      "fused attention backward");
 }
 
 }  // namespace cuda_gpt_layers

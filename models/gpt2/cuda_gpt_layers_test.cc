@@ -110,6 +110,26 @@ TEST_F(CudaGptLayersOnGpu, ProductsMatchTheCpu) {
   }
 }
 
+// The CPU attention (the reference): its output, probabilities and dqkv.
+struct CpuAttention {
+  std::vector<float> out, att, dqkv;
+};
+CpuAttention RunCpuAttention(const std::vector<float>& qkv,
+                             const std::vector<float>& dout, int B, int T,
+                             int C, int NH, Precision precision) {
+  const int N = B * T;
+  CpuAttention r{std::vector<float>(N * C),
+                 std::vector<float>(size_t{1} * B * NH * T * T),
+                 std::vector<float>(N * 3 * C)};
+  std::vector<float> datt(r.att.size());
+  gpt_kernels::AttentionForward(r.out.data(), r.att.data(), qkv.data(), B, T, C,
+                                NH, precision);
+  gpt_kernels::AttentionBackward(r.dqkv.data(), datt.data(), dout.data(),
+                                 qkv.data(), r.att.data(), B, T, C, NH,
+                                 precision);
+  return r;
+}
+
 // In bf16 the probabilities are rounded before their products, and the CPU
 // and GPU probabilities differ in the last f32 bits, so an element may
 // round to the neighbouring bf16 value: a looser bound there.
@@ -120,15 +140,11 @@ TEST_F(CudaGptLayersOnGpu, AttentionMatchesTheCpu) {
   for (Precision precision : {Precision::kF32, Precision::kBf16}) {
     SCOPED_TRACE(precision == Precision::kBf16 ? "bf16" : "f32");
     const double bound = precision == Precision::kBf16 ? 2e-2 : 1e-5;
-    std::vector<float> out(N * C), att(B * NH * T * T), dqkv(N * 3 * C),
-        datt(att.size());
-    gpt_kernels::AttentionForward(out.data(), att.data(), qkv.data(), B, T, C,
-                                  NH, precision);
-    gpt_kernels::AttentionBackward(dqkv.data(), datt.data(), dout.data(),
-                                   qkv.data(), att.data(), B, T, C, NH,
-                                   precision);
+    const CpuAttention want =
+        RunCpuAttention(qkv, dout, B, T, C, NH, precision);
+    const std::vector<float>&out = want.out, &att = want.att, &dqkv = want.dqkv;
     float *g_qkv = Up(qkv), *g_out = Up(out), *g_att = Up(att),
-          *g_dqkv = Up(dqkv), *g_datt = Up(datt);
+          *g_dqkv = Up(dqkv), *g_datt = Up(att);
     ASSERT_TRUE(
         AttentionForward(g_out, g_att, g_qkv, B, T, C, NH, precision, scratch_)
             .ok());
@@ -164,13 +180,9 @@ TEST_F(CudaGptLayersOnGpu, FusedAttentionMatchesTheCpu) {
     SCOPED_TRACE(precision == Precision::kBf16 ? "bf16" : "f32");
     const double out_bound = precision == Precision::kBf16 ? 2e-2 : 1e-5;
     const double grad_bound = precision == Precision::kBf16 ? 2e-2 : 1e-4;
-    std::vector<float> out(N * C), att(B * NH * T * T), dqkv(N * 3 * C),
-        datt(att.size());
-    gpt_kernels::AttentionForward(out.data(), att.data(), qkv.data(), B, T, C,
-                                  NH, precision);
-    gpt_kernels::AttentionBackward(dqkv.data(), datt.data(), dout.data(),
-                                   qkv.data(), att.data(), B, T, C, NH,
-                                   precision);
+    const CpuAttention want =
+        RunCpuAttention(qkv, dout, B, T, C, NH, precision);
+    const std::vector<float>&out = want.out, &dqkv = want.dqkv;
     float *g_qkv = Up(qkv), *g_out = Zeros<float>(N * C),
           *g_lse = Zeros<float>(B * NH * T),
           *g_delta = Zeros<float>(B * NH * T),

@@ -50,6 +50,19 @@ __device__ Head HeadOf(int T, int C, int NH) {
   return Head{T, C, C / NH, bh / NH, bh % NH};
 }
 
+// The block loads keys and values [k0, k0 + kTile) of its head (zeros past
+// T) into shared memory.
+__device__ void LoadKeyTile(float (*k_tile)[kMaxHd], float (*v_tile)[kMaxHd],
+                            const float* qkv, const Head& head, int k0,
+                            bool bf16) {
+  for (int i = threadIdx.x; i < kTile * head.hd; i += blockDim.x) {
+    const int j = i / head.hd, d = i % head.hd, s = k0 + j;
+    const bool in = s < head.T;
+    k_tile[j][d] = in ? Value(qkv + head.Qkv(s, 1) + d, bf16) : 0.0f;
+    v_tile[j][d] = in ? Value(qkv + head.Qkv(s, 2) + d, bf16) : 0.0f;
+  }
+}
+
 __global__ void ForwardKernel(float* out, float* lse, const float* qkv, int T,
                               int C, int NH, float scale, bool bf16) {
   __shared__ float k_tile[kTile][kMaxHd];
@@ -66,11 +79,7 @@ __global__ void ForwardKernel(float* out, float* lse, const float* qkv, int T,
   float m = -INFINITY, l = 0.0f;
   const int last = min(T, (blockIdx.x + 1) * kRows) - 1;  // Block's last row.
   for (int k0 = 0; k0 <= last; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * hd; i += blockDim.x) {
-      const int j = i / hd, d = i % hd, s = k0 + j;
-      k_tile[j][d] = s < T ? Value(qkv + head.Qkv(s, 1) + d, bf16) : 0.0f;
-      v_tile[j][d] = s < T ? Value(qkv + head.Qkv(s, 2) + d, bf16) : 0.0f;
-    }
+    LoadKeyTile(k_tile, v_tile, qkv, head, k0, bf16);
     __syncthreads();
     const int keys = active ? min(kTile, t - k0 + 1) : 0;  // Keys s <= t.
     if (keys > 0) {
@@ -138,11 +147,7 @@ __global__ void QueryGradKernel(float* dqkv, const float* dout,
   const float row_delta = active ? delta[row] : 0.0f;
   const int last = min(T, (blockIdx.x + 1) * kRows) - 1;
   for (int k0 = 0; k0 <= last; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * hd; i += blockDim.x) {
-      const int j = i / hd, d = i % hd, s = k0 + j;
-      k_tile[j][d] = s < T ? Value(qkv + head.Qkv(s, 1) + d, bf16) : 0.0f;
-      v_tile[j][d] = s < T ? Value(qkv + head.Qkv(s, 2) + d, bf16) : 0.0f;
-    }
+    LoadKeyTile(k_tile, v_tile, qkv, head, k0, bf16);
     __syncthreads();
     const int keys = active ? min(kTile, t - k0 + 1) : 0;
     for (int j = 0; j < keys; ++j) {
