@@ -57,6 +57,22 @@ class GptBackend {
   // The bytes of that working memory held now.
   virtual int64_t scratch_bytes() const = 0;
 
+  // Whether the attention is fused (cuda_gpt_layers.h): its forward then
+  // keeps lse[B, NH, T] where the batched attention keeps the
+  // probabilities att[B, NH, T, T], and its backward takes the forward's
+  // output and a delta[B, NH, T] scratch where the batched one takes
+  // datt[B, NH, T, T]. AttentionElements says how many floats each needs.
+  virtual bool fused_attention() const = 0;
+  // Chooses the attention: InvalidArgument for the fused one on the CPU,
+  // which has only the batched one.
+  [[nodiscard]] virtual absl::Status set_fused_attention(bool fused) = 0;
+  // Floats of att (and of datt) per sequence batch: B NH T^2 batched,
+  // B NH T fused.
+  int64_t AttentionElements(int B, int T, int NH) const {
+    const int64_t rows = int64_t{B} * NH * T;
+    return fused_attention() ? rows : rows * T;
+  }
+
   virtual absl::Status EmbeddingForward(float* out, const int32_t* tokens,
                                         const float* wte, const float* wpe,
                                         int B, int T, int C, int V) = 0;
@@ -89,10 +105,12 @@ class GptBackend {
   virtual absl::Status AttentionForward(float* out, float* att,
                                         const float* qkv, int B, int T, int C,
                                         int NH, Precision precision) = 0;
+  // `out` is the forward's output (the fused attention reads it).
   virtual absl::Status AttentionBackward(float* dqkv, float* datt,
                                          const float* dout, const float* qkv,
-                                         const float* att, int B, int T, int C,
-                                         int NH, Precision precision) = 0;
+                                         const float* att, const float* out,
+                                         int B, int T, int C, int NH,
+                                         Precision precision) = 0;
   virtual absl::Status GeluForward(float* out, const float* x, size_t n) = 0;
   virtual absl::Status GeluBackward(float* dx, const float* x,
                                     const float* dout, size_t n) = 0;

@@ -21,6 +21,12 @@ class CpuGptBackend final : public GptBackend {
   }
   void set_scratch_accounting(MemoryTracker*) override {}
   int64_t scratch_bytes() const override { return 0; }
+  bool fused_attention() const override { return false; }
+  absl::Status set_fused_attention(bool fused) override {
+    if (!fused) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        "the fused attention runs on GPUs; the CPU attention is batched");
+  }
 
   absl::Status EmbeddingForward(float* out, const int32_t* tokens,
                                 const float* wte, const float* wpe, int B,
@@ -80,8 +86,8 @@ class CpuGptBackend final : public GptBackend {
     return absl::OkStatus();
   }
   absl::Status AttentionBackward(float* dqkv, float* datt, const float* dout,
-                                 const float* qkv, const float* att, int B,
-                                 int T, int C, int NH,
+                                 const float* qkv, const float* att,
+                                 const float*, int B, int T, int C, int NH,
                                  Precision precision) override {
     k::AttentionBackward(dqkv, datt, dout, qkv, att, B, T, C, NH, precision);
     return absl::OkStatus();

@@ -34,6 +34,11 @@ class CudaGptBackend final : public GptBackend {
   int64_t scratch_bytes() const override {
     return static_cast<int64_t>(scratch_->bytes());
   }
+  bool fused_attention() const override { return fused_attention_; }
+  absl::Status set_fused_attention(bool fused) override {
+    fused_attention_ = fused;
+    return absl::OkStatus();
+  }
 
   absl::Status EmbeddingForward(float* out, const int32_t* tokens,
                                 const float* wte, const float* wpe, int B,
@@ -93,14 +98,22 @@ class CudaGptBackend final : public GptBackend {
                                 int T, int C, int NH,
                                 Precision precision) override {
     const ScopedCudaDevice on(device_.index());
+    if (fused_attention_) {  // att holds each query row's log-sum-exp.
+      return layers::FusedAttentionForward(out, att, qkv, B, T, C, NH,
+                                           precision);
+    }
     return layers::AttentionForward(out, att, qkv, B, T, C, NH, precision,
                                     *scratch_);
   }
   absl::Status AttentionBackward(float* dqkv, float* datt, const float* dout,
-                                 const float* qkv, const float* att, int B,
-                                 int T, int C, int NH,
+                                 const float* qkv, const float* att,
+                                 const float* out, int B, int T, int C, int NH,
                                  Precision precision) override {
     const ScopedCudaDevice on(device_.index());
+    if (fused_attention_) {  // att: the log-sum-exps; datt: the deltas.
+      return layers::FusedAttentionBackward(dqkv, datt, dout, qkv, out, att, B,
+                                            T, C, NH, precision);
+    }
     return layers::AttentionBackward(dqkv, datt, dout, qkv, att, B, T, C, NH,
                                      precision, *scratch_);
   }
@@ -146,6 +159,7 @@ class CudaGptBackend final : public GptBackend {
   // enqueued (ScopedCudaDevice), and restores the caller's.
   const Device device_;
   std::unique_ptr<layers::Bf16Scratch> scratch_;
+  bool fused_attention_ = false;
 };
 
 }  // namespace

@@ -290,6 +290,15 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   return model;
 }
 
+absl::Status GptModel::set_fused_attention(bool fused) {
+  if (fused == backend_->fused_attention()) return absl::OkStatus();
+  CZ_RETURN_IF_ERROR(backend_->set_fused_attention(fused));
+  // The attention buffers change size: made again at the next Forward.
+  acts_->batch = acts_->seq = 0;
+  have_forward_ = false;
+  return absl::OkStatus();
+}
+
 std::vector<Parameter*> GptModel::Parameters() {
   std::vector<Parameter*> out;
   out.reserve(params_.size());
@@ -470,7 +479,8 @@ template <typename Fn>
 void GptModel::VisitBuffers(int batch, int seq, Fn fn) {
   const size_t L = config_.layers, C = config_.d_model, V = config_.vocab;
   const size_t N = static_cast<size_t>(batch) * seq;
-  const size_t att = static_cast<size_t>(batch) * config_.heads * seq * seq;
+  const size_t att = static_cast<size_t>(
+      backend_->AttentionElements(batch, seq, config_.heads));
   Activations& a = *acts_;
   fn(a.tokens, N);
   fn(a.targets, N);
@@ -610,7 +620,8 @@ absl::StatusOr<float> GptModel::Forward(ParamHooks& hooks, int batch, int seq,
   const int B = batch, T = seq, C = cfg.d_model, NH = cfg.heads, V = cfg.vocab,
             N = B * T;
   const size_t NC = static_cast<size_t>(N) * C;
-  const size_t att_size = static_cast<size_t>(B) * NH * T * T;
+  const size_t att_size =
+      static_cast<size_t>(backend_->AttentionElements(B, T, NH));
 
   CZ_RETURN_IF_ERROR(RunForward(hooks, embedding_, [&](const ScopeWeights& w) {
     return backend_->EmbeddingForward(a.encoded.data(), a.tokens.data(), w[0],
@@ -691,7 +702,8 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
   const int B = a.batch, T = a.seq, C = cfg.d_model, NH = cfg.heads,
             V = cfg.vocab, N = B * T;
   const size_t NC = static_cast<size_t>(N) * C;
-  const size_t att_size = static_cast<size_t>(B) * NH * T * T;
+  const size_t att_size =
+      static_cast<size_t>(backend_->AttentionElements(B, T, NH));
   float* dres = s.dresidual.data();
   float* dln = s.dln.data();
 
@@ -748,7 +760,7 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
                           N, C, C, matmul_precision_));
                       CZ_RETURN_IF_ERROR(backend_->AttentionBackward(
                           s.dqkv.data(), s.datt.data(), s.datty.data(), qkv,
-                          att, B, T, C, NH, matmul_precision_));
+                          att, atty, B, T, C, NH, matmul_precision_));
                       CZ_RETURN_IF_ERROR(backend_->MatmulBackward(
                           dln, g[0], g[1], s.dqkv.data(), ln1, w.matrix(0), N,
                           C, 3 * C, matmul_precision_));

@@ -67,7 +67,8 @@
 // of it. Results are the same for any thread count.
 //
 // Memory: activations for Backward are kept per layer (16 N C + NH T^2 B
-// floats per block, N = B T) plus N V floats of probabilities; they and
+// floats per block, N = B T; NH T B instead of NH T^2 B with the fused
+// attention) plus N V floats of probabilities; they and
 // the scratch buffers are reused across steps while B and T stay the same,
 // and made again, exactly as large as needed, when they change.
 // set_memory_accounting reports them (and the model's other working
@@ -171,6 +172,12 @@ class GptModel final : public Module {
     matmul_precision_ = precision;
   }
   gemm::Precision matmul_precision() const { return matmul_precision_; }
+  // The fused attention on a GPU (GptBackend::set_fused_attention): no
+  // B NH T^2 probabilities kept per block, B NH T log-sum-exps instead.
+  // InvalidArgument on the CPU. Takes effect at the next Forward, whose
+  // buffers are made again; a pending Backward is dropped.
+  [[nodiscard]] absl::Status set_fused_attention(bool fused);
+  bool fused_attention() const { return backend_->fused_attention(); }
   std::vector<Parameter*> Parameters() override;
   // The parameter called `name` (as listed above), or nullptr.
   Parameter* FindParameter(const std::string& name);

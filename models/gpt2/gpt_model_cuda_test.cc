@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "ddp/local_hooks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -82,12 +83,16 @@ TEST(GptModelOnGpu, LossAndGradsMatchTheCpuModel) {
   struct Case {
     DType dtype;
     gemm::Precision precision;
+    bool fused;
     double loss_bound, norm_bound, grad_bound;
   };
   for (const Case& c :
-       {Case{DType::kF32, gemm::Precision::kF32, 1e-5, 1e-5, 1e-4},
-        Case{DType::kBF16, gemm::Precision::kBf16, 1e-3, 2e-2, 5e-2}}) {
-    SCOPED_TRACE(DTypeName(c.dtype));
+       {Case{DType::kF32, gemm::Precision::kF32, false, 1e-5, 1e-5, 1e-4},
+        Case{DType::kF32, gemm::Precision::kF32, true, 1e-5, 1e-5, 1e-4},
+        Case{DType::kBF16, gemm::Precision::kBf16, false, 1e-3, 2e-2, 5e-2},
+        Case{DType::kBF16, gemm::Precision::kBf16, true, 1e-3, 2e-2, 5e-2}}) {
+    SCOPED_TRACE(
+        absl::StrCat(DTypeName(c.dtype), c.fused ? ", fused attention" : ""));
     constexpr int B = 3, T = 33;  // T > 32: several lanes per softmax row.
     auto cpu = *GptModel::Create(SmallConfig(), 5, c.dtype);
     absl::StatusOr<std::unique_ptr<GptModel>> gpu =
@@ -96,6 +101,7 @@ TEST(GptModelOnGpu, LossAndGradsMatchTheCpuModel) {
     EXPECT_EQ((*gpu)->compute_device(), Device::Cuda(0));
     cpu->set_matmul_precision(c.precision);
     (*gpu)->set_matmul_precision(c.precision);
+    ASSERT_TRUE((*gpu)->set_fused_attention(c.fused).ok());
     MemoryTracker tracker;
     ASSERT_TRUE((*gpu)->set_memory_accounting(&tracker, Device::Cuda(0)).ok());
     const StepResult want = Step(*cpu, B, T);

@@ -616,6 +616,13 @@ TEST(GptModelTest, CreateRefusesADeviceThatCannotCompute) {
             "GptModel computes on the cpu or a GPU (cuda:N), not sim:0");
   auto cpu = *GptModel::Create(TinyConfig(), 1);
   EXPECT_EQ(cpu->compute_device(), Device::Cpu());
+  // The fused attention runs on GPUs only.
+  EXPECT_TRUE(cpu->set_fused_attention(false).ok());
+  const absl::Status fused = cpu->set_fused_attention(true);
+  EXPECT_EQ(fused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(fused.message(),
+            "the fused attention runs on GPUs; the CPU attention is batched");
+  EXPECT_FALSE(cpu->fused_attention());
 }
 
 TEST(GptConfigTest, ValidateNamesTheField) {

@@ -4,9 +4,10 @@
 #   bash train_checks.sh BUNDLE_DIR OUT_DIR SECONDS
 #
 # Within SECONDS, each run under its own timeout:
-#   parity    the same small f32 job on the CPU and on cuda:0 (1 rank, and
-#             2 ranks sharing the GPU through the in-process group staged
-#             via pinned memory): the loss trajectories side by side.
+#   parity    the same small f32 job on the CPU and on cuda:0 (1 rank, with
+#             the batched and the fused attention, and 2 ranks sharing the
+#             GPU through the in-process group staged via pinned memory):
+#             the loss trajectories side by side.
 #   capped    the README's larger-than-memory model (12 x 256, 10 M
 #             parameters, replicated DDP ~162 MiB per rank) on 2 ranks
 #             sharing cuda:0 under a 32 MiB cap with --offload=params: the
@@ -57,6 +58,9 @@ run parity_cpu_1 40 "$train" "${small[@]}" --world_size=1 --device=cpu \
   --metrics_out="$work/parity_cpu_1.jsonl"
 run parity_gpu_1 40 "$train" "${small[@]}" --world_size=1 --device=cuda \
   --metrics_out="$work/parity_gpu_1.jsonl"
+run parity_gpu_1_fused 40 "$train" "${small[@]}" --world_size=1 \
+  --device=cuda --fused_attention \
+  --metrics_out="$work/parity_gpu_1_fused.jsonl"
 run parity_cpu_2 40 "$train" "${small[@]}" --world_size=2 --device=cpu \
   --metrics_out="$work/parity_cpu_2.jsonl"
 run parity_gpu_2 40 "$train" "${small[@]}" --world_size=2 --device=cuda \
@@ -98,6 +102,13 @@ for ranks in (1, 2):
         row["max_relative_difference"] = max(
             abs(g - c) / abs(c) for c, g in zip(cpu, gpu))
     parity[f"world_{ranks}"] = row
+fused = [m["loss"] for m in metrics("parity_gpu_1_fused")]
+cpu = parity["world_1"]["cpu_losses"]
+row = {"gpu_losses": fused}
+if cpu and len(cpu) == len(fused):
+    row["max_relative_difference"] = max(
+        abs(g - c) / abs(c) for c, g in zip(cpu, fused))
+parity["world_1_fused_attention"] = row
 result["parity_f32"] = parity
 
 capped = metrics("capped")

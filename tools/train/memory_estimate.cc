@@ -110,7 +110,9 @@ absl::StatusOr<TrainMemoryEstimate> EstimateTrainMemory(
   // B NH T^2; embeddings and the final LayerNorm 2 N C + 2 N; the N x V
   // probabilities; backward scratch 10 N C + B NH T^2; the grad and widened
   // weight buffers, each the largest scope's parameters. Plus the batch.
-  const double attention = B * H * T * T;
+  // The fused attention keeps B NH T (a log-sum-exp per query row, and as
+  // much backward scratch) where the batched one keeps B NH T^2.
+  const double attention = in.fused_attention ? B * H * T : B * H * T * T;
   const double floats = L * (16 * N * C + 4 * N + attention) +
                         (2 * N * C + 2 * N) + N * V + (10 * N * C + attention) +
                         2 * std::max(block, (V + P) * C);

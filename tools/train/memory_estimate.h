@@ -40,6 +40,9 @@ struct TrainMemoryInput {
   // again once the search has picked one).
   int64_t chunk_size = -1;
   int max_prefetch = 1;
+  // The fused attention (--fused_attention): B NH T floats per block where
+  // the batched one keeps B NH T^2.
+  bool fused_attention = false;
   int64_t data_bytes = 0;  // The token file's size (built-in text: 0).
   bool data_is_uint16 = false;
 };

@@ -53,6 +53,17 @@ TEST(EstimateTrainMemory, ShardedFiguresWorkedOutByHand) {
             "--batch, --seq_len, --vocab, --d_model, --layers");
 }
 
+// The fused attention keeps B NH T = 16 floats per block, and as many for
+// the backward, where the batched one keeps B NH T^2 = 64 of each.
+TEST(EstimateTrainMemory, TheFusedAttentionKeepsARowPerQuery) {
+  TrainMemoryInput in = Small();
+  in.fused_attention = true;
+  absl::StatusOr<TrainMemoryEstimate> e = EstimateTrainMemory(in);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->activations,
+            4 * (1120 - 48 + 144 + 128 + 704 - 48 + 1744) + 4 * 16 * 2);
+}
+
 TEST(EstimateTrainMemory, ReplicatedHoldsEverythingOnEveryRank) {
   TrainMemoryInput in = Small();
   in.layout = ChunkLayout::kReplicated;

@@ -88,6 +88,10 @@ ABSL_FLAG(std::string, device_memory_limit, "0",
           "sim:0, and a layout that cannot fit is refused before step 1.");
 ABSL_FLAG(int, max_prefetch, kDefaults.max_prefetch,
           "Chunks gathered ahead of use.");
+ABSL_FLAG(bool, fused_attention, kDefaults.fused_attention,
+          "With --device=cuda: the attention fused, keeping a log-sum-exp per "
+          "query row instead of the T x T probabilities (less memory; simple "
+          "CUDA-core kernels, not yet tuned).");
 ABSL_FLAG(std::string, data, "", "A file read as bytes (vocab 256).");
 ABSL_FLAG(std::string, tokens, "", "Little-endian uint16 token ids.");
 ABSL_FLAG(std::string, init, "",
@@ -207,6 +211,7 @@ int Main(int argc, char** argv) {
   o.seed = absl::GetFlag(FLAGS_seed);
   o.chunk_size = absl::GetFlag(FLAGS_chunk_size);
   o.max_prefetch = absl::GetFlag(FLAGS_max_prefetch);
+  o.fused_attention = absl::GetFlag(FLAGS_fused_attention);
   o.data = absl::GetFlag(FLAGS_data);
   o.tokens = absl::GetFlag(FLAGS_tokens);
   o.init = absl::GetFlag(FLAGS_init);

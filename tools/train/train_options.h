@@ -77,6 +77,8 @@ struct TrainOptions {
   int save_every = 0;
   std::string resume;  // Checkpoint directory to continue from.
   int max_prefetch = 1;
+  // The fused attention on GPUs (--fused_attention): no T x T matrix kept.
+  bool fused_attention = false;
   // One rank per process (tools/train/launch.sh starts them through
   // //tools/launch:launch): this process runs only rank `rank` (-1: every
   // rank, as threads), over Gloo with a FileStore rendezvous in the

@@ -68,6 +68,10 @@ absl::Status CheckOptions(const TrainOptions& o) {
                "NCCL moves GPU memory: give --device=cuda too (or use inproc "
                "or gloo on the CPU)");
   }
+  if (o.fused_attention && o.device != ComputeDevice::kCuda) {
+    return absl::InvalidArgumentError(
+        "--fused_attention runs on GPUs: give --device=cuda too");
+  }
   if (o.device == ComputeDevice::kCuda) {
     const int gpus = CudaDeviceCount();
     if (gpus == 0) {
@@ -381,6 +385,7 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options) {
   need.optimizer = options.optimizer;
   need.chunk_size = options.chunk_size;
   need.max_prefetch = options.max_prefetch;
+  need.fused_attention = options.fused_attention;
   if (!options.tokens.empty()) {
     CZ_ASSIGN_OR_RETURN(need.data_bytes, FileSize("tokens", options.tokens));
     need.data_is_uint16 = true;

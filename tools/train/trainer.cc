@@ -83,6 +83,7 @@ std::map<std::string, std::string> RendezvousConfig(const TrainPlan& plan) {
   config["offload"] = std::string(OffloadFlagValue(o.offload));
   config["device"] = std::string(DeviceFlagValue(o.device));
   config["backend"] = std::string(BackendFlagValue(o.backend));
+  config["fused_attention"] = o.fused_attention ? "true" : "false";
   config["param_order"] = std::string(ParamOrderFlagValue(o.param_order));
   config["save"] = o.save;
   config["resume"] = o.resume;
@@ -184,6 +185,7 @@ class RankRunner {
                         GptModel::Create(plan_.model, o_.seed, DType::kF32,
                                          gpu ? device : Device::Cpu()));
     model_->set_matmul_precision(MatmulPrecision(o_.precision));
+    CZ_RETURN_IF_ERROR(model_->set_fused_attention(o_.fused_attention));
     if (capped || gpu) {
       CZ_RETURN_IF_ERROR(model_->set_memory_accounting(&tracker_, device));
     }

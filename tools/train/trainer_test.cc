@@ -1030,6 +1030,10 @@ TEST(TrainerTest, NcclAndCudaNeedAGpu) {
   o.backend = Backend::kGloo;
   EXPECT_EQ(RunTraining(o, nullptr).status().code(),
             absl::StatusCode::kFailedPrecondition);
+  o.device = ComputeDevice::kCpu;
+  o.fused_attention = true;
+  EXPECT_EQ(RunTraining(o, nullptr).status().message(),
+            "--fused_attention runs on GPUs: give --device=cuda too");
 }
 
 // The Gloo backend reduces in the same rank order as the in-process one, so
