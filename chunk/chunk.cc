@@ -244,7 +244,10 @@ absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccess() {
   std::shared_ptr<HolderCopy> copy;
   const void* resting = nullptr;
   if (HolderMoves()) {
-    if (options_.copy_stream != nullptr) {
+    // The copy thread's copies are ordered against nothing on a GPU (its
+    // compute stream, its current device): there the copy runs here, and
+    // the owner broadcasts from the device, as NCCL needs.
+    if (options_.copy_stream != nullptr && device_.is_host_accessible()) {
       copy = std::make_shared<HolderCopy>(
           absl::StrCat("bringing chunk ", name_, " to ", device_.ToString()));
       absl::StatusOr<const void*> old = full_->MoveToAsync(
@@ -280,6 +283,24 @@ absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccess() {
         allocated.code(),
         absl::StrCat("accessing chunk ", name_, ": ", allocated.message()));
   }
+  // A shard resting elsewhere comes into its own part of the full buffer,
+  // and the gather runs in place there: one backend sees both buffers on
+  // the device it computes on (NCCL cannot read host memory).
+  char* const own = static_cast<char*>(full_->data()) +
+                    shard_begin() * ElementSize(options_.dtype);
+  if (options_.layout == ChunkLayout::kSharded && rest_device_ != device_) {
+    const absl::Status copied =
+        CopyBytes(own, device_, shard_->data(), rest_device_, shard_->nbytes());
+    if (!copied.ok()) {
+      full_->Free();
+      return absl::Status(
+          copied.code(),
+          absl::StrCat("accessing chunk ", name_, ": bringing ",
+                       "its shard from ", rest_device_.ToString(), ": ",
+                       copied.message()));
+    }
+    rest_to_device_bytes_ += shard_->nbytes();
+  }
   accessed_ = true;
   for (ChunkTensor& t : tensors_) {
     if (t.state == TensorState::kFree) t.state = TensorState::kHold;
@@ -304,10 +325,9 @@ absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccess() {
   comm::AllGatherOptions opts;
   opts.timeout = options_.comm_timeout;
   opts.tag = name_;
-  if (rest_device_ != device_) rest_to_device_bytes_ += shard_->nbytes();
+  const void* send = rest_device_ != device_ ? own : shard_->data();
   return group_->AllGather(
-      comm::ConstBuffer{shard_->data(), static_cast<size_t>(shard_size_),
-                        options_.dtype},
+      comm::ConstBuffer{send, static_cast<size_t>(shard_size_), options_.dtype},
       full, opts);
 }
 
@@ -451,9 +471,15 @@ absl::Status Chunk::Reduce(comm::ReduceOp op) {
       opts.op = op;
       opts.timeout = options_.comm_timeout;
       opts.tag = name_;
+      // A shard resting elsewhere is reduced in place into this rank's
+      // part of the full buffer, then copied out (as in StartAccess).
+      void* recv = rest_device_ != device_
+                       ? static_cast<char*>(full_->data()) +
+                             shard_begin() * ElementSize(options_.dtype)
+                       : shard_->data();
       work = group_->ReduceScatter(
           full,
-          comm::MutableBuffer{shard_->data(), static_cast<size_t>(shard_size_),
+          comm::MutableBuffer{recv, static_cast<size_t>(shard_size_),
                               options_.dtype},
           opts);
       break;
@@ -467,6 +493,8 @@ absl::Status Chunk::Reduce(comm::ReduceOp op) {
     SetAllStates(TensorState::kHold);
   } else {
     if (shard_ != nullptr && rest_device_ != device_) {
+      CZ_RETURN_IF_ERROR(CopyOwnPartToShard(), "reducing chunk ", name_,
+                         ": taking its shard to ", rest_device_.ToString());
       device_to_rest_bytes_ += shard_->nbytes();
     }
     full_->Free();

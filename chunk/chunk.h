@@ -78,13 +78,19 @@ struct ChunkOptions {
   // Where the payload rests between uses (the shard, or a holder's full
   // buffer); none: `device`. Parameters offloaded to the host
   // (--offload=params) rest on Device::Cpu() and are brought to `device`
-  // by each Access: the all-gather writes straight into the device buffer
-  // (sharded), a holder's buffer moves there and back (replicated, owner).
+  // by each Access: a sharded rank copies its shard into its part of the
+  // device buffer and gathers in place there (Reduce reduce-scatters in
+  // place and copies the part back), so every collective's buffers are on
+  // `device`, as NCCL needs; a holder's buffer moves there and back
+  // (replicated, owner).
   std::optional<Device> rest_device;
   StorageOptions storage;  // Category, tracker and allocators.
   // Where a holder's buffer is copied between rest_device and device on
   // each use (null: on the calling thread). With a stream, an access (a
   // prefetch) returns at once and its Work completes once the copy has.
+  // Host-backed devices only: on a GPU the copy runs on the calling thread
+  // (a copy thread is ordered against neither its compute stream nor its
+  // current device), and the owner broadcasts from the device.
   CopyStream* copy_stream = nullptr;
   absl::Duration comm_timeout = comm::kDefaultCollectiveTimeout;
 };

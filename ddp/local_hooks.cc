@@ -2,8 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "tensor/cuda_elementwise.h"
-#include "tensor/elementwise_kernels.h"
+#include "tensor/axpy_tensor.h"
 
 namespace chunkzero {
 
@@ -37,12 +36,7 @@ absl::Status LocalHooks::HandGrad(Parameter& param, const Tensor& grad) {
     return absl::OkStatus();
   }
   Tensor sum = param.grad();
-  if (!sum.device().is_host_accessible()) {  // A model on a GPU.
-    return CudaAxpy(sum.raw_data(), DType::kF32, 1.0f, grad.raw_data(),
-                    grad.numel());
-  }
-  AxpyF32(sum.data<float>(), 1.0f, grad.data<float>(), grad.numel());
-  return absl::OkStatus();
+  return AxpyTensor(sum, 1.0f, grad);
 }
 
 void LocalHooks::RecordDeferredError(absl::Status status) {

@@ -12,7 +12,7 @@
 #include "base/status_macros.h"
 #include "comm/process_group.h"
 #include "ddp/zero_ddp_internal.h"
-#include "tensor/elementwise_kernels.h"
+#include "tensor/axpy_tensor.h"
 
 namespace chunkzero {
 
@@ -297,14 +297,12 @@ absl::Status ZeroDdp::HandGrad(Parameter& param, const Tensor& grad) {
     if (!info->pending.defined()) {
       CZ_ASSIGN_OR_RETURN(info->pending, grad.Clone());
     } else {
-      AxpyF32(info->pending.data<float>(), 1.0f, grad.data<float>(),
-              grad.numel());
+      CZ_RETURN_IF_ERROR(AxpyTensor(info->pending, 1.0f, grad));
     }
     return absl::OkStatus();
   }
   if (info->pending.defined()) {
-    AxpyF32(info->pending.data<float>(), 1.0f, grad.data<float>(),
-            grad.numel());
+    CZ_RETURN_IF_ERROR(AxpyTensor(info->pending, 1.0f, grad));
     Tensor sum = std::move(info->pending);
     info->pending = Tensor();
     CZ_RETURN_IF_ERROR(WriteGrad(*info, sum));
