@@ -9,9 +9,10 @@
 // and returns without waiting; a kernel's own failure shows at the next
 // call that synchronises (a copy to the host). The results match the CPU
 // layers to rounding: the per-element math is the CPU's
-// (models/gpt2/internal/gpt_math.h), and sums over rows run in the CPU's
-// row order, one thread per column, so they repeat bit for bit from run to
-// run; sums within a row are a warp's or a block's tree.
+// (models/gpt2/internal/gpt_math.h), and every sum runs in a fixed order,
+// so results repeat bit for bit from run to run: over rows, 32 strided
+// partial sums per column added in order (the embedding's grads: the
+// CPU's row order and bits); within a row, a warp's or a block's tree.
 //
 // Differences from the CPU layers: a token or target outside [0, V) gives
 // NaN (in the embedding's row, in the row's loss) instead of being a

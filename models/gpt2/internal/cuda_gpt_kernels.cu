@@ -1,10 +1,12 @@
 // GPT-2's layers on the GPU. Element-wise layers take one element per
 // thread in a grid-stride loop; row layers (LayerNorm, the causal softmax)
 // one warp per row, the cross-entropy one block per row of the vocabulary.
-// Sums over rows (weight and bias grads, the embedding grads) give each
-// column to one thread, which adds the rows in order: the CPU's order, and
-// the same bits on every run. The per-element math is
-// models/gpt2/internal/gpt_math.h, the CPU's.
+// Sums over rows for weight and bias grads take a block per 32 columns:
+// warp w adds rows w, w + 32, ... in order, then the 32 partial sums are
+// added in warp order, the same bits on every run. The embedding grads give
+// each column one thread adding the rows in order (tokens repeat, so rows
+// cannot be split without atomics): the CPU's order and bits. The
+// per-element math is models/gpt2/internal/gpt_math.h, the CPU's.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -144,21 +146,44 @@ __global__ void LayerNormBackwardRowsKernel(float* dx, const float* dout,
   }
 }
 
-// dw[c] = sum_n dout * norm, db[c] = sum_n dout, rows in order.
+// Column sums: blocks of kWarp columns x kColumnWarps warps (threadIdx.x
+// the column's lane, threadIdx.y the warp).
+constexpr int kColumnWarps = 32;
+
+// Adds the block's partial sums of one column in warp order; the total for
+// warp 0's lanes (others get garbage).
+__device__ float SumOfWarps(float partial, float (*shared)[kWarp + 1]) {
+  shared[threadIdx.y][threadIdx.x] = partial;
+  __syncthreads();
+  float total = 0;
+  if (threadIdx.y == 0) {
+    for (int w = 0; w < kColumnWarps; ++w) total += shared[w][threadIdx.x];
+  }
+  __syncthreads();
+  return total;
+}
+
+// dw[c] = sum_n dout * norm, db[c] = sum_n dout.
 __global__ void LayerNormParamGradKernel(float* dw, float* db,
                                          const float* dout, const float* x,
                                          const float* mean, const float* rstd,
                                          int N, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  __shared__ float shared[kColumnWarps][kWarp + 1];
+  const int c = blockIdx.x * kWarp + threadIdx.x;
   float w_sum = 0, b_sum = 0;
-  for (int n = 0; n < N; ++n) {
-    const size_t i = static_cast<size_t>(n) * C + c;
-    w_sum += dout[i] * ((x[i] - mean[n]) * rstd[n]);
-    b_sum += dout[i];
+  if (c < C) {
+    for (int n = threadIdx.y; n < N; n += kColumnWarps) {
+      const size_t i = static_cast<size_t>(n) * C + c;
+      w_sum += dout[i] * ((x[i] - mean[n]) * rstd[n]);
+      b_sum += dout[i];
+    }
   }
-  dw[c] = w_sum;
-  db[c] = b_sum;
+  w_sum = SumOfWarps(w_sum, shared);
+  b_sum = SumOfWarps(b_sum, shared);
+  if (threadIdx.y == 0 && c < C) {
+    dw[c] = w_sum;
+    db[c] = b_sum;
+  }
 }
 
 // ---- Rows and columns ----
@@ -169,12 +194,20 @@ __global__ void BroadcastRowsKernel(float* out, const float* bias, size_t total,
 }
 
 __global__ void ColumnSumsKernel(float* out, const float* in, int N, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  __shared__ float shared[kColumnWarps][kWarp + 1];
+  const int c = blockIdx.x * kWarp + threadIdx.x;
   float sum = 0;
-  for (int n = 0; n < N; ++n) sum += in[static_cast<size_t>(n) * C + c];
-  out[c] = sum;
+  if (c < C) {
+    for (int n = threadIdx.y; n < N; n += kColumnWarps) {
+      sum += in[static_cast<size_t>(n) * C + c];
+    }
+  }
+  sum = SumOfWarps(sum, shared);
+  if (threadIdx.y == 0 && c < C) out[c] = sum;
 }
+
+dim3 ColumnBlocks(int C) { return dim3((C + kWarp - 1) / kWarp); }
+dim3 ColumnThreads() { return dim3(kWarp, kColumnWarps); }
 
 // ---- Element-wise ----
 
@@ -336,7 +369,7 @@ int LayerNormBackward(float* dx, float* dw, float* db, const float* dout,
     LayerNormBackwardRowsKernel<<<WarpBlocks(N), kThreads>>>(dx, dout, x, w,
                                                              mean, rstd, N, C);
   }
-  LayerNormParamGradKernel<<<(C + kThreads - 1) / kThreads, kThreads>>>(
+  LayerNormParamGradKernel<<<ColumnBlocks(C), ColumnThreads()>>>(
       dw, db, dout, x, mean, rstd, N, C);
   return Launched();
 }
@@ -350,7 +383,7 @@ int BroadcastRows(float* out, const float* bias, int N, int C) {
 
 int ColumnSums(float* out, const float* in, int N, int C) {
   if (C == 0) return cudaSuccess;
-  ColumnSumsKernel<<<(C + kThreads - 1) / kThreads, kThreads>>>(out, in, N, C);
+  ColumnSumsKernel<<<ColumnBlocks(C), ColumnThreads()>>>(out, in, N, C);
   return Launched();
 }
 
