@@ -568,9 +568,12 @@ TEST(ZeroDdp, CommVolumePerStepMatchesDesign) {
 TEST(ZeroDdp, StateDictGathersAndLoads) {
   for (ChunkLayout layout :
        {ChunkLayout::kReplicated, ChunkLayout::kOwner, ChunkLayout::kSharded}) {
-    for (auto [world, device] :
+    for (const auto& [world_size, on] :
          {std::pair{1, Device::Cpu()}, std::pair{2, Device::Cpu()},
           std::pair{4, Device::Cpu()}, std::pair{2, Device::Simulated(0)}}) {
+      // Copies: C++17 lambdas cannot capture structured bindings.
+      const int world = world_size;
+      const Device device = on;
       SCOPED_TRACE(testing::Message() << layout << " world " << world << " on "
                                       << device.ToString());
       std::unique_ptr<TestModel> rank0 =

@@ -30,16 +30,18 @@ std::string FreshDirectory(absl::string_view name) {
   return dir;
 }
 
-// Three ranks in a FileStore (keys are file names there): each sees the
-// others' values, in rank order.
+// Three ranks in a FileStore directory (keys are file names there), each
+// with its own store object as a process would have (a FileStore is not
+// shared between threads): each sees the others' values, in rank order.
 TEST(RendezvousJoin, EveryRankSeesEveryOtherRanksValue) {
-  gloo::rendezvous::FileStore store(FreshDirectory("join"));
+  const std::string directory = FreshDirectory("join");
   constexpr int kSize = 3;
   std::vector<std::vector<std::pair<int, std::string>>> seen(kSize);
   std::vector<absl::Status> statuses(kSize);
   std::vector<std::thread> ranks;
   for (int r = 0; r < kSize; ++r) {
     ranks.emplace_back([&, r] {
+      gloo::rendezvous::FileStore store(directory);
       statuses[r] = AnnounceJoin(store, kPrefix, r, absl::StrCat("v", r), "me");
       if (!statuses[r].ok()) return;
       statuses[r] = AwaitJoins(
