@@ -28,6 +28,7 @@
 #include "base/mutex.h"
 #include "comm/argument_checks.h"
 #include "comm/gloo/shared_segments.h"
+#include "comm/internal/deadline.h"
 #include "comm/internal/reduce_kernels.h"
 #include "comm/internal/rendezvous_join.h"
 #include "gloo/allgather.h"
@@ -144,14 +145,6 @@ bool HeadersMatch(const CallHeader& a, const CallHeader& b) {
 
 std::string Describe(uint64_t seq, const CollectiveCall& call) {
   return absl::StrCat("collective #", seq, " ", call.ToString());
-}
-
-// Gloo's timeouts are whole milliseconds and must be positive; rounds up.
-std::chrono::milliseconds GlooTimeout(absl::Time deadline) {
-  const absl::Duration left = deadline - absl::Now();
-  const int64_t ms =
-      absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1)));
-  return std::chrono::milliseconds(std::max<int64_t>(ms, 1));
 }
 
 // Gloo reports every timeout (store waits, connects, transfers) as an
@@ -480,12 +473,14 @@ class Worker {
     }
     for (int i = 0; i < size_ - 1; ++i) {
       int source = -1;
-      if (!buf->waitRecv(&source, GlooTimeout(deadline))) return false;
+      if (!buf->waitRecv(&source, comm_internal::MillisecondsLeft(deadline)))
+        return false;
       if (source >= 0 && source < size_) arrived[source] = true;
     }
     // Every peer has posted its receives (before sending): these complete.
     for (int i = 0; i < size_ - 1; ++i) {
-      if (!buf->waitSend(GlooTimeout(deadline))) return false;
+      if (!buf->waitSend(comm_internal::MillisecondsLeft(deadline)))
+        return false;
     }
     return true;
   }
@@ -702,7 +697,7 @@ class Worker {
     opts.setOutput<uint8_t>(tracked.Buffer(op.recv, bytes));
     opts.setRoot(op.call.root);
     opts.setTag(Tag(op));
-    opts.setTimeout(GlooTimeout(deadline));
+    opts.setTimeout(comm_internal::MillisecondsLeft(deadline));
     gloo::broadcast(opts);
     return absl::OkStatus();
   }
@@ -717,7 +712,7 @@ class Worker {
     }
     opts.setOutput<uint8_t>(tracked.Buffer(op.recv, size_ * bytes));
     opts.setTag(Tag(op));
-    opts.setTimeout(GlooTimeout(deadline));
+    opts.setTimeout(comm_internal::MillisecondsLeft(deadline));
     gloo::allgather(opts);
     return absl::OkStatus();
   }
@@ -742,7 +737,7 @@ class Worker {
     opts.setInput<uint8_t>(tracked.Buffer(op.send, size_ * bytes));
     opts.setOutput<uint8_t>(tracked.Buffer(slots, size_ * bytes));
     opts.setTag(Tag(op));
-    opts.setTimeout(GlooTimeout(deadline));
+    opts.setTimeout(comm_internal::MillisecondsLeft(deadline));
     gloo::alltoall(opts);
     ReduceBlocks(op.recv, slots, op.call.count, op.call);
     return absl::OkStatus();
@@ -772,7 +767,7 @@ class Worker {
           tracked.Buffer(segments, size_ * own),
           std::vector<int64_t>(size_, static_cast<int64_t>(own)));
       opts.setTag(Tag(op));
-      opts.setTimeout(GlooTimeout(deadline));
+      opts.setTimeout(comm_internal::MillisecondsLeft(deadline));
       gloo::alltoallv(opts);
     }
     ReduceBlocks(Bytes(op.recv, begin(rank_) * es), segments, own / es,
@@ -783,7 +778,7 @@ class Worker {
     Tracked tracked(this);
     opts.setOutput<uint8_t>(tracked.Buffer(op.recv, count * es), segment_bytes);
     opts.setTag(Tag(op));
-    opts.setTimeout(GlooTimeout(deadline));
+    opts.setTimeout(comm_internal::MillisecondsLeft(deadline));
     gloo::allgatherv(opts);
     return absl::OkStatus();
   }
@@ -800,7 +795,7 @@ class Worker {
     }
     opts.setRoot(op.call.root);
     opts.setTag(Tag(op));
-    opts.setTimeout(GlooTimeout(deadline));
+    opts.setTimeout(comm_internal::MillisecondsLeft(deadline));
     gloo::gather(opts);
     if (is_root) ReduceBlocks(op.recv, gathered, op.call.count, op.call);
     return absl::OkStatus();
@@ -969,7 +964,7 @@ absl::StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
       return absl::UnavailableError(s.message());
     }
     context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    context->setTimeout(gloo_internal::GlooTimeout(deadline));
+    context->setTimeout(comm_internal::MillisecondsLeft(deadline));
     context->connectFullMesh(store, device);
     if (size == 1) return absl::OkStatus();
     absl::StatusOr<std::unique_ptr<gloo_internal::SharedSegments>> segments =

@@ -10,20 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "comm/internal/deadline.h"
 
 namespace chunkzero {
 namespace comm_internal {
-namespace {
-
-// Store waits take whole milliseconds, at least one; rounds up.
-std::chrono::milliseconds Until(absl::Time deadline) {
-  const int64_t ms = absl::ToInt64Milliseconds(
-      absl::Ceil(deadline - absl::Now(), absl::Milliseconds(1)));
-  return std::chrono::milliseconds(std::max<int64_t>(ms, 1));
-}
-
-}  // namespace
-
 std::string JoinKey(absl::string_view prefix, int rank) {
   return absl::StrCat(prefix, rank);
 }
@@ -58,8 +48,9 @@ absl::Status AwaitJoins(gloo::rendezvous::Store& store,
     if (r == rank) continue;
     const std::string key = JoinKey(prefix, r);
     // After the first miss, only probe: the deadline has passed.
-    const std::chrono::milliseconds wait =
-        missing.empty() ? Until(deadline) : std::chrono::milliseconds(1);
+    const std::chrono::milliseconds wait = missing.empty()
+                                               ? MillisecondsLeft(deadline)
+                                               : std::chrono::milliseconds(1);
     try {
       store.wait({key}, wait);
     } catch (const std::exception&) {

@@ -18,6 +18,7 @@
 #include "base/mutex.h"
 #include "base/status_macros.h"
 #include "comm/argument_checks.h"
+#include "comm/internal/deadline.h"
 #include "comm/internal/rendezvous_join.h"
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/rendezvous/store.h"
@@ -31,11 +32,6 @@ namespace {
 // file names: no '/'.
 constexpr char kJoinKeyPrefix[] = "chunkzero_nccl_joined_";
 constexpr char kUniqueIdKey[] = "chunkzero_nccl_unique_id";
-
-std::chrono::milliseconds Millis(absl::Duration d) {
-  return std::chrono::milliseconds(
-      std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
-}
 
 // Polls Ready until the communicator's last call has finished: spins
 // briefly (an enqueue takes microseconds), then naps up to 1 ms. The
@@ -462,7 +458,7 @@ NcclProcessGroup::CreateWithApi(int rank, int size,
                 std::vector<char>(unique_id.begin(), unique_id.end()));
     } else {
       store.wait({nccl_internal::kUniqueIdKey},
-                 nccl_internal::Millis(deadline - absl::Now()));
+                 comm_internal::MillisecondsLeft(deadline));
       const std::vector<char> id = store.get(nccl_internal::kUniqueIdKey);
       unique_id.assign(id.begin(), id.end());
     }
