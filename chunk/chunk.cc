@@ -198,12 +198,14 @@ void Chunk::SetAllStates(TensorState state) {
   for (ChunkTensor& t : tensors_) t.state = state;
 }
 
+char* Chunk::OwnPart() const {
+  return static_cast<char*>(full_->data()) +
+         shard_begin() * ElementSize(options_.dtype);
+}
+
 absl::Status Chunk::CopyOwnPartToShard() {
-  const size_t element = ElementSize(options_.dtype);
-  return CopyBytes(
-      shard_->data(), shard_->device(),
-      static_cast<const char*>(full_->data()) + shard_begin() * element,
-      full_->device(), shard_->nbytes());
+  return CopyBytes(shard_->data(), shard_->device(), OwnPart(), full_->device(),
+                   shard_->nbytes());
 }
 
 absl::Status Chunk::Close() {
@@ -286,8 +288,7 @@ absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccess() {
   // A shard resting elsewhere comes into its own part of the full buffer,
   // and the gather runs in place there: one backend sees both buffers on
   // the device it computes on (NCCL cannot read host memory).
-  char* const own = static_cast<char*>(full_->data()) +
-                    shard_begin() * ElementSize(options_.dtype);
+  char* const own = OwnPart();
   if (options_.layout == ChunkLayout::kSharded && rest_device_ != device_) {
     const absl::Status copied =
         CopyBytes(own, device_, shard_->data(), rest_device_, shard_->nbytes());
@@ -473,10 +474,7 @@ absl::Status Chunk::Reduce(comm::ReduceOp op) {
       opts.tag = name_;
       // A shard resting elsewhere is reduced in place into this rank's
       // part of the full buffer, then copied out (as in StartAccess).
-      void* recv = rest_device_ != device_
-                       ? static_cast<char*>(full_->data()) +
-                             shard_begin() * ElementSize(options_.dtype)
-                       : shard_->data();
+      void* recv = rest_device_ != device_ ? OwnPart() : shard_->data();
       work = group_->ReduceScatter(
           full,
           comm::MutableBuffer{recv, static_cast<size_t>(shard_size_),

@@ -332,6 +332,9 @@ class Chunk {
 
   // Allocates `storage` (full_ or shard_) filled with zeros.
   [[nodiscard]] absl::Status MaterialiseZerosIn(Storage& storage);
+  // This rank's part of the full buffer: shard_size() elements from
+  // shard_begin() (valid while materialised).
+  char* OwnPart() const;
   // Sharded: copies this rank's part of the full buffer into the shard.
   [[nodiscard]] absl::Status CopyOwnPartToShard();
   // True when a holder's full buffer rests elsewhere than it computes.
