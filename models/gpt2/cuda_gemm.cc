@@ -30,8 +30,13 @@ absl::Status CudaGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
                       float alpha, DeviceMatrix a, DeviceMatrix b, float beta,
                       float* c, int ldc, Precision precision, int batch,
                       int64_t stride_c) {
-  const std::string what =
-      Describe(trans_a, trans_b, m, n, k, precision, batch);
+  // The call's description, for errors only: not built on the hot path.
+  auto described = [&](const absl::Status& error) {
+    return absl::Status(
+        error.code(),
+        absl::StrCat(Describe(trans_a, trans_b, m, n, k, precision, batch),
+                     ": ", error.message()));
+  };
   absl::Status valid = m < 0 || n < 0 || k < 0
                            ? absl::InvalidArgumentError("negative size")
                        : batch < 1 ? absl::InvalidArgumentError("batch below 1")
@@ -47,16 +52,12 @@ absl::Status CudaGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
     valid = CheckLd("B", b.ld, trans_b == Transpose::kYes ? k : n);
   }
   if (valid.ok()) valid = CheckLd("C", ldc, n);
-  if (!valid.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": ", valid.message()));
-  }
+  if (!valid.ok()) return described(valid);
   if (m == 0 || n == 0) return absl::OkStatus();  // Nothing to write.
   const absl::Status ran =
       gemm_internal::CublasGemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c,
                                 ldc, precision, batch, stride_c);
-  if (ran.ok()) return ran;
-  return absl::Status(ran.code(), absl::StrCat(what, ": ", ran.message()));
+  return ran.ok() ? ran : described(ran);
 }
 
 }  // namespace gemm
