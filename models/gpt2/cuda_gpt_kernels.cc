@@ -12,10 +12,6 @@ namespace {
 
 namespace internal = cuda_gpt_internal;
 
-absl::Status Check(int error, const char* layer) {
-  return LaunchStatus(error, layer);
-}
-
 }  // namespace
 
 absl::Status LaunchStatus(int error, const char* what) {
@@ -29,7 +25,7 @@ absl::Status LaunchStatus(int error, const char* what) {
 absl::Status EmbeddingForward(float* out, const int32_t* tokens,
                               const float* wte, const float* wpe, int B, int T,
                               int C, int V) {
-  return Check(
+  return LaunchStatus(
       internal::EmbeddingForward(out, tokens, wte, wpe, B * T, T, C, V),
       "embedding forward");
 }
@@ -37,7 +33,7 @@ absl::Status EmbeddingForward(float* out, const int32_t* tokens,
 absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dout,
                                const int32_t* tokens, int B, int T, int C,
                                int V, int P) {
-  return Check(
+  return LaunchStatus(
       internal::EmbeddingBackward(dwte, dwpe, dout, tokens, B * T, T, C, V, P),
       "embedding backward");
 }
@@ -45,50 +41,52 @@ absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dout,
 absl::Status LayerNormForward(float* out, float* mean, float* rstd,
                               const float* x, const float* w, const float* b,
                               int N, int C) {
-  return Check(internal::LayerNormForward(out, mean, rstd, x, w, b, N, C),
-               "layernorm forward");
+  return LaunchStatus(
+      internal::LayerNormForward(out, mean, rstd, x, w, b, N, C),
+      "layernorm forward");
 }
 
 absl::Status LayerNormBackward(float* dx, float* dw, float* db,
                                const float* dout, const float* x,
                                const float* w, const float* mean,
                                const float* rstd, int N, int C) {
-  return Check(
+  return LaunchStatus(
       internal::LayerNormBackward(dx, dw, db, dout, x, w, mean, rstd, N, C),
       "layernorm backward");
 }
 
 absl::Status BroadcastRows(float* out, const float* bias, int N, int C) {
-  return Check(internal::BroadcastRows(out, bias, N, C), "bias broadcast");
+  return LaunchStatus(internal::BroadcastRows(out, bias, N, C),
+                      "bias broadcast");
 }
 
 absl::Status ColumnSums(float* out, const float* in, int N, int C) {
-  return Check(internal::ColumnSums(out, in, N, C), "column sums");
+  return LaunchStatus(internal::ColumnSums(out, in, N, C), "column sums");
 }
 
 absl::Status GeluForward(float* out, const float* x, size_t n) {
-  return Check(internal::GeluForward(out, x, n), "gelu forward");
+  return LaunchStatus(internal::GeluForward(out, x, n), "gelu forward");
 }
 
 absl::Status GeluBackward(float* dx, const float* x, const float* dout,
                           size_t n) {
-  return Check(internal::GeluBackward(dx, x, dout, n), "gelu backward");
+  return LaunchStatus(internal::GeluBackward(dx, x, dout, n), "gelu backward");
 }
 
 absl::Status Add(float* out, const float* a, const float* b, size_t n) {
-  return Check(internal::Add(out, a, b, n), "add");
+  return LaunchStatus(internal::Add(out, a, b, n), "add");
 }
 
 absl::Status RoundToBf16(uint16_t* out, const float* x, size_t n) {
-  return Check(internal::RoundToBf16(out, x, n), "bf16 rounding");
+  return LaunchStatus(internal::RoundToBf16(out, x, n), "bf16 rounding");
 }
 
 absl::Status Widen(float* out, const uint16_t* x, DType dtype, size_t n) {
   switch (dtype) {
     case DType::kBF16:
-      return Check(internal::WidenBf16(out, x, n), "bf16 widening");
+      return LaunchStatus(internal::WidenBf16(out, x, n), "bf16 widening");
     case DType::kF16:
-      return Check(internal::WidenF16(out, x, n), "f16 widening");
+      return LaunchStatus(internal::WidenF16(out, x, n), "f16 widening");
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "widening ", DTypeName(dtype), " on the GPU: only bf16 and f16"));
@@ -96,23 +94,24 @@ absl::Status Widen(float* out, const uint16_t* x, DType dtype, size_t n) {
 }
 
 absl::Status Zero(float* x, size_t n) {
-  return Check(internal::Zero(x, n), "zeroing");
+  return LaunchStatus(internal::Zero(x, n), "zeroing");
 }
 
 absl::Status CausalSoftmax(float* att, size_t rows, int T) {
-  return Check(internal::CausalSoftmax(att, rows, T), "causal softmax");
+  return LaunchStatus(internal::CausalSoftmax(att, rows, T), "causal softmax");
 }
 
 absl::Status CausalSoftmaxBackward(float* datt, const float* att, size_t rows,
                                    int T, float scale) {
-  return Check(internal::CausalSoftmaxBackward(datt, att, rows, T, scale),
-               "causal softmax backward");
+  return LaunchStatus(
+      internal::CausalSoftmaxBackward(datt, att, rows, T, scale),
+      "causal softmax backward");
 }
 
 absl::StatusOr<double> CrossEntropyForward(float* logits,
                                            const int32_t* targets, int N, int V,
                                            double* row_losses) {
-  if (absl::Status s = Check(
+  if (absl::Status s = LaunchStatus(
           internal::CrossEntropyForward(logits, targets, N, V, row_losses),
           "cross-entropy forward");
       !s.ok()) {
@@ -134,7 +133,7 @@ absl::StatusOr<double> CrossEntropyForward(float* logits,
 
 absl::Status CrossEntropyBackward(float* probs, const int32_t* targets,
                                   float dloss_per_row, int N, int V) {
-  return Check(
+  return LaunchStatus(
       internal::CrossEntropyBackward(probs, targets, dloss_per_row, N, V),
       "cross-entropy backward");
 }
