@@ -1,0 +1,192 @@
+#include "comm/gloo/rendezvous_store.h"
+
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "comm/gloo/tcp_store.h"
+#include "comm/gloo/tcp_store_server.h"
+#include "comm/gloo/timed_redis_store.h"
+#include "gloo/rendezvous/file_store.h"
+#include "gloo/rendezvous/prefix_store.h"
+
+namespace chunkzero {
+namespace comm {
+namespace {
+
+absl::Status Bad(absl::string_view text, absl::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("rendezvous address \"", text, "\": ", why));
+}
+
+// "HOST[:PORT]" or "[V6]:PORT"; `default_port` 0: the port is required.
+absl::Status ParseHostPort(absl::string_view text, absl::string_view hostport,
+                           int default_port, RendezvousAddress* out) {
+  absl::string_view host = hostport;
+  absl::string_view port;
+  if (absl::ConsumePrefix(&host, "[")) {
+    const size_t close = host.find(']');
+    if (close == absl::string_view::npos) {
+      return Bad(text, "an IPv6 host opened with '[' has no ']'");
+    }
+    absl::string_view after = host.substr(close + 1);
+    host = host.substr(0, close);
+    if (!after.empty() && !absl::ConsumePrefix(&after, ":")) {
+      return Bad(text, "after ']' comes ':PORT' or nothing");
+    }
+    port = after;
+  } else if (const size_t colon = host.rfind(':');
+             colon != absl::string_view::npos) {
+    port = host.substr(colon + 1);
+    host = host.substr(0, colon);
+    if (absl::StrContains(host, ':')) {
+      return Bad(text, "write an IPv6 host in brackets: [::1]:PORT");
+    }
+  }
+  if (host.empty()) return Bad(text, "no host");
+  out->host = std::string(host);
+  if (port.empty()) {
+    if (default_port == 0) return Bad(text, "no port (HOST:PORT)");
+    out->port = default_port;
+    return absl::OkStatus();
+  }
+  int value = 0;
+  if (!absl::SimpleAtoi(port, &value) || value < 1 || value > 65535 ||
+      !absl::ascii_isdigit(static_cast<unsigned char>(port[0]))) {
+    return Bad(text, absl::StrCat("port \"", port, "\" is not in [1, 65535]"));
+  }
+  out->port = value;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string RendezvousAddress::ToString() const {
+  const std::string where =
+      absl::StrContains(host, ':') ? absl::StrCat("[", host, "]") : host;
+  switch (kind) {
+    case Kind::kDirectory:
+      return directory;
+    case Kind::kRedis:
+      return absl::StrCat("redis://", where, ":", port, "/", prefix);
+    case Kind::kTcp:
+      return absl::StrCat("tcp://", where, ":", port);
+  }
+  return directory;
+}
+
+absl::StatusOr<RendezvousAddress> ParseRendezvousAddress(
+    absl::string_view text) {
+  RendezvousAddress out;
+  if (text.empty()) return Bad(text, "empty");
+  absl::string_view rest = text;
+  if (absl::ConsumePrefix(&rest, "redis://")) {
+    out.kind = RendezvousAddress::Kind::kRedis;
+    const size_t slash = rest.find('/');
+    const absl::string_view prefix =
+        slash == absl::string_view::npos ? "" : rest.substr(slash + 1);
+    if (prefix.empty()) {
+      return Bad(text,
+                 "no job prefix: write redis://HOST:PORT/PREFIX with a "
+                 "PREFIX of this job's own, so that keys a killed job left "
+                 "behind cannot confuse it");
+    }
+    for (char c : prefix) {
+      if (absl::ascii_isspace(static_cast<unsigned char>(c)) ||
+          absl::ascii_iscntrl(static_cast<unsigned char>(c))) {
+        return Bad(text, "the prefix holds a space or control character");
+      }
+    }
+    out.prefix = std::string(prefix);
+    if (absl::Status s = ParseHostPort(text, rest.substr(0, slash), 6379, &out);
+        !s.ok()) {
+      return s;
+    }
+    return out;
+  }
+  if (absl::ConsumePrefix(&rest, "tcp://")) {
+    out.kind = RendezvousAddress::Kind::kTcp;
+    if (absl::StrContains(rest, '/')) {
+      return Bad(text, "a tcp:// address is HOST:PORT, with no path");
+    }
+    if (absl::Status s = ParseHostPort(text, rest, 0, &out); !s.ok()) return s;
+    return out;
+  }
+  if (const size_t scheme = text.find("://");
+      scheme != absl::string_view::npos) {
+    return Bad(text, absl::StrCat("unknown scheme \"", text.substr(0, scheme),
+                                  "\": use a directory, redis://HOST:PORT/"
+                                  "PREFIX or tcp://HOST:PORT"));
+  }
+  out.directory = std::string(text);
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<RendezvousStore>> RendezvousStore::Open(
+    const RendezvousAddress& address, int rank, absl::Duration timeout) {
+  std::unique_ptr<RendezvousStore> out(new RendezvousStore());
+  const std::string where = address.ToString();
+  switch (address.kind) {
+    case RendezvousAddress::Kind::kDirectory: {
+      std::error_code error;
+      std::filesystem::create_directories(address.directory, error);
+      if (error) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rendezvous directory ", address.directory,
+                         ": cannot create it: ", error.message()));
+      }
+      try {
+        out->base_ =
+            std::make_unique<gloo::rendezvous::FileStore>(address.directory);
+      } catch (const std::exception& e) {
+        return absl::UnavailableError(absl::StrCat(
+            "rendezvous directory ", address.directory, ": ", e.what()));
+      }
+      out->view_ = out->base_.get();
+      return out;
+    }
+    case RendezvousAddress::Kind::kRedis: {
+      absl::StatusOr<std::unique_ptr<TimedRedisStore>> redis =
+          TimedRedisStore::Connect(address.host, address.port, timeout);
+      if (!redis.ok()) return redis.status();
+      out->base_ = *std::move(redis);
+      out->prefixed_ = std::make_unique<gloo::rendezvous::PrefixStore>(
+          address.prefix, *out->base_);
+      out->view_ = out->prefixed_.get();
+      return out;
+    }
+    case RendezvousAddress::Kind::kTcp: {
+      if (rank == 0) {
+        absl::StatusOr<std::unique_ptr<TcpStoreServer>> server =
+            TcpStoreServer::Start(address.port);
+        if (!server.ok()) {
+          return absl::Status(server.status().code(),
+                              absl::StrCat("rank 0 hosts ", where, ": ",
+                                           server.status().message()));
+        }
+        out->server_ = *std::move(server);
+      }
+      // Rank 0 reaches its own server over loopback: HOST need not name
+      // this machine the way the others see it.
+      absl::StatusOr<std::unique_ptr<TcpStore>> client =
+          TcpStore::Connect(rank == 0 ? std::string("localhost") : address.host,
+                            address.port, timeout);
+      if (!client.ok()) return client.status();
+      out->base_ = *std::move(client);
+      out->view_ = out->base_.get();
+      return out;
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("rendezvous address ", where, ": unknown kind"));
+}
+
+RendezvousStore::~RendezvousStore() = default;
+
+}  // namespace comm
+}  // namespace chunkzero

@@ -1,0 +1,60 @@
+// TimedRedisStore: Gloo's RedisStore (a rendezvous store on a Redis server,
+// for ranks on several hosts) with a deadline on every command.
+//
+//   absl::StatusOr<std::unique_ptr<TimedRedisStore>> store =
+//       TimedRedisStore::Connect("10.0.0.1", 6379, absl::Seconds(300));
+//   gloo::rendezvous::PrefixStore job("job42", **store);
+//   GlooProcessGroup::Create(rank, size, job, options);
+//
+// Gloo's own RedisStore waits as long as the server keeps the connection
+// open: a server that stops answering (stopped, or behind a link that went
+// down without a reset) would hold every rank forever. Here each command's
+// socket read and write fails after `timeout` (gloo::IoException, as for
+// any other store failure, which the process groups turn into a status), and
+// wait() honours its timeout to the millisecond (Gloo's rounds down to whole
+// seconds, so a 1 ms probe could take a second).
+//
+// Keys are set with SETNX, so a key an earlier job left under the same
+// prefix is refused ("already set"); give each job its own prefix. Keys are
+// not deleted: they stay on the server until it is restarted or flushed.
+//
+// Not thread-safe: one thread uses a store at a time (a Redis connection is
+// one socket).
+#ifndef CHUNKZERO_COMM_GLOO_TIMED_REDIS_STORE_H_
+#define CHUNKZERO_COMM_GLOO_TIMED_REDIS_STORE_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "gloo/rendezvous/redis_store.h"
+
+namespace chunkzero {
+namespace comm {
+
+class TimedRedisStore final : public gloo::rendezvous::RedisStore {
+ public:
+  // Connects to the server at host:port. Unavailable, naming the address,
+  // if it cannot be reached (Gloo's connect gives up after 2 s); every
+  // later command fails after `timeout` (> 0) without an answer.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<TimedRedisStore>> Connect(
+      const std::string& host, int port, absl::Duration timeout);
+
+  using gloo::rendezvous::RedisStore::wait;
+  // Polls every 10 ms until every key is set; gloo::IoException "Wait
+  // timeout for key(s) ..." once `timeout` has passed.
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
+
+ private:
+  TimedRedisStore(const std::string& host, int port)
+      : gloo::rendezvous::RedisStore(host, port) {}
+};
+
+}  // namespace comm
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_COMM_GLOO_TIMED_REDIS_STORE_H_

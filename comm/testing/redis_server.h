@@ -1,0 +1,49 @@
+// RedisServer: a private redis-server for a test, on a free loopback port,
+// stopped (and its data gone) when the object is destroyed.
+//
+//   absl::StatusOr<std::unique_ptr<RedisServer>> redis = RedisServer::Start();
+//   if (absl::IsNotFound(redis.status())) GTEST_SKIP() << redis.status();
+//   ASSERT_TRUE(redis.ok()) << redis.status();
+//   ... redis://127.0.0.1:(*redis)->port()/job ...
+//
+// The server keeps nothing on disk. Pause() and Resume() stop and continue
+// the process (SIGSTOP, SIGCONT), for tests of a server that stops
+// answering without closing its connections.
+#ifndef CHUNKZERO_COMM_TESTING_REDIS_SERVER_H_
+#define CHUNKZERO_COMM_TESTING_REDIS_SERVER_H_
+
+#include <sys/types.h>
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+
+namespace chunkzero {
+namespace comm_testing {
+
+class RedisServer {
+ public:
+  // NotFound if no redis-server is installed (Debian's redis-server
+  // package, which tools/packages.txt lists); Unavailable if it does not
+  // answer within 10 s.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<RedisServer>> Start();
+
+  ~RedisServer();
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  int port() const { return port_; }
+  void Pause();
+  void Resume();
+
+ private:
+  RedisServer(pid_t pid, int port) : pid_(pid), port_(port) {}
+
+  const pid_t pid_;
+  const int port_;
+};
+
+}  // namespace comm_testing
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_COMM_TESTING_REDIS_SERVER_H_
