@@ -31,7 +31,10 @@ absl::Status AnnounceJoin(gloo::rendezvous::Store& store,
           where,
           ": the rendezvous store already holds this rank's key, so it holds "
           "an earlier job's rendezvous (",
-          e.what(), "); give each job a fresh store"));
+          e.what(),
+          "); give each job a fresh store (a new directory, or a redis:// "
+          "prefix "
+          "of its own)"));
     }
     return absl::UnavailableError(
         absl::StrCat(where, ": rendezvous store: ", e.what()));

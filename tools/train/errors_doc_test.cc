@@ -20,6 +20,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -62,8 +63,10 @@ struct Outcome {
   std::string err;
 };
 
-// Runs the train binary with `args`; stdout is dropped, stderr kept.
-Outcome RunTrain(const std::vector<std::string>& args, const std::string& tmp) {
+// Runs the train binary with `args` and this process's environment plus
+// `env` ("NAME=value"); stdout is dropped, stderr kept.
+Outcome RunTrain(const std::vector<std::string>& args,
+                 const std::vector<std::string>& env, const std::string& tmp) {
   std::vector<std::string> argv = {Runfile("tools/train/train")};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<char*> raw;
@@ -75,9 +78,15 @@ Outcome RunTrain(const std::vector<std::string>& args, const std::string& tmp) {
   posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<std::string> environment = env;
+  for (char** e = environ; *e != nullptr; ++e) environment.emplace_back(*e);
+  std::vector<char*> envp;
+  for (std::string& e : environment) envp.push_back(e.data());
+  envp.push_back(nullptr);
   pid_t pid = -1;
   Outcome out;
-  if (posix_spawn(&pid, raw[0], &actions, nullptr, raw.data(), environ) != 0) {
+  if (posix_spawn(&pid, raw[0], &actions, nullptr, raw.data(), envp.data()) !=
+      0) {
     ADD_FAILURE() << "cannot start " << raw[0];
     return out;
   }
@@ -102,23 +111,29 @@ Outcome RunTrain(const std::vector<std::string>& args, const std::string& tmp) {
 }
 
 struct Row {
+  // The variables set before "train" ("RANK=0 train ..."), as NAME=value.
+  std::vector<std::string> env;
   std::string command;  // Without the leading "train ".
   int exit_code = 0;
   std::string message;
 };
 
-// The table rows whose first cell is a `train ...` command.
+// The table rows whose first cell is a `train ...` command, perhaps after
+// environment assignments (`RANK=0 WORLD_SIZE=2 train ...`).
 std::vector<Row> CommandRows(const std::string& doc) {
+  const std::regex command(R"(^\| `((?:[A-Z][A-Z0-9_]*=\S* )*)train )");
   std::vector<Row> rows;
   for (absl::string_view line : absl::StrSplit(doc, '\n')) {
-    if (!absl::StartsWith(line, "| `train ")) continue;
+    std::cmatch match;
+    if (!std::regex_search(line.begin(), line.end(), match, command)) continue;
     std::vector<std::string> cells = absl::StrSplit(line, " | ");
     if (cells.size() < 3) {
       ADD_FAILURE() << "a row of fewer than 3 cells: " << line;
       continue;
     }
     Row row;
-    row.command = std::string(absl::StripPrefix(cells[0], "| `train "));
+    row.env = absl::StrSplit(match[1].str(), ' ', absl::SkipEmpty());
+    row.command = cells[0].substr(match.length());
     row.command = std::string(absl::StripSuffix(row.command, "`"));
     EXPECT_TRUE(absl::SimpleAtoi(cells[1], &row.exit_code)) << line;
     row.message = std::string(absl::StripSuffix(
@@ -167,7 +182,7 @@ void MakeFixtures(const std::string& tmp) {
   const std::string ckpt = JoinPath(tmp, "ckpt");
   std::vector<std::string> save = absl::StrSplit(kBaseFlags, ' ');
   save.push_back("--save=" + ckpt);
-  const Outcome saved = RunTrain(save, tmp);
+  const Outcome saved = RunTrain(save, {}, tmp);
   ASSERT_EQ(saved.exit_code, 0) << saved.err;
   const std::string damaged = JoinPath(tmp, "damaged");
   fs::copy(ckpt, damaged, fs::copy_options::recursive);
@@ -190,7 +205,8 @@ TEST(ErrorsDoc, EveryCommandFailsAsDocumented) {
   const std::vector<Row> rows = CommandRows(Read(Runfile("docs/ERRORS.md")));
   EXPECT_GE(rows.size(), 50u) << "the tables were not parsed";
   for (const Row& row : rows) {
-    SCOPED_TRACE(absl::StrCat("train ", row.command));
+    SCOPED_TRACE(
+        absl::StrCat(absl::StrJoin(row.env, " "), " train ", row.command));
     const std::string command =
         absl::StrReplaceAll(row.command, {{"$TMP", tmp}});
     std::vector<std::string> args = absl::StrSplit(kBaseFlags, ' ');
@@ -198,7 +214,7 @@ TEST(ErrorsDoc, EveryCommandFailsAsDocumented) {
          absl::StrSplit(command, ' ', absl::SkipEmpty())) {
       args.emplace_back(arg);
     }
-    const Outcome out = RunTrain(args, tmp);
+    const Outcome out = RunTrain(args, row.env, tmp);
     EXPECT_EQ(out.exit_code, row.exit_code) << out.err;
     EXPECT_TRUE(absl::StrContains(
         out.err, absl::StrReplaceAll(row.message, {{"$TMP", tmp}})))

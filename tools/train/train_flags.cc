@@ -5,7 +5,9 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace chunkzero {
 namespace {
@@ -161,6 +163,24 @@ absl::StatusOr<int64_t> ParseByteCountFlag(absl::string_view flag,
   }
   if (count > (kMax >> shift)) return bad();
   return count << shift;
+}
+
+std::set<std::string> FlagsOnCommandLine(int argc, const char* const* argv) {
+  std::set<std::string> given;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) {
+      continue;
+    }
+    arg = arg.substr(0, arg.find('='));
+    if (arg.empty()) continue;
+    given.emplace(arg);
+    // "--noname" sets the bool "name" (absl accepts both spellings, and a
+    // flag named "no..." is not one of ours).
+    if (absl::StartsWith(arg, "no")) given.emplace(arg.substr(2));
+  }
+  return given;
 }
 
 }  // namespace chunkzero

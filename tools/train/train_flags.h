@@ -8,6 +8,9 @@
 #ifndef CHUNKZERO_TOOLS_TRAIN_TRAIN_FLAGS_H_
 #define CHUNKZERO_TOOLS_TRAIN_TRAIN_FLAGS_H_
 
+#include <set>
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "chunk/chunk_layout.h"
@@ -56,6 +59,12 @@ absl::string_view ParamOrderFlagValue(ParamOrder order);
 // 2^63 - 1.
 [[nodiscard]] absl::StatusOr<int64_t> ParseByteCountFlag(
     absl::string_view flag, absl::string_view value);
+
+// The names of the flags a command line sets (argv[0] is the program):
+// "--name=v", "--name v", "-name", "--noname" (a false bool) each give
+// "name"; nothing after "--" counts. What the environment may fill in
+// depends on it (launch_environment.h).
+std::set<std::string> FlagsOnCommandLine(int argc, const char* const* argv);
 
 }  // namespace chunkzero
 

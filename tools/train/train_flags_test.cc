@@ -96,3 +96,20 @@ TEST(TrainFlags, ByteCountsTakeBinaryUnits) {
 
 }  // namespace
 }  // namespace chunkzero
+
+namespace chunkzero {
+namespace {
+
+TEST(FlagsOnCommandLine, NamesEachSpellingUpToTheSeparator) {
+  const char* argv[] = {
+      "train", "--world_size=6",      "-rank", "3",        "--backend",
+      "gloo",  "--nofused_attention", "--",    "--steps=2"};
+  EXPECT_EQ(FlagsOnCommandLine(9, argv),
+            (std::set<std::string>{"world_size", "rank", "backend",
+                                   "nofused_attention", "fused_attention"}));
+  const char* none[] = {"train"};
+  EXPECT_TRUE(FlagsOnCommandLine(1, none).empty());
+}
+
+}  // namespace
+}  // namespace chunkzero

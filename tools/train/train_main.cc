@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <memory>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
 #include "base/status_macros.h"
+#include "tools/train/launch_environment.h"
 #include "tools/train/report.h"
 #include "tools/train/train_flags.h"
 #include "tools/train/trainer.h"
@@ -110,6 +112,11 @@ ABSL_FLAG(std::string, rendezvous, "",
           "(Gloo FileStore).");
 ABSL_FLAG(std::string, metrics_out, "",
           "Write one JSON object per step to this file.");
+ABSL_FLAG(std::string, interface, "",
+          "With one rank per process: the network interface (e.g. eth1) "
+          "whose address this rank listens on and gives its peers; default "
+          "$GLOO_SOCKET_IFNAME, else the address of the route to the "
+          "rendezvous server.");
 ABSL_FLAG(double, comm_timeout_s, kDefaults.comm_timeout_s,
           "Seconds a rank waits for its peers in a collective (and at the "
           "rendezvous) before the job fails naming the ranks that did not "
@@ -222,6 +229,16 @@ int Main(int argc, char** argv) {
   o.rank = absl::GetFlag(FLAGS_rank);
   o.rendezvous = absl::GetFlag(FLAGS_rendezvous);
   o.comm_timeout_s = absl::GetFlag(FLAGS_comm_timeout_s);
+  o.interface = absl::GetFlag(FLAGS_interface);
+  // torchrun's RANK, WORLD_SIZE, MASTER_ADDR, ... where the command line
+  // leaves them open.
+  if (absl::Status s = chunkzero::ApplyLaunchEnvironment(
+          [](const char* name) { return std::getenv(name); },
+          chunkzero::FlagsOnCommandLine(argc, argv), &o);
+      !s.ok()) {
+    std::cerr << "error: " << s << "\n";
+    return 1;
+  }
   // With one rank per process, rank 0 reports; the others stay quiet.
   const bool reporter = o.rank <= 0;
 

@@ -80,12 +80,24 @@ struct TrainOptions {
   // The fused attention on GPUs (--fused_attention): no T x T matrix kept.
   bool fused_attention = false;
   // One rank per process (tools/train/launch.sh starts them through
-  // //tools/launch:launch): this process runs only rank `rank` (-1: every
-  // rank, as threads), over Gloo with a FileStore rendezvous in the
-  // directory `rendezvous` (fresh per job). Only rank 0 reports steps and
-  // writes the manifest and the export.
+  // //tools/launch:launch, or a cluster launcher through the environment,
+  // tools/train/launch_environment.h): this process runs only rank `rank`
+  // (-1: every rank, as threads), over Gloo, meeting its peers at
+  // `rendezvous`: a directory (fresh per job), redis://HOST:PORT/PREFIX or
+  // tcp://HOST:PORT (rank 0 hosts it; comm/gloo/rendezvous_store.h). Only
+  // rank 0 reports steps and writes the manifest and the export.
   int rank = -1;
   std::string rendezvous;
+  // This rank's index among the ranks on its host (LOCAL_RANK): its GPU is
+  // cuda:(local_rank mod the GPUs visible). -1: rank mod the GPUs visible.
+  int local_rank = -1;
+  // How many rank processes share this host (LOCAL_WORLD_SIZE): each
+  // rank's kernels use that share of the cores.
+  int local_world_size = 1;
+  // The network interface whose address this rank listens on and gives its
+  // peers (--interface, GLOO_SOCKET_IFNAME); empty: the address of the
+  // route to the rendezvous server (loopback for a directory).
+  std::string interface;
   // How long a rank waits for its peers in a collective (and at the
   // rendezvous) before the job fails naming the ranks that did not come.
   double comm_timeout_s = 300;

@@ -9,6 +9,7 @@
 #include "base/status_macros.h"
 #include "base/system_memory.h"
 #include "chunk/chunk_size_search.h"
+#include "comm/gloo/rendezvous_store.h"
 #include "tensor/cuda_runtime.h"
 #include "tensor/reduction_kernels.h"
 #include "tools/train/train_flags.h"
@@ -98,12 +99,23 @@ absl::Status CheckOptions(const TrainOptions& o) {
        o.rendezvous.empty())) {
     return Bad("rank", o.rank,
                "one rank per process needs 0 <= rank < world_size, "
-               "--backend=gloo or nccl and a --rendezvous directory");
+               "--backend=gloo or nccl and a --rendezvous");
   }
   if (o.rank < 0 && !o.rendezvous.empty()) {
     return Bad("rendezvous", o.rendezvous,
                "a rendezvous is for one rank per process: give --rank too "
                "(tools/train/launch.sh does)");
+  }
+  if (!o.rendezvous.empty()) {
+    if (absl::Status s = comm::ParseRendezvousAddress(o.rendezvous).status();
+        !s.ok()) {
+      return Bad("rendezvous", o.rendezvous, s.message());
+    }
+  }
+  if (!o.interface.empty() && o.rank < 0) {
+    return Bad("interface", o.interface,
+               "an interface is for one rank per process: ranks that are "
+               "threads of one process talk over loopback");
   }
   if (o.rank < 0 && o.world_size > kMaxRanksAsThreads) {
     return Bad("world_size", o.world_size,

@@ -26,7 +26,9 @@
 #include "chunk/chunk_manager.h"
 #include "comm/agree.h"
 #include "comm/gather.h"
+#include "comm/gloo/bind_address.h"
 #include "comm/gloo/gloo_process_group.h"
+#include "comm/gloo/rendezvous_store.h"
 #include "comm/inprocess/in_process_group.h"
 #include "comm/nccl/nccl_process_group.h"
 #include "comm/recording_process_group.h"
@@ -337,6 +339,54 @@ class RankRunner {
   std::vector<int32_t> inputs_, targets_;
 };
 
+// This process's rank's store at --rendezvous (checked by PlanTraining).
+absl::StatusOr<std::unique_ptr<comm::RendezvousStore>> OpenProcessRendezvous(
+    const TrainOptions& options) {
+  CZ_ASSIGN_OR_RETURN(const comm::RendezvousAddress address,
+                      comm::ParseRendezvousAddress(options.rendezvous));
+  absl::StatusOr<std::unique_ptr<comm::RendezvousStore>> store =
+      comm::RendezvousStore::Open(address, options.rank,
+                                  absl::Seconds(options.comm_timeout_s));
+  if (!store.ok()) {
+    return absl::Status(store.status().code(),
+                        absl::StrCat("rank ", options.rank,
+                                     ": --rendezvous=", options.rendezvous,
+                                     ": ", store.status().message()));
+  }
+  return store;
+}
+
+// The address this process's rank listens on: --interface's, else the
+// route's to the rendezvous server, else loopback. NCCL, which finds its
+// own interface, is pointed at the same one unless NCCL_SOCKET_IFNAME says
+// otherwise.
+absl::StatusOr<std::string> ListenAddress(const TrainOptions& options) {
+  if (!options.interface.empty()) {
+    absl::StatusOr<std::string> address =
+        comm::InterfaceAddress(options.interface);
+    if (!address.ok()) {
+      return absl::Status(address.status().code(),
+                          absl::StrCat("--interface=", options.interface, ": ",
+                                       address.status().message()));
+    }
+    setenv("NCCL_SOCKET_IFNAME", options.interface.c_str(), /*overwrite=*/0);
+    return address;
+  }
+  CZ_ASSIGN_OR_RETURN(const comm::RendezvousAddress rendezvous,
+                      comm::ParseRendezvousAddress(options.rendezvous));
+  if (!rendezvous.IsNetworked()) return std::string("127.0.0.1");
+  absl::StatusOr<std::string> address =
+      comm::LocalAddressToward(rendezvous.host, rendezvous.port);
+  if (!address.ok()) {
+    return absl::Status(
+        address.status().code(),
+        absl::StrCat("--rendezvous=", options.rendezvous, ": ",
+                     address.status().message(),
+                     "; name this host's interface with --interface"));
+  }
+  return address;
+}
+
 }  // namespace
 
 gemm::Precision MatmulPrecision(DType precision) {
@@ -409,6 +459,14 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   comm::GlooOptions gloo_options;
   gloo_options.timeout = absl::Seconds(options.comm_timeout_s);
   gloo_options.job_config = RendezvousConfig(plan);
+  // One rank per process: its store (for tcp:// on rank 0 also the server,
+  // which must outlive every rank's rendezvous, so it lives for the run) and
+  // the address it listens on.
+  std::unique_ptr<comm::RendezvousStore> process_store;
+  if (options.rank >= 0) {
+    CZ_ASSIGN_OR_RETURN(process_store, OpenProcessRendezvous(options));
+    CZ_ASSIGN_OR_RETURN(gloo_options.hostname, ListenAddress(options));
+  }
   // The first failure is the cause; later ones are what it did to the others.
   Mutex failure_mu;
   absl::Status first_failure;
@@ -436,7 +494,8 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   // ParallelFor's one pool (a process that is one rank has them all; the
   // launcher gives each such process its share through
   // CHUNKZERO_NUM_THREADS).
-  const int ranks_here = options.rank >= 0 ? 1 : options.world_size;
+  const int ranks_here =
+      options.rank >= 0 ? options.local_world_size : options.world_size;
   result.threads_per_rank = ParallelThreadsShare(ranks_here);
   if (!gpu) {
     result.gemm_kernel =
@@ -446,7 +505,9 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
     ScopedParallelThreads share(result.threads_per_rank);
     // This rank's GPU is the thread's current one for the whole run (the
     // chunks' kernels run on the current GPU).
-    const Device device = gpu ? Device::Cuda(r % gpus) : Device::Simulated(0);
+    const int on_host = options.local_rank >= 0 ? options.local_rank : r;
+    const Device device =
+        gpu ? Device::Cuda(on_host % gpus) : Device::Simulated(0);
     std::optional<ScopedCudaDevice> on_gpu;
     if (gpu) on_gpu.emplace(device.index());
     absl::Status status =
@@ -471,10 +532,15 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
       }
     } else {
       absl::StatusOr<std::unique_ptr<comm::GlooProcessGroup>> created =
-          store ? comm::GlooProcessGroup::Create(r, options.world_size, *store,
-                                                 gloo_options)
-                : comm::GlooProcessGroup::CreateWithFileStore(
-                      r, options.world_size, options.rendezvous, gloo_options);
+          comm::GlooProcessGroup::Create(
+              r, options.world_size, store ? *store : process_store->store(),
+              gloo_options);
+      if (!created.ok() && process_store != nullptr) {
+        created = absl::Status(
+            created.status().code(),
+            absl::StrCat(created.status().message(),
+                         " [--rendezvous=", options.rendezvous, "]"));
+      }
       if (created.ok()) {
         gloo_group = *std::move(created);
         group = gloo_group.get();
@@ -496,12 +562,10 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
       comm::ProcessGroup* device_side = nullptr;
       if (nccl) {
         absl::StatusOr<std::unique_ptr<comm::NcclProcessGroup>> created =
-            nccl_store ? comm::NcclProcessGroup::Create(
-                             r, options.world_size, device.index(), *nccl_store,
-                             nccl_options)
-                       : comm::NcclProcessGroup::CreateWithFileStore(
-                             r, options.world_size, device.index(),
-                             options.rendezvous, nccl_options);
+            comm::NcclProcessGroup::Create(
+                r, options.world_size, device.index(),
+                nccl_store ? *nccl_store : process_store->store(),
+                nccl_options);
         if (created.ok()) {
           nccl_group = *std::move(created);
           device_side = nccl_group.get();

@@ -1,0 +1,49 @@
+// torchrun's environment conventions, so that the train job runs one rank
+// per process under the launchers clusters already have (torchrun-like
+// wrappers, a Slurm batch script that exports RANK from SLURM_PROCID, ...)
+// with no wrapper of its own:
+//
+//   export RANK=3 WORLD_SIZE=8 LOCAL_RANK=1 MASTER_ADDR=node0
+//   MASTER_PORT=29500 train --steps=20
+//
+// With no --rank on the command line and RANK set, the job is one rank per
+// process:
+//  - RANK, WORLD_SIZE: this process's rank and the job's ranks (a
+//    --world_size on the command line must agree);
+//  - the rendezvous: --rendezvous if given, else CHUNKZERO_RENDEZVOUS (any
+//    form of comm/gloo/rendezvous_store.h), else tcp://MASTER_ADDR:MASTER_PORT
+//    (rank 0 hosts the store, as torchrun's rank 0 does);
+//  - --backend: gloo unless the command line names one;
+// The command line wins over the environment everywhere; with --rank given
+// RANK, WORLD_SIZE and the rendezvous variables are not read. For any rank
+// of its own process (from RANK or --rank), LOCAL_RANK is its GPU on its
+// host, and LOCAL_WORLD_SIZE the ranks sharing this host's cores (unless
+// CHUNKZERO_NUM_THREADS fixes them). --interface defaults to
+// GLOO_SOCKET_IFNAME.
+#ifndef CHUNKZERO_TOOLS_TRAIN_LAUNCH_ENVIRONMENT_H_
+#define CHUNKZERO_TOOLS_TRAIN_LAUNCH_ENVIRONMENT_H_
+
+#include <functional>
+#include <set>
+#include <string>
+
+#include "absl/status/status.h"
+#include "tools/train/train_options.h"
+
+namespace chunkzero {
+
+// Reads an environment variable: nullptr when unset (std::getenv).
+using EnvLookup = std::function<const char*(const char*)>;
+
+// Applies the conventions above to `options`, which holds the command
+// line's values; `given` names the flags the command line set (without
+// dashes). InvalidArgument naming the variable (and its value) for a
+// number that does not parse or is out of range, a WORLD_SIZE missing or
+// disagreeing with --world_size, or RANK set with no rendezvous.
+[[nodiscard]] absl::Status ApplyLaunchEnvironment(
+    const EnvLookup& env, const std::set<std::string>& given,
+    TrainOptions* options);
+
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_TOOLS_TRAIN_LAUNCH_ENVIRONMENT_H_

@@ -1,0 +1,188 @@
+#include "tools/train/launch_environment.h"
+
+#include <map>
+#include <set>
+#include <string>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace chunkzero {
+namespace {
+
+using ::testing::HasSubstr;
+
+// An environment made of `vars` alone.
+EnvLookup Env(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(LaunchEnvironment, TorchrunsVariablesMakeOneRankPerProcess) {
+  TrainOptions o;
+  ASSERT_TRUE(ApplyLaunchEnvironment(Env({{"RANK", "3"},
+                                          {"WORLD_SIZE", "6"},
+                                          {"LOCAL_RANK", "1"},
+                                          {"LOCAL_WORLD_SIZE", "2"},
+                                          {"MASTER_ADDR", "10.0.0.1"},
+                                          {"MASTER_PORT", "29500"}}),
+                                     {}, &o)
+                  .ok());
+  EXPECT_EQ(o.rank, 3);
+  EXPECT_EQ(o.world_size, 6);
+  EXPECT_EQ(o.local_rank, 1);
+  EXPECT_EQ(o.local_world_size, 2);
+  EXPECT_EQ(o.backend, Backend::kGloo);
+  EXPECT_EQ(o.rendezvous, "tcp://10.0.0.1:29500");
+}
+
+TEST(LaunchEnvironment, AnIpv6MasterIsBracketed) {
+  TrainOptions o;
+  ASSERT_TRUE(ApplyLaunchEnvironment(Env({{"RANK", "0"},
+                                          {"WORLD_SIZE", "1"},
+                                          {"MASTER_ADDR", "fd00::1"},
+                                          {"MASTER_PORT", "1"}}),
+                                     {}, &o)
+                  .ok());
+  EXPECT_EQ(o.rendezvous, "tcp://[fd00::1]:1");
+}
+
+TEST(LaunchEnvironment, AStoreUrlAndTheCommandLineComeFirst) {
+  const auto env = Env({{"RANK", "1"},
+                        {"WORLD_SIZE", "2"},
+                        {"CHUNKZERO_RENDEZVOUS", "redis://r:6379/job"},
+                        {"MASTER_ADDR", "m"},
+                        {"MASTER_PORT", "29500"},
+                        {"GLOO_SOCKET_IFNAME", "eth1"}});
+  TrainOptions o;
+  ASSERT_TRUE(ApplyLaunchEnvironment(env, {}, &o).ok());
+  EXPECT_EQ(o.rendezvous, "redis://r:6379/job");
+  EXPECT_EQ(o.interface, "eth1");
+
+  TrainOptions flags;
+  flags.rendezvous = "/shared/job";
+  flags.interface = "ib0";
+  flags.backend = Backend::kNccl;
+  ASSERT_TRUE(ApplyLaunchEnvironment(
+                  env, {"rendezvous", "interface", "backend"}, &flags)
+                  .ok());
+  EXPECT_EQ(flags.rendezvous, "/shared/job");
+  EXPECT_EQ(flags.interface, "ib0");
+  EXPECT_EQ(flags.backend, Backend::kNccl);
+  EXPECT_EQ(flags.rank, 1);
+
+  // With --rank given the environment's rank, size and store are not read.
+  TrainOptions ranked;
+  ranked.rank = 0;
+  ranked.world_size = 4;
+  ASSERT_TRUE(ApplyLaunchEnvironment(env, {"rank"}, &ranked).ok());
+  EXPECT_EQ(ranked.rank, 0);
+  EXPECT_EQ(ranked.world_size, 4);
+  EXPECT_EQ(ranked.rendezvous, "");
+}
+
+TEST(LaunchEnvironment, LocalRankPlacesARankGivenOnTheCommandLine) {
+  TrainOptions o;
+  o.rank = 5;
+  o.world_size = 6;
+  ASSERT_TRUE(ApplyLaunchEnvironment(
+                  Env({{"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}}),
+                  {"rank", "world_size"}, &o)
+                  .ok());
+  EXPECT_EQ(o.local_rank, 1);
+  EXPECT_EQ(o.local_world_size, 2);
+  // Ranks that are threads of one process have no place of their own.
+  TrainOptions threads;
+  ASSERT_TRUE(
+      ApplyLaunchEnvironment(Env({{"LOCAL_RANK", "1"}}), {}, &threads).ok());
+  EXPECT_EQ(threads.local_rank, -1);
+}
+
+TEST(LaunchEnvironment, WithoutRankNothingChangesButTheInterface) {
+  TrainOptions o;
+  const TrainOptions before = o;
+  ASSERT_TRUE(ApplyLaunchEnvironment(
+                  Env({{"WORLD_SIZE", "8"}, {"MASTER_ADDR", "m"}}), {}, &o)
+                  .ok());
+  EXPECT_EQ(o.rank, before.rank);
+  EXPECT_EQ(o.world_size, before.world_size);
+  EXPECT_EQ(o.backend, before.backend);
+  EXPECT_EQ(o.rendezvous, before.rendezvous);
+}
+
+TEST(LaunchEnvironment, ThreadsAreLeftToChunkzeroNumThreads) {
+  TrainOptions o;
+  ASSERT_TRUE(ApplyLaunchEnvironment(Env({{"RANK", "0"},
+                                          {"WORLD_SIZE", "4"},
+                                          {"LOCAL_WORLD_SIZE", "4"},
+                                          {"CHUNKZERO_NUM_THREADS", "2"},
+                                          {"MASTER_ADDR", "m"},
+                                          {"MASTER_PORT", "1"}}),
+                                     {}, &o)
+                  .ok());
+  EXPECT_EQ(o.local_world_size, 1);
+}
+
+TEST(LaunchEnvironment, BadValuesAreNamed) {
+  struct Case {
+    std::map<std::string, std::string> vars;
+    std::set<std::string> given;
+    int world_size_flag;
+    const char* message;
+  };
+  const std::map<std::string, std::string> master = {{"MASTER_ADDR", "m"},
+                                                     {"MASTER_PORT", "29500"}};
+  auto with = [&](std::map<std::string, std::string> vars) {
+    vars.insert(master.begin(), master.end());
+    return vars;
+  };
+  const Case cases[] = {
+      {with({{"RANK", "0"}}), {}, 4, "WORLD_SIZE is not"},
+      {with({{"RANK", "x"}, {"WORLD_SIZE", "2"}}),
+       {},
+       4,
+       "RANK=\"x\" (from the environment): want this process's rank in [0, "
+       "WORLD_SIZE=2)"},
+      {with({{"RANK", "2"}, {"WORLD_SIZE", "2"}}), {}, 4, "RANK=\"2\""},
+      {with({{"RANK", "0"}, {"WORLD_SIZE", "0"}}),
+       {},
+       4,
+       "WORLD_SIZE=\"0\" (from the environment): want the job's ranks, >= 1"},
+      {with({{"RANK", "0"}, {"WORLD_SIZE", "6"}}),
+       {"world_size"},
+       4,
+       "--world_size=4 disagrees with WORLD_SIZE=6 from the environment"},
+      {with({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "-1"}}),
+       {},
+       4,
+       "LOCAL_RANK=\"-1\""},
+      {with({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "3"}}),
+       {},
+       4,
+       "LOCAL_WORLD_SIZE=\"3\""},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "m"}},
+       {},
+       4,
+       "set MASTER_ADDR and MASTER_PORT"},
+      {{{"RANK", "0"},
+        {"WORLD_SIZE", "2"},
+        {"MASTER_ADDR", "m"},
+        {"MASTER_PORT", "70000"}},
+       {},
+       4,
+       "MASTER_PORT=\"70000\" (from the environment): want a TCP port"},
+  };
+  for (const Case& c : cases) {
+    TrainOptions o;
+    o.world_size = c.world_size_flag;
+    const absl::Status s = ApplyLaunchEnvironment(Env(c.vars), c.given, &o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(s.message(), HasSubstr(c.message));
+  }
+}
+
+}  // namespace
+}  // namespace chunkzero
