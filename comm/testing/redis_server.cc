@@ -1,11 +1,8 @@
 #include "comm/testing/redis_server.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/tcp_probe.h"
 #include "comm/testing/free_port.h"
 
 extern char** environ;
@@ -36,18 +34,6 @@ std::string FindRedisServer() {
     if (access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   return "";
-}
-
-bool Answers(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  const bool ok =
-      connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
-  close(fd);
-  return ok;
 }
 
 }  // namespace
@@ -85,7 +71,7 @@ absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start() {
   }
   std::unique_ptr<RedisServer> server(new RedisServer(pid, port));
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!Answers(port)) {
+  while (!AcceptsTcpOnLoopback(port)) {
     if (absl::Now() > deadline || waitpid(pid, nullptr, WNOHANG) == pid) {
       return absl::UnavailableError(
           absl::StrCat(binary, " did not answer on port ", port));

@@ -7,7 +7,9 @@
 //   --world_size=N    the number of ranks (the launcher sets it)
 //   --ignore_term     ignore SIGTERM (before the pid file is written)
 //   --print_env=NAME  print `fake_rank R: NAME=VALUE` (or `=(unset)`) after
-//                     the arguments
+//                     the arguments; repeatable
+//   --probe_port=P    then print `fake_rank R: port P answers` or `port P
+//                     refuses` (a TCP connect to 127.0.0.1:P)
 //   --pid_dir=D       first write this process's pid to D/rank<R>.pid
 //   --await_all       with --pid_dir: wait (at most 10 s) until all N ranks
 //                     have written their pid files
@@ -28,12 +30,14 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "base/tcp_probe.h"
 
 namespace {
 
@@ -58,7 +62,8 @@ int main(int argc, char** argv) {
   double fail_after_s = 0;
   int signal_rank = -1;
   double sleep_s = 0;
-  std::string print_env;
+  std::vector<std::string> print_env;
+  int probe_port = -1;
   std::string all_args;
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
@@ -87,7 +92,9 @@ int main(int argc, char** argv) {
     } else if (absl::ConsumePrefix(&arg, "--signal_rank=")) {
       ok = absl::SimpleAtoi(arg, &signal_rank);
     } else if (absl::ConsumePrefix(&arg, "--print_env=")) {
-      print_env = std::string(arg);
+      print_env.emplace_back(arg);
+    } else if (absl::ConsumePrefix(&arg, "--probe_port=")) {
+      ok = absl::SimpleAtoi(arg, &probe_port);
     } else if (absl::ConsumePrefix(&arg, "--sleep_s=")) {
       ok = absl::SimpleAtod(arg, &sleep_s);
     }
@@ -111,10 +118,15 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("fake_rank %d:%s\n", rank, all_args.c_str());
-  if (!print_env.empty()) {
-    const char* value = std::getenv(print_env.c_str());
-    std::printf("fake_rank %d: %s=%s\n", rank, print_env.c_str(),
+  for (const std::string& name : print_env) {
+    const char* value = std::getenv(name.c_str());
+    std::printf("fake_rank %d: %s=%s\n", rank, name.c_str(),
                 value != nullptr ? value : "(unset)");
+  }
+  if (probe_port >= 0) {
+    std::printf(
+        "fake_rank %d: port %d %s\n", rank, probe_port,
+        chunkzero::AcceptsTcpOnLoopback(probe_port) ? "answers" : "refuses");
   }
   std::fflush(stdout);
 

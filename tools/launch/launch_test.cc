@@ -233,7 +233,7 @@ TEST_F(LaunchTest, ARankFailingAtStartUpEndsTheJobWithItsCode) {
   // period (5 s).
   EXPECT_LT(result.seconds, 3.0);
   EXPECT_EQ(Err(), absl::StrCat("launch: rank 1 failed (exit code 3)\n",
-                                RankLine(1, 3, args),
+                                "[rank 1] ", RankLine(1, 3, args), "[rank 1] ",
                                 "fake_rank 1: exiting with code 3\n"));
   EXPECT_EQ(Out(), RankLine(0, 3, args));
   ExpectRanksGone(3);
@@ -408,7 +408,7 @@ TEST_F(LaunchTest, BadUsageExitsTwoWithTheUsage) {
     const std::string err = Err();
     EXPECT_TRUE(absl::StartsWith(err, "launch: ")) << err;
     EXPECT_TRUE(absl::StrContains(
-        err, "\nusage: launch [--grace_period_s=S] NPROC BINARY [ARGS...]\n"))
+        err, "\nusage: launch [--grace_period_s=S] [--nnodes=N "))
         << err;
     EXPECT_EQ(Out(), "");
   }

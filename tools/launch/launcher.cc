@@ -32,6 +32,7 @@
 #include "base/file.h"
 #include "base/parallel_for.h"
 #include "base/status_macros.h"
+#include "base/tcp_probe.h"
 
 namespace chunkzero {
 namespace launch {
@@ -288,6 +289,30 @@ bool StaysStopped(pid_t pid) {
   FailChild(plan, ChildStage::kExec, errno);
 }
 
+// Forks a child that becomes plan.argv (RunChild), with the launcher's
+// signals blocked around fork(): until the child has reset its
+// dispositions, a signal would run OnSignal there and write into the
+// launcher's signal pipe. `plan.mask` is filled here. Returns the pid.
+absl::StatusOr<pid_t> ForkChild(ChildPlan& plan, const SignalScope& signals,
+                                absl::string_view what) {
+  plan.launcher = getpid();
+  for (const int sig : kHandled) plan.ignore[sig] = signals.IgnoredOnEntry(sig);
+  sigset_t handled;
+  sigemptyset(&handled);
+  for (const int sig : kHandled) sigaddset(&handled, sig);
+  if (sigprocmask(SIG_BLOCK, &handled, &plan.mask) != 0) {
+    return absl::ErrnoToStatus(errno, "sigprocmask");
+  }
+  const pid_t pid = fork();
+  if (pid == 0) RunChild(plan);
+  const int fork_errno = errno;
+  sigprocmask(SIG_SETMASK, &plan.mask, nullptr);
+  if (pid < 0) {
+    return absl::ErrnoToStatus(fork_errno, absl::StrCat("fork for ", what));
+  }
+  return pid;
+}
+
 // Reads up to `size` bytes, retrying after EINTR, until EOF.
 ssize_t ReadFully(int fd, void* data, size_t size) {
   size_t done = 0;
@@ -316,12 +341,17 @@ struct Rank {
 };
 
 // The launcher's environment, with CHUNKZERO_NUM_THREADS set to the ranks'
-// share of the cores (ParallelThreadsShare) unless the user set it.
+// share of the cores (ParallelThreadsShare) unless the user set it, and
+// without LOCAL_RANK and LOCAL_WORLD_SIZE, which each rank gets its own of.
 std::vector<std::string> RankEnvironment(int nproc) {
   std::vector<std::string> env;
   bool has_threads = false;
   for (char** entry = environ; *entry != nullptr; ++entry) {
     has_threads |= absl::StartsWith(*entry, "CHUNKZERO_NUM_THREADS=");
+    if (absl::StartsWith(*entry, "LOCAL_RANK=") ||
+        absl::StartsWith(*entry, "LOCAL_WORLD_SIZE=")) {
+      continue;
+    }
     env.emplace_back(*entry);
   }
   if (!has_threads) {
@@ -329,6 +359,19 @@ std::vector<std::string> RankEnvironment(int nproc) {
         absl::StrCat("CHUNKZERO_NUM_THREADS=", ParallelThreadsShare(nproc)));
   }
   return env;
+}
+
+// `text` with `prefix` before each of its lines, each ending in a newline
+// (the last one too); "" stays "".
+std::string PrefixLines(absl::string_view prefix, absl::string_view text) {
+  std::string out;
+  while (!text.empty()) {
+    const size_t end = text.find('\n');
+    absl::StrAppend(&out, prefix, text.substr(0, end), "\n");
+    if (end == absl::string_view::npos) break;
+    text.remove_prefix(end + 1);
+  }
+  return out;
 }
 
 // One job: starts the ranks, then runs the poll loop over the signal pipe
@@ -378,53 +421,47 @@ class Job {
   int exit_code() const { return exit_code_; }
 
  private:
+  // The job's rank of this host's rank r.
+  int GlobalRank(size_t r) const {
+    return options_.node_rank * options_.nproc + static_cast<int>(r);
+  }
+
   absl::Status StartRank(int r) {
     Rank& rank = ranks_[r];
+    const int g = GlobalRank(r);
     std::vector<std::string> args = {
         options_.binary,
-        absl::StrCat("--world_size=", options_.nproc),
+        absl::StrCat("--world_size=", options_.nnodes * options_.nproc),
         "--backend=gloo",
-        absl::StrCat("--rank=", r),
+        absl::StrCat("--rank=", g),
         absl::StrCat("--rendezvous=", rendezvous_),
     };
     args.insert(args.end(), options_.args.begin(), options_.args.end());
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
+    std::string local_rank = absl::StrCat("LOCAL_RANK=", r);
+    std::string local_size = absl::StrCat("LOCAL_WORLD_SIZE=", options_.nproc);
+    std::vector<char*> envp = envp_;
+    envp.insert(envp.end() - 1, {local_rank.data(), local_size.data()});
 
     UniqueFd output_read, output_write;
-    if (r > 0) {
-      const std::string what = absl::StrCat("rank ", r, "'s output");
+    if (g > 0) {
+      const std::string what = absl::StrCat("rank ", g, "'s output");
       CZ_RETURN_IF_ERROR(MakePipe(what, &output_read, &output_write));
       CZ_RETURN_IF_ERROR(SetNonBlocking(output_read.get(), what));
     }
     UniqueFd status_read, status_write;
-    CZ_RETURN_IF_ERROR(MakePipe(absl::StrCat("rank ", r, "'s exec status"),
+    CZ_RETURN_IF_ERROR(MakePipe(absl::StrCat("rank ", g, "'s exec status"),
                                 &status_read, &status_write));
 
     ChildPlan plan;
     plan.argv = argv.data();
-    plan.envp = envp_.data();
+    plan.envp = envp.data();
     plan.output_fd = output_write.get();
     plan.status_fd = status_write.get();
-    plan.launcher = getpid();
-    for (const int sig : kHandled)
-      plan.ignore[sig] = signals_.IgnoredOnEntry(sig);
-    // Until the child has reset its dispositions, a signal would run
-    // OnSignal there and write into the launcher's signal pipe.
-    sigset_t handled;
-    sigemptyset(&handled);
-    for (const int sig : kHandled) sigaddset(&handled, sig);
-    if (sigprocmask(SIG_BLOCK, &handled, &plan.mask) != 0) {
-      return absl::ErrnoToStatus(errno, "sigprocmask");
-    }
-    const pid_t pid = fork();
-    if (pid == 0) RunChild(plan);
-    const int fork_errno = errno;
-    sigprocmask(SIG_SETMASK, &plan.mask, nullptr);
-    if (pid < 0) {
-      return absl::ErrnoToStatus(fork_errno, absl::StrCat("fork for rank ", r));
-    }
+    CZ_ASSIGN_OR_RETURN(const pid_t pid,
+                        ForkChild(plan, signals_, absl::StrCat("rank ", g)));
     rank.pid = pid;
     rank.running = true;
     rank.output = std::move(output_read);
@@ -436,7 +473,7 @@ class Job {
     const ssize_t n = ReadFully(status_read.get(), &failure, sizeof(failure));
     if (n < 0) {
       return absl::ErrnoToStatus(
-          errno, absl::StrCat("reading rank ", r, "'s exec status"));
+          errno, absl::StrCat("reading rank ", g, "'s exec status"));
     }
     if (n == 0) return absl::OkStatus();
     // The child exits right after reporting.
@@ -446,22 +483,22 @@ class Job {
     rank.running = false;
     if (n != sizeof(failure)) {
       return absl::InternalError(
-          absl::StrCat("rank ", r, " sent a partial exec status"));
+          absl::StrCat("rank ", g, " sent a partial exec status"));
     }
     switch (failure.stage) {
       case ChildStage::kPdeathsig:
         return absl::ErrnoToStatus(
             failure.error,
-            absl::StrCat("prctl(PR_SET_PDEATHSIG) for rank ", r));
+            absl::StrCat("prctl(PR_SET_PDEATHSIG) for rank ", g));
       case ChildStage::kDup2:
         return absl::ErrnoToStatus(failure.error,
-                                   absl::StrCat("dup2 for rank ", r));
+                                   absl::StrCat("dup2 for rank ", g));
       case ChildStage::kExec:
         break;
     }
     return absl::ErrnoToStatus(
         failure.error,
-        absl::StrCat("cannot execute ", options_.binary, " for rank ", r));
+        absl::StrCat("cannot execute ", options_.binary, " for rank ", g));
   }
 
   // One turn of the loop: wait for a signal, output or the kill deadline,
@@ -494,7 +531,8 @@ class Job {
       kill_at_.reset();
       for (size_t r = 0; r < ranks_.size(); ++r) {
         if (!ranks_[r].running) continue;
-        Report(absl::StrCat("launch: rank ", r, " did not exit within ",
+        Report(absl::StrCat("launch: rank ", GlobalRank(r),
+                            " did not exit within ",
                             Seconds(options_.grace_period), " of ",
                             SignalName(stop_signal_), "; sending SIGKILL\n"));
         kill(ranks_[r].pid, SIGKILL);
@@ -520,7 +558,7 @@ class Job {
       rank.running = false;
       if (pid < 0) {
         // Only if someone else reaped it; its status is lost.
-        Report(absl::StrCat("launch: waitpid for rank ", r, ": ",
+        Report(absl::StrCat("launch: waitpid for rank ", GlobalRank(r), ": ",
                             strerror(errno), "\n"));
         if (!stopping_) {
           exit_code_ = 1;
@@ -543,21 +581,25 @@ class Job {
       rank.kept.erase(0, extra);
       rank.dropped += extra;
     }
-    std::string report = absl::StrCat("launch: rank ", r, " failed (",
-                                      DescribeWaitStatus(wait_status), ")\n");
+    const int g = GlobalRank(r);
+    std::string report = absl::StrCat(
+        "launch: rank ", g, " failed (", DescribeWaitStatus(wait_status), ")",
+        options_.nnodes > 1 ? absl::StrCat(" on node ", options_.node_rank)
+                            : "",
+        "\n");
     if (rank.dropped > 0) {
       absl::StrAppend(&report, "launch: the first ", rank.dropped,
-                      " bytes of rank ", r, "'s output were dropped\n");
+                      " bytes of rank ", g, "'s output were dropped\n");
     }
-    absl::StrAppend(&report, rank.kept);
-    if (!rank.kept.empty() && rank.kept.back() != '\n') report += '\n';
+    absl::StrAppend(&report,
+                    PrefixLines(absl::StrCat("[rank ", g, "] "), rank.kept));
     // A stopped rank (SIGSTOP, a debugger) is the likely reason its peers
     // timed out, and their messages cannot always name it.
     for (size_t other = 0; other < ranks_.size(); ++other) {
       if (other != r && ranks_[other].running &&
           StaysStopped(ranks_[other].pid)) {
-        absl::StrAppend(&report, "launch: rank ", other,
-                        " was stopped (SIGSTOP or a debugger) when rank ", r,
+        absl::StrAppend(&report, "launch: rank ", GlobalRank(other),
+                        " was stopped (SIGSTOP or a debugger) when rank ", g,
                         " failed\n");
       }
     }
@@ -661,6 +703,146 @@ class Job {
   std::array<char, 64 * 1024> buffer_;
 };
 
+// The Redis server node 0 runs for --store=redis: started (and answering)
+// before the ranks, stopped after them, and gone with the launcher
+// (PR_SET_PDEATHSIG) if that dies first.
+class StoreServerProcess {
+ public:
+  static absl::StatusOr<StoreServerProcess> StartRedis(
+      const LaunchOptions& options, const SignalScope& signals) {
+    const std::string port = absl::StrCat(options.master_port);
+    // Else the check below would take another server for ours.
+    if (AcceptsTcpOnLoopback(options.master_port)) {
+      return absl::UnavailableError(absl::StrCat(
+          "--store=redis: something already answers on port ", port,
+          " (another job's store?); choose another --master_port"));
+    }
+    std::vector<std::string> args = {options.redis_server,
+                                     "--port",
+                                     port,
+                                     "--bind",
+                                     "* -::*",
+                                     "--protected-mode",
+                                     "no",
+                                     "--save",
+                                     "",
+                                     "--appendonly",
+                                     "no",
+                                     "--daemonize",
+                                     "no"};
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    UniqueFd null(open("/dev/null", O_WRONLY | O_CLOEXEC));
+    UniqueFd status_read, status_write;
+    CZ_RETURN_IF_ERROR(
+        MakePipe("redis-server's exec status", &status_read, &status_write));
+    ChildPlan plan;
+    plan.argv = argv.data();
+    plan.envp = environ;
+    plan.output_fd = null.get();
+    plan.status_fd = status_write.get();
+    CZ_ASSIGN_OR_RETURN(const pid_t pid,
+                        ForkChild(plan, signals, "redis-server"));
+    StoreServerProcess server(pid);
+    status_write.Reset();
+    ChildFailure failure{};
+    if (ReadFully(status_read.get(), &failure, sizeof(failure)) ==
+        static_cast<ssize_t>(sizeof(failure))) {
+      return absl::UnavailableError(absl::StrCat(
+          "--store=redis: cannot execute ", options.redis_server, ": ",
+          strerror(failure.error),
+          " (Debian's redis-server package; tools/setup.sh installs it)"));
+    }
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (!AcceptsTcpOnLoopback(options.master_port)) {
+      int wait_status = 0;
+      if (waitpid(pid, &wait_status, WNOHANG) == pid) {
+        server.pid_ = -1;
+        return absl::UnavailableError(
+            absl::StrCat("--store=redis: ", options.redis_server, " on port ",
+                         port, " exited (", DescribeWaitStatus(wait_status),
+                         ") before answering; is the port taken?"));
+      }
+      if (absl::Now() > deadline) {
+        return absl::UnavailableError(
+            absl::StrCat("--store=redis: ", options.redis_server,
+                         " did not answer on port ", port, " within 10s"));
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return server;
+  }
+
+  StoreServerProcess(StoreServerProcess&& other) noexcept
+      : pid_(std::exchange(other.pid_, -1)) {}
+  StoreServerProcess& operator=(StoreServerProcess&&) = delete;
+  // SIGTERM, and SIGKILL if it has not exited 2 s later.
+  ~StoreServerProcess() {
+    if (pid_ < 0) return;
+    kill(pid_, SIGTERM);
+    const absl::Time deadline = absl::Now() + absl::Seconds(2);
+    int wait_status = 0;
+    while (waitpid(pid_, &wait_status, WNOHANG) == 0) {
+      if (absl::Now() > deadline) {
+        kill(pid_, SIGKILL);
+        while (waitpid(pid_, &wait_status, 0) < 0 && errno == EINTR) {
+        }
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+
+ private:
+  explicit StoreServerProcess(pid_t pid) : pid_(pid) {}
+  pid_t pid_;
+};
+
+// What several hosts need, as ParseLaunchArgs documents.
+absl::Status CheckHosts(const LaunchOptions& o) {
+  if (o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--node_rank=", o.node_rank,
+                     " is not in [0, --nnodes=", o.nnodes, ")"));
+  }
+  if (!o.master_addr.empty() && !o.rendezvous.empty()) {
+    return absl::InvalidArgumentError(
+        "--master_addr and --rendezvous both say where the ranks meet: give "
+        "one");
+  }
+  if (o.nnodes > 1 && o.master_addr.empty() && o.rendezvous.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nnodes=", o.nnodes,
+        ": the hosts need a place to meet: give --master_addr (node 0's "
+        "address) or --rendezvous"));
+  }
+  if (o.store == StoreKind::kRedis && o.master_addr.empty()) {
+    return absl::InvalidArgumentError(
+        "--store=redis: node 0 starts redis-server at --master_addr and "
+        "--master_port; give --master_addr");
+  }
+  if (o.master_port < 1 || o.master_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--master_port=", o.master_port, " is not in [1, 65535]"));
+  }
+  return absl::OkStatus();
+}
+
+// The rendezvous the ranks get when the options name one; "" for a fresh
+// directory.
+std::string NamedRendezvous(const LaunchOptions& o) {
+  if (!o.rendezvous.empty()) return o.rendezvous;
+  if (o.master_addr.empty()) return "";
+  const std::string host = absl::StrContains(o.master_addr, ':')
+                               ? absl::StrCat("[", o.master_addr, "]")
+                               : o.master_addr;
+  if (o.store == StoreKind::kRedis) {
+    return absl::StrCat("redis://", host, ":", o.master_port, "/", o.run_id);
+  }
+  return absl::StrCat("tcp://", host, ":", o.master_port);
+}
+
 absl::StatusOr<std::string> MakeRendezvousDir() {
   const char* tmpdir = std::getenv("TMPDIR");
   const std::string pattern =
@@ -679,8 +861,70 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(
     absl::Span<const std::string> args) {
   LaunchOptions options;
   size_t i = 0;
+  // "--name=N" with N a whole number in [min, max].
+  auto whole = [](absl::string_view flag, absl::string_view value, int min,
+                  int max, int* out) -> absl::Status {
+    if (!absl::SimpleAtoi(value, out) || *out < min || *out > max) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " takes a whole number from ", min, " to ",
+                       max, ", not \"", value, "\""));
+    }
+    return absl::OkStatus();
+  };
   for (; i < args.size() && absl::StartsWith(args[i], "--"); ++i) {
     absl::string_view value = args[i];
+    if (absl::ConsumePrefix(&value, "--nnodes=")) {
+      CZ_RETURN_IF_ERROR(whole("nnodes", value, 1, 65536, &options.nnodes));
+      continue;
+    }
+    if (absl::ConsumePrefix(&value, "--node_rank=")) {
+      CZ_RETURN_IF_ERROR(
+          whole("node_rank", value, 0, 65535, &options.node_rank));
+      continue;
+    }
+    if (absl::ConsumePrefix(&value, "--master_port=")) {
+      CZ_RETURN_IF_ERROR(
+          whole("master_port", value, 1, 65535, &options.master_port));
+      continue;
+    }
+    if (absl::ConsumePrefix(&value, "--master_addr=")) {
+      options.master_addr = std::string(value);
+      if (value.empty()) {
+        return absl::InvalidArgumentError("--master_addr is empty");
+      }
+      continue;
+    }
+    if (absl::ConsumePrefix(&value, "--store=")) {
+      if (value == "tcp") {
+        options.store = StoreKind::kTcp;
+      } else if (value == "redis") {
+        options.store = StoreKind::kRedis;
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--store takes tcp or redis, not \"", value, "\""));
+      }
+      continue;
+    }
+    if (absl::ConsumePrefix(&value, "--run_id=")) {
+      if (value.empty() || value.find_first_of(" \t\n/") != value.npos) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--run_id takes a name without spaces or '/', not \"",
+                         value, "\""));
+      }
+      options.run_id = std::string(value);
+      continue;
+    }
+    if (absl::ConsumePrefix(&value, "--rendezvous=")) {
+      if (value.empty()) {
+        return absl::InvalidArgumentError("--rendezvous is empty");
+      }
+      options.rendezvous = std::string(value);
+      continue;
+    }
+    if (absl::ConsumePrefix(&value, "--redis_server=")) {
+      options.redis_server = std::string(value);
+      continue;
+    }
     if (absl::ConsumePrefix(&value, "--grace_period_s=")) {
       double seconds = 0;
       if (!absl::SimpleAtod(value, &seconds) || !(seconds >= 0) ||
@@ -708,6 +952,7 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(
   }
   options.binary = args[i++];
   options.args.assign(args.begin() + i, args.end());
+  CZ_RETURN_IF_ERROR(CheckHosts(options));
   return options;
 }
 
@@ -722,27 +967,50 @@ absl::StatusOr<int> RunJob(const LaunchOptions& options) {
   if (options.grace_period.count() < 0) {
     return absl::InvalidArgumentError("the grace period is negative");
   }
+  CZ_RETURN_IF_ERROR(CheckHosts(options));
   // Handlers first, so that no signal can end the launcher between creating
   // the rendezvous directory and removing it.
   SignalScope signals;
   CZ_RETURN_IF_ERROR(signals.Install());
-  CZ_ASSIGN_OR_RETURN(const std::string dir, MakeRendezvousDir());
+  std::string dir;
+  std::string rendezvous = NamedRendezvous(options);
+  if (rendezvous.empty()) {
+    CZ_ASSIGN_OR_RETURN(dir, MakeRendezvousDir());
+    rendezvous = dir + "/store";
+  }
   absl::Status status;
   int exit_code = 0;
   {
-    Job job(options, dir + "/store", signals);
-    status = job.Start();
-    if (!status.ok()) job.Abort();
-    const absl::Status waited = job.Wait();
-    if (status.ok()) status = waited;
-    exit_code = job.exit_code();
+    // Node 0's Redis server, for the whole job.
+    std::optional<StoreServerProcess> redis;
+    if (options.store == StoreKind::kRedis && options.node_rank == 0 &&
+        options.rendezvous.empty()) {
+      absl::StatusOr<StoreServerProcess> started =
+          StoreServerProcess::StartRedis(options, signals);
+      if (started.ok()) {
+        redis.emplace(*std::move(started));
+      } else {
+        status = started.status();
+      }
+    }
+    if (status.ok()) {
+      Job job(options, rendezvous, signals);
+      status = job.Start();
+      if (!status.ok()) job.Abort();
+      const absl::Status waited = job.Wait();
+      if (status.ok()) status = waited;
+      exit_code = job.exit_code();
+    }
   }
-  std::error_code error;
-  std::filesystem::remove_all(dir, error);
-  if (error) {
-    WriteAll(options.report_fd,
-             absl::StrCat("launch: could not remove the rendezvous directory ",
-                          dir, ": ", error.message(), "\n"));
+  if (!dir.empty()) {
+    std::error_code error;
+    std::filesystem::remove_all(dir, error);
+    if (error) {
+      WriteAll(
+          options.report_fd,
+          absl::StrCat("launch: could not remove the rendezvous directory ",
+                       dir, ": ", error.message(), "\n"));
+    }
   }
   if (!status.ok()) return status;
   return exit_code;

@@ -1,16 +1,27 @@
 // The launcher: runs a job as NPROC processes of one binary on this machine,
-// one rank each, and makes sure that no rank outlives the job.
+// one rank each, and makes sure that no rank outlives the job. With
+// --nnodes, one launcher per host runs its NPROC ranks of a job spread over
+// several hosts, as torchrun does.
 //
 //   absl::StatusOr<LaunchOptions> options = ParseLaunchArgs(args);
 //   if (!options.ok()) return 2;  // print options.status() and kUsage
 //   absl::StatusOr<int> exit_code = RunJob(*options);
 //
-// Rank r runs `BINARY --world_size=NPROC --backend=gloo --rank=r
-// --rendezvous=DIR/store ARGS...`, DIR being a fresh directory (mkdtemp under
-// $TMPDIR, else /tmp) that RunJob removes before it returns. Rank 0 shares
-// the launcher's stdout and stderr; every other rank's stdout and stderr go
-// through one pipe, of which the launcher keeps the last kKeptOutputBytes and
-// shows them if that rank fails.
+// Rank r of this host (local rank r) is the job's rank g = node_rank * NPROC
+// + r and runs `BINARY --world_size=NNODES*NPROC --backend=gloo --rank=g
+// --rendezvous=R ARGS...` with LOCAL_RANK=r and LOCAL_WORLD_SIZE=NPROC in
+// its environment. R is, in this order: --rendezvous; with --master_addr,
+// redis://MASTER_ADDR:MASTER_PORT/RUN_ID for --store=redis, else
+// tcp://MASTER_ADDR:MASTER_PORT (the store the job's rank 0 hosts); on one
+// host without either, DIR/store, DIR being a fresh directory (mkdtemp
+// under $TMPDIR, else /tmp) that RunJob removes before it returns. With
+// --store=redis the launcher of node 0 starts redis-server on MASTER_PORT
+// (every interface) before its ranks, and stops it after them.
+//
+// Output. The job's rank 0 shares the launcher's stdout and stderr; every
+// other rank's stdout and stderr go through one pipe, of which the launcher
+// keeps the last kKeptOutputBytes and shows them, each line prefixed
+// `[rank g] `, if that rank fails.
 //
 // Cores. The ranks share the machine: each gets CHUNKZERO_NUM_THREADS =
 // ParallelThreadsShare(NPROC) (base/parallel_for.h: the cores / NPROC) in
@@ -19,15 +30,19 @@
 //
 // Stopping. The first rank to exit non-zero or by a signal fails the job:
 // RunJob reports it (`launch: rank R failed (exit code C)` or `(killed by
-// signal SIGNAME)`, then its kept output), sends SIGTERM and SIGCONT (so that
-// a stopped rank acts on it) to every rank still running, and SIGKILLs those
-// still running a grace period later. SIGINT, SIGTERM or SIGHUP sent to the
-// launcher is passed on the same way (that signal, then SIGCONT, then
-// SIGKILL after the grace period); a second such signal, or one that arrives
-// while a failure is being handled, SIGKILLs the ranks at once. Every rank
-// also gets PR_SET_PDEATHSIG=SIGKILL, so a launcher killed outright takes its
-// ranks with it. Only the first failure is reported: ranks that exit
-// afterwards were most likely stopped by it, or by the launcher.
+// signal SIGNAME)`, with ` on node I` when there are several, then its kept
+// output), sends SIGTERM and SIGCONT (so that a stopped rank acts on it) to
+// every rank still running, and SIGKILLs those still running a grace period
+// later. SIGINT, SIGTERM or SIGHUP sent to the launcher is passed on the
+// same way (that signal, then SIGCONT, then SIGKILL after the grace period);
+// a second such signal, or one that arrives while a failure is being
+// handled, SIGKILLs the ranks at once. Every rank also gets
+// PR_SET_PDEATHSIG=SIGKILL, so a launcher killed outright takes its ranks
+// with it. Only the first failure is reported: ranks that exit afterwards
+// were most likely stopped by it, or by the launcher. A rank on another
+// host that fails makes this host's ranks fail in their next collective
+// (at once if its connections reset, else at their --comm_timeout_s), so
+// every host's launcher exits non-zero.
 #ifndef CHUNKZERO_TOOLS_LAUNCH_LAUNCHER_H_
 #define CHUNKZERO_TOOLS_LAUNCH_LAUNCHER_H_
 
@@ -46,10 +61,22 @@ namespace launch {
 
 // What the launcher binary prints after a usage error.
 inline constexpr char kUsage[] =
-    "usage: launch [--grace_period_s=S] NPROC BINARY [ARGS...]\n"
-    "Runs NPROC processes of BINARY, rank r as BINARY --world_size=NPROC "
-    "--backend=gloo --rank=r --rendezvous=DIR/store ARGS..., and stops them "
-    "all when one fails (SIGTERM, then SIGKILL after S seconds, default 5).\n";
+    "usage: launch [--grace_period_s=S] [--nnodes=N --node_rank=I "
+    "--master_addr=HOST [--master_port=P] [--store=tcp|redis] [--run_id=ID]] "
+    "[--rendezvous=R] NPROC BINARY [ARGS...]\n"
+    "Runs NPROC processes of BINARY on this host, rank r as BINARY "
+    "--world_size=N*NPROC --backend=gloo --rank=I*NPROC+r --rendezvous=R "
+    "ARGS..., and stops them all when one fails (SIGTERM, then SIGKILL after "
+    "S seconds, default 5). With several hosts, run one launcher per host "
+    "with the same flags but --node_rank; the job's rank 0 hosts the store at "
+    "HOST:P (default 29500), or with --store=redis node 0 starts "
+    "redis-server there.\n";
+
+// Where the ranks of several hosts meet when no --rendezvous is given.
+enum class StoreKind {
+  kTcp,    // tcp://MASTER_ADDR:MASTER_PORT, hosted by the job's rank 0.
+  kRedis,  // redis://MASTER_ADDR:MASTER_PORT/RUN_ID, started by node 0.
+};
 
 // How much of each captured rank's output is kept: its last 64 KiB.
 inline constexpr size_t kKeptOutputBytes = 64 * 1024;
@@ -69,12 +96,28 @@ struct LaunchOptions {
   // Where the launcher's own messages and a failed rank's kept output go.
   // Rank 0's output goes to this process's stdout and stderr regardless.
   int report_fd = STDERR_FILENO;
+  // The hosts of the job and this one's index among them.
+  int nnodes = 1;
+  int node_rank = 0;
+  // The store's host and port (torchrun's MASTER_ADDR, MASTER_PORT); empty:
+  // one host, meeting in a fresh directory.
+  std::string master_addr;
+  int master_port = 29500;
+  StoreKind store = StoreKind::kTcp;
+  // The key prefix of a redis:// store.
+  std::string run_id = "chunkzero";
+  // Given as is to every rank instead of the above.
+  std::string rendezvous;
+  // The Redis server node 0 starts for --store=redis: a path, or a name
+  // looked up in $PATH.
+  std::string redis_server = "redis-server";
 };
 
-// Parses the launcher's command line, without the program name:
-// `[--grace_period_s=S] NPROC BINARY [ARGS...]`. The launcher's flags come
-// before NPROC; everything after BINARY is ARGS, flags included.
-// InvalidArgument names what is wrong.
+// Parses the launcher's command line, without the program name (kUsage).
+// The launcher's flags come before NPROC; everything after BINARY is ARGS,
+// flags included. InvalidArgument names what is wrong: a value out of
+// range, --nnodes > 1 with no --master_addr or --rendezvous, both of those,
+// or --store=redis without --master_addr.
 [[nodiscard]] absl::StatusOr<LaunchOptions> ParseLaunchArgs(
     absl::Span<const std::string> args);
 
@@ -86,9 +129,10 @@ struct LaunchOptions {
 //
 // An error status means the launcher itself failed: bad options
 // (InvalidArgument), a rank that could not be executed (the message names
-// the binary and the errno text), or a failed system call (mkdtemp, pipe,
-// fork, poll, ...). Ranks already started are stopped as above and reaped
-// before it returns.
+// the binary and the errno text), a redis-server that could not be started
+// or did not answer within 10 s (Unavailable, naming the port), or a failed
+// system call (mkdtemp, pipe, fork, poll, ...). Ranks already started are
+// stopped as above and reaped before it returns.
 //
 // REQUIRES: no other RunJob in this process at the same time. For its
 // duration RunJob owns the dispositions of SIGINT, SIGTERM, SIGHUP and

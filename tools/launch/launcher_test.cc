@@ -2,9 +2,12 @@
 // process over fake_rank (launch_test runs the binary, signals included).
 #include "tools/launch/launcher.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/parallel_for.h"
+#include "comm/testing/free_port.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tools/launch/redact_rendezvous.h"
@@ -86,6 +90,60 @@ TEST(ParseLaunchArgs, NamesWhatIsWrong) {
   }
 }
 
+TEST(ParseLaunchArgs, TakesTheHostsOfAJob) {
+  absl::StatusOr<LaunchOptions> options = ParseLaunchArgs(
+      {"--nnodes=3", "--node_rank=2", "--master_addr=10.0.0.1",
+       "--master_port=6380", "--store=redis", "--run_id=job7", "2", "train"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->nnodes, 3);
+  EXPECT_EQ(options->node_rank, 2);
+  EXPECT_EQ(options->master_addr, "10.0.0.1");
+  EXPECT_EQ(options->master_port, 6380);
+  EXPECT_EQ(options->store, StoreKind::kRedis);
+  EXPECT_EQ(options->run_id, "job7");
+  options = ParseLaunchArgs({"--nnodes=2", "--node_rank=1",
+                             "--rendezvous=/shared/job", "1", "train"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->rendezvous, "/shared/job");
+  EXPECT_EQ(options->master_port, 29500);
+  EXPECT_EQ(options->store, StoreKind::kTcp);
+}
+
+TEST(ParseLaunchArgs, NamesWhatIsWrongWithTheHosts) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const Case cases[] = {
+      {{"--nnodes=0", "2", "t"},
+       "--nnodes takes a whole number from 1 to 65536, not \"0\""},
+      {{"--nnodes=2", "--node_rank=2", "--master_addr=h", "2", "t"},
+       "--node_rank=2 is not in [0, --nnodes=2)"},
+      {{"--node_rank=-1", "2", "t"},
+       "--node_rank takes a whole number from 0 to 65535, not \"-1\""},
+      {{"--nnodes=2", "--node_rank=1", "2", "t"},
+       "--nnodes=2: the hosts need a place to meet: give --master_addr "
+       "(node 0's address) or --rendezvous"},
+      {{"--master_addr=h", "--rendezvous=/d", "2", "t"},
+       "--master_addr and --rendezvous both say where the ranks meet: give "
+       "one"},
+      {{"--store=redis", "2", "t"},
+       "--store=redis: node 0 starts redis-server at --master_addr and "
+       "--master_port; give --master_addr"},
+      {{"--store=etcd", "2", "t"}, "--store takes tcp or redis, not \"etcd\""},
+      {{"--master_port=0", "2", "t"},
+       "--master_port takes a whole number from 1 to 65535, not \"0\""},
+      {{"--master_addr=", "2", "t"}, "--master_addr is empty"},
+      {{"--run_id=a/b", "2", "t"},
+       "--run_id takes a name without spaces or '/', not \"a/b\""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat("args: ", absl::StrJoin(c.args, " ")));
+    absl::StatusOr<LaunchOptions> options = ParseLaunchArgs(c.args);
+    EXPECT_EQ(options.status(), absl::InvalidArgumentError(c.message));
+  }
+}
+
 TEST(ExitCodeOf, IsTheExitCodeOr128PlusTheSignal) {
   EXPECT_EQ(ExitCodeOf(W_EXITCODE(0, 0)), 0);
   EXPECT_EQ(ExitCodeOf(W_EXITCODE(3, 0)), 3);
@@ -99,6 +157,19 @@ TEST(DescribeWaitStatus, NamesTheCodeOrTheSignal) {
             "killed by signal SIGUSR1");
   EXPECT_EQ(DescribeWaitStatus(W_EXITCODE(0, SIGSEGV)),
             "killed by signal SIGSEGV");
+}
+
+// `text` with `prefix` before each line, as the launcher shows a rank's
+// output.
+std::string Prefixed(absl::string_view prefix, absl::string_view text) {
+  std::string out;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == absl::string_view::npos) end = text.size();
+    absl::StrAppend(&out, prefix, text.substr(start, end - start), "\n");
+    start = end + 1;
+  }
+  return out;
 }
 
 // Where `actual` first differs from `expected`, with the lines around it,
@@ -202,11 +273,11 @@ TEST_F(RunJobTest, ReportsTheFirstFailureWithItsOutputAndReturnsItsCode) {
   EXPECT_LT(took.count(), 3.0);
   EXPECT_EQ(Redacted(Report()),
             absl::StrCat("launch: rank 1 failed (exit code 3)\n"
-                         "fake_rank 1: --world_size=2 --backend=gloo --rank=1 "
-                         "--rendezvous=",
+                         "[rank 1] fake_rank 1: --world_size=2 --backend=gloo "
+                         "--rank=1 --rendezvous=",
                          Rendezvous(),
                          " --fail_rank=1 --exit_code=3 --sleep_s=20\n"
-                         "fake_rank 1: exiting with code 3\n"));
+                         "[rank 1] fake_rank 1: exiting with code 3\n"));
   EXPECT_TRUE(TmpdirEntries().empty());
 }
 
@@ -233,7 +304,7 @@ TEST_F(RunJobTest, KeepsTheLast64KiBOfAFailedRanksOutput) {
       "launch: the first ",
       output.size() - kKeptOutputBytes,
       " bytes of rank 1's output were dropped\n",
-      output.substr(output.size() - kKeptOutputBytes));
+      Prefixed("[rank 1] ", output.substr(output.size() - kKeptOutputBytes)));
   // Not EXPECT_EQ on the whole: a 64 KiB diff is cut from CI's log before it
   // shows where the two differ.
   const std::string report = Report();
@@ -263,6 +334,123 @@ TEST_F(RunJobTest, GivesEachRankItsShareOfTheCores) {
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_THAT(Report(), testing::HasSubstr(absl::StrCat(
                             "fake_rank 1: TMPDIR=", tmpdir_, "\n")));
+}
+
+// Node 1 of 2 with 2 ranks each runs the job's ranks 2 and 3, each told
+// its place on the host; rank 2 is not the job's rank 0, so its output is
+// kept too. The store is rank 0's on node 0: no directory is made.
+TEST_F(RunJobTest, RunsThisHostsShareOfTheRanks) {
+  LaunchOptions options =
+      Options(2, {"--fail_rank=2", "--print_env=LOCAL_RANK",
+                  "--print_env=LOCAL_WORLD_SIZE", "--sleep_s=20"});
+  options.nnodes = 2;
+  options.node_rank = 1;
+  options.master_addr = "10.0.0.9";
+  ASSERT_EQ(setenv("LOCAL_RANK", "7", 1),
+            0);  // The launcher's own: not passed.
+  absl::StatusOr<int> code = RunJob(options);
+  unsetenv("LOCAL_RANK");
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 1);
+  EXPECT_EQ(Report(),
+            "launch: rank 2 failed (exit code 1) on node 1\n"
+            "[rank 2] fake_rank 2: --world_size=4 --backend=gloo --rank=2 "
+            "--rendezvous=tcp://10.0.0.9:29500 --fail_rank=2 "
+            "--print_env=LOCAL_RANK --print_env=LOCAL_WORLD_SIZE --sleep_s=20\n"
+            "[rank 2] fake_rank 2: LOCAL_RANK=0\n"
+            "[rank 2] fake_rank 2: LOCAL_WORLD_SIZE=2\n"
+            "[rank 2] fake_rank 2: exiting with code 1\n");
+  EXPECT_TRUE(TmpdirEntries().empty());
+}
+
+TEST_F(RunJobTest, PassesARendezvousOnAndBracketsAnIpv6Master) {
+  LaunchOptions options = Options(1, {"--fail_rank=1"});
+  options.nnodes = 2;
+  options.node_rank = 1;
+  options.master_addr = "fd00::1";
+  options.master_port = 1234;
+  absl::StatusOr<int> code = RunJob(options);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_THAT(Report(),
+              testing::HasSubstr("--rendezvous=tcp://[fd00::1]:1234 "));
+  options.master_addr = "";
+  options.rendezvous = "redis://r:6379/job";
+  code = RunJob(options);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_THAT(Report(), testing::HasSubstr("--rendezvous=redis://r:6379/job "));
+}
+
+bool HaveRedisServer() { return access("/usr/bin/redis-server", X_OK) == 0; }
+
+// With --store=redis node 0 starts redis-server before its ranks and stops
+// it after them.
+TEST_F(RunJobTest, NodeZeroRunsTheRedisServerForTheJob) {
+  if (!HaveRedisServer()) {
+    GTEST_SKIP() << "no /usr/bin/redis-server (Debian package redis-server)";
+  }
+  const int port = comm_testing::FreeLoopbackPort();
+  LaunchOptions options =
+      Options(2, {"--fail_rank=1", absl::StrCat("--probe_port=", port)});
+  options.nnodes = 2;
+  options.master_addr = "127.0.0.1";
+  options.master_port = port;
+  options.store = StoreKind::kRedis;
+  options.run_id = "job9";
+  absl::StatusOr<int> code = RunJob(options);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 1);
+  EXPECT_THAT(Report(),
+              testing::HasSubstr(absl::StrCat(
+                  "--rendezvous=redis://127.0.0.1:", port, "/job9 ")));
+  EXPECT_THAT(Report(),
+              testing::HasSubstr(absl::StrCat("[rank 1] fake_rank 1: port ",
+                                              port, " answers\n")));
+  // Stopped with the job.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  EXPECT_NE(
+      connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)),
+      0);
+  close(fd);
+}
+
+TEST_F(RunJobTest, ARedisServerThatCannotStartIsNamed) {
+  if (!HaveRedisServer()) {
+    GTEST_SKIP() << "no /usr/bin/redis-server (Debian package redis-server)";
+  }
+  // The port is taken.
+  const int taken = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(
+      bind(taken, reinterpret_cast<const sockaddr*>(&address), sizeof(address)),
+      0);
+  ASSERT_EQ(listen(taken, 1), 0);
+  ASSERT_EQ(getsockname(taken, reinterpret_cast<sockaddr*>(&address), &length),
+            0);
+  const int port = ntohs(address.sin_port);
+  LaunchOptions options = Options(1, {});
+  options.master_addr = "127.0.0.1";
+  options.master_port = port;
+  options.store = StoreKind::kRedis;
+  absl::StatusOr<int> code = RunJob(options);
+  close(taken);
+  EXPECT_EQ(code.status(),
+            absl::UnavailableError(absl::StrCat(
+                "--store=redis: something already answers on port ", port,
+                " (another job's store?); choose another --master_port")));
+  options.redis_server = "/nonexistent/redis-server";
+  options.master_port = comm_testing::FreeLoopbackPort();
+  code = RunJob(options);
+  EXPECT_EQ(code.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(code.status().message(),
+              testing::HasSubstr("--store=redis: cannot execute "
+                                 "/nonexistent/redis-server: No such file"));
 }
 
 TEST_F(RunJobTest, AMissingBinaryIsNamedWithTheErrnoText) {

@@ -8,11 +8,22 @@
 #
 #   bash tools/train/launch.sh 4 --steps=20 --metrics_out=/tmp/m.jsonl
 #
+# Across hosts, one launcher per host, the launcher's flags before N
+# (tools/launch/launcher.h; docs/MULTIHOST.md):
+#
+#   bash tools/train/launch.sh --nnodes=3 --node_rank=0 \
+#       --master_addr=10.0.0.1 2 --steps=20
+#
 # The train binary is $CHUNKZERO_TRAIN_BIN and the launcher
 # $CHUNKZERO_LAUNCH_BIN if set; what is not set is built with --config=opt.
 set -euo pipefail
+launcher_flags=()
+while (($# > 0)) && [[ "$1" == --* ]]; do
+  launcher_flags+=("$1")
+  shift
+done
 if (($# < 1)) || ! [[ "$1" =~ ^[0-9]+$ ]] || (($1 < 1)); then
-  echo "usage: $0 NUM_PROCESSES [train flags...]" >&2
+  echo "usage: $0 [launcher flags...] NUM_PROCESSES [train flags...]" >&2
   exit 2
 fi
 n="$1"
@@ -35,4 +46,4 @@ if [[ -z "${train}" || -z "${launch}" ]]; then
   train="${train:-${bin}/tools/train/train}"
   launch="${launch:-${bin}/tools/launch/launch}"
 fi
-exec "${launch}" "${n}" "${train}" "$@"
+exec "${launch}" "${launcher_flags[@]}" "${n}" "${train}" "$@"
