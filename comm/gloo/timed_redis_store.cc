@@ -2,11 +2,13 @@
 
 #include <sys/time.h>
 
+#include <algorithm>
 #include <exception>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "gloo/common/error.h"
 
 namespace chunkzero {
@@ -20,12 +22,21 @@ absl::StatusOr<std::unique_ptr<TimedRedisStore>> TimedRedisStore::Connect(
         absl::StrCat(where, ": timeout ", absl::FormatDuration(timeout),
                      " is not positive"));
   }
+  // The server may come up after this rank (another host's launcher starts
+  // it): try again every 100 ms until the timeout.
+  const absl::Time deadline = absl::Now() + timeout;
   std::unique_ptr<TimedRedisStore> store;
-  try {
-    store.reset(new TimedRedisStore(host, port));
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot reach the rendezvous store ", where, ": ", e.what()));
+  while (store == nullptr) {
+    try {
+      store.reset(new TimedRedisStore(host, port));
+    } catch (const std::exception& e) {
+      if (absl::Now() >= deadline) {
+        return absl::UnavailableError(absl::StrCat(
+            "cannot reach the rendezvous store ", where, " within ",
+            absl::FormatDuration(timeout), ": ", e.what()));
+      }
+      absl::SleepFor(std::min(absl::Milliseconds(100), deadline - absl::Now()));
+    }
   }
   const timeval tv = absl::ToTimeval(timeout);
   if (redisSetTimeout(store->redis_, tv) != REDIS_OK) {

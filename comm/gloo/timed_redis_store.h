@@ -37,9 +37,10 @@ namespace comm {
 
 class TimedRedisStore final : public gloo::rendezvous::RedisStore {
  public:
-  // Connects to the server at host:port. Unavailable, naming the address,
-  // if it cannot be reached (Gloo's connect gives up after 2 s); every
-  // later command fails after `timeout` (> 0) without an answer.
+  // Connects to the server at host:port, trying again until `timeout` (> 0)
+  // has passed, since the server may start after this rank. Unavailable,
+  // naming the address, if it cannot be reached by then; every later
+  // command fails after `timeout` without an answer.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<TimedRedisStore>> Connect(
       const std::string& host, int port, absl::Duration timeout);
 

@@ -39,14 +39,19 @@ std::string FindRedisServer() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start() {
+  const int port = FreeLoopbackPort();
+  if (port < 0) return absl::UnavailableError("no free loopback port");
+  return StartOnPort(port);
+}
+
+absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::StartOnPort(
+    int port) {
   const std::string binary = FindRedisServer();
   if (binary.empty()) {
     return absl::NotFoundError(
         "no redis-server on PATH (Debian package redis-server; "
         "tools/setup.sh installs it)");
   }
-  const int port = FreeLoopbackPort();
-  if (port < 0) return absl::UnavailableError("no free loopback port");
   const std::string port_text = absl::StrCat(port);
   std::vector<std::string> args = {
       binary,   "--port",    port_text,      "--bind", "127.0.0.1",

@@ -27,6 +27,9 @@ class RedisServer {
   // package, which tools/packages.txt lists); Unavailable if it does not
   // answer within 10 s.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<RedisServer>> Start();
+  // As Start(), on `port`.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<RedisServer>> StartOnPort(
+      int port);
 
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
