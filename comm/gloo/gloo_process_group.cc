@@ -75,6 +75,8 @@ using ::chunkzero::comm::internal::ReduceInto;
 constexpr uint8_t kHeaderSlotPrefix = 0x7c;
 constexpr uint8_t kWrittenSlotPrefix = 0x7d;
 constexpr uint8_t kReducedSlotPrefix = 0x7e;
+// The liveness probe after a data phase timed out (SilentPeers).
+constexpr uint8_t kProbeSlotPrefix = 0x7f;
 
 // Prefix of the rendezvous key a rank sets in the store when it joins
 // (comm/internal/rendezvous_join.h).
@@ -417,19 +419,56 @@ class Worker {
       if (!IsTimeoutMessage(e.what())) throw;
       // Every rank sent its header, so every rank joined: one of them
       // stopped (or its host became unreachable) while the data moved.
-      // Gloo's waits do not say which peer they waited for.
+      // Gloo's waits do not say which peer they waited for; a probe does.
+      const std::vector<int> silent = SilentPeers(op);
+      const std::string what =
+          absl::StrCat(Describe(op.seq, op.call), " timed out on rank ", rank_,
+                       " after ", absl::FormatDuration(op.timeout),
+                       " moving its data; every rank had joined it");
+      if (!silent.empty()) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            what, ", and rank", silent.size() == 1 ? " " : "s ",
+            absl::StrJoin(silent, ", "), " did not answer within ",
+            absl::FormatDuration(op.timeout),
+            " after that: stopped, or unreachable (a lost host or link) (",
+            e.what(), "); the group is now aborted"));
+      }
       std::vector<int> peers;
       for (int r = 0; r < size_; ++r) {
         if (r != rank_) peers.push_back(r);
       }
-      return absl::DeadlineExceededError(absl::StrCat(
-          Describe(op.seq, op.call), " timed out on rank ", rank_, " after ",
-          absl::FormatDuration(op.timeout),
-          " moving its data; every rank had joined it, so one of rank",
-          peers.size() == 1 ? " " : "s ", absl::StrJoin(peers, ", "),
-          " stopped or became unreachable while it ran (", e.what(),
-          "); the group is now aborted"));
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, ", so one of rank", peers.size() == 1 ? " " : "s ",
+                       absl::StrJoin(peers, ", "),
+                       " stopped or became unreachable while it ran (",
+                       e.what(), "); the group is now aborted"));
     }
+  }
+
+  // After this rank's data phase timed out: the peers that do not answer a
+  // one-byte exchange within op.timeout. Every live rank's data phase times
+  // out too (it waits, directly or through the others, on the silent one)
+  // within op.timeout of this rank's (no rank joined the collective later
+  // than that), and then probes in turn; nobody closes a connection before
+  // its own probe has ended. Empty if every peer answered or the probe was
+  // aborted.
+  std::vector<int> SilentPeers(const Op& op) {
+    std::vector<uint8_t> bytes(size_);
+    std::vector<bool> arrived(size_, true);
+    try {
+      if (!ExchangeWithPeers(kProbeSlotPrefix, op, bytes.data(), 1,
+                             absl::Now() + op.timeout, arrived)) {
+        return {};
+      }
+    } catch (const std::exception&) {
+      // A timeout (or a peer that reset its connections): `arrived` says
+      // who answered before it.
+    }
+    std::vector<int> silent;
+    for (int r = 0; r < size_; ++r) {
+      if (!arrived[r]) silent.push_back(r);
+    }
+    return silent;
   }
 
   // The data phase of a collective whose headers matched.

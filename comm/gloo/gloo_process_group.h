@@ -77,6 +77,11 @@
 // collective. The header exchange waits at most that long; each later Gloo
 // call gets the time left, which Gloo applies to each of its internal waits,
 // so the timeout catches missing or dead peers, not a slow but live ring.
+// When the data phase times out (every rank had joined, so one stopped or
+// became unreachable while the data moved), the rank probes its peers with
+// a one-byte exchange for up to options.timeout more (the live ranks time
+// out too and answer) and names the ranks that stayed silent; a rank lost
+// with its host is named within about twice the timeout.
 // The first failure of any kind other than a mismatch (a timeout, a peer that
 // closed its connections, a Gloo error) ABORTS the group: it resets every
 // connection, so the peers' pending collectives fail promptly with

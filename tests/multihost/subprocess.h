@@ -1,0 +1,57 @@
+// Child processes for the multi-host tests: started with their output in a
+// file, waited for with a deadline, killed (with their process group) when
+// the test ends.
+//
+//   absl::StatusOr<Child> child = Child::Start({"ip", "netns", "list"}, log);
+//   absl::StatusOr<int> code = child->Wait(absl::Seconds(30));
+//   absl::StatusOr<std::string> out = RunCommand({"ip", "-br", "addr"});
+#ifndef CHUNKZERO_TESTS_MULTIHOST_SUBPROCESS_H_
+#define CHUNKZERO_TESTS_MULTIHOST_SUBPROCESS_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace chunkzero {
+namespace multihost {
+
+class Child {
+ public:
+  // Runs argv (argv[0] looked up in $PATH) in a process group of its own,
+  // stdout and stderr appended to `log_path`. Unavailable naming argv[0] if
+  // it cannot be started.
+  static absl::StatusOr<Child> Start(const std::vector<std::string>& argv,
+                                     const std::string& log_path);
+
+  Child(Child&& other) noexcept;
+  Child& operator=(Child&&) = delete;
+  // Kills the process group (SIGKILL) if it still runs, and reaps it.
+  ~Child();
+
+  // The exit code (128 + the signal for a killed child) once it has ended;
+  // DeadlineExceeded (the child still runs) after `timeout`.
+  absl::StatusOr<int> Wait(absl::Duration timeout);
+  bool running() const { return pid_ > 0; }
+
+ private:
+  explicit Child(pid_t pid) : pid_(pid) {}
+  pid_t pid_;
+};
+
+// Runs argv to its end (at most `timeout`) and returns its output; an
+// error naming the command and quoting its output if it exits non-zero.
+absl::StatusOr<std::string> RunCommand(
+    const std::vector<std::string>& argv,
+    absl::Duration timeout = absl::Seconds(30));
+
+// The whole file, or "" if it cannot be read.
+std::string ReadFileOrEmpty(const std::string& path);
+
+}  // namespace multihost
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_TESTS_MULTIHOST_SUBPROCESS_H_
