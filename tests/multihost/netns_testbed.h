@@ -20,21 +20,35 @@
 #ifndef CHUNKZERO_TESTS_MULTIHOST_NETNS_TESTBED_H_
 #define CHUNKZERO_TESTS_MULTIHOST_NETNS_TESTBED_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "tests/multihost/subprocess.h"
 
 namespace chunkzero {
 namespace multihost {
 
+struct TestbedOptions {
+  int hosts = 3;
+  // Hosts whose link delays every frame they send by this much (as netem's
+  // `delay` on their eth0 would): a delay_link process (delay_link.cc)
+  // stands in for their veth pair.
+  std::map<int, absl::Duration> latency;
+  // The delay_link binary, needed when `latency` is not empty.
+  std::string delay_link;
+};
+
 class NetnsTestbed {
  public:
   // FailedPrecondition saying why when namespaces cannot be made here (not
-  // root, no `ip`, no veth or bridge support); what was made is removed.
-  static absl::StatusOr<std::unique_ptr<NetnsTestbed>> Create(int hosts);
+  // root, no `ip`, no veth, bridge or TAP support); what was made is
+  // removed.
+  static absl::StatusOr<std::unique_ptr<NetnsTestbed>> Create(
+      const TestbedOptions& options);
   ~NetnsTestbed();
   NetnsTestbed(const NetnsTestbed&) = delete;
   NetnsTestbed& operator=(const NetnsTestbed&) = delete;
@@ -47,17 +61,21 @@ class NetnsTestbed {
                                   const std::vector<std::string>& argv) const;
   // `ip link set eth0 up|down` on the host.
   absl::Status SetLink(int host, bool up) const;
-  // Delays every packet the host sends by `delay` (tc netem on its eth0).
-  absl::Status AddLatency(int host, absl::Duration delay) const;
 
  private:
   NetnsTestbed(std::string prefix, int hosts)
       : prefix_(std::move(prefix)), hosts_(hosts) {}
   std::string HostNamespace(int host) const;
   std::string SwitchNamespace() const;
+  // Joins the host's eth0 to switch port `port`: a veth pair, or a
+  // delay_link with `latency`.
+  absl::Status Wire(int host, const std::string& port, absl::Duration latency,
+                    const std::string& delay_link);
 
   const std::string prefix_;
   const int hosts_;
+  // The delay_link processes, killed before the namespaces go.
+  std::vector<Child> links_;
 };
 
 }  // namespace multihost
