@@ -27,6 +27,7 @@
 #include "base/detached_status.h"
 #include "base/mutex.h"
 #include "comm/argument_checks.h"
+#include "comm/gloo/peer_probe.h"
 #include "comm/gloo/shared_segments.h"
 #include "comm/internal/deadline.h"
 #include "comm/internal/reduce_kernels.h"
@@ -75,8 +76,6 @@ using ::chunkzero::comm::internal::ReduceInto;
 constexpr uint8_t kHeaderSlotPrefix = 0x7c;
 constexpr uint8_t kWrittenSlotPrefix = 0x7d;
 constexpr uint8_t kReducedSlotPrefix = 0x7e;
-// The liveness probe after a data phase timed out (SilentPeers).
-constexpr uint8_t kProbeSlotPrefix = 0x7f;
 
 // Prefix of the rendezvous key a rank sets in the store when it joins
 // (comm/internal/rendezvous_join.h).
@@ -211,12 +210,13 @@ class Worker {
  public:
   Worker(int rank, int size, std::shared_ptr<gloo::rendezvous::Context> context,
          std::unique_ptr<SharedSegments> shared_memory,
-         size_t min_shared_memory_bytes)
+         size_t min_shared_memory_bytes, std::unique_ptr<PeerProbe> probe)
       : rank_(rank),
         size_(size),
         context_(std::move(context)),
         shared_memory_(std::move(shared_memory)),
-        min_shared_memory_bytes_(min_shared_memory_bytes) {
+        min_shared_memory_bytes_(min_shared_memory_bytes),
+        probe_(std::move(probe)) {
     thread_ = std::thread([this] { Loop(); });
   }
 
@@ -419,56 +419,28 @@ class Worker {
       if (!IsTimeoutMessage(e.what())) throw;
       // Every rank sent its header, so every rank joined: one of them
       // stopped (or its host became unreachable) while the data moved.
-      // Gloo's waits do not say which peer they waited for; a probe does.
-      const std::vector<int> silent = SilentPeers(op);
-      const std::string what =
-          absl::StrCat(Describe(op.seq, op.call), " timed out on rank ", rank_,
-                       " after ", absl::FormatDuration(op.timeout),
-                       " moving its data; every rank had joined it");
-      if (!silent.empty()) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            what, ", and rank", silent.size() == 1 ? " " : "s ",
-            absl::StrJoin(silent, ", "), " did not answer within ",
-            absl::FormatDuration(op.timeout),
-            " after that: stopped, or unreachable (a lost host or link) (",
-            e.what(), "); the group is now aborted"));
-      }
+      // Gloo's waits do not say which peer they waited for: the probe
+      // tells a lost host from a stopped rank.
       std::vector<int> peers;
       for (int r = 0; r < size_; ++r) {
         if (r != rank_) peers.push_back(r);
       }
-      return absl::DeadlineExceededError(
-          absl::StrCat(what, ", so one of rank", peers.size() == 1 ? " " : "s ",
-                       absl::StrJoin(peers, ", "),
-                       " stopped or became unreachable while it ran (",
-                       e.what(), "); the group is now aborted"));
+      return absl::DeadlineExceededError(absl::StrCat(
+          Describe(op.seq, op.call), " timed out on rank ", rank_, " after ",
+          absl::FormatDuration(op.timeout),
+          " moving its data; every rank had joined it, so one of rank",
+          peers.size() == 1 ? " " : "s ", absl::StrJoin(peers, ", "),
+          " stopped or became unreachable while it ran (", e.what(), "); ",
+          ProbeFinding(op), "; the group is now aborted"));
     }
   }
 
-  // After this rank's data phase timed out: the peers that do not answer a
-  // one-byte exchange within op.timeout. Every live rank's data phase times
-  // out too (it waits, directly or through the others, on the silent one)
-  // within op.timeout of this rank's (no rank joined the collective later
-  // than that), and then probes in turn; nobody closes a connection before
-  // its own probe has ended. Empty if every peer answered or the probe was
-  // aborted.
-  std::vector<int> SilentPeers(const Op& op) {
-    std::vector<uint8_t> bytes(size_);
-    std::vector<bool> arrived(size_, true);
-    try {
-      if (!ExchangeWithPeers(kProbeSlotPrefix, op, bytes.data(), 1,
-                             absl::Now() + op.timeout, arrived)) {
-        return {};
-      }
-    } catch (const std::exception&) {
-      // A timeout (or a peer that reset its connections): `arrived` says
-      // who answered before it.
-    }
-    std::vector<int> silent;
-    for (int r = 0; r < size_; ++r) {
-      if (!arrived[r]) silent.push_back(r);
-    }
-    return silent;
+  // What a probe of the peers' hosts finds after `op` timed out, waiting
+  // at most op.timeout (and 3 s) for their answers.
+  std::string ProbeFinding(const Op& op) {
+    if (probe_ == nullptr) return "no probe";
+    return absl::StrCat(
+        "probe: ", probe_->Describe(std::min(op.timeout, absl::Seconds(3))));
   }
 
   // The data phase of a collective whose headers matched.
@@ -713,7 +685,7 @@ class Worker {
         Describe(op.seq, op.call), " timed out on rank ", rank_, " after ",
         absl::FormatDuration(op.timeout), " waiting for rank",
         missing.size() == 1 ? " " : "s ", absl::StrJoin(missing, ", "),
-        " to join; the group is now aborted"));
+        " to join; ", ProbeFinding(op), "; the group is now aborted"));
   }
 
   // size() == 1: every collective is a local copy at most.
@@ -867,6 +839,8 @@ class Worker {
   // worker thread's alone.
   const std::unique_ptr<SharedSegments> shared_memory_;
   const size_t min_shared_memory_bytes_;
+  // Null for a group of one. Used only by the worker thread.
+  const std::unique_ptr<PeerProbe> probe_;
   std::atomic<uint64_t> shared_memory_collectives_{0};
   absl::Status abort_status_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
@@ -960,6 +934,7 @@ absl::StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
                    " (hostname ", options.hostname, ")");
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::unique_ptr<gloo_internal::SharedSegments> shared_memory;
+  std::unique_ptr<gloo_internal::PeerProbe> probe;
   absl::Status status = gloo_internal::CatchGloo(where, [&]() -> absl::Status {
     // Our own join keys first, so that a missing rank gets named; Gloo's
     // connectFullMesh would only report a timeout on some key. The value
@@ -1015,6 +990,14 @@ absl::StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
           absl::StrCat(where, ": ", segments.status().message()));
     }
     shared_memory = *std::move(segments);
+    absl::StatusOr<std::unique_ptr<gloo_internal::PeerProbe>> probed =
+        gloo_internal::PeerProbe::Open(rank, size, options.hostname, store,
+                                       deadline);
+    if (!probed.ok()) {
+      return absl::Status(probed.status().code(),
+                          absl::StrCat(where, ": ", probed.status().message()));
+    }
+    probe = *std::move(probed);
     return absl::OkStatus();
   });
   if (!status.ok()) return status;
@@ -1022,7 +1005,7 @@ absl::StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
       rank, size,
       std::make_unique<gloo_internal::Worker>(
           rank, size, std::move(context), std::move(shared_memory),
-          options.min_shared_memory_bytes)));
+          options.min_shared_memory_bytes, std::move(probe))));
 }
 
 absl::StatusOr<std::unique_ptr<GlooProcessGroup>>

@@ -77,11 +77,10 @@
 // collective. The header exchange waits at most that long; each later Gloo
 // call gets the time left, which Gloo applies to each of its internal waits,
 // so the timeout catches missing or dead peers, not a slow but live ring.
-// When the data phase times out (every rank had joined, so one stopped or
-// became unreachable while the data moved), the rank probes its peers with
-// a one-byte exchange for up to options.timeout more (the live ranks time
-// out too and answer) and names the ranks that stayed silent; a rank lost
-// with its host is named within about twice the timeout.
+// A timeout's message ends with what a probe of the peers' hosts found
+// (peer_probe.h): which ranks' hosts cannot be reached (a lost host or
+// link), or whose process is gone, or that every host answers (a stopped
+// rank); the probe waits at most 3 s.
 // The first failure of any kind other than a mismatch (a timeout, a peer that
 // closed its connections, a Gloo error) ABORTS the group: it resets every
 // connection, so the peers' pending collectives fail promptly with
