@@ -1,0 +1,349 @@
+// Gloo across hosts against a plain TCP stream between the same hosts: the
+// multi-host busbw target (docs/PERFORMANCE.md). The hosts are network
+// namespaces on this machine (tests/multihost/netns_testbed.h), each with
+// its own /dev/shm, so Gloo moves everything over TCP through the bridge.
+// Needs root.
+//
+//   bazel run --config=opt //tools/bench:multihost_bench
+//
+// BM_TcpStream/bytes:S        host 0 sends S bytes to host 1 over one TCP
+//                             connection (the sink acknowledges the last
+//                             byte): gbps = S / time (1e9 bytes/s)
+// BM_GlooAllReduce/hosts:N/bytes:S
+//                             one rank per host, f32 AllReduce of S bytes,
+//                             rank 0's mean over 5 iterations after one
+//                             warm-up: algbw = S / time, busbw = algbw *
+//                             2(N-1)/N, tcp_stream = BM_TcpStream's figure
+//                             measured in this run (best of three),
+//                             busbw_over_tcp_stream the ratio (target
+//                             >= 0.5)
+// The workers are this binary again (--role=...), started in the hosts'
+// namespaces; each benchmark iteration is one such measurement (manual
+// time).
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "benchmark/benchmark.h"
+#include "comm/gloo/bind_address.h"
+#include "comm/gloo/gloo_process_group.h"
+#include "comm/gloo/rendezvous_store.h"
+#include "comm/process_group.h"
+#include "tests/multihost/netns_testbed.h"
+#include "tests/multihost/subprocess.h"
+
+namespace chunkzero {
+namespace {
+
+using multihost::Child;
+using multihost::NetnsTestbed;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kPort = 29600;
+constexpr int kIterations = 5;
+
+// --name=value from argv, or "".
+std::string Arg(int argc, char** argv, absl::string_view name) {
+  const std::string prefix = absl::StrCat("--", name, "=");
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view a = argv[i];
+    if (absl::ConsumePrefix(&a, prefix)) return std::string(a);
+  }
+  return "";
+}
+
+// --role=sink: accepts one connection on --port, reads until EOF, answers
+// one byte.
+int Sink(int port) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  if (bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
+          0 ||
+      listen(listener, 1) != 0) {
+    std::perror("sink: listen");
+    return 1;
+  }
+  const int fd = accept(listener, nullptr, nullptr);
+  std::vector<char> buffer(1 << 20);
+  while (read(fd, buffer.data(), buffer.size()) > 0) {
+  }
+  const char ack = 1;
+  if (write(fd, &ack, 1) != 1) return 1;
+  close(fd);
+  close(listener);
+  return 0;
+}
+
+// --role=source: sends --bytes to --to (host:port) and prints the seconds
+// from connect to the sink's acknowledgement.
+int Source(const std::string& host, int port, size_t bytes) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, host.c_str(), &address.sin_addr);
+  int fd = -1;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (true) {
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) ==
+        0) {
+      break;
+    }
+    close(fd);
+    if (absl::Now() > deadline) {
+      std::fprintf(stderr, "source: no sink at %s:%d\n", host.c_str(), port);
+      return 1;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  std::vector<char> buffer(1 << 20, 'x');
+  const Clock::time_point start = Clock::now();
+  for (size_t sent = 0; sent < bytes;) {
+    const ssize_t n =
+        write(fd, buffer.data(), std::min(buffer.size(), bytes - sent));
+    if (n <= 0) return 1;
+    sent += static_cast<size_t>(n);
+  }
+  shutdown(fd, SHUT_WR);
+  char ack = 0;
+  if (read(fd, &ack, 1) != 1) return 1;
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("seconds %.9f\n", seconds);
+  close(fd);
+  return 0;
+}
+
+// --role=allreduce: one rank of a Gloo group meeting at --rendezvous; rank
+// 0 prints the mean seconds of kIterations AllReduces of --bytes.
+int AllReduceRank(int rank, int world, const std::string& rendezvous,
+                  size_t bytes) {
+  absl::StatusOr<comm::RendezvousAddress> address =
+      comm::ParseRendezvousAddress(rendezvous);
+  if (!address.ok()) return 1;
+  absl::StatusOr<std::unique_ptr<comm::RendezvousStore>> store =
+      comm::RendezvousStore::Open(*address, rank, absl::Seconds(60));
+  absl::StatusOr<std::string> local =
+      comm::LocalAddressToward(address->host, address->port);
+  if (!store.ok() || !local.ok()) {
+    std::fprintf(stderr, "rank %d: %s %s\n", rank,
+                 store.status().ToString().c_str(),
+                 local.status().ToString().c_str());
+    return 1;
+  }
+  comm::GlooOptions options;
+  options.hostname = *local;
+  options.timeout = absl::Seconds(120);
+  absl::StatusOr<std::unique_ptr<comm::GlooProcessGroup>> group =
+      comm::GlooProcessGroup::Create(rank, world, (*store)->store(), options);
+  if (!group.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank,
+                 group.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<float> data(bytes / sizeof(float), 1.0f);
+  if (!comm::AllReduce(**group, comm::MutableBuffer::Of(data)).ok()) return 1;
+  const Clock::time_point start = Clock::now();
+  for (int i = 0; i < kIterations; ++i) {
+    if (!comm::AllReduce(**group, comm::MutableBuffer::Of(data)).ok()) return 1;
+  }
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - start).count() / kIterations;
+  if (!comm::Barrier(**group).ok()) return 1;
+  if (rank == 0) std::printf("seconds %.9f\n", seconds);
+  return 0;
+}
+
+// The hosts, made once for the whole run; null (and the reason) if they
+// cannot be made here.
+NetnsTestbed* Hosts(std::string* why) {
+  static absl::StatusOr<std::unique_ptr<NetnsTestbed>>* bed =
+      new absl::StatusOr<std::unique_ptr<NetnsTestbed>>(
+          NetnsTestbed::Create({.hosts = 3}));
+  if (!bed->ok()) {
+    *why = std::string(bed->status().message());
+    return nullptr;
+  }
+  return bed->value().get();
+}
+
+std::string Self() {
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  return n > 0 ? std::string(path, static_cast<size_t>(n)) : "";
+}
+
+// Runs the workers (host, argv) to their end; the "seconds" the first one
+// prints, or a negative number after printing why.
+double RunWorkers(
+    const std::vector<std::pair<int, std::vector<std::string>>>& workers) {
+  NetnsTestbed* hosts = nullptr;
+  std::string why;
+  hosts = Hosts(&why);
+  if (hosts == nullptr) return -1;
+  std::vector<Child> children;
+  std::vector<std::string> logs;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    logs.push_back(absl::StrCat("/tmp/cz-multihost-bench.", getpid(), ".", i));
+    unlink(logs.back().c_str());
+    std::vector<std::string> argv = {Self()};
+    argv.insert(argv.end(), workers[i].second.begin(), workers[i].second.end());
+    absl::StatusOr<Child> child =
+        Child::Start(hosts->OnHost(workers[i].first, argv), logs.back());
+    if (!child.ok()) return -1;
+    children.push_back(*std::move(child));
+  }
+  double seconds = -1;
+  for (size_t i = 0; i < children.size(); ++i) {
+    absl::StatusOr<int> code = children[i].Wait(absl::Minutes(5));
+    const std::string out = multihost::ReadFileOrEmpty(logs[i]);
+    unlink(logs[i].c_str());
+    if (!code.ok() || *code != 0) {
+      std::fprintf(stderr, "worker %zu failed: %s\n", i, out.c_str());
+      return -1;
+    }
+    absl::string_view text = out;
+    if (seconds < 0 && absl::ConsumePrefix(&text, "seconds ")) {
+      absl::SimpleAtod(absl::StripTrailingAsciiWhitespace(text), &seconds);
+    }
+  }
+  return seconds;
+}
+
+double TcpStreamSeconds(size_t bytes) {
+  NetnsTestbed* hosts = nullptr;
+  std::string why;
+  hosts = Hosts(&why);
+  if (hosts == nullptr) return -1;
+  const std::string size = absl::StrCat("--bytes=", bytes);
+  return RunWorkers(
+      {{0,
+        {"--role=source", absl::StrCat("--to=", hosts->address(1)),
+         absl::StrCat("--port=", kPort), size}},
+       {1, {"--role=sink", absl::StrCat("--port=", kPort)}}});
+}
+
+void BM_TcpStream(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  std::string why;
+  if (Hosts(&why) == nullptr) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  double gbps = 0;
+  for (auto _ : state) {
+    const double seconds = TcpStreamSeconds(bytes);
+    if (seconds <= 0) {
+      state.SkipWithError("the stream failed");
+      return;
+    }
+    state.SetIterationTime(seconds);
+    gbps = bytes / seconds / 1e9;
+  }
+  state.counters["gbps"] = gbps;
+}
+BENCHMARK(BM_TcpStream)
+    ->ArgName("bytes")
+    ->Arg(64 << 20)
+    ->UseManualTime()
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+
+void BM_GlooAllReduce(benchmark::State& state) {
+  const int world = static_cast<int>(state.range(0));
+  const size_t bytes = static_cast<size_t>(state.range(1));
+  std::string why;
+  NetnsTestbed* hosts = Hosts(&why);
+  if (hosts == nullptr) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  // The stream's figure from this run, for the ratio: the best of three.
+  double stream_seconds = -1;
+  for (int i = 0; i < 3; ++i) {
+    const double t = TcpStreamSeconds(bytes);
+    if (t > 0 && (stream_seconds < 0 || t < stream_seconds)) stream_seconds = t;
+  }
+  double seconds = 0;
+  int round = 0;
+  for (auto _ : state) {
+    std::vector<std::pair<int, std::vector<std::string>>> ranks;
+    const std::string rendezvous = absl::StrCat(
+        "--rendezvous=tcp://", hosts->address(0), ":", kPort + 1 + round++);
+    for (int r = 0; r < world; ++r) {
+      ranks.push_back({r,
+                       {"--role=allreduce", absl::StrCat("--rank=", r),
+                        absl::StrCat("--world=", world), rendezvous,
+                        absl::StrCat("--bytes=", bytes)}});
+    }
+    seconds = RunWorkers(ranks);
+    if (seconds <= 0) {
+      state.SkipWithError("the all-reduce failed");
+      return;
+    }
+    state.SetIterationTime(seconds);
+  }
+  const double algbw = bytes / seconds / 1e9;
+  const double busbw = algbw * 2.0 * (world - 1) / world;
+  const double stream = stream_seconds > 0 ? bytes / stream_seconds / 1e9 : 0;
+  state.counters["algbw"] = algbw;
+  state.counters["busbw"] = busbw;
+  state.counters["tcp_stream"] = stream;
+  state.counters["busbw_over_tcp_stream"] = stream > 0 ? busbw / stream : 0;
+}
+BENCHMARK(BM_GlooAllReduce)
+    ->ArgNames({"hosts", "bytes"})
+    ->Args({2, 64 << 20})
+    ->Args({3, 64 << 20})
+    ->UseManualTime()
+    ->Iterations(2)
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace chunkzero
+
+int main(int argc, char** argv) {
+  const std::string role = chunkzero::Arg(argc, argv, "role");
+  size_t bytes = 0;
+  absl::SimpleAtoi(chunkzero::Arg(argc, argv, "bytes"), &bytes);
+  int port = 0;
+  absl::SimpleAtoi(chunkzero::Arg(argc, argv, "port"), &port);
+  if (role == "sink") return chunkzero::Sink(port);
+  if (role == "source") {
+    return chunkzero::Source(chunkzero::Arg(argc, argv, "to"), port, bytes);
+  }
+  if (role == "allreduce") {
+    int rank = 0, world = 0;
+    absl::SimpleAtoi(chunkzero::Arg(argc, argv, "rank"), &rank);
+    absl::SimpleAtoi(chunkzero::Arg(argc, argv, "world"), &world);
+    return chunkzero::AllReduceRank(
+        rank, world, chunkzero::Arg(argc, argv, "rendezvous"), bytes);
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
