@@ -108,5 +108,16 @@ absl::StatusOr<std::string> LocalAddressToward(const std::string& host,
   return local;
 }
 
+bool IsLoopbackAddress(absl::string_view address) {
+  const std::string text(address);
+  in_addr v4{};
+  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) {
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  }
+  in6_addr v6{};
+  return inet_pton(AF_INET6, text.c_str(), &v6) == 1 &&
+         IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
 }  // namespace comm
 }  // namespace chunkzero

@@ -35,6 +35,9 @@ namespace comm {
 [[nodiscard]] absl::StatusOr<std::string> LocalAddressToward(
     const std::string& host, int port);
 
+// True for 127.0.0.0/8 and ::1 (numeric addresses only).
+bool IsLoopbackAddress(absl::string_view address);
+
 }  // namespace comm
 }  // namespace chunkzero
 

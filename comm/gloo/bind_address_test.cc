@@ -34,6 +34,16 @@ TEST(LocalAddressToward, TheRouteToLoopbackStartsOnLoopback) {
   // (tests/multihost).
 }
 
+TEST(IsLoopbackAddress, KnowsLoopbackFromTheRest) {
+  EXPECT_TRUE(IsLoopbackAddress("127.0.0.1"));
+  EXPECT_TRUE(IsLoopbackAddress("127.0.1.1"));
+  EXPECT_TRUE(IsLoopbackAddress("::1"));
+  EXPECT_FALSE(IsLoopbackAddress("10.233.0.1"));
+  EXPECT_FALSE(IsLoopbackAddress("128.0.0.1"));
+  EXPECT_FALSE(IsLoopbackAddress("fd00::1"));
+  EXPECT_FALSE(IsLoopbackAddress("localhost"));  // Names are not looked up.
+}
+
 TEST(LocalAddressToward, AHostThatDoesNotResolveIsNamed) {
   absl::StatusOr<std::string> local =
       LocalAddressToward("no-such-host.invalid", 6379);

@@ -37,10 +37,11 @@ std::pair<std::string, std::string> SplitAddress(const std::string& address) {
   return {host, address.substr(colon + 1)};
 }
 
-// Starts a non-blocking connect to `address`; -1 if it failed at once
-// (*refused says whether it was refused).
-int StartConnect(const std::string& address, bool* refused) {
-  *refused = false;
+// Starts a non-blocking connect to `address`; -1 if it failed at once,
+// with *reach saying how: refused, silent (no route), or unknown (a failure
+// here: no descriptor, no name).
+int StartConnect(const std::string& address, PeerProbe::Reach* reach) {
+  *reach = PeerProbe::Reach::kUnknown;
   const auto [host, port] = SplitAddress(address);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -56,9 +57,16 @@ int StartConnect(const std::string& address, bool* refused) {
   }
   const int fd =
       socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) != 0 &&
+  if (fd < 0) {
+    freeaddrinfo(found);
+    return -1;
+  }
+  if (connect(fd, found->ai_addr, found->ai_addrlen) != 0 &&
       errno != EINPROGRESS) {
-    *refused = errno == ECONNREFUSED;
+    *reach = errno == ECONNREFUSED ? PeerProbe::Reach::kRefuses
+             : errno == ENETUNREACH || errno == EHOSTUNREACH
+                 ? PeerProbe::Reach::kSilent
+                 : PeerProbe::Reach::kUnknown;
     close(fd);
     freeaddrinfo(found);
     return -1;
@@ -118,8 +126,12 @@ absl::StatusOr<std::unique_ptr<PeerProbe>> PeerProbe::Open(
     }
   } catch (const std::exception& e) {
     close(fd);
-    return absl::UnavailableError(
-        absl::StrCat("exchanging probe addresses: ", e.what()));
+    // Gloo's stores say "timeout" for a key that did not come in time.
+    const bool timed_out = absl::StrContains(e.what(), "imeout") ||
+                           absl::StrContains(e.what(), "imed out");
+    return absl::Status(timed_out ? absl::StatusCode::kDeadlineExceeded
+                                  : absl::StatusCode::kUnavailable,
+                        absl::StrCat("exchanging probe addresses: ", e.what()));
   }
   return std::unique_ptr<PeerProbe>(
       new PeerProbe(rank, fd, std::move(addresses)));
@@ -140,10 +152,10 @@ std::vector<PeerProbe::Finding> PeerProbe::Probe(absl::Duration wait) {
   for (int r = 0; r < static_cast<int>(addresses_.size()); ++r) {
     if (r == rank_) continue;
     findings.push_back({r, addresses_[r], Reach::kSilent});
-    bool refused = false;
-    const int fd = StartConnect(addresses_[r], &refused);
+    Reach reach = Reach::kUnknown;
+    const int fd = StartConnect(addresses_[r], &reach);
     if (fd < 0) {
-      if (refused) findings.back().reach = Reach::kRefuses;
+      findings.back().reach = reach;
       continue;
     }
     fds.push_back({fd, POLLOUT, 0});
@@ -170,6 +182,9 @@ std::vector<PeerProbe::Finding> PeerProbe::Probe(absl::Duration wait) {
         f.reach = Reach::kAnswers;
       } else if (error == ECONNREFUSED) {
         f.reach = Reach::kRefuses;
+      } else if (error != ENETUNREACH && error != EHOSTUNREACH &&
+                 error != ETIMEDOUT) {
+        f.reach = Reach::kUnknown;
       }
       close(fds[i].fd);
       fds[i].fd = -1;
@@ -188,7 +203,10 @@ std::string PeerProbe::Describe(absl::Duration wait) {
   std::vector<std::string> gone;
   for (const Finding& f : Probe(wait)) {
     const std::string host = SplitAddress(f.address).first;
-    if (f.reach == Reach::kRefuses) {
+    if (f.reach == Reach::kUnknown) {
+      gone.push_back(absl::StrCat("rank ", f.rank, " (", host,
+                                  ") could not be probed from here"));
+    } else if (f.reach == Reach::kRefuses) {
       gone.push_back(absl::StrCat("rank ", f.rank, "'s process is gone (", host,
                                   " refuses)"));
     } else if (f.reach == Reach::kSilent) {

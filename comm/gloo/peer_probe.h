@@ -39,7 +39,9 @@ namespace gloo_internal {
 
 class PeerProbe {
  public:
-  enum class Reach { kAnswers, kRefuses, kSilent };
+  // kUnknown: the probe failed on this side (no descriptor, a name that
+  // does not resolve), which says nothing of the peer.
+  enum class Reach { kAnswers, kRefuses, kSilent, kUnknown };
   struct Finding {
     int rank = 0;
     std::string address;  // "host:port".

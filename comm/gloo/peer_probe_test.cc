@@ -122,6 +122,28 @@ TEST(PeerProbe, UnreachableHostsAreGroupedAndNamed) {
   for (int fd : fds) close(fd);
 }
 
+TEST(PeerProbe, APeerWhoseAddressNeverComesTimesOut) {
+  gloo::rendezvous::HashStore store;
+  absl::StatusOr<std::unique_ptr<PeerProbe>> probe = PeerProbe::Open(
+      0, 2, "127.0.0.1", store, absl::Now() + absl::Milliseconds(100));
+  ASSERT_EQ(probe.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << probe.status();
+  EXPECT_THAT(probe.status().message(),
+              HasSubstr("exchanging probe addresses"));
+}
+
+TEST(PeerProbe, APeerThatCannotBeProbedFromHereIsSaidSo) {
+  gloo::rendezvous::HashStore store;
+  const std::string bad = "no-such-host.invalid:1";
+  store.set("chunkzero_gloo_probe_1",
+            std::vector<char>(bad.begin(), bad.end()));
+  absl::StatusOr<std::unique_ptr<PeerProbe>> probe =
+      PeerProbe::Open(0, 2, "127.0.0.1", store, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  EXPECT_EQ((*probe)->Describe(absl::Milliseconds(100)),
+            "rank 1 (no-such-host.invalid) could not be probed from here");
+}
+
 TEST(PeerProbe, AnAddressThatIsNotThisHostsIsUnavailable) {
   gloo::rendezvous::HashStore store;
   absl::StatusOr<std::unique_ptr<PeerProbe>> probe =

@@ -146,6 +146,14 @@ TcpStore::Reply TcpStore::Call(uint8_t code,
     throw gloo::IoException(
         absl::StrCat("rendezvous store ", address_, ": ", broken_));
   };
+  size_t bytes = 0;
+  for (const std::string& p : parts) bytes += p.size() + 4;
+  if (bytes > wire::kMaxBodyBytes - 5) {
+    // Refused before anything is sent, so the connection stays usable.
+    throw gloo::IoException(absl::StrCat(
+        "rendezvous store ", address_, ": a request of ", bytes,
+        " bytes is over the store's limit of ", wire::kMaxBodyBytes));
+  }
   const std::string request = wire::EncodeFrame(code, parts);
   for (size_t sent = 0; sent < request.size();) {
     const ssize_t n =
@@ -218,7 +226,9 @@ void TcpStore::wait(const std::vector<std::string>& keys) {
 
 void TcpStore::wait(const std::vector<std::string>& keys,
                     const std::chrono::milliseconds& timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Capped (at about 35 years) so that the deadline cannot overflow.
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::min(timeout, std::chrono::milliseconds(1LL << 40));
   while (!Check(keys)) {
     if (timeout != gloo::kNoTimeout &&
         std::chrono::steady_clock::now() >= deadline) {

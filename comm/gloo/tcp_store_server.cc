@@ -15,6 +15,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "comm/gloo/tcp_store_wire.h"
 
 namespace chunkzero {
@@ -207,19 +209,25 @@ void TcpStoreServer::Serve() {
   std::list<Connection> connections;
   std::vector<pollfd> fds;
   std::vector<Connection*> polled;
+  absl::Time accept_again = absl::InfinitePast();
   char buffer[64 * 1024];
   while (true) {
     fds.clear();
     polled.clear();
     fds.push_back({wake_read_, POLLIN, 0});
-    fds.push_back({listen_fd_, POLLIN, 0});
+    // Out of descriptors, accept() fails while the listener stays readable:
+    // leave it alone for a while instead of spinning.
+    const bool accepting = absl::Now() >= accept_again;
+    fds.push_back({listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
     for (Connection& c : connections) {
-      short events = c.closing ? 0 : POLLIN;
+      // A client that does not read its answers gets no more of them.
+      short events =
+          c.closing || c.out.size() > wire::kMaxBodyBytes ? 0 : POLLIN;
       if (!c.out.empty()) events |= POLLOUT;
       fds.push_back({c.fd, events, 0});
       polled.push_back(&c);
     }
-    if (poll(fds.data(), fds.size(), -1) < 0) {
+    if (poll(fds.data(), fds.size(), accepting ? -1 : 100) < 0) {
       if (errno == EINTR) continue;
       break;  // Cannot happen with valid descriptors; stop serving.
     }
@@ -231,6 +239,9 @@ void TcpStoreServer::Serve() {
         const int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         connections.emplace_back(fd);
+      } else if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+                 errno == ENOMEM) {
+        accept_again = absl::Now() + absl::Milliseconds(100);
       }
     }
     for (size_t i = 0; i < polled.size(); ++i) {

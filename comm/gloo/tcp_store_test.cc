@@ -84,6 +84,18 @@ TEST(TcpStore, ASecondSetOfAKeyIsRefusedAndTheFirstValueKept) {
   EXPECT_EQ(b->get("rank_0"), Bytes("first"));
 }
 
+TEST(TcpStore, AValueOverTheLimitIsRefusedBeforeItIsSent) {
+  std::unique_ptr<TcpStoreServer> server = StartServer();
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<TcpStore> a = ConnectTo(server->port());
+  const std::vector<char> huge(tcp_store_wire::kMaxBodyBytes, 'x');
+  EXPECT_THAT(ThrownBy([&] { a->set("big", huge); }),
+              HasSubstr("is over the store's limit of 16777216"));
+  // Nothing was sent: the connection is still in step.
+  a->set("small", Bytes("v"));
+  EXPECT_EQ(a->get("small"), Bytes("v"));
+}
+
 TEST(TcpStore, GetWaitsForAKeySetLater) {
   std::unique_ptr<TcpStoreServer> server = StartServer();
   ASSERT_NE(server, nullptr);

@@ -23,20 +23,36 @@ absl::StatusOr<std::unique_ptr<TimedRedisStore>> TimedRedisStore::Connect(
                      " is not positive"));
   }
   // The server may come up after this rank (another host's launcher starts
-  // it): try again every 100 ms until the timeout.
+  // it): try again every 100 ms until the timeout. Each try is a context of
+  // our own, freed either way; Gloo's constructor throws without freeing
+  // its context, so retrying through it would leak a context and a socket
+  // each time.
   const absl::Time deadline = absl::Now() + timeout;
-  std::unique_ptr<TimedRedisStore> store;
-  while (store == nullptr) {
-    try {
-      store.reset(new TimedRedisStore(host, port));
-    } catch (const std::exception& e) {
-      if (absl::Now() >= deadline) {
-        return absl::UnavailableError(absl::StrCat(
-            "cannot reach the rendezvous store ", where, " within ",
-            absl::FormatDuration(timeout), ": ", e.what()));
-      }
-      absl::SleepFor(std::min(absl::Milliseconds(100), deadline - absl::Now()));
+  while (true) {
+    const absl::Duration left = deadline - absl::Now();
+    const timeval tv = absl::ToTimeval(
+        std::clamp(left, absl::Milliseconds(1), absl::Seconds(2)));
+    redisContext* probe = redisConnectWithTimeout(host.c_str(), port, tv);
+    const bool up = probe != nullptr && probe->err == 0;
+    const std::string why = probe == nullptr ? "cannot allocate a context"
+                            : up             ? ""
+                                             : probe->errstr;
+    if (probe != nullptr) redisFree(probe);
+    if (up) break;
+    if (absl::Now() >= deadline) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot reach the rendezvous store ", where, " within ",
+                       absl::FormatDuration(timeout), ": ", why));
     }
+    absl::SleepFor(std::min(absl::Milliseconds(100), deadline - absl::Now()));
+  }
+  std::unique_ptr<TimedRedisStore> store;
+  try {
+    store.reset(new TimedRedisStore(host, port, timeout));
+  } catch (const std::exception& e) {
+    // The server went away between the probe and this connection.
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach the rendezvous store ", where, ": ", e.what()));
   }
   const timeval tv = absl::ToTimeval(timeout);
   if (redisSetTimeout(store->redis_, tv) != REDIS_OK) {
@@ -46,9 +62,15 @@ absl::StatusOr<std::unique_ptr<TimedRedisStore>> TimedRedisStore::Connect(
   return store;
 }
 
+void TimedRedisStore::wait(const std::vector<std::string>& keys) {
+  wait(keys, std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout_)));
+}
+
 void TimedRedisStore::wait(const std::vector<std::string>& keys,
                            const std::chrono::milliseconds& timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Capped (at about 35 years) so that the deadline cannot overflow.
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::min(timeout, std::chrono::milliseconds(1LL << 40));
   while (!check(keys)) {
     if (timeout != gloo::kNoTimeout &&
         std::chrono::steady_clock::now() >= deadline) {

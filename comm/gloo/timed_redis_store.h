@@ -44,15 +44,18 @@ class TimedRedisStore final : public gloo::rendezvous::RedisStore {
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<TimedRedisStore>> Connect(
       const std::string& host, int port, absl::Duration timeout);
 
-  using gloo::rendezvous::RedisStore::wait;
+  // Waits at most the timeout given to Connect() (get() waits this way).
+  void wait(const std::vector<std::string>& keys) override;
   // Polls every 10 ms until every key is set; gloo::IoException "Wait
   // timeout for key(s) ..." once `timeout` has passed.
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;
 
  private:
-  TimedRedisStore(const std::string& host, int port)
-      : gloo::rendezvous::RedisStore(host, port) {}
+  TimedRedisStore(const std::string& host, int port, absl::Duration timeout)
+      : gloo::rendezvous::RedisStore(host, port), timeout_(timeout) {}
+
+  const absl::Duration timeout_;
 };
 
 }  // namespace comm

@@ -77,7 +77,12 @@ absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::StartOnPort(
   std::unique_ptr<RedisServer> server(new RedisServer(pid, port));
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (!AcceptsTcpOnLoopback(port)) {
-    if (absl::Now() > deadline || waitpid(pid, nullptr, WNOHANG) == pid) {
+    if (waitpid(pid, nullptr, WNOHANG) == pid) {
+      server->pid_ = -1;  // Reaped: the destructor must not signal it.
+      return absl::UnavailableError(
+          absl::StrCat(binary, " exited before answering on port ", port));
+    }
+    if (absl::Now() > deadline) {
       return absl::UnavailableError(
           absl::StrCat(binary, " did not answer on port ", port));
     }
@@ -87,6 +92,7 @@ absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::StartOnPort(
 }
 
 RedisServer::~RedisServer() {
+  if (pid_ < 0) return;
   kill(pid_, SIGKILL);
   kill(pid_, SIGCONT);
   waitpid(pid_, nullptr, 0);

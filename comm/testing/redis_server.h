@@ -42,7 +42,7 @@ class RedisServer {
  private:
   RedisServer(pid_t pid, int port) : pid_(pid), port_(port) {}
 
-  const pid_t pid_;
+  pid_t pid_;  // -1 once reaped.
   const int port_;
 };
 

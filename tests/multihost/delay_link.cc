@@ -15,7 +15,9 @@
 #include <linux/if_tun.h>
 #include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -70,6 +72,9 @@ int main(int argc, char** argv) {
                  "B_TO_A_MS\n");
     return 2;
   }
+  // Gone with whoever started it, so that its devices (and the namespaces
+  // they hold) never outlive a killed test.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
   const int a = OpenTap(argv[1], argv[2]);
   const int b = OpenTap(argv[3], argv[4]);
   const std::chrono::milliseconds delay[2] = {

@@ -79,7 +79,11 @@ absl::Status NetnsTestbed::Wire(int host, const std::string& port,
                        "peer", "name", "eth0", "netns", ns})
         .status();
   }
-  const std::string log = absl::StrCat("/tmp/", prefix_, "-link", host, ".log");
+  char path[] = "/tmp/cz-delay-link.XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return absl::UnavailableError("mkstemp for delay_link's log");
+  close(fd);
+  const std::string log = path;
   absl::StatusOr<Child> link =
       Child::Start({delay_link, ns, "eth0", sw, port,
                     absl::StrCat(absl::ToInt64Milliseconds(latency)), "0"},

@@ -4,10 +4,12 @@
 // in a switch namespace of its own; nothing is attached to the machine's
 // own network, so nothing the test sends can leave it.
 //
+//   TestbedOptions options;
+//   options.hosts = 3;
 //   absl::StatusOr<std::unique_ptr<NetnsTestbed>> bed =
-//   NetnsTestbed::Create(3); if (!bed.ok()) GTEST_SKIP() << bed.status();   //
-//   not root, no `ip`, ... Child::Start((*bed)->OnHost(1, {"train", ...}),
-//   log);
+//       NetnsTestbed::Create(options);
+//   if (!bed.ok()) GTEST_SKIP() << bed.status();  // not root, no `ip`, ...
+//   Child::Start((*bed)->OnHost(1, {"train", "--rank=1"}), log);
 //   (*bed)->SetLink(2, /*up=*/false);               // host 2 drops off
 //
 // A command OnHost() runs in the host's namespace with a private /dev/shm

@@ -1,6 +1,7 @@
 // The train job across three hosts made of network namespaces
 // (netns_testbed.h): two ranks per host, one launcher per host, meeting in a
-// Redis server that node 0's launcher starts. Checks that the 6-rank job's
+// Redis server that node 0's launcher starts (in the fault case, in the TCP
+// store the job's rank 0 hosts). Checks that the 6-rank job's
 // losses are the in-process job's bit for bit, that a host dropping off
 // fails every launcher within the collective deadline and leaves a
 // checkpoint that resumes at a smaller world size, and that 100 ms of
@@ -77,7 +78,9 @@ std::vector<StepLine> ReadMetrics(const std::string& path) {
     if (!absl::SimpleAtoi(Field(line, "step"), &s.step)) continue;
     s.loss = Field(line, "loss");
     s.grad_norm = Field(line, "grad_norm");
-    absl::SimpleAtod(Field(line, "step_time_s"), &s.step_time_s);
+    if (!absl::SimpleAtod(Field(line, "step_time_s"), &s.step_time_s)) {
+      s.step_time_s = 0;
+    }
     steps.push_back(s);
   }
   return steps;
@@ -101,7 +104,7 @@ class NetnsTrainTest : public testing::Test {
                       "redis-server; tools/setup.sh installs it)";
     }
     absl::StatusOr<std::unique_ptr<NetnsTestbed>> bed =
-        NetnsTestbed::Create({.hosts = kHosts});
+        NetnsTestbed::Create(TestbedOptions{kHosts, {}, ""});
     if (!bed.ok()) GTEST_SKIP() << bed.status();
     bed_ = *std::move(bed);
     dir_ = absl::StrCat(
@@ -110,10 +113,12 @@ class NetnsTrainTest : public testing::Test {
     fs::create_directories(dir_);
   }
 
-  // Starts one launcher per host; node 0's starts redis-server. Every rank
-  // gets `flags` after the launcher's.
+  // Starts one launcher per host, meeting in the store `store` ("redis":
+  // node 0's launcher starts redis-server; "tcp": the job's rank 0 hosts
+  // it). Every rank gets `flags` after the launcher's.
   std::vector<Child> StartJob(const std::string& name,
-                              const std::vector<std::string>& flags) {
+                              const std::vector<std::string>& flags,
+                              const std::string& store = "redis") {
     std::vector<Child> launchers;
     for (int host = 0; host < kHosts; ++host) {
       std::vector<std::string> argv = {
@@ -122,7 +127,7 @@ class NetnsTrainTest : public testing::Test {
           absl::StrCat("--node_rank=", host),
           absl::StrCat("--master_addr=", bed_->address(0)),
           absl::StrCat("--master_port=", kStorePort),
-          "--store=redis",
+          absl::StrCat("--store=", store),
           "--grace_period_s=2",
           absl::StrCat(kRanksPerHost),
           Runfile("tools/train/train")};
@@ -212,10 +217,12 @@ TEST_F(NetnsTrainTest, SixRanksOnThreeHostsLoseWhatSixThreadsLose) {
 TEST_F(NetnsTrainTest, AHostThatDropsOffFailsTheJobAndItsCheckpointResumes) {
   constexpr int kTimeoutS = 8;
   const std::string save = Path("save");
-  std::vector<Child> launchers = StartJob(
-      "fault", {"--steps=200", absl::StrCat("--comm_timeout_s=", kTimeoutS),
+  std::vector<Child> launchers =
+      StartJob("fault",
+               {"--steps=200", absl::StrCat("--comm_timeout_s=", kTimeoutS),
                 "--save=" + save, "--save_every=4",
-                "--metrics_out=" + Path("fault.jsonl")});
+                "--metrics_out=" + Path("fault.jsonl")},
+               /*store=*/"tcp");
   // Mid-run: after step 9, so that checkpoints of steps 4 and 8 exist.
   const absl::Time wait_until = absl::Now() + absl::Minutes(3);
   while (ReadMetrics(Path("fault.jsonl")).size() < 9 &&
@@ -279,10 +286,12 @@ TEST_F(NetnsTrainTest, HundredMillisecondsOnOneLinkStillTrains) {
   // The same hosts, host 2's link now delaying what it sends by 100 ms
   // (this machine's kernel has no sch_netem: a delay line stands in).
   bed_.reset();
-  absl::StatusOr<std::unique_ptr<NetnsTestbed>> delayed = NetnsTestbed::Create(
-      {.hosts = kHosts,
-       .latency = {{2, absl::Milliseconds(100)}},
-       .delay_link = Runfile("tests/multihost/delay_link")});
+  TestbedOptions options;
+  options.hosts = kHosts;
+  options.latency[2] = absl::Milliseconds(100);
+  options.delay_link = Runfile("tests/multihost/delay_link");
+  absl::StatusOr<std::unique_ptr<NetnsTestbed>> delayed =
+      NetnsTestbed::Create(options);
   ASSERT_TRUE(delayed.ok()) << delayed.status();
   bed_ = *std::move(delayed);
   std::vector<std::string> after = flags;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -109,8 +110,14 @@ int main(int argc, char** argv) {
           argv[a],
           {{"{host}", absl::StrCat(host)}, {"{addr0}", (*bed)->address(0)}}));
     }
-    logs.push_back(absl::StrCat("/tmp/on_hosts.", getpid(), ".", host));
-    unlink(logs.back().c_str());
+    char path[] = "/tmp/on_hosts.XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) {
+      std::perror("on_hosts: mkstemp");
+      return 1;
+    }
+    close(fd);
+    logs.push_back(path);
     absl::StatusOr<Child> child =
         Child::Start((*bed)->OnHost(host, command), logs.back());
     if (!child.ok()) {

@@ -60,10 +60,14 @@ Child::~Child() {
 absl::StatusOr<int> Child::Wait(absl::Duration timeout) {
   if (pid_ <= 0) return absl::FailedPreconditionError("already waited for");
   const absl::Time deadline = absl::Now() + timeout;
-  int status = 0;
+  // Wait for it to exit without reaping it: until it is reaped its pid (the
+  // group's id) cannot be reused, so killing the group cannot hit another.
   while (true) {
-    const pid_t done = waitpid(pid_, &status, WNOHANG);
-    if (done == pid_) break;
+    siginfo_t info{};
+    if (waitid(P_PID, pid_, &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        info.si_pid == pid_) {
+      break;
+    }
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("still running after ", absl::FormatDuration(timeout)));
@@ -72,6 +76,8 @@ absl::StatusOr<int> Child::Wait(absl::Duration timeout) {
   }
   // Whatever it started in its group goes with it.
   kill(-pid_, SIGKILL);
+  int status = 0;
+  waitpid(pid_, &status, 0);
   pid_ = -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }

@@ -182,7 +182,7 @@ int AllReduceRank(int rank, int world, const std::string& rendezvous,
 NetnsTestbed* Hosts(std::string* why) {
   static absl::StatusOr<std::unique_ptr<NetnsTestbed>>* bed =
       new absl::StatusOr<std::unique_ptr<NetnsTestbed>>(
-          NetnsTestbed::Create({.hosts = 3}));
+          NetnsTestbed::Create(multihost::TestbedOptions{3, {}, ""}));
   if (!bed->ok()) {
     *why = std::string(bed->status().message());
     return nullptr;
@@ -207,8 +207,11 @@ double RunWorkers(
   std::vector<Child> children;
   std::vector<std::string> logs;
   for (size_t i = 0; i < workers.size(); ++i) {
-    logs.push_back(absl::StrCat("/tmp/cz-multihost-bench.", getpid(), ".", i));
-    unlink(logs.back().c_str());
+    char path[] = "/tmp/cz-multihost-bench.XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) return -1;
+    close(fd);
+    logs.push_back(path);
     std::vector<std::string> argv = {Self()};
     argv.insert(argv.end(), workers[i].second.begin(), workers[i].second.end());
     absl::StatusOr<Child> child =

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -717,19 +718,28 @@ class StoreServerProcess {
           "--store=redis: something already answers on port ", port,
           " (another job's store?); choose another --master_port"));
     }
-    std::vector<std::string> args = {options.redis_server,
-                                     "--port",
-                                     port,
-                                     "--bind",
-                                     "* -::*",
-                                     "--protected-mode",
-                                     "no",
-                                     "--save",
-                                     "",
-                                     "--appendonly",
-                                     "no",
-                                     "--daemonize",
-                                     "no"};
+    // Only on the address the ranks dial (and loopback, for the check
+    // below): the store has no password, so it listens no wider than it
+    // must. Redis 7 also refuses CONFIG changes to files, DEBUG and MODULE
+    // by default.
+    const std::string bind_host(
+        absl::StripSuffix(absl::StripPrefix(options.master_addr, "["), "]"));
+    std::vector<std::string> args = {
+        options.redis_server,
+        "--port",
+        port,
+        "--bind",
+        bind_host == "127.0.0.1" || bind_host == "localhost"
+            ? bind_host
+            : absl::StrCat(bind_host, " 127.0.0.1"),
+        "--protected-mode",
+        "no",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--daemonize",
+        "no"};
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
@@ -822,6 +832,11 @@ absl::Status CheckHosts(const LaunchOptions& o) {
         "--store=redis: node 0 starts redis-server at --master_addr and "
         "--master_port; give --master_addr");
   }
+  if (int64_t{o.nnodes} * o.nproc > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nnodes=", o.nnodes, " hosts of ", o.nproc,
+        " ranks each is more than the 1048576 ranks a job may have"));
+  }
   if (o.master_port < 1 || o.master_port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("--master_port=", o.master_port, " is not in [1, 65535]"));
@@ -834,7 +849,8 @@ absl::Status CheckHosts(const LaunchOptions& o) {
 std::string NamedRendezvous(const LaunchOptions& o) {
   if (!o.rendezvous.empty()) return o.rendezvous;
   if (o.master_addr.empty()) return "";
-  const std::string host = absl::StrContains(o.master_addr, ':')
+  const std::string host = absl::StrContains(o.master_addr, ':') &&
+                                   !absl::StartsWith(o.master_addr, "[")
                                ? absl::StrCat("[", o.master_addr, "]")
                                : o.master_addr;
   if (o.store == StoreKind::kRedis) {

@@ -16,7 +16,7 @@
 // host without either, DIR/store, DIR being a fresh directory (mkdtemp
 // under $TMPDIR, else /tmp) that RunJob removes before it returns. With
 // --store=redis the launcher of node 0 starts redis-server on MASTER_PORT
-// (every interface) before its ranks, and stops it after them.
+// (on MASTER_ADDR and loopback) before its ranks, and stops it after them.
 //
 // Output. The job's rank 0 shares the launcher's stdout and stderr; every
 // other rank's stdout and stderr go through one pipe, of which the launcher
@@ -129,8 +129,9 @@ struct LaunchOptions {
 //
 // An error status means the launcher itself failed: bad options
 // (InvalidArgument), a rank that could not be executed (the message names
-// the binary and the errno text), a redis-server that could not be started
-// or did not answer within 10 s (Unavailable, naming the port), or a failed
+// the binary and the errno text), a redis-server that could not be executed
+// (naming the binary), found its port taken or did not answer within 10 s
+// (naming the port; all Unavailable), or a failed
 // system call (mkdtemp, pipe, fork, poll, ...). Ranks already started are
 // stopped as above and reaped before it returns.
 //

@@ -134,6 +134,9 @@ TEST(ParseLaunchArgs, NamesWhatIsWrongWithTheHosts) {
       {{"--master_port=0", "2", "t"},
        "--master_port takes a whole number from 1 to 65535, not \"0\""},
       {{"--master_addr=", "2", "t"}, "--master_addr is empty"},
+      {{"--nnodes=65536", "--master_addr=h", "17", "t"},
+       "--nnodes=65536 hosts of 17 ranks each is more than the 1048576 "
+       "ranks a job may have"},
       {{"--run_id=a/b", "2", "t"},
        "--run_id takes a name without spaces or '/', not \"a/b\""},
   };
@@ -373,6 +376,10 @@ TEST_F(RunJobTest, PassesARendezvousOnAndBracketsAnIpv6Master) {
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_THAT(Report(),
               testing::HasSubstr("--rendezvous=tcp://[fd00::1]:1234 "));
+  options.master_addr = "[fd00::1]";  // Bracketed already: kept as it is.
+  code = RunJob(options);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_THAT(Report(), testing::Not(testing::HasSubstr("[[")));
   options.master_addr = "";
   options.rendezvous = "redis://r:6379/job";
   code = RunJob(options);

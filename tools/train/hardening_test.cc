@@ -229,7 +229,14 @@ TEST(Hardening, NonFiniteHyperParametersAreRefused) {
            {&TrainOptions::clip, -1, "--clip=-1: want >= 0"},
            {&TrainOptions::lr, -1, "--lr=-1: want >= 0"},
            {&TrainOptions::comm_timeout_s, 0,
-            "--comm_timeout_s=0: want a positive number"},
+            "--comm_timeout_s=0: want a positive number of seconds, at most "
+            "86400"},
+           {&TrainOptions::comm_timeout_s, inf,
+            "--comm_timeout_s=inf: want a positive number of seconds, at "
+            "most 86400"},
+           {&TrainOptions::comm_timeout_s, nan,
+            "--comm_timeout_s=nan: want a positive number of seconds, at "
+            "most 86400"},
        }) {
     SCOPED_TRACE(c.says);
     TrainOptions o = Tiny();

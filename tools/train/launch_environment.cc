@@ -81,17 +81,18 @@ absl::Status ApplyRankEnvironment(const EnvLookup& env,
 absl::Status ApplyLaunchEnvironment(const EnvLookup& env,
                                     const std::set<std::string>& given,
                                     TrainOptions* o) {
-  if (!given.count("interface") && Set(env, "GLOO_SOCKET_IFNAME")) {
-    o->interface = env("GLOO_SOCKET_IFNAME");
-  }
   if (!given.count("rank") && Set(env, "RANK")) {
     if (absl::Status s = ApplyRankEnvironment(env, given, o); !s.ok()) {
       return s;
     }
   }
   // Where this process's rank sits on its host, however its rank was given
-  // (the multi-host launcher passes --rank and sets these).
+  // (the multi-host launcher passes --rank and sets these). Ranks that are
+  // threads of one process talk over loopback and share its cores.
   if (o->rank < 0) return absl::OkStatus();
+  if (!given.count("interface") && Set(env, "GLOO_SOCKET_IFNAME")) {
+    o->interface = env("GLOO_SOCKET_IFNAME");
+  }
   const int world = std::max(o->world_size, 1);
   if (Set(env, "LOCAL_RANK")) {
     absl::StatusOr<int> local = IntVariable(env, "LOCAL_RANK", 0, world - 1,
@@ -99,12 +100,13 @@ absl::Status ApplyLaunchEnvironment(const EnvLookup& env,
     if (!local.ok()) return local.status();
     o->local_rank = *local;
   }
-  if (Set(env, "LOCAL_WORLD_SIZE") && !Set(env, "CHUNKZERO_NUM_THREADS")) {
+  if (Set(env, "LOCAL_WORLD_SIZE")) {
     absl::StatusOr<int> local =
         IntVariable(env, "LOCAL_WORLD_SIZE", 1, world,
                     "the ranks on this host, in [1, WORLD_SIZE]");
     if (!local.ok()) return local.status();
     o->local_world_size = *local;
+    if (!Set(env, "CHUNKZERO_NUM_THREADS")) o->core_sharing_ranks = *local;
   }
   return absl::OkStatus();
 }

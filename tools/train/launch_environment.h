@@ -16,10 +16,12 @@
 //  - --backend: gloo unless the command line names one;
 // The command line wins over the environment everywhere; with --rank given
 // RANK, WORLD_SIZE and the rendezvous variables are not read. For any rank
-// of its own process (from RANK or --rank), LOCAL_RANK is its GPU on its
-// host, and LOCAL_WORLD_SIZE the ranks sharing this host's cores (unless
-// CHUNKZERO_NUM_THREADS fixes them). --interface defaults to
-// GLOO_SOCKET_IFNAME.
+// of its own process (from RANK or --rank), LOCAL_RANK places it on its
+// host (its GPU is LOCAL_RANK mod the GPUs visible), LOCAL_WORLD_SIZE is
+// the ranks on this host (which also share its cores, unless
+// CHUNKZERO_NUM_THREADS fixes them), and --interface defaults to
+// GLOO_SOCKET_IFNAME. Ranks that are threads of one process read none of
+// these.
 #ifndef CHUNKZERO_TOOLS_TRAIN_LAUNCH_ENVIRONMENT_H_
 #define CHUNKZERO_TOOLS_TRAIN_LAUNCH_ENVIRONMENT_H_
 

@@ -35,6 +35,7 @@ TEST(LaunchEnvironment, TorchrunsVariablesMakeOneRankPerProcess) {
   EXPECT_EQ(o.world_size, 6);
   EXPECT_EQ(o.local_rank, 1);
   EXPECT_EQ(o.local_world_size, 2);
+  EXPECT_EQ(o.core_sharing_ranks, 2);
   EXPECT_EQ(o.backend, Backend::kGloo);
   EXPECT_EQ(o.rendezvous, "tcp://10.0.0.1:29500");
 }
@@ -101,16 +102,25 @@ TEST(LaunchEnvironment, LocalRankPlacesARankGivenOnTheCommandLine) {
   EXPECT_EQ(threads.local_rank, -1);
 }
 
-TEST(LaunchEnvironment, WithoutRankNothingChangesButTheInterface) {
+// A cluster may export these everywhere: ranks that are threads of one
+// process (no RANK, no --rank) read none of them.
+TEST(LaunchEnvironment, WithoutRankNothingChanges) {
   TrainOptions o;
   const TrainOptions before = o;
-  ASSERT_TRUE(ApplyLaunchEnvironment(
-                  Env({{"WORLD_SIZE", "8"}, {"MASTER_ADDR", "m"}}), {}, &o)
+  ASSERT_TRUE(ApplyLaunchEnvironment(Env({{"WORLD_SIZE", "8"},
+                                          {"MASTER_ADDR", "m"},
+                                          {"GLOO_SOCKET_IFNAME", "eth0"},
+                                          {"LOCAL_RANK", "1"},
+                                          {"LOCAL_WORLD_SIZE", "2"}}),
+                                     {}, &o)
                   .ok());
   EXPECT_EQ(o.rank, before.rank);
   EXPECT_EQ(o.world_size, before.world_size);
   EXPECT_EQ(o.backend, before.backend);
   EXPECT_EQ(o.rendezvous, before.rendezvous);
+  EXPECT_EQ(o.interface, "");
+  EXPECT_EQ(o.local_rank, -1);
+  EXPECT_EQ(o.local_world_size, 0);
 }
 
 TEST(LaunchEnvironment, ThreadsAreLeftToChunkzeroNumThreads) {
@@ -123,7 +133,8 @@ TEST(LaunchEnvironment, ThreadsAreLeftToChunkzeroNumThreads) {
                                           {"MASTER_PORT", "1"}}),
                                      {}, &o)
                   .ok());
-  EXPECT_EQ(o.local_world_size, 1);
+  EXPECT_EQ(o.local_world_size, 4);
+  EXPECT_EQ(o.core_sharing_ranks, 1);
 }
 
 TEST(LaunchEnvironment, BadValuesAreNamed) {

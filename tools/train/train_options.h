@@ -91,9 +91,14 @@ struct TrainOptions {
   // This rank's index among the ranks on its host (LOCAL_RANK): its GPU is
   // cuda:(local_rank mod the GPUs visible). -1: rank mod the GPUs visible.
   int local_rank = -1;
-  // How many rank processes share this host (LOCAL_WORLD_SIZE): each
-  // rank's kernels use that share of the cores.
-  int local_world_size = 1;
+  // How many rank processes run on this host (LOCAL_WORLD_SIZE; 0: not
+  // known); with fewer than world_size, ranks on other hosts must reach
+  // this one, so it may not listen on loopback.
+  int local_world_size = 0;
+  // How many rank processes share this host's cores: each rank's kernels
+  // use that share (local_world_size, unless CHUNKZERO_NUM_THREADS already
+  // gives each process its threads).
+  int core_sharing_ranks = 1;
   // The network interface whose address this rank listens on and gives its
   // peers (--interface, GLOO_SOCKET_IFNAME); empty: the address of the
   // route to the rendezvous server (loopback for a directory).

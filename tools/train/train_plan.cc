@@ -161,8 +161,11 @@ absl::Status CheckOptions(const TrainOptions& o) {
     }
     if (!negative_ok && value < 0) return Bad(flag, value, "want >= 0");
   }
-  if (!(o.comm_timeout_s > 0) || !std::isfinite(o.comm_timeout_s)) {
-    return Bad("comm_timeout_s", o.comm_timeout_s, "want a positive number");
+  // A day at most: deadlines are added to clocks, and no collective or
+  // rendezvous should wait longer.
+  if (!(o.comm_timeout_s > 0) || !(o.comm_timeout_s <= 86400)) {
+    return Bad("comm_timeout_s", o.comm_timeout_s,
+               "want a positive number of seconds, at most 86400");
   }
   if (o.memory_limit_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

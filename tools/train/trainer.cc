@@ -384,6 +384,20 @@ absl::StatusOr<std::string> ListenAddress(const TrainOptions& options) {
                      address.status().message(),
                      "; name this host's interface with --interface"));
   }
+  // A host that reaches the store over loopback (MASTER_ADDR resolving to
+  // 127.0.1.1 on itself, say) would give ranks on other hosts an address
+  // they cannot use: they would time out, much later, saying less.
+  if (options.local_world_size > 0 &&
+      options.world_size > options.local_world_size &&
+      comm::IsLoopbackAddress(*address)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rendezvous=", options.rendezvous, ": this host reaches ",
+        rendezvous.host, " over loopback (", *address,
+        "), an address ranks on other hosts cannot reach (", options.world_size,
+        " ranks, ", options.local_world_size,
+        " on this host); name this host's network interface with --interface "
+        "(or GLOO_SOCKET_IFNAME)"));
+  }
   return address;
 }
 
@@ -464,8 +478,10 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   // the address it listens on.
   std::unique_ptr<comm::RendezvousStore> process_store;
   if (options.rank >= 0) {
-    CZ_ASSIGN_OR_RETURN(process_store, OpenProcessRendezvous(options));
+    // The address first: it may set NCCL_SOCKET_IFNAME, which must happen
+    // before any thread (the tcp:// server's) runs.
     CZ_ASSIGN_OR_RETURN(gloo_options.hostname, ListenAddress(options));
+    CZ_ASSIGN_OR_RETURN(process_store, OpenProcessRendezvous(options));
   }
   // The first failure is the cause; later ones are what it did to the others.
   Mutex failure_mu;
@@ -495,7 +511,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   // launcher gives each such process its share through
   // CHUNKZERO_NUM_THREADS).
   const int ranks_here =
-      options.rank >= 0 ? options.local_world_size : options.world_size;
+      options.rank >= 0 ? options.core_sharing_ranks : options.world_size;
   result.threads_per_rank = ParallelThreadsShare(ranks_here);
   if (!gpu) {
     result.gemm_kernel =
