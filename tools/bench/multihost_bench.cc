@@ -229,8 +229,10 @@ double RunWorkers(
       return -1;
     }
     absl::string_view text = out;
-    if (seconds < 0 && absl::ConsumePrefix(&text, "seconds ")) {
-      absl::SimpleAtod(absl::StripTrailingAsciiWhitespace(text), &seconds);
+    if (seconds < 0 && absl::ConsumePrefix(&text, "seconds ") &&
+        !absl::SimpleAtod(absl::StripTrailingAsciiWhitespace(text), &seconds)) {
+      std::fprintf(stderr, "worker %zu printed %s\n", i, out.c_str());
+      return -1;
     }
   }
   return seconds;
@@ -330,20 +332,24 @@ BENCHMARK(BM_GlooAllReduce)
 
 int main(int argc, char** argv) {
   const std::string role = chunkzero::Arg(argc, argv, "role");
-  size_t bytes = 0;
-  absl::SimpleAtoi(chunkzero::Arg(argc, argv, "bytes"), &bytes);
-  int port = 0;
-  absl::SimpleAtoi(chunkzero::Arg(argc, argv, "port"), &port);
-  if (role == "sink") return chunkzero::Sink(port);
-  if (role == "source") {
-    return chunkzero::Source(chunkzero::Arg(argc, argv, "to"), port, bytes);
-  }
-  if (role == "allreduce") {
-    int rank = 0, world = 0;
-    absl::SimpleAtoi(chunkzero::Arg(argc, argv, "rank"), &rank);
-    absl::SimpleAtoi(chunkzero::Arg(argc, argv, "world"), &world);
-    return chunkzero::AllReduceRank(
-        rank, world, chunkzero::Arg(argc, argv, "rendezvous"), bytes);
+  if (!role.empty()) {
+    // A worker this binary started: its numbers are well formed.
+    size_t bytes = 0;
+    int port = 0, rank = 0, world = 0;
+    auto number = [&](absl::string_view name, auto* out) {
+      return absl::SimpleAtoi(chunkzero::Arg(argc, argv, name), out);
+    };
+    if (role == "sink" && number("port", &port)) return chunkzero::Sink(port);
+    if (role == "source" && number("port", &port) && number("bytes", &bytes)) {
+      return chunkzero::Source(chunkzero::Arg(argc, argv, "to"), port, bytes);
+    }
+    if (role == "allreduce" && number("bytes", &bytes) &&
+        number("rank", &rank) && number("world", &world)) {
+      return chunkzero::AllReduceRank(
+          rank, world, chunkzero::Arg(argc, argv, "rendezvous"), bytes);
+    }
+    std::fprintf(stderr, "multihost_bench: bad worker arguments\n");
+    return 2;
   }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
