@@ -62,6 +62,54 @@ absl::StatusOr<std::unique_ptr<TimedRedisStore>> TimedRedisStore::Connect(
   return store;
 }
 
+TimedRedisStore::Reply TimedRedisStore::Command(
+    const std::vector<std::string>& args) {
+  std::vector<const char*> argv;
+  std::vector<size_t> lengths;
+  for (const std::string& a : args) {
+    argv.push_back(a.data());
+    lengths.push_back(a.size());
+  }
+  Reply reply(static_cast<redisReply*>(redisCommandArgv(
+      redis_, static_cast<int>(argv.size()), argv.data(), lengths.data())));
+  if (reply == nullptr) {
+    throw gloo::IoException(
+        absl::StrCat("redis ", args[0], ": ", redis_->errstr));
+  }
+  if (reply->type == REDIS_REPLY_ERROR) {
+    throw gloo::IoException(absl::StrCat("redis ", args[0], ": ",
+                                         std::string(reply->str, reply->len)));
+  }
+  return reply;
+}
+
+void TimedRedisStore::set(const std::string& key,
+                          const std::vector<char>& data) {
+  const Reply reply =
+      Command({"SETNX", key, std::string(data.begin(), data.end())});
+  if (reply->type != REDIS_REPLY_INTEGER || reply->integer != 1) {
+    throw gloo::IoException(absl::StrCat("Key '", key, "' already set"));
+  }
+}
+
+std::vector<char> TimedRedisStore::get(const std::string& key) {
+  wait({key});
+  const Reply reply = Command({"GET", key});
+  if (reply->type != REDIS_REPLY_STRING) {
+    throw gloo::IoException(absl::StrCat(
+        "redis GET ", key, ": not a string (type ", reply->type, ")"));
+  }
+  return std::vector<char>(reply->str, reply->str + reply->len);
+}
+
+bool TimedRedisStore::AllSet(const std::vector<std::string>& keys) {
+  std::vector<std::string> args = {"EXISTS"};
+  args.insert(args.end(), keys.begin(), keys.end());
+  const Reply reply = Command(args);
+  return reply->type == REDIS_REPLY_INTEGER &&
+         reply->integer == static_cast<long long>(keys.size());
+}
+
 void TimedRedisStore::wait(const std::vector<std::string>& keys) {
   wait(keys, std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout_)));
 }
@@ -71,7 +119,7 @@ void TimedRedisStore::wait(const std::vector<std::string>& keys,
   // Capped (at about 35 years) so that the deadline cannot overflow.
   const auto deadline = std::chrono::steady_clock::now() +
                         std::min(timeout, std::chrono::milliseconds(1LL << 40));
-  while (!check(keys)) {
+  while (!AllSet(keys)) {
     if (timeout != gloo::kNoTimeout &&
         std::chrono::steady_clock::now() >= deadline) {
       throw gloo::IoException(

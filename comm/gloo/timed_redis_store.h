@@ -44,6 +44,11 @@ class TimedRedisStore final : public gloo::rendezvous::RedisStore {
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<TimedRedisStore>> Connect(
       const std::string& host, int port, absl::Duration timeout);
 
+  // SETNX, as Gloo's: a key already set throws "Key '...' already set".
+  // Gloo's own set(), get() and check() leak the reply when they throw.
+  void set(const std::string& key, const std::vector<char>& data) override;
+  // Waits for the key, then GETs it.
+  std::vector<char> get(const std::string& key) override;
   // Waits at most the timeout given to Connect() (get() waits this way).
   void wait(const std::vector<std::string>& keys) override;
   // Polls every 10 ms until every key is set; gloo::IoException "Wait
@@ -54,6 +59,16 @@ class TimedRedisStore final : public gloo::rendezvous::RedisStore {
  private:
   TimedRedisStore(const std::string& host, int port, absl::Duration timeout)
       : gloo::rendezvous::RedisStore(host, port), timeout_(timeout) {}
+
+  // Runs a command; throws gloo::IoException on a failure or an error
+  // reply (freeing it first).
+  struct ReplyDeleter {
+    void operator()(redisReply* reply) const { freeReplyObject(reply); }
+  };
+  using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+  Reply Command(const std::vector<std::string>& args);
+  // Whether every key is set (EXISTS).
+  bool AllSet(const std::vector<std::string>& keys);
 
   const absl::Duration timeout_;
 };
