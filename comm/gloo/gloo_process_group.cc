@@ -363,7 +363,20 @@ class Worker {
         first_failure = true;
       }
     }
-    if (first_failure) CloseConnections();
+    if (!first_failure) return status;
+    CloseConnections();
+    // A timeout, or a connection a peer closed (most often because that
+    // peer failed first and closed its own), says little of where the
+    // fault is: say which peers' hosts still answer. Probing after the
+    // close lets the peers fail at once rather than wait on this rank.
+    if (status.code() == absl::StatusCode::kDeadlineExceeded ||
+        status.code() == absl::StatusCode::kUnavailable) {
+      status = absl::Status(
+          status.code(), absl::StrCat(status.message(), "; ", ProbeFinding(op),
+                                      "; the group is now aborted"));
+      MutexLock lock(&mu_);
+      abort_status_ = DetachedCopy(status);
+    }
     return status;
   }
 
@@ -419,7 +432,7 @@ class Worker {
       if (!IsTimeoutMessage(e.what())) throw;
       // Every rank sent its header, so every rank joined: one of them
       // stopped (or its host became unreachable) while the data moved.
-      // Gloo's waits do not say which peer they waited for: the probe
+      // Gloo's waits do not say which peer they waited for: Run()'s probe
       // tells a lost host from a stopped rank.
       std::vector<int> peers;
       for (int r = 0; r < size_; ++r) {
@@ -430,13 +443,12 @@ class Worker {
           absl::FormatDuration(op.timeout),
           " moving its data; every rank had joined it, so one of rank",
           peers.size() == 1 ? " " : "s ", absl::StrJoin(peers, ", "),
-          " stopped or became unreachable while it ran (", e.what(), "); ",
-          ProbeFinding(op), "; the group is now aborted"));
+          " stopped or became unreachable while it ran (", e.what(), ")"));
     }
   }
 
-  // What a probe of the peers' hosts finds after `op` timed out, waiting
-  // at most op.timeout (and 3 s) for their answers.
+  // What a probe of the peers' hosts finds after `op` failed, waiting at
+  // most op.timeout (and 3 s) for their answers.
   std::string ProbeFinding(const Op& op) {
     if (probe_ == nullptr) return "no probe";
     return absl::StrCat(
@@ -681,11 +693,11 @@ class Worker {
     for (int r = 0; r < size_; ++r) {
       if (!arrived[r]) missing.push_back(r);
     }
-    return absl::DeadlineExceededError(absl::StrCat(
-        Describe(op.seq, op.call), " timed out on rank ", rank_, " after ",
-        absl::FormatDuration(op.timeout), " waiting for rank",
-        missing.size() == 1 ? " " : "s ", absl::StrJoin(missing, ", "),
-        " to join; ", ProbeFinding(op), "; the group is now aborted"));
+    return absl::DeadlineExceededError(
+        absl::StrCat(Describe(op.seq, op.call), " timed out on rank ", rank_,
+                     " after ", absl::FormatDuration(op.timeout),
+                     " waiting for rank", missing.size() == 1 ? " " : "s ",
+                     absl::StrJoin(missing, ", "), " to join"));
   }
 
   // size() == 1: every collective is a local copy at most.

@@ -777,6 +777,13 @@ TEST(GlooProcessGroup, MissingRankMakesOthersTimeOutNamingItThenGroupAborts) {
   EXPECT_THAT(later[1].message(),
               HasSubstr("collective #0 Barrier() failed on rank 1 [gloo tag "
                         "0]"));
+  // The closed connection is a symptom: rank 1 probes the peers' hosts
+  // (every one is this machine, and answers).
+  EXPECT_THAT(later[1].message(),
+              HasSubstr("; probe: every peer's host answers (so a rank "
+                        "stopped, or the network between some hosts is "
+                        "down); the group is now aborted"));
+  EXPECT_EQ((*groups)[1]->abort_status().message(), later[1].message());
 }
 
 TEST(GlooProcessGroup, CreateTimesOutNamingTheRanksThatDidNotJoin) {
