@@ -3,19 +3,23 @@
 # the plain build), and ends with one line `N passed, N failed, N skipped`.
 #
 #   bash tools/test.sh                 # what the README's quick start runs
-#   bash tools/test.sh format thread-safety default tsan asan ubsan cuda \
+#   bash tools/test.sh format thread-safety default tsan asan+ubsan cuda \
 #     gpu-bundle fuzz                  # what CI runs (.ci/run)
 #   bash tools/test.sh cuda            # nvcc and CUDA linked; GPU tests
 #                                      # skip where no GPU is visible
-#   bash tools/test.sh asan ubsan
+#   bash tools/test.sh asan ubsan      # one build each
+#   bash tools/test.sh asan+ubsan      # one build with both (what CI runs)
 #   bash tools/test.sh fuzz            # libFuzzer, 60 s per target
 #                                      # (CHUNKZERO_FUZZ_SECONDS)
 #   bash tools/test.sh format          # .clang-format (tools/format_check.sh)
-#   bash tools/test.sh thread-safety   # build //... with clang -Wthread-safety
+#   bash tools/test.sh thread-safety   # compile //... with clang
+#                                      # -Wthread-safety (nothing links)
 #   bash tools/test.sh gpu-bundle      # tools/gpu/bundle.sh and its run.sh
 #
 # Counts are of GoogleTest test cases, read from the test.xml files Bazel
 # keeps; a test target that fails to build or times out counts as one failed.
+# Each config's line also gives the seconds it took: CI has 90 minutes for
+# all of them.
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -27,7 +31,10 @@ configs=("$@")
 total_passed=0
 total_failed=0
 total_skipped=0
+started=${SECONDS}
+phase_done() { echo "=== ${config} took $((SECONDS - phase_start)) s" >&2; }
 for config in "${configs[@]}"; do
+  phase_start=${SECONDS}
   if [[ "${config}" == format ]]; then
     # Every C++ file against .clang-format: one case.
     echo "=== format (tools/format_check.sh)" >&2
@@ -36,19 +43,24 @@ for config in "${configs[@]}"; do
     else
       total_failed=$((total_failed + 1))
     fi
+    phase_done
     continue
   fi
   if [[ "${config}" == thread-safety ]]; then
-    # A build, not a test run: clang's -Wthread-safety checks every lock
-    # annotation at compile time (.bazelrc), benchmarks included.
+    # A compile, not a test run: clang's -Wthread-safety checks every lock
+    # annotation at compile time (.bazelrc), benchmarks included. Only the
+    # object files are asked for (output group compilation_outputs), so
+    # nothing links: the other configs link everything.
     echo "=== bazel build --config=thread-safety //... (and manual targets)" >&2
     manual="$(bazel query 'attr(tags, "manual", //...)' 2>/dev/null)"
     # shellcheck disable=SC2086
-    if bazel build --config=thread-safety //... ${manual} >&2; then
+    if bazel build --config=thread-safety \
+      --output_groups=compilation_outputs //... ${manual} >&2; then
       total_passed=$((total_passed + 1))
     else
       total_failed=$((total_failed + 1))
     fi
+    phase_done
     continue
   fi
   if [[ "${config}" == gpu-bundle ]]; then
@@ -67,6 +79,7 @@ for config in "${configs[@]}"; do
       total_failed=$((total_failed + 1))
     fi
     rm -rf "${bundle}"
+    phase_done
     continue
   fi
   if [[ "${config}" == fuzz ]]; then
@@ -83,10 +96,16 @@ for config in "${configs[@]}"; do
     echo "fuzz: ${passed} passed, ${failed} failed, 0 skipped" >&2
     total_passed=$((total_passed + passed))
     total_failed=$((total_failed + failed))
+    phase_done
     continue
   fi
+  # "asan+ubsan": both sanitizers in one build (--config=asan
+  # --config=ubsan), which costs one build rather than two.
   flags=()
-  [[ "${config}" == default ]] || flags=("--config=${config}")
+  if [[ "${config}" != default ]]; then
+    IFS=+ read -r -a parts <<<"${config}"
+    for part in "${parts[@]}"; do flags+=("--config=${part}"); done
+  fi
   log="$(mktemp)"
   echo "=== bazel test ${flags[*]} //..." >&2
   bazel test "${flags[@]}" --test_summary=short //... 2>&1 | tee "${log}" >&2
@@ -94,6 +113,7 @@ for config in "${configs[@]}"; do
   rm -f "${log}"
   read -r passed failed skipped <<<"${counts}"
   echo "${config}: ${passed} passed, ${failed} failed, ${skipped} skipped" >&2
+  phase_done
   total_passed=$((total_passed + passed))
   total_failed=$((total_failed + failed))
   total_skipped=$((total_skipped + skipped))
@@ -102,5 +122,6 @@ done
 # Leave no Bazel server behind (CI runs this in a throwaway clone).
 bazel shutdown >/dev/null 2>&1 || true
 
+echo "all configs took $((SECONDS - started)) s" >&2
 echo "${total_passed} passed, ${total_failed} failed, ${total_skipped} skipped"
 ((total_failed == 0 && total_passed > 0))
