@@ -27,6 +27,7 @@
 #include "base/detached_status.h"
 #include "base/mutex.h"
 #include "comm/argument_checks.h"
+#include "comm/gloo/gloo_timeout.h"
 #include "comm/gloo/peer_probe.h"
 #include "comm/gloo/shared_segments.h"
 #include "comm/internal/deadline.h"
@@ -148,13 +149,6 @@ std::string Describe(uint64_t seq, const CollectiveCall& call) {
   return absl::StrCat("collective #", seq, " ", call.ToString());
 }
 
-// Gloo reports every timeout (store waits, connects, transfers) as an
-// IoException whose message says so; there is no separate type.
-bool IsTimeoutMessage(absl::string_view what) {
-  return absl::StrContains(what, "imed out") ||
-         absl::StrContains(what, "imeout");
-}
-
 // Runs `fn`, turning any exception into a status whose message starts with
 // `context`. Gloo signals every failure by throwing; none may escape a
 // worker thread (that would terminate the process).
@@ -163,7 +157,7 @@ absl::Status CatchGloo(const std::string& context, Fn&& fn) {
   try {
     return fn();
   } catch (const gloo::IoException& e) {
-    const absl::StatusCode code = IsTimeoutMessage(e.what())
+    const absl::StatusCode code = IsGlooTimeoutMessage(e.what())
                                       ? absl::StatusCode::kDeadlineExceeded
                                       : absl::StatusCode::kUnavailable;
     return absl::Status(code, absl::StrCat(context, ": ", e.what()));
@@ -429,7 +423,7 @@ class Worker {
       }
       return status;
     } catch (const gloo::IoException& e) {
-      if (!IsTimeoutMessage(e.what())) throw;
+      if (!IsGlooTimeoutMessage(e.what())) throw;
       // Every rank sent its header, so every rank joined: one of them
       // stopped (or its host became unreachable) while the data moved.
       // Gloo's waits do not say which peer they waited for: Run()'s probe
@@ -524,7 +518,7 @@ class Worker {
         return absl::CancelledError("aborted");  // See Run().
       }
     } catch (const gloo::IoException& e) {
-      if (!IsTimeoutMessage(e.what())) throw;
+      if (!IsGlooTimeoutMessage(e.what())) throw;
       return JoinTimeout(op, arrived);
     }
     for (int peer = 1; peer < size_; ++peer) {

@@ -17,6 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "comm/gloo/gloo_timeout.h"
+#include "comm/gloo/host_port.h"
 #include "comm/internal/deadline.h"
 #include "gloo/rendezvous/store.h"
 
@@ -27,14 +29,11 @@ namespace {
 
 constexpr char kKeyPrefix[] = "chunkzero_gloo_probe_";
 
-// "host:port" split at its last ':' (an IPv6 host is in brackets).
+// "host:port" as Open() wrote it (an IPv6 host in brackets).
 std::pair<std::string, std::string> SplitAddress(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  return {host, address.substr(colon + 1)};
+  absl::StatusOr<HostPort> split = SplitHostPort(address);
+  if (!split.ok()) return {address, ""};  // Not one of ours: fails to resolve.
+  return {split->host, split->port};
 }
 
 // Starts a non-blocking connect to `address`; -1 if it failed at once,
@@ -126,11 +125,9 @@ absl::StatusOr<std::unique_ptr<PeerProbe>> PeerProbe::Open(
     }
   } catch (const std::exception& e) {
     close(fd);
-    // Gloo's stores say "timeout" for a key that did not come in time.
-    const bool timed_out = absl::StrContains(e.what(), "imeout") ||
-                           absl::StrContains(e.what(), "imed out");
-    return absl::Status(timed_out ? absl::StatusCode::kDeadlineExceeded
-                                  : absl::StatusCode::kUnavailable,
+    return absl::Status(IsGlooTimeoutMessage(e.what())
+                            ? absl::StatusCode::kDeadlineExceeded
+                            : absl::StatusCode::kUnavailable,
                         absl::StrCat("exchanging probe addresses: ", e.what()));
   }
   return std::unique_ptr<PeerProbe>(

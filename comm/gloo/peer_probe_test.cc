@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "comm/testing/free_port.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gloo/rendezvous/store.h"
 #include "gmock/gmock.h"
@@ -83,15 +84,14 @@ TEST(PeerProbe, APeerWhosePortIsClosedIsGone) {
 // drops new SYNs, so a connect to it gets no answer, as with a lost host.
 // Returns "127.0.0.1:port"; the descriptors stay open in `fds`.
 std::string SilentAddress(std::vector<int>& fds) {
-  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  int port = 0;
+  const int listener = comm_testing::ListeningSocket(&port, /*backlog=*/0);
+  EXPECT_GE(listener, 0);
+  fds.push_back(listener);
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  listen(listener, 0);
-  getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
-  fds.push_back(listener);
+  address.sin_port = htons(static_cast<uint16_t>(port));
   // Fill the queue (a backlog of 0 holds one connection).
   for (int i = 0; i < 2; ++i) {
     const int c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
@@ -99,7 +99,7 @@ std::string SilentAddress(std::vector<int>& fds) {
     fds.push_back(c);
   }
   absl::SleepFor(absl::Milliseconds(50));
-  return absl::StrCat("127.0.0.1:", ntohs(address.sin_port));
+  return absl::StrCat("127.0.0.1:", port);
 }
 
 TEST(PeerProbe, UnreachableHostsAreGroupedAndNamed) {

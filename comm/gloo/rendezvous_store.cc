@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "comm/gloo/host_port.h"
 #include "comm/gloo/tcp_store.h"
 #include "comm/gloo/tcp_store_server.h"
 #include "comm/gloo/timed_redis_store.h"
@@ -27,29 +28,11 @@ absl::Status Bad(absl::string_view text, absl::string_view why) {
 // "HOST[:PORT]" or "[V6]:PORT"; `default_port` 0: the port is required.
 absl::Status ParseHostPort(absl::string_view text, absl::string_view hostport,
                            int default_port, RendezvousAddress* out) {
-  absl::string_view host = hostport;
-  absl::string_view port;
-  if (absl::ConsumePrefix(&host, "[")) {
-    const size_t close = host.find(']');
-    if (close == absl::string_view::npos) {
-      return Bad(text, "an IPv6 host opened with '[' has no ']'");
-    }
-    absl::string_view after = host.substr(close + 1);
-    host = host.substr(0, close);
-    if (!after.empty() && !absl::ConsumePrefix(&after, ":")) {
-      return Bad(text, "after ']' comes ':PORT' or nothing");
-    }
-    port = after;
-  } else if (const size_t colon = host.rfind(':');
-             colon != absl::string_view::npos) {
-    port = host.substr(colon + 1);
-    host = host.substr(0, colon);
-    if (absl::StrContains(host, ':')) {
-      return Bad(text, "write an IPv6 host in brackets: [::1]:PORT");
-    }
-  }
-  if (host.empty()) return Bad(text, "no host");
-  out->host = std::string(host);
+  absl::StatusOr<gloo_internal::HostPort> split =
+      gloo_internal::SplitHostPort(hostport);
+  if (!split.ok()) return Bad(text, split.status().message());
+  out->host = split->host;
+  const absl::string_view port = split->port;
   if (port.empty()) {
     if (default_port == 0) return Bad(text, "no port (HOST:PORT)");
     out->port = default_port;

@@ -97,7 +97,7 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(
   // the name has, again every 100 ms, until the deadline.
   int last_error = 0;
   int fd = -1;
-  while (fd < 0) {
+  comm_internal::RetryUntil(deadline, absl::Milliseconds(100), [&] {
     for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
       const int result = ConnectOnce(*a, deadline);
       if (result >= 0) {
@@ -106,9 +106,8 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(
         last_error = -result;
       }
     }
-    if (fd >= 0 || absl::Now() >= deadline) break;
-    absl::SleepFor(std::min(absl::Milliseconds(100), deadline - absl::Now()));
-  }
+    return fd >= 0;
+  });
   freeaddrinfo(found);
   if (fd < 0) {
     return absl::DeadlineExceededError(absl::StrCat(

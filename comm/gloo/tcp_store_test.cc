@@ -17,6 +17,7 @@
 #include "comm/gloo/gloo_process_group.h"
 #include "comm/gloo/tcp_store_server.h"
 #include "comm/gloo/tcp_store_wire.h"
+#include "comm/testing/free_port.h"
 #include "gloo/common/error.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -209,17 +210,10 @@ TEST(TcpStore, AServerThatGoesAwayFailsTheNextCall) {
 
 TEST(TcpStore, AServerThatStopsAnsweringTimesOut) {
   // A socket that accepts connections (the kernel does) but never reads.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)),
-            0);
-  ASSERT_EQ(listen(fd, 4), 0);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  std::unique_ptr<TcpStore> a =
-      ConnectTo(ntohs(address.sin_port), absl::Milliseconds(300));
+  int port = 0;
+  const int fd = comm_testing::ListeningSocket(&port);
+  ASSERT_GE(fd, 0);
+  std::unique_ptr<TcpStore> a = ConnectTo(port, absl::Milliseconds(300));
   ASSERT_NE(a, nullptr);
   const absl::Time start = absl::Now();
   EXPECT_THAT(ThrownBy([&] { a->set("k", Bytes("v")); }),

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "comm/internal/deadline.h"
 #include "gloo/common/error.h"
 
 namespace chunkzero {
@@ -28,23 +29,24 @@ absl::StatusOr<std::unique_ptr<TimedRedisStore>> TimedRedisStore::Connect(
   // its context, so retrying through it would leak a context and a socket
   // each time.
   const absl::Time deadline = absl::Now() + timeout;
-  while (true) {
-    const absl::Duration left = deadline - absl::Now();
-    const timeval tv = absl::ToTimeval(
-        std::clamp(left, absl::Milliseconds(1), absl::Seconds(2)));
-    redisContext* probe = redisConnectWithTimeout(host.c_str(), port, tv);
-    const bool up = probe != nullptr && probe->err == 0;
-    const std::string why = probe == nullptr ? "cannot allocate a context"
-                            : up             ? ""
-                                             : probe->errstr;
-    if (probe != nullptr) redisFree(probe);
-    if (up) break;
-    if (absl::Now() >= deadline) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot reach the rendezvous store ", where, " within ",
-                       absl::FormatDuration(timeout), ": ", why));
-    }
-    absl::SleepFor(std::min(absl::Milliseconds(100), deadline - absl::Now()));
+  std::string why;
+  const bool up =
+      comm_internal::RetryUntil(deadline, absl::Milliseconds(100), [&] {
+        const absl::Duration left = deadline - absl::Now();
+        const timeval tv = absl::ToTimeval(
+            std::clamp(left, absl::Milliseconds(1), absl::Seconds(2)));
+        redisContext* probe = redisConnectWithTimeout(host.c_str(), port, tv);
+        const bool answered = probe != nullptr && probe->err == 0;
+        why = probe == nullptr ? "cannot allocate a context"
+              : answered       ? ""
+                               : probe->errstr;
+        if (probe != nullptr) redisFree(probe);
+        return answered;
+      });
+  if (!up) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach the rendezvous store ", where, " within ",
+                     absl::FormatDuration(timeout), ": ", why));
   }
   std::unique_ptr<TimedRedisStore> store;
   try {

@@ -1,5 +1,6 @@
-// How long a blocking store or transport call may wait for a deadline:
-// Gloo (and its rendezvous stores) take whole milliseconds, at least one.
+// Deadlines for blocking store and transport calls: how long one may wait
+// (Gloo and its rendezvous stores take whole milliseconds, at least one),
+// and retrying a connect until the other side is up.
 #ifndef CHUNKZERO_COMM_INTERNAL_DEADLINE_H_
 #define CHUNKZERO_COMM_INTERNAL_DEADLINE_H_
 
@@ -19,6 +20,21 @@ inline std::chrono::milliseconds MillisecondsLeft(absl::Time deadline) {
   const int64_t ms = absl::ToInt64Milliseconds(
       absl::Ceil(deadline - absl::Now(), absl::Milliseconds(1)));
   return std::chrono::milliseconds(std::max<int64_t>(ms, 1));
+}
+
+// Calls `attempt` (returning bool) until it returns true or `deadline`
+// passes, sleeping `every` between tries but never past the deadline;
+// whether a try succeeded. The first try is made even if the deadline has
+// passed. For servers that may come up after their clients (a store on
+// another host, rank 0's port).
+template <typename Attempt>
+bool RetryUntil(absl::Time deadline, absl::Duration every, Attempt&& attempt) {
+  while (true) {
+    if (attempt()) return true;
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return false;
+    absl::SleepFor(std::min(every, deadline - now));
+  }
 }
 
 }  // namespace comm_internal

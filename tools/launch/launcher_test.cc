@@ -429,18 +429,10 @@ TEST_F(RunJobTest, ARedisServerThatCannotStartIsNamed) {
     GTEST_SKIP() << "no /usr/bin/redis-server (Debian package redis-server)";
   }
   // The port is taken.
-  const int taken = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_ANY);
-  socklen_t length = sizeof(address);
-  ASSERT_EQ(
-      bind(taken, reinterpret_cast<const sockaddr*>(&address), sizeof(address)),
-      0);
-  ASSERT_EQ(listen(taken, 1), 0);
-  ASSERT_EQ(getsockname(taken, reinterpret_cast<sockaddr*>(&address), &length),
-            0);
-  const int port = ntohs(address.sin_port);
+  int port = 0;
+  const int taken = comm_testing::ListeningSocket(&port, /*backlog=*/1,
+                                                  /*every_address=*/true);
+  ASSERT_GE(taken, 0);
   LaunchOptions options = Options(1, {});
   options.master_addr = "127.0.0.1";
   options.master_port = port;
