@@ -3,11 +3,14 @@
 #include <cstdint>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/file.h"
 
 namespace chunkzero {
 namespace {
@@ -165,21 +168,60 @@ absl::StatusOr<int64_t> ParseByteCountFlag(absl::string_view flag,
   return count << shift;
 }
 
-std::set<std::string> FlagsOnCommandLine(int argc, const char* const* argv) {
-  std::set<std::string> given;
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
+namespace {
+
+// Files nested deeper than this are not read (a flagfile that names itself
+// would otherwise never end); Abseil has read them all by now anyway.
+constexpr int kMaxFlagfileDepth = 8;
+
+void AddFlagNames(const std::vector<std::string>& args, int depth,
+                  std::set<std::string>* given) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    absl::string_view arg = args[i];
     if (arg == "--") break;
     if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) {
       continue;
     }
-    arg = arg.substr(0, arg.find('='));
-    if (arg.empty()) continue;
-    given.emplace(arg);
+    const size_t eq = arg.find('=');
+    absl::string_view name = arg.substr(0, eq);
+    if (name.empty()) continue;
+    if (name == "flagfile") {
+      // Its value: after '=' or the next argument; a comma-separated list
+      // of files of one flag per line ('#' starts a comment line).
+      absl::string_view files;
+      if (eq != absl::string_view::npos) {
+        files = arg.substr(eq + 1);
+      } else if (i + 1 < args.size()) {
+        files = args[++i];
+      }
+      if (depth >= kMaxFlagfileDepth) continue;
+      for (absl::string_view file :
+           absl::StrSplit(files, ',', absl::SkipEmpty())) {
+        absl::StatusOr<std::string> text = ReadFileToString(std::string(file));
+        if (!text.ok()) continue;  // Abseil has already refused it.
+        std::vector<std::string> lines;
+        for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+          line = absl::StripAsciiWhitespace(line);
+          if (!line.empty() && line[0] != '#') lines.emplace_back(line);
+        }
+        AddFlagNames(lines, depth + 1, given);
+      }
+      continue;
+    }
+    given->emplace(name);
     // "--noname" sets the bool "name" (absl accepts both spellings, and a
     // flag named "no..." is not one of ours).
-    if (absl::StartsWith(arg, "no")) given.emplace(arg.substr(2));
+    if (absl::StartsWith(name, "no")) given->emplace(name.substr(2));
   }
+}
+
+}  // namespace
+
+std::set<std::string> FlagsOnCommandLine(int argc, const char* const* argv) {
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  std::set<std::string> given;
+  AddFlagNames(args, 0, &given);
   return given;
 }
 

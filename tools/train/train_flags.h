@@ -62,8 +62,9 @@ absl::string_view ParamOrderFlagValue(ParamOrder order);
 
 // The names of the flags a command line sets (argv[0] is the program):
 // "--name=v", "--name v", "-name", "--noname" (a false bool) each give
-// "name"; nothing after "--" counts. What the environment may fill in
-// depends on it (launch_environment.h).
+// "name"; nothing after "--" counts; the flags in each --flagfile count as
+// given on the command line, as Abseil reads them. What the environment
+// may fill in depends on it (launch_environment.h).
 std::set<std::string> FlagsOnCommandLine(int argc, const char* const* argv);
 
 }  // namespace chunkzero

@@ -1,6 +1,10 @@
 #include "tools/train/train_flags.h"
 
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -109,6 +113,33 @@ TEST(FlagsOnCommandLine, NamesEachSpellingUpToTheSeparator) {
                                    "nofused_attention", "fused_attention"}));
   const char* none[] = {"train"};
   EXPECT_TRUE(FlagsOnCommandLine(1, none).empty());
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+TEST(FlagsOnCommandLine, CountsTheFlagsOfEachFlagfile) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  const std::string a = dir + "/a.flags", b = dir + "/b.flags",
+                    c = dir + "/c.flags", self = dir + "/self.flags";
+  WriteText(a, "# the cluster's\n--rank=2\n\n  --world_size=8  \n--flagfile=" +
+                   c + "\n");
+  WriteText(b, "--nofused_attention\n");
+  WriteText(c, "--rendezvous=tcp://h:1\n");
+  // A file that names itself is read a bounded number of times.
+  WriteText(self, "--steps=3\n--flagfile=" + self + "\n");
+  const std::string both = "--flagfile=" + a + "," + b;
+  const char* args[] = {"train", both.c_str(), "--flagfile", self.c_str(),
+                        "--seed=1"};
+  EXPECT_EQ(FlagsOnCommandLine(5, args),
+            (std::set<std::string>{"rank", "world_size", "rendezvous",
+                                   "nofused_attention", "fused_attention",
+                                   "steps", "seed"}));
+  // A file that cannot be read adds nothing (Abseil has refused it).
+  const std::string missing = "--flagfile=" + dir + "/missing.flags";
+  const char* gone[] = {"train", missing.c_str(), "--rank=1"};
+  EXPECT_EQ(FlagsOnCommandLine(3, gone), (std::set<std::string>{"rank"}));
 }
 
 }  // namespace
