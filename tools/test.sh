@@ -3,8 +3,11 @@
 # the plain build), and ends with one line `N passed, N failed, N skipped`.
 #
 #   bash tools/test.sh                 # what the README's quick start runs
-#   bash tools/test.sh format thread-safety default tsan asan+ubsan cuda \
-#     gpu-bundle fuzz                  # what CI runs (.ci/run)
+#   bash tools/test.sh format default tsan asan+ubsan gpu-bundle fuzz
+#                                      # what CI runs (.ci/run)
+#   bash tools/test.sh tsan            # clang: ThreadSanitizer and the
+#                                      # thread-safety analysis, manual
+#                                      # targets compiled too
 #   bash tools/test.sh cuda            # nvcc and CUDA linked; GPU tests
 #                                      # skip where no GPU is visible
 #   bash tools/test.sh asan ubsan      # one build each
@@ -13,7 +16,8 @@
 #                                      # (CHUNKZERO_FUZZ_SECONDS)
 #   bash tools/test.sh format          # .clang-format (tools/format_check.sh)
 #   bash tools/test.sh thread-safety   # compile //... with clang
-#                                      # -Wthread-safety (nothing links)
+#                                      # -Wthread-safety only (quicker
+#                                      # than tsan; nothing links)
 #   bash tools/test.sh gpu-bundle      # tools/gpu/bundle.sh and its run.sh
 #
 # Counts are of GoogleTest test cases, read from the test.xml files Bazel
@@ -112,6 +116,20 @@ for config in "${configs[@]}"; do
   counts="$(python3 tools/count_tests.py "${log}" "$(bazel info "${flags[@]}" bazel-testlogs 2>/dev/null)")"
   rm -f "${log}"
   read -r passed failed skipped <<<"${counts}"
+  if [[ "${config}" == tsan ]]; then
+    # The tsan build (clang) also runs the thread-safety analysis; the
+    # manual targets (benchmarks, tools) are compiled under it too: one
+    # case.
+    echo "=== bazel build --config=tsan (manual targets, compile only)" >&2
+    manual="$(bazel query 'kind("cc_(binary|library|test)", attr(tags, "manual", //...))' 2>/dev/null)"
+    # shellcheck disable=SC2086
+    if bazel build "${flags[@]}" --output_groups=compilation_outputs \
+      ${manual} >&2; then
+      passed=$((passed + 1))
+    else
+      failed=$((failed + 1))
+    fi
+  fi
   echo "${config}: ${passed} passed, ${failed} failed, ${skipped} skipped" >&2
   phase_done
   total_passed=$((total_passed + passed))

@@ -16,7 +16,18 @@
 //                             2(N-1)/N, tcp_stream = BM_TcpStream's figure
 //                             measured in this run (best of three),
 //                             busbw_over_tcp_stream the ratio (target
-//                             >= 0.5)
+//                             >= 0.5); tcp_ring = BM_TcpRing's per-link
+//                             figure for the same N, busbw_over_tcp_ring
+//                             the ratio to it
+// BM_TcpRing/hosts:N/bytes:S  every host sends S bytes to the next one
+//                             (host i to i+1 mod N) while it receives from
+//                             the one before, all starting at one instant:
+//                             gbps = S / (the slowest stream's time). On
+//                             separate machines this is the one-way stream
+//                             again (links are full duplex); here, where
+//                             the hosts share the machine's cores, it is
+//                             what each link carries when every host sends
+//                             and receives at once, as in an all-reduce.
 // The workers are this binary again (--role=...), started in the hosts'
 // namespaces; each benchmark iteration is one such measurement (manual
 // time).
@@ -27,7 +38,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -98,8 +111,12 @@ int Sink(int port) {
 }
 
 // --role=source: sends --bytes to --to (host:port) and prints the seconds
-// from connect to the sink's acknowledgement.
-int Source(const std::string& host, int port, size_t bytes) {
+// from the start to the sink's acknowledgement. The start is when the
+// connection is made or, if later, --start_at (ns since the Unix epoch:
+// the clock every namespace of the machine shares), so that several
+// sources send at once.
+int Source(const std::string& host, int port, size_t bytes,
+           int64_t start_at_ns) {
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<uint16_t>(port));
@@ -120,6 +137,8 @@ int Source(const std::string& host, int port, size_t bytes) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   std::vector<char> buffer(1 << 20, 'x');
+  const absl::Duration wait = absl::FromUnixNanos(start_at_ns) - absl::Now();
+  if (wait > absl::ZeroDuration()) absl::SleepFor(wait);
   const Clock::time_point start = Clock::now();
   for (size_t sent = 0; sent < bytes;) {
     const ssize_t n =
@@ -196,8 +215,8 @@ std::string Self() {
   return n > 0 ? std::string(path, static_cast<size_t>(n)) : "";
 }
 
-// Runs the workers (host, argv) to their end; the "seconds" the first one
-// prints, or a negative number after printing why.
+// Runs the workers (host, argv) to their end; the most "seconds" any of
+// them printed, or a negative number after printing why.
 double RunWorkers(
     const std::vector<std::pair<int, std::vector<std::string>>>& workers) {
   NetnsTestbed* hosts = nullptr;
@@ -229,30 +248,54 @@ double RunWorkers(
       return -1;
     }
     absl::string_view text = out;
-    if (seconds < 0 && absl::ConsumePrefix(&text, "seconds ") &&
-        !absl::SimpleAtod(absl::StripTrailingAsciiWhitespace(text), &seconds)) {
+    if (!absl::ConsumePrefix(&text, "seconds ")) continue;
+    double these = 0;
+    if (!absl::SimpleAtod(absl::StripTrailingAsciiWhitespace(text), &these)) {
       std::fprintf(stderr, "worker %zu printed %s\n", i, out.c_str());
       return -1;
     }
+    seconds = std::max(seconds, these);
   }
   return seconds;
 }
 
-double TcpStreamSeconds(size_t bytes) {
-  NetnsTestbed* hosts = nullptr;
+// Streams of `bytes` from host i to host i + 1 (mod `world`), every one
+// starting at the same instant (for `world` 2, host 1 sends back to 0; for
+// 1, the single stream 0 to 1); the slowest one's seconds.
+double TcpRingSeconds(int world, size_t bytes) {
   std::string why;
-  hosts = Hosts(&why);
+  NetnsTestbed* hosts = Hosts(&why);
   if (hosts == nullptr) return -1;
   const std::string size = absl::StrCat("--bytes=", bytes);
-  return RunWorkers(
-      {{0,
-        {"--role=source", absl::StrCat("--to=", hosts->address(1)),
-         absl::StrCat("--port=", kPort), size}},
-       {1, {"--role=sink", absl::StrCat("--port=", kPort)}}});
+  // Long enough for every worker to start and connect (ip netns exec).
+  const std::string start_at = absl::StrCat(
+      "--start_at=", absl::ToUnixNanos(absl::Now() + absl::Seconds(1)));
+  std::vector<std::pair<int, std::vector<std::string>>> workers;
+  const int streams = std::max(world, 1);
+  for (int i = 0; i < streams; ++i) {
+    const int to = (i + 1) % std::max(world, 2);
+    workers.push_back({to, {"--role=sink", absl::StrCat("--port=", kPort)}});
+    workers.push_back(
+        {i,
+         {"--role=source", absl::StrCat("--to=", hosts->address(to)),
+          absl::StrCat("--port=", kPort), size, start_at}});
+  }
+  return RunWorkers(workers);
 }
 
-void BM_TcpStream(benchmark::State& state) {
-  const size_t bytes = static_cast<size_t>(state.range(0));
+// The best of three of TcpRingSeconds(world, bytes), as GB/s; 0 if every
+// try failed.
+double BestRingGbps(int world, size_t bytes) {
+  double best = -1;
+  for (int i = 0; i < 3; ++i) {
+    const double t = TcpRingSeconds(world, bytes);
+    if (t > 0 && (best < 0 || t < best)) best = t;
+  }
+  return best > 0 ? bytes / best / 1e9 : 0;
+}
+
+// One TcpRingSeconds(world, bytes) per iteration; counter gbps.
+void MeasureRing(benchmark::State& state, int world, size_t bytes) {
   std::string why;
   if (Hosts(&why) == nullptr) {
     state.SkipWithError(why.c_str());
@@ -260,9 +303,9 @@ void BM_TcpStream(benchmark::State& state) {
   }
   double gbps = 0;
   for (auto _ : state) {
-    const double seconds = TcpStreamSeconds(bytes);
+    const double seconds = TcpRingSeconds(world, bytes);
     if (seconds <= 0) {
-      state.SkipWithError("the stream failed");
+      state.SkipWithError("a stream failed");
       return;
     }
     state.SetIterationTime(seconds);
@@ -270,9 +313,25 @@ void BM_TcpStream(benchmark::State& state) {
   }
   state.counters["gbps"] = gbps;
 }
+
+void BM_TcpStream(benchmark::State& state) {
+  MeasureRing(state, 1, static_cast<size_t>(state.range(0)));
+}
 BENCHMARK(BM_TcpStream)
     ->ArgName("bytes")
     ->Arg(64 << 20)
+    ->UseManualTime()
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+
+void BM_TcpRing(benchmark::State& state) {
+  MeasureRing(state, static_cast<int>(state.range(0)),
+              static_cast<size_t>(state.range(1)));
+}
+BENCHMARK(BM_TcpRing)
+    ->ArgNames({"hosts", "bytes"})
+    ->Args({2, 64 << 20})
+    ->Args({3, 64 << 20})
     ->UseManualTime()
     ->Iterations(3)
     ->Unit(benchmark::kMillisecond);
@@ -286,12 +345,9 @@ void BM_GlooAllReduce(benchmark::State& state) {
     state.SkipWithError(why.c_str());
     return;
   }
-  // The stream's figure from this run, for the ratio: the best of three.
-  double stream_seconds = -1;
-  for (int i = 0; i < 3; ++i) {
-    const double t = TcpStreamSeconds(bytes);
-    if (t > 0 && (stream_seconds < 0 || t < stream_seconds)) stream_seconds = t;
-  }
+  // The streams' figures from this run, for the ratios: best of three.
+  const double stream = BestRingGbps(1, bytes);
+  const double ring = BestRingGbps(world, bytes);
   double seconds = 0;
   int round = 0;
   for (auto _ : state) {
@@ -313,11 +369,12 @@ void BM_GlooAllReduce(benchmark::State& state) {
   }
   const double algbw = bytes / seconds / 1e9;
   const double busbw = algbw * 2.0 * (world - 1) / world;
-  const double stream = stream_seconds > 0 ? bytes / stream_seconds / 1e9 : 0;
   state.counters["algbw"] = algbw;
   state.counters["busbw"] = busbw;
   state.counters["tcp_stream"] = stream;
   state.counters["busbw_over_tcp_stream"] = stream > 0 ? busbw / stream : 0;
+  state.counters["tcp_ring"] = ring;
+  state.counters["busbw_over_tcp_ring"] = ring > 0 ? busbw / ring : 0;
 }
 BENCHMARK(BM_GlooAllReduce)
     ->ArgNames({"hosts", "bytes"})
@@ -336,12 +393,15 @@ int main(int argc, char** argv) {
     // A worker this binary started: its numbers are well formed.
     size_t bytes = 0;
     int port = 0, rank = 0, world = 0;
+    int64_t start_at_ns = 0;
     auto number = [&](absl::string_view name, auto* out) {
       return absl::SimpleAtoi(chunkzero::Arg(argc, argv, name), out);
     };
     if (role == "sink" && number("port", &port)) return chunkzero::Sink(port);
-    if (role == "source" && number("port", &port) && number("bytes", &bytes)) {
-      return chunkzero::Source(chunkzero::Arg(argc, argv, "to"), port, bytes);
+    if (role == "source" && number("port", &port) && number("bytes", &bytes) &&
+        number("start_at", &start_at_ns)) {
+      return chunkzero::Source(chunkzero::Arg(argc, argv, "to"), port, bytes,
+                               start_at_ns);
     }
     if (role == "allreduce" && number("bytes", &bytes) &&
         number("rank", &rank) && number("world", &world)) {
