@@ -137,6 +137,7 @@ absl::StatusOr<std::unique_ptr<RendezvousStore>> RendezvousStore::Open(
       absl::StatusOr<std::unique_ptr<TimedRedisStore>> redis =
           TimedRedisStore::Connect(address.host, address.port, timeout);
       if (!redis.ok()) return redis.status();
+      out->redis_ = redis->get();
       out->base_ = *std::move(redis);
       out->prefixed_ = std::make_unique<gloo::rendezvous::PrefixStore>(
           address.prefix, *out->base_);
@@ -170,6 +171,10 @@ absl::StatusOr<std::unique_ptr<RendezvousStore>> RendezvousStore::Open(
 }
 
 RendezvousStore::~RendezvousStore() = default;
+
+absl::Status RendezvousStore::DeleteKeysItSet() {
+  return redis_ != nullptr ? redis_->DeleteKeysItSet() : absl::OkStatus();
+}
 
 }  // namespace comm
 }  // namespace chunkzero

@@ -12,8 +12,10 @@
 //    filesystem): Gloo's FileStore. Fresh per job.
 //  - redis://HOST[:PORT]/PREFIX: a Redis server (PORT 6379 by default)
 //    through Gloo's RedisStore (timed_redis_store.h), every key under
-//    PREFIX/, so that one server serves many jobs and a key a killed job
-//    left behind cannot confuse a new one: give each job its own PREFIX.
+//    PREFIX/, so that one server serves many jobs at once. Each rank
+//    deletes its keys once all have met (DeleteKeysItSet), so a prefix
+//    serves job after job; keys a killed job left make the next job under
+//    that prefix fail instead of meeting them.
 //  - tcp://HOST:PORT: a store that rank 0 hosts on PORT of every interface
 //    (tcp_store_server.h) and every rank reaches at HOST:PORT (torchrun's
 //    MASTER_ADDR and MASTER_PORT). Fresh per job by construction.
@@ -24,6 +26,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -33,6 +36,7 @@ namespace chunkzero {
 namespace comm {
 
 class TcpStoreServer;
+class TimedRedisStore;
 
 struct RendezvousAddress {
   enum class Kind { kDirectory, kRedis, kTcp };
@@ -76,6 +80,13 @@ class RendezvousStore {
 
   gloo::rendezvous::Store& store() { return *view_; }
 
+  // Deletes the keys this rank set on a redis:// server, so that the job's
+  // prefix is free again (a directory is fresh per job, and a tcp:// store
+  // ends with rank 0). Call it only once every rank has read them: after a
+  // barrier of every group made through store(). Unavailable naming the
+  // server if it does not answer; OK (nothing to do) for the other forms.
+  [[nodiscard]] absl::Status DeleteKeysItSet();
+
  private:
   RendezvousStore() = default;
 
@@ -84,6 +95,8 @@ class RendezvousStore {
   // base_ itself, or a PrefixStore over it.
   std::unique_ptr<gloo::rendezvous::Store> prefixed_;
   gloo::rendezvous::Store* view_ = nullptr;
+  // base_, for a redis:// store; else null.
+  TimedRedisStore* redis_ = nullptr;
 };
 
 }  // namespace comm

@@ -97,9 +97,13 @@ TEST(ParseRendezvousAddress, RefusesWhatItCannotUse) {
 }
 
 // Runs `ranks` Gloo ranks, each opening `address` itself, through one
-// all-reduce; returns each rank's status.
+// all-reduce and a barrier, after which each deletes the store keys it set
+// (unless `keys` is kLeftBehind); returns each rank's status.
+enum class Keys { kDeleted, kLeftBehind };
+
 std::vector<absl::Status> AllReduceThrough(const std::string& address,
-                                           int ranks) {
+                                           int ranks,
+                                           Keys keys = Keys::kDeleted) {
   std::vector<absl::Status> statuses(ranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
@@ -130,8 +134,13 @@ std::vector<absl::Status> AllReduceThrough(const std::string& address,
         statuses[r] = absl::InternalError(absl::StrCat("sum ", x[0]));
       }
       // Every rank holds its store until all have reduced (rank 0's tcp://
-      // server must outlive the others' rendezvous).
+      // server must outlive the others' rendezvous), and deletes its keys
+      // only then, as the train job does. kLeftBehind: as a job killed
+      // before that.
       statuses[r].Update(Barrier(**group));
+      if (statuses[r].ok() && keys == Keys::kDeleted) {
+        statuses[r] = (*store)->DeleteKeysItSet();
+      }
     });
   }
   for (std::thread& t : threads) t.join();
@@ -224,14 +233,43 @@ TEST_F(RedisRendezvous, JobsMeetUnderTheirOwnPrefixes) {
   }
 }
 
-TEST_F(RedisRendezvous, APrefixAnEarlierJobUsedIsRefused) {
-  for (const absl::Status& s : AllReduceThrough(Address("reused"), 2)) {
+TEST_F(RedisRendezvous, AJobLeavesNoKeysAndItsPrefixServesTheNext) {
+  for (int job = 0; job < 2; ++job) {
+    for (const absl::Status& s : AllReduceThrough(Address("reused"), 2)) {
+      ASSERT_TRUE(s.ok()) << "job " << job << ": " << s;
+    }
+    EXPECT_EQ(redis_->KeyCount(), 0) << "job " << job;
+  }
+}
+
+TEST_F(RedisRendezvous, AKilledJobsKeysMakeItsPrefixRefused) {
+  for (const absl::Status& s :
+       AllReduceThrough(Address("killed"), 2, Keys::kLeftBehind)) {
     ASSERT_TRUE(s.ok()) << s;
   }
-  for (const absl::Status& s : AllReduceThrough(Address("reused"), 2)) {
+  EXPECT_GT(redis_->KeyCount(), 0);
+  for (const absl::Status& s : AllReduceThrough(Address("killed"), 2)) {
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
     EXPECT_THAT(s.message(), HasSubstr("already holds this rank's key"));
   }
+}
+
+TEST_F(RedisRendezvous, DeletingKeysFromAStoppedServerIsUnavailable) {
+  absl::StatusOr<std::unique_ptr<RendezvousStore>> store =
+      RendezvousStore::Open(
+          {Kind::kRedis, "", "127.0.0.1", redis_->port(), "job"}, 0,
+          absl::Milliseconds(300));
+  ASSERT_TRUE(store.ok()) << store.status();
+  (*store)->store().set("a", {'1'});
+  (*store)->store().set("b", {'2'});
+  redis_->Pause();
+  const absl::Status s = (*store)->DeleteKeysItSet();
+  redis_->Resume();
+  ASSERT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(s.message(),
+              HasSubstr(absl::StrCat("cannot delete the 2 rendezvous key(s) "
+                                     "this rank set from redis://127.0.0.1:",
+                                     redis_->port(), ": ")));
 }
 
 TEST_F(RedisRendezvous, AServerThatCannotBeReachedIsNamed) {

@@ -50,7 +50,7 @@ absl::StatusOr<std::unique_ptr<TimedRedisStore>> TimedRedisStore::Connect(
   }
   std::unique_ptr<TimedRedisStore> store;
   try {
-    store.reset(new TimedRedisStore(host, port, timeout));
+    store.reset(new TimedRedisStore(host, port, timeout, where));
   } catch (const std::exception& e) {
     // The server went away between the probe and this connection.
     return absl::UnavailableError(absl::StrCat(
@@ -92,6 +92,22 @@ void TimedRedisStore::set(const std::string& key,
   if (reply->type != REDIS_REPLY_INTEGER || reply->integer != 1) {
     throw gloo::IoException(absl::StrCat("Key '", key, "' already set"));
   }
+  keys_set_.push_back(key);
+}
+
+absl::Status TimedRedisStore::DeleteKeysItSet() {
+  if (keys_set_.empty()) return absl::OkStatus();
+  std::vector<std::string> args = {"DEL"};
+  args.insert(args.end(), keys_set_.begin(), keys_set_.end());
+  try {
+    Command(args);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot delete the ", keys_set_.size(),
+        " rendezvous key(s) this rank set from ", where_, ": ", e.what()));
+  }
+  keys_set_.clear();
+  return absl::OkStatus();
 }
 
 std::vector<char> TimedRedisStore::get(const std::string& key) {

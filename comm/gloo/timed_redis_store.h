@@ -15,8 +15,11 @@
 // seconds, so a 1 ms probe could take a second).
 //
 // Keys are set with SETNX, so a key an earlier job left under the same
-// prefix is refused ("already set"); give each job its own prefix. Keys are
-// not deleted: they stay on the server until it is restarted or flushed.
+// prefix is refused ("already set"). DeleteKeysItSet() removes what this
+// store set, once every rank has read it, so that a job that got going
+// leaves nothing behind and its prefix serves the next job; a job killed
+// during its rendezvous leaves its keys, and the next job under that
+// prefix is refused instead of meeting them.
 //
 // Not thread-safe: one thread uses a store at a time (a Redis connection is
 // one socket).
@@ -26,8 +29,10 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "gloo/rendezvous/redis_store.h"
@@ -56,9 +61,18 @@ class TimedRedisStore final : public gloo::rendezvous::RedisStore {
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;
 
+  // Deletes (DEL) every key set through this store and not yet deleted.
+  // Call it only when every rank has read them (after a barrier of the
+  // groups made through the store). Unavailable, naming the server and the
+  // number of keys, if the server does not answer within the timeout.
+  [[nodiscard]] absl::Status DeleteKeysItSet();
+
  private:
-  TimedRedisStore(const std::string& host, int port, absl::Duration timeout)
-      : gloo::rendezvous::RedisStore(host, port), timeout_(timeout) {}
+  TimedRedisStore(const std::string& host, int port, absl::Duration timeout,
+                  std::string where)
+      : gloo::rendezvous::RedisStore(host, port),
+        timeout_(timeout),
+        where_(std::move(where)) {}
 
   // Runs a command; throws gloo::IoException on a failure or an error
   // reply (freeing it first).
@@ -71,6 +85,9 @@ class TimedRedisStore final : public gloo::rendezvous::RedisStore {
   bool AllSet(const std::vector<std::string>& keys);
 
   const absl::Duration timeout_;
+  const std::string where_;  // redis://HOST:PORT, for errors.
+  // Keys set() stored, in order; DeleteKeysItSet() empties it.
+  std::vector<std::string> keys_set_;
 };
 
 }  // namespace comm

@@ -33,8 +33,8 @@ absl::Status AnnounceJoin(gloo::rendezvous::Store& store,
           "an earlier job's rendezvous (",
           e.what(),
           "); give each job a fresh store (a new directory, or a redis:// "
-          "prefix "
-          "of its own)"));
+          "prefix of its own: a job whose ranks did not all meet, or one "
+          "running now, leaves its keys there)"));
     }
     return absl::UnavailableError(
         absl::StrCat(where, ": rendezvous store: ", e.what()));

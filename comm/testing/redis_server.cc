@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "base/tcp_probe.h"
 #include "comm/testing/free_port.h"
+#include "hiredis/hiredis.h"
 
 extern char** environ;
 
@@ -96,6 +97,21 @@ RedisServer::~RedisServer() {
   kill(pid_, SIGKILL);
   kill(pid_, SIGCONT);
   waitpid(pid_, nullptr, 0);
+}
+
+int64_t RedisServer::KeyCount() const {
+  redisContext* c = redisConnect("127.0.0.1", port_);
+  if (c == nullptr || c->err != 0) {
+    if (c != nullptr) redisFree(c);
+    return -1;
+  }
+  auto* reply = static_cast<redisReply*>(redisCommand(c, "DBSIZE"));
+  const int64_t n = reply != nullptr && reply->type == REDIS_REPLY_INTEGER
+                        ? static_cast<int64_t>(reply->integer)
+                        : -1;
+  if (reply != nullptr) freeReplyObject(reply);
+  redisFree(c);
+  return n;
 }
 
 void RedisServer::Pause() { kill(pid_, SIGSTOP); }

@@ -6,14 +6,15 @@
 //   ASSERT_TRUE(redis.ok()) << redis.status();
 //   ... redis://127.0.0.1:(*redis)->port()/job ...
 //
-// The server keeps nothing on disk. Pause() and Resume() stop and continue
-// the process (SIGSTOP, SIGCONT), for tests of a server that stops
-// answering without closing its connections.
+// The server keeps nothing on disk; KeyCount() tells how many keys it holds.
+// Pause() and Resume() stop and continue the process (SIGSTOP, SIGCONT), for
+// tests of a server that stops answering without closing its connections.
 #ifndef CHUNKZERO_COMM_TESTING_REDIS_SERVER_H_
 #define CHUNKZERO_COMM_TESTING_REDIS_SERVER_H_
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -36,6 +37,8 @@ class RedisServer {
   RedisServer& operator=(const RedisServer&) = delete;
 
   int port() const { return port_; }
+  // The keys the server holds (DBSIZE), or -1 if it does not answer.
+  int64_t KeyCount() const;
   void Pause();
   void Resume();
 

@@ -3,12 +3,15 @@
 // ranks as threads give, bit for bit, and its checkpoint is whole.
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint.h"
+#include "comm/testing/redis_server.h"
 #include "gtest/gtest.h"
 #include "tools/train/trainer.h"
 
@@ -24,6 +27,12 @@ std::string Runfile(const std::string& path) {
 std::string Binaries() {
   return absl::StrCat("CHUNKZERO_TRAIN_BIN=", Runfile("tools/train/train"),
                       " CHUNKZERO_LAUNCH_BIN=", Runfile("tools/launch/launch"));
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in),
+                     std::istreambuf_iterator<char>());
 }
 
 // The "loss" of every line of a metrics file. Losses are f32 values written
@@ -82,6 +91,29 @@ TEST(Launch, ProcessesEqualThreadsBitForBit) {
   EXPECT_FALSE(ckpt->state.pieces.empty());
 }
 
+// On a shared Redis server, each rank deletes its rendezvous keys once all
+// have met: a second job under the same prefix meets as the first did, and
+// the server holds no keys after either.
+TEST(Launch, JobsOnASharedRedisServerCanReuseAPrefix) {
+  absl::StatusOr<std::unique_ptr<comm_testing::RedisServer>> redis =
+      comm_testing::RedisServer::Start();
+  if (absl::IsNotFound(redis.status())) GTEST_SKIP() << redis.status();
+  ASSERT_TRUE(redis.ok()) << redis.status();
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  for (int job = 0; job < 2; ++job) {
+    const std::string out = absl::StrCat(dir, "/redis_job", job, ".txt");
+    const std::string command = absl::StrCat(
+        Binaries(), " bash ", Runfile("tools/train/launch.sh"),
+        " --rendezvous=redis://127.0.0.1:", (*redis)->port(), "/nightly",
+        " 2 --steps=1 --layers=1 --d_model=32 --heads=2 --seq_len=16 "
+        "--batch=2 > ",
+        out, " 2>&1");
+    EXPECT_EQ(std::system(command.c_str()), 0) << "job " << job << ":\n"
+                                               << ReadFile(out);
+    EXPECT_EQ((*redis)->KeyCount(), 0) << "job " << job;
+  }
+}
+
 TEST(Launch, AFailingRankFailsTheJob) {
   const std::string dir = std::getenv("TEST_TMPDIR");
   const std::string command = absl::StrCat(
@@ -90,9 +122,7 @@ TEST(Launch, AFailingRankFailsTheJob) {
       "--storage=bogus > ",
       dir, "/fail.txt 2>&1");
   EXPECT_NE(std::system(command.c_str()), 0);
-  std::ifstream in(dir + "/fail.txt");
-  const std::string out((std::istreambuf_iterator<char>(in)),
-                        std::istreambuf_iterator<char>());
+  const std::string out = ReadFile(dir + "/fail.txt");
   EXPECT_NE(out.find("--storage"), std::string::npos) << out;
 }
 

@@ -31,6 +31,7 @@
 #include "comm/gloo/rendezvous_store.h"
 #include "comm/inprocess/in_process_group.h"
 #include "comm/nccl/nccl_process_group.h"
+#include "comm/process_group.h"
 #include "comm/recording_process_group.h"
 #include "comm/routing_process_group.h"
 #include "comm/staging_process_group.h"
@@ -605,6 +606,16 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
         }
       }
       group = routed_group.get();
+    }
+    // Once every rank is at this barrier, every group's rendezvous is done
+    // and nobody reads the store again: each rank deletes the keys it set
+    // on a shared redis:// server, so that the job's prefix serves the next
+    // job (only a job killed before here leaves keys, which the next job
+    // under its prefix is refused for).
+    if (group != nullptr && process_store != nullptr && gloo_group) {
+      status = comm::Barrier(*gloo_group);
+      if (status.ok()) status = process_store->DeleteKeysItSet();
+      if (!status.ok()) group = nullptr;
     }
     if (group != nullptr) {
       // No exception may end the process from a rank's thread: what the
