@@ -1,6 +1,7 @@
 #include "tools/train/launch_environment.h"
 
 #include <algorithm>
+#include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -28,6 +29,11 @@ absl::StatusOr<int> IntVariable(const EnvLookup& env, const char* name, int min,
   return parsed;
 }
 
+// The most ranks a job may have (2^20).
+constexpr int kMaxWorldSize = 1 << 20;
+// The most threads CHUNKZERO_NUM_THREADS may ask of a process.
+constexpr int kMaxThreads = 4096;
+
 // RANK and WORLD_SIZE, the backend and the rendezvous.
 absl::Status ApplyRankEnvironment(const EnvLookup& env,
                                   const std::set<std::string>& given,
@@ -37,8 +43,8 @@ absl::Status ApplyRankEnvironment(const EnvLookup& env,
         "RANK is set in the environment but WORLD_SIZE is not: a launcher "
         "that sets one sets both");
   }
-  absl::StatusOr<int> world =
-      IntVariable(env, "WORLD_SIZE", 1, 1 << 20, "the job's ranks, >= 1");
+  absl::StatusOr<int> world = IntVariable(env, "WORLD_SIZE", 1, kMaxWorldSize,
+                                          "the job's ranks, in [1, 1048576]");
   if (!world.ok()) return world.status();
   absl::StatusOr<int> rank = IntVariable(
       env, "RANK", 0, *world - 1,
@@ -81,9 +87,42 @@ absl::Status ApplyRankEnvironment(const EnvLookup& env,
 absl::Status ApplyLaunchEnvironment(const EnvLookup& env,
                                     const std::set<std::string>& given,
                                     TrainOptions* o) {
-  if (!given.count("rank") && Set(env, "RANK")) {
-    if (absl::Status s = ApplyRankEnvironment(env, given, o); !s.ok()) {
-      return s;
+  // base/parallel_for.cc reads it for every process and would quietly
+  // take the hardware's count for a value it cannot use.
+  if (env("CHUNKZERO_NUM_THREADS") != nullptr) {
+    absl::StatusOr<int> threads =
+        IntVariable(env, "CHUNKZERO_NUM_THREADS", 1, kMaxThreads,
+                    "threads per process, in [1, 4096]");
+    if (!threads.ok()) return threads.status();
+  }
+  if (!given.count("rank")) {
+    if (Set(env, "RANK")) {
+      if (absl::Status s = ApplyRankEnvironment(env, given, o); !s.ok()) {
+        return s;
+      }
+    } else {
+      // A launcher's environment with RANK unset or empty (a Slurm script
+      // whose RANK=$VAR expanded to nothing): training alone here would
+      // report success for a job that never met its peers.
+      const char* rank = env("RANK");
+      if (rank != nullptr) {
+        return absl::InvalidArgumentError(
+            "RANK=\"\" (from the environment) is empty: want this "
+            "process's rank, or unset it to train as one process");
+      }
+      for (const char* name : {"WORLD_SIZE", "CHUNKZERO_RENDEZVOUS"}) {
+        const char* value = env(name);
+        if (value == nullptr || value[0] == '\0') continue;
+        // WORLD_SIZE=1 describes this very job.
+        if (std::string(name) == "WORLD_SIZE" && std::string(value) == "1") {
+          continue;
+        }
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, "=\"", value,
+            "\" is set in the environment but RANK is not: a launcher that "
+            "sets one sets both (unset ",
+            name, " to train as one process)"));
+      }
     }
   }
   // Where this process's rank sits on its host, however its rank was given
@@ -95,8 +134,9 @@ absl::Status ApplyLaunchEnvironment(const EnvLookup& env,
   }
   const int world = std::max(o->world_size, 1);
   if (Set(env, "LOCAL_RANK")) {
-    absl::StatusOr<int> local = IntVariable(env, "LOCAL_RANK", 0, world - 1,
-                                            "this rank's index on its host");
+    absl::StatusOr<int> local = IntVariable(
+        env, "LOCAL_RANK", 0, world - 1,
+        absl::StrCat("this rank's index on its host, in [0, ", world, ")"));
     if (!local.ok()) return local.status();
     o->local_rank = *local;
   }

@@ -21,7 +21,11 @@
 // the ranks on this host (which also share its cores, unless
 // CHUNKZERO_NUM_THREADS fixes them), and --interface defaults to
 // GLOO_SOCKET_IFNAME. Ranks that are threads of one process read none of
-// these.
+// these; but with no --rank, a RANK that is set and empty, or a WORLD_SIZE
+// other than 1 or a CHUNKZERO_RENDEZVOUS without RANK, is refused: a
+// launcher's environment missing its RANK would otherwise train a job of
+// its own and report success. CHUNKZERO_NUM_THREADS, where set, must be a
+// count in [1, 4096].
 #ifndef CHUNKZERO_TOOLS_TRAIN_LAUNCH_ENVIRONMENT_H_
 #define CHUNKZERO_TOOLS_TRAIN_LAUNCH_ENVIRONMENT_H_
 
@@ -41,7 +45,8 @@ using EnvLookup = std::function<const char*(const char*)>;
 // line's values; `given` names the flags the command line set (without
 // dashes). InvalidArgument naming the variable (and its value) for a
 // number that does not parse or is out of range, a WORLD_SIZE missing or
-// disagreeing with --world_size, or RANK set with no rendezvous.
+// disagreeing with --world_size, RANK set with no rendezvous, or a
+// launcher's variables without RANK (above).
 [[nodiscard]] absl::Status ApplyLaunchEnvironment(
     const EnvLookup& env, const std::set<std::string>& given,
     TrainOptions* options);

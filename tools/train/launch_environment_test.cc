@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -107,8 +108,9 @@ TEST(LaunchEnvironment, LocalRankPlacesARankGivenOnTheCommandLine) {
 TEST(LaunchEnvironment, WithoutRankNothingChanges) {
   TrainOptions o;
   const TrainOptions before = o;
-  ASSERT_TRUE(ApplyLaunchEnvironment(Env({{"WORLD_SIZE", "8"},
+  ASSERT_TRUE(ApplyLaunchEnvironment(Env({{"WORLD_SIZE", "1"},
                                           {"MASTER_ADDR", "m"},
+                                          {"MASTER_PORT", "29500"},
                                           {"GLOO_SOCKET_IFNAME", "eth0"},
                                           {"LOCAL_RANK", "1"},
                                           {"LOCAL_WORLD_SIZE", "2"}}),
@@ -121,6 +123,60 @@ TEST(LaunchEnvironment, WithoutRankNothingChanges) {
   EXPECT_EQ(o.interface, "");
   EXPECT_EQ(o.local_rank, -1);
   EXPECT_EQ(o.local_world_size, 0);
+}
+
+// What only a launcher sets, without the RANK that would make this process
+// one of its ranks: training alone would succeed at a job nobody asked for.
+TEST(LaunchEnvironment, ALauncherEnvironmentWithoutRankIsRefused) {
+  struct Case {
+    std::map<std::string, std::string> vars;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{{"RANK", ""}, {"WORLD_SIZE", "2"}},
+       "RANK=\"\" (from the environment) is empty: want this process's rank, "
+       "or unset it to train as one process"},
+      {{{"RANK", ""}}, "RANK=\"\" (from the environment) is empty"},
+      {{{"WORLD_SIZE", "2"}, {"MASTER_ADDR", "m"}, {"MASTER_PORT", "1"}},
+       "WORLD_SIZE=\"2\" is set in the environment but RANK is not: a "
+       "launcher that sets one sets both (unset WORLD_SIZE to train as one "
+       "process)"},
+      {{{"CHUNKZERO_RENDEZVOUS", "tcp://m:1"}},
+       "CHUNKZERO_RENDEZVOUS=\"tcp://m:1\" is set in the environment but "
+       "RANK is not"},
+  };
+  for (const Case& c : cases) {
+    TrainOptions o;
+    const absl::Status s = ApplyLaunchEnvironment(Env(c.vars), {}, &o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(s.message(), HasSubstr(c.message));
+  }
+  // With --rank on the command line the environment's RANK is not read.
+  TrainOptions o;
+  o.rank = 0;
+  o.world_size = 2;
+  o.rendezvous = "/tmp/x";
+  EXPECT_TRUE(ApplyLaunchEnvironment(Env({{"RANK", ""}, {"WORLD_SIZE", "2"}}),
+                                     {"rank", "world_size", "rendezvous"}, &o)
+                  .ok());
+}
+
+TEST(LaunchEnvironment, ChunkzeroNumThreadsMustBeACount) {
+  for (const char* bad :
+       {"", "abc", "0", "-1", "1x", "4097", "9223372036854775808"}) {
+    TrainOptions o;
+    const absl::Status s =
+        ApplyLaunchEnvironment(Env({{"CHUNKZERO_NUM_THREADS", bad}}), {}, &o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(s.message(),
+                HasSubstr(absl::StrCat("CHUNKZERO_NUM_THREADS=\"", bad,
+                                       "\" (from the environment): want "
+                                       "threads per process, in [1, 4096]")));
+  }
+  TrainOptions o;
+  EXPECT_TRUE(
+      ApplyLaunchEnvironment(Env({{"CHUNKZERO_NUM_THREADS", "4096"}}), {}, &o)
+          .ok());
 }
 
 TEST(LaunchEnvironment, ThreadsAreLeftToChunkzeroNumThreads) {
@@ -161,7 +217,8 @@ TEST(LaunchEnvironment, BadValuesAreNamed) {
       {with({{"RANK", "0"}, {"WORLD_SIZE", "0"}}),
        {},
        4,
-       "WORLD_SIZE=\"0\" (from the environment): want the job's ranks, >= 1"},
+       "WORLD_SIZE=\"0\" (from the environment): want the job's ranks, in [1, "
+       "1048576]"},
       {with({{"RANK", "0"}, {"WORLD_SIZE", "6"}}),
        {"world_size"},
        4,
@@ -169,7 +226,8 @@ TEST(LaunchEnvironment, BadValuesAreNamed) {
       {with({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "-1"}}),
        {},
        4,
-       "LOCAL_RANK=\"-1\""},
+       "LOCAL_RANK=\"-1\" (from the environment): want this rank's index on "
+       "its host, in [0, 2)"},
       {with({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "3"}}),
        {},
        4,

@@ -375,7 +375,20 @@ absl::StatusOr<std::string> ListenAddress(const TrainOptions& options) {
   }
   CZ_ASSIGN_OR_RETURN(const comm::RendezvousAddress rendezvous,
                       comm::ParseRendezvousAddress(options.rendezvous));
-  if (!rendezvous.IsNetworked()) return std::string("127.0.0.1");
+  const bool other_hosts = options.local_world_size > 0 &&
+                           options.world_size > options.local_world_size;
+  if (!rendezvous.IsNetworked()) {
+    // A directory (on a shared filesystem) shows no route to the other
+    // hosts; loopback would leave them timing out on connects to it.
+    if (other_hosts) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--rendezvous=", options.rendezvous, ": ranks on other hosts (",
+          options.world_size, " ranks, ", options.local_world_size,
+          " on this host) meeting in a directory need this host's network "
+          "interface named with --interface (or GLOO_SOCKET_IFNAME)"));
+    }
+    return std::string("127.0.0.1");
+  }
   absl::StatusOr<std::string> address =
       comm::LocalAddressToward(rendezvous.host, rendezvous.port);
   if (!address.ok()) {
@@ -388,9 +401,7 @@ absl::StatusOr<std::string> ListenAddress(const TrainOptions& options) {
   // A host that reaches the store over loopback (MASTER_ADDR resolving to
   // 127.0.1.1 on itself, say) would give ranks on other hosts an address
   // they cannot use: they would time out, much later, saying less.
-  if (options.local_world_size > 0 &&
-      options.world_size > options.local_world_size &&
-      comm::IsLoopbackAddress(*address)) {
+  if (other_hosts && comm::IsLoopbackAddress(*address)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--rendezvous=", options.rendezvous, ": this host reaches ",
         rendezvous.host, " over loopback (", *address,

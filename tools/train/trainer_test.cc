@@ -1078,6 +1078,36 @@ TEST(TrainerTest, OneRankPerProcessNeedsGlooARendezvousAndAValidRank) {
   }
 }
 
+// A rank whose peers are on other hosts must not listen on loopback: they
+// would time out connecting to it. Refused before the rendezvous, for a
+// store reached over loopback and for a directory, which shows no route.
+TEST(TrainerTest, RanksOnOtherHostsNeedAnAddressTheyCanReach) {
+  struct Case {
+    std::string rendezvous;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"tcp://127.0.0.1:1",
+            "--rendezvous=tcp://127.0.0.1:1: this host reaches 127.0.0.1 over "
+            "loopback (127.0.0.1), an address ranks on other hosts cannot "
+            "reach (4 ranks, 2 on this host)"},
+           {testing::TempDir() + "/rdv",
+            "ranks on other hosts (4 ranks, 2 on this host) meeting in a "
+            "directory need this host's network interface named with "
+            "--interface (or GLOO_SOCKET_IFNAME)"}}) {
+    TrainOptions o = Tiny();
+    o.world_size = 4;
+    o.rank = 1;
+    o.local_world_size = 2;
+    o.backend = Backend::kGloo;
+    o.rendezvous = c.rendezvous;
+    absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument)
+        << r.status();
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(c.message));
+  }
+}
+
 // Misspelled flags never get this far (train_flags_test); a library caller
 // can still pass a value outside an enum, or a DType that does not compute.
 TEST(TrainerTest, ValuesOutsideTheEnumsAreInvalidArgumentsNamingTheFlag) {
