@@ -918,6 +918,34 @@ absl::Status CompareJoinValues(int rank, const std::string& mine, int peer,
       " (every rank of a job must be started with the same flags)"));
 }
 
+// A store whose waits last until `deadline`, whatever timeout the caller
+// gives: connectFullMesh waits on the store with the context's timeout,
+// which Create shortens for Gloo's connects (see there).
+class WaitsUntilTheDeadline final : public gloo::rendezvous::Store {
+ public:
+  WaitsUntilTheDeadline(gloo::rendezvous::Store& base, absl::Time deadline)
+      : base_(base), deadline_(deadline) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    base_.set(key, data);
+  }
+  std::vector<char> get(const std::string& key) override {
+    return base_.get(key);
+  }
+  void wait(const std::vector<std::string>& keys) override {
+    wait(keys, std::chrono::milliseconds(1));
+  }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds&) override {
+    // At least 1 ms: Gloo reads 0 as "no timeout".
+    base_.wait(keys, std::max(std::chrono::milliseconds(1),
+                              comm_internal::MillisecondsLeft(deadline_)));
+  }
+
+ private:
+  gloo::rendezvous::Store& base_;
+  const absl::Time deadline_;
+};
+
 }  // namespace
 }  // namespace gloo_internal
 
@@ -984,8 +1012,16 @@ absl::StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
       return absl::UnavailableError(s.message());
     }
     context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    context->setTimeout(comm_internal::MillisecondsLeft(deadline));
-    context->connectFullMesh(store, device);
+    // Gloo waits five times the context's timeout for a pair to connect
+    // (transport/tcp/pair.h), so a peer that stopped halfway through
+    // connecting held this rank for 5 x the deadline. A fifth of what is
+    // left keeps the connects within it, while the store's waits keep the
+    // whole of it; every later wait passes its own.
+    context->setTimeout(
+        std::max(std::chrono::milliseconds(1),
+                 comm_internal::MillisecondsLeft(deadline) / 5));
+    gloo_internal::WaitsUntilTheDeadline mesh_store(store, deadline);
+    context->connectFullMesh(mesh_store, device);
     if (size == 1) return absl::OkStatus();
     absl::StatusOr<std::unique_ptr<gloo_internal::SharedSegments>> segments =
         gloo_internal::SharedSegments::Connect(
@@ -1006,6 +1042,14 @@ absl::StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
     probe = *std::move(probed);
     return absl::OkStatus();
   });
+  if (absl::IsDeadlineExceeded(status) &&
+      absl::StrContains(status.message(), "Connect timeout")) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        status.message(),
+        " (every rank had joined: a peer stopped before its connections "
+        "were made, or the hosts cannot reach the addresses they listen on; "
+        "check --interface)"));
+  }
   if (!status.ok()) return status;
   return std::unique_ptr<GlooProcessGroup>(new GlooProcessGroup(
       rank, size,
