@@ -30,6 +30,7 @@
 #include "comm/gloo/gloo_timeout.h"
 #include "comm/gloo/peer_probe.h"
 #include "comm/gloo/shared_segments.h"
+#include "comm/gloo/timed_file_store.h"
 #include "comm/internal/deadline.h"
 #include "comm/internal/reduce_kernels.h"
 #include "comm/internal/rendezvous_join.h"
@@ -42,7 +43,6 @@
 #include "gloo/common/logging.h"
 #include "gloo/gather.h"
 #include "gloo/rendezvous/context.h"
-#include "gloo/rendezvous/file_store.h"
 #include "gloo/rendezvous/store.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
@@ -1069,10 +1069,10 @@ GlooProcessGroup::CreateWithFileStore(int rank, int size,
         absl::StrCat("GlooProcessGroup::CreateWithFileStore: cannot create ",
                      directory, ": ", error.message()));
   }
-  std::unique_ptr<gloo::rendezvous::FileStore> store;
+  std::unique_ptr<TimedFileStore> store;
   absl::Status status = gloo_internal::CatchGloo(
       absl::StrCat("GlooProcessGroup::CreateWithFileStore: ", directory), [&] {
-        store = std::make_unique<gloo::rendezvous::FileStore>(directory);
+        store = std::make_unique<TimedFileStore>(directory);
         return absl::OkStatus();
       });
   if (!status.ok()) return status;

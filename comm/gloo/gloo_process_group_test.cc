@@ -811,6 +811,25 @@ TEST(GlooProcessGroup, CreateTimesOutNamingTheRanksThatDidNotJoin) {
   }
 }
 
+// In a directory too, the ranks that never came are named within the
+// timeout: Gloo's FileStore counted whole seconds, and naming each missing
+// rank (a probe of its key) took a second per rank.
+TEST(GlooProcessGroup, CreateInADirectoryNamesTheMissingRanksInTime) {
+  const std::string dir =
+      absl::StrCat(testing::TempDir(), "/missing_ranks_", getpid());
+  std::filesystem::remove_all(dir);
+  GlooOptions options;
+  options.timeout = kShortTimeout;
+  const absl::Time start = absl::Now();
+  const absl::Status status =
+      GlooProcessGroup::CreateWithFileStore(0, 8, dir, options).status();
+  EXPECT_LT(absl::Now() - start, kShortTimeout + kSlack);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_THAT(status.message(),
+              HasSubstr("rank 0 of 8 timed out after 300ms waiting for ranks "
+                        "1, 2, 3, 4, 5, 6, 7 to join the rendezvous"));
+}
+
 // Ranks started with different settings fail at the rendezvous, naming the
 // setting, instead of waiting for ranks that will never come.
 TEST(GlooProcessGroup, CreateFailsFastWhenRanksDisagreeOnTheJob) {

@@ -12,8 +12,8 @@
 #include "comm/gloo/host_port.h"
 #include "comm/gloo/tcp_store.h"
 #include "comm/gloo/tcp_store_server.h"
+#include "comm/gloo/timed_file_store.h"
 #include "comm/gloo/timed_redis_store.h"
-#include "gloo/rendezvous/file_store.h"
 #include "gloo/rendezvous/prefix_store.h"
 
 namespace chunkzero {
@@ -124,8 +124,7 @@ absl::StatusOr<std::unique_ptr<RendezvousStore>> RendezvousStore::Open(
                          ": cannot create it: ", error.message()));
       }
       try {
-        out->base_ =
-            std::make_unique<gloo::rendezvous::FileStore>(address.directory);
+        out->base_ = std::make_unique<TimedFileStore>(address.directory);
       } catch (const std::exception& e) {
         return absl::UnavailableError(absl::StrCat(
             "rendezvous directory ", address.directory, ": ", e.what()));

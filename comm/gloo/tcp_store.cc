@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "comm/gloo/store_wait.h"
 #include "comm/gloo/tcp_store_wire.h"
 #include "comm/internal/deadline.h"
 #include "gloo/common/error.h"
@@ -225,18 +226,8 @@ void TcpStore::wait(const std::vector<std::string>& keys) {
 
 void TcpStore::wait(const std::vector<std::string>& keys,
                     const std::chrono::milliseconds& timeout) {
-  // Capped (at about 35 years) so that the deadline cannot overflow.
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::min(timeout, std::chrono::milliseconds(1LL << 40));
-  while (!Check(keys)) {
-    if (timeout != gloo::kNoTimeout &&
-        std::chrono::steady_clock::now() >= deadline) {
-      throw gloo::IoException(absl::StrCat(
-          "rendezvous store ", address_,
-          ": Wait timeout for key(s): ", absl::StrJoin(keys, ", ")));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  PollForKeys(keys, timeout, absl::StrCat("rendezvous store ", address_),
+              [&] { return Check(keys); });
 }
 
 }  // namespace comm
