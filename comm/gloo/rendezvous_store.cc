@@ -106,6 +106,22 @@ absl::StatusOr<RendezvousAddress> ParseRendezvousAddress(
                                   "\": use a directory, redis://HOST:PORT/"
                                   "PREFIX or tcp://HOST:PORT"));
   }
+  // A store's scheme written wrong would otherwise name a directory here
+  // (and rank 0 would wait there alone), as would "/" or blanks.
+  for (absl::string_view scheme : {"redis:", "tcp:"}) {
+    if (absl::StartsWithIgnoreCase(text, scheme)) {
+      return Bad(text, absl::StrCat("write ", scheme, "//HOST:PORT",
+                                    scheme == "redis:" ? "/PREFIX" : ""));
+    }
+  }
+  if (absl::StripAsciiWhitespace(text).empty()) {
+    return Bad(text, "blank: name a directory or a store");
+  }
+  if (absl::StripSuffix(text, "/").empty() ||
+      std::filesystem::path(std::string(text)).lexically_normal() == "/") {
+    return Bad(text,
+               "the root directory: give each job a directory of its own");
+  }
   out.directory = std::string(text);
   return out;
 }

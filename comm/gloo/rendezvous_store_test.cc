@@ -86,6 +86,13 @@ TEST(ParseRendezvousAddress, RefusesWhatItCannotUse) {
       {"tcp://[::1:29500", "has no ']'"},
       {"tcp://[::1]x", "after ']' comes ':PORT'"},
       {"http://node0:80", "unknown scheme \"http\""},
+      {"redis:127.0.0.1:6379/x", "write redis://HOST:PORT/PREFIX"},
+      {"Redis:/h:1/x", "write redis://HOST:PORT/PREFIX"},
+      {"tcp:/127.0.0.1:29650", "write tcp://HOST:PORT"},
+      {" ", "blank"},
+      {"/", "the root directory"},
+      {"//", "the root directory"},
+      {"/./", "the root directory"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<RendezvousAddress> a = ParseRendezvousAddress(c.text);

@@ -772,7 +772,11 @@ class StoreServerProcess {
         return absl::UnavailableError(
             absl::StrCat("--store=redis: ", options.redis_server, " on port ",
                          port, " exited (", DescribeWaitStatus(wait_status),
-                         ") before answering; is the port taken?"));
+                         ") before answering: is the port taken, or is "
+                         "--master_addr=",
+                         options.master_addr,
+                         " not an address of this host (node 0 runs the "
+                         "store)?"));
       }
       if (absl::Now() > deadline) {
         return absl::UnavailableError(

@@ -450,6 +450,16 @@ TEST_F(RunJobTest, ARedisServerThatCannotStartIsNamed) {
   EXPECT_THAT(code.status().message(),
               testing::HasSubstr("--store=redis: cannot execute "
                                  "/nonexistent/redis-server: No such file"));
+  // An address of another host (TEST-NET-1): redis-server cannot bind it.
+  options.redis_server = "redis-server";
+  options.master_addr = "192.0.2.77";
+  options.master_port = comm_testing::FreeLoopbackPort();
+  code = RunJob(options);
+  EXPECT_EQ(code.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(code.status().message(),
+              testing::HasSubstr("before answering: is the port taken, or is "
+                                 "--master_addr=192.0.2.77 not an address of "
+                                 "this host (node 0 runs the store)?"));
 }
 
 TEST_F(RunJobTest, AMissingBinaryIsNamedWithTheErrnoText) {
