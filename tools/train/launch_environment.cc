@@ -131,6 +131,7 @@ absl::Status ApplyLaunchEnvironment(const EnvLookup& env,
   if (o->rank < 0) return absl::OkStatus();
   if (!given.count("interface") && Set(env, "GLOO_SOCKET_IFNAME")) {
     o->interface = env("GLOO_SOCKET_IFNAME");
+    o->interface_source = "GLOO_SOCKET_IFNAME";
   }
   const int world = std::max(o->world_size, 1);
   if (Set(env, "LOCAL_RANK")) {

@@ -63,6 +63,7 @@ TEST(LaunchEnvironment, AStoreUrlAndTheCommandLineComeFirst) {
   ASSERT_TRUE(ApplyLaunchEnvironment(env, {}, &o).ok());
   EXPECT_EQ(o.rendezvous, "redis://r:6379/job");
   EXPECT_EQ(o.interface, "eth1");
+  EXPECT_EQ(o.interface_source, "GLOO_SOCKET_IFNAME");
 
   TrainOptions flags;
   flags.rendezvous = "/shared/job";
@@ -73,6 +74,7 @@ TEST(LaunchEnvironment, AStoreUrlAndTheCommandLineComeFirst) {
                   .ok());
   EXPECT_EQ(flags.rendezvous, "/shared/job");
   EXPECT_EQ(flags.interface, "ib0");
+  EXPECT_EQ(flags.interface_source, "--interface");
   EXPECT_EQ(flags.backend, Backend::kNccl);
   EXPECT_EQ(flags.rank, 1);
 

@@ -103,6 +103,9 @@ struct TrainOptions {
   // peers (--interface, GLOO_SOCKET_IFNAME); empty: the address of the
   // route to the rendezvous server (loopback for a directory).
   std::string interface;
+  // Where `interface` came from, for errors: "--interface", or
+  // "GLOO_SOCKET_IFNAME" when the environment gave it.
+  std::string interface_source = "--interface";
   // How long a rank waits for its peers in a collective (and at the
   // rendezvous) before the job fails naming the ranks that did not come.
   double comm_timeout_s = 300;

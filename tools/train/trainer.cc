@@ -366,9 +366,10 @@ absl::StatusOr<std::string> ListenAddress(const TrainOptions& options) {
     absl::StatusOr<std::string> address =
         comm::InterfaceAddress(options.interface);
     if (!address.ok()) {
-      return absl::Status(address.status().code(),
-                          absl::StrCat("--interface=", options.interface, ": ",
-                                       address.status().message()));
+      return absl::Status(
+          address.status().code(),
+          absl::StrCat(options.interface_source, "=", options.interface, ": ",
+                       address.status().message()));
     }
     setenv("NCCL_SOCKET_IFNAME", options.interface.c_str(), /*overwrite=*/0);
     return address;

@@ -1108,6 +1108,23 @@ TEST(TrainerTest, RanksOnOtherHostsNeedAnAddressTheyCanReach) {
   }
 }
 
+// An interface that does not exist is named as the user gave it.
+TEST(TrainerTest, AnUnknownInterfaceIsNamedWhereItCameFrom) {
+  for (const std::string source : {"--interface", "GLOO_SOCKET_IFNAME"}) {
+    TrainOptions o = Tiny();
+    o.world_size = 2;
+    o.rank = 1;
+    o.backend = Backend::kGloo;
+    o.rendezvous = testing::TempDir() + "/rdv_interface";
+    o.interface = "nosuch0";
+    o.interface_source = source;
+    absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
+    EXPECT_FALSE(r.ok());
+    EXPECT_THAT(std::string(r.status().message()),
+                HasSubstr(source + "=nosuch0: "));
+  }
+}
+
 // Misspelled flags never get this far (train_flags_test); a library caller
 // can still pass a value outside an enum, or a DType that does not compute.
 TEST(TrainerTest, ValuesOutsideTheEnumsAreInvalidArgumentsNamingTheFlag) {
