@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <list>
@@ -88,9 +89,16 @@ struct Connection {
   bool closing = false;
 };
 
-// Answers one request against `data`.
-std::string Answer(const wire::Frame& request,
-                   std::map<std::string, std::string>& data, bool* bad) {
+// The server's keys and values, and the bytes they take.
+struct Stored {
+  std::map<std::string, std::string> data;
+  size_t bytes = 0;
+};
+
+// Answers one request against `stored`, which may hold `max_bytes`.
+std::string Answer(const wire::Frame& request, Stored& stored, size_t max_bytes,
+                   bool* bad) {
+  std::map<std::string, std::string>& data = stored.data;
   auto bad_request = [&](std::string message) {
     *bad = true;
     return wire::EncodeFrame(wire::kBadRequest, {std::move(message)});
@@ -101,9 +109,18 @@ std::string Answer(const wire::Frame& request,
         return bad_request(absl::StrCat("set takes a key and a value, got ",
                                         request.parts.size(), " parts"));
       }
-      const bool added =
-          data.emplace(request.parts[0], request.parts[1]).second;
-      return wire::EncodeFrame(added ? wire::kOk : wire::kExists, {});
+      if (data.count(request.parts[0]) > 0) {
+        return wire::EncodeFrame(wire::kExists, {});
+      }
+      const size_t bytes = request.parts[0].size() + request.parts[1].size();
+      if (bytes > max_bytes - std::min(max_bytes, stored.bytes)) {
+        return bad_request(
+            absl::StrCat("the store holds ", stored.bytes, " bytes; ", bytes,
+                         " more would pass its limit of ", max_bytes));
+      }
+      data.emplace(request.parts[0], request.parts[1]);
+      stored.bytes += bytes;
+      return wire::EncodeFrame(wire::kOk, {});
     }
     case wire::kGet: {
       if (request.parts.size() != 1) {
@@ -128,7 +145,7 @@ std::string Answer(const wire::Frame& request,
 
 // Moves every complete request out of `c.in` and queues its answer. Stops
 // at the first malformed one (the connection is then closing).
-void AnswerBuffered(Connection& c, std::map<std::string, std::string>& data) {
+void AnswerBuffered(Connection& c, Stored& stored, size_t max_bytes) {
   size_t used = 0;
   while (!c.closing && c.in.size() - used >= wire::kLengthBytes) {
     absl::string_view rest = absl::string_view(c.in).substr(used);
@@ -151,7 +168,7 @@ void AnswerBuffered(Connection& c, std::map<std::string, std::string>& data) {
       break;
     }
     bool bad = false;
-    c.out += Answer(*request, data, &bad);
+    c.out += Answer(*request, stored, max_bytes, &bad);
     if (bad) c.closing = true;
   }
   c.in.erase(0, used);
@@ -160,7 +177,7 @@ void AnswerBuffered(Connection& c, std::map<std::string, std::string>& data) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(
-    int port) {
+    int port, size_t max_held_bytes) {
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("rendezvous store: port ", port, " is not in [0, 65535]"));
@@ -181,17 +198,18 @@ absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(
         absl::StrCat("rendezvous store: pipe: ", ErrnoText(error)));
   }
   std::unique_ptr<TcpStoreServer> server(
-      new TcpStoreServer(fd, BoundPort(fd), wake[0], wake[1]));
+      new TcpStoreServer(fd, BoundPort(fd), wake[0], wake[1], max_held_bytes));
   server->thread_ = std::thread([s = server.get()] { s->Serve(); });
   return server;
 }
 
 TcpStoreServer::TcpStoreServer(int listen_fd, int port, int wake_read,
-                               int wake_write)
+                               int wake_write, size_t max_held_bytes)
     : listen_fd_(listen_fd),
       port_(port),
       wake_read_(wake_read),
-      wake_write_(wake_write) {}
+      wake_write_(wake_write),
+      max_held_bytes_(max_held_bytes) {}
 
 TcpStoreServer::~TcpStoreServer() {
   const char byte = 0;
@@ -205,7 +223,7 @@ TcpStoreServer::~TcpStoreServer() {
 }
 
 void TcpStoreServer::Serve() {
-  std::map<std::string, std::string> data;
+  Stored stored;
   std::list<Connection> connections;
   std::vector<pollfd> fds;
   std::vector<Connection*> polled;
@@ -252,7 +270,7 @@ void TcpStoreServer::Serve() {
         const ssize_t n = read(c.fd, buffer, sizeof(buffer));
         if (n > 0) {
           c.in.append(buffer, static_cast<size_t>(n));
-          AnswerBuffered(c, data);
+          AnswerBuffered(c, stored, max_held_bytes_);
         } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
           hang_up = true;
         }
@@ -269,6 +287,28 @@ void TcpStoreServer::Serve() {
       }
       if (c.closing && c.out.empty()) hang_up = true;
       if (hang_up) c.fd = -1 - c.fd;  // Marked; closed below.
+    }
+    // Past the cap on what is in flight (the values have their own), the
+    // connection holding the most goes: one that sends without reading, or
+    // sends half a request and stops.
+    size_t held = 0;
+    for (const Connection& c : connections) held += c.in.size() + c.out.size();
+    while (held > max_held_bytes_) {
+      Connection* biggest = nullptr;
+      for (Connection& c : connections) {
+        if (c.fd >= 0 && (biggest == nullptr ||
+                          c.in.size() + c.out.size() >
+                              biggest->in.size() + biggest->out.size())) {
+          biggest = &c;
+        }
+      }
+      if (biggest == nullptr || biggest->in.size() + biggest->out.size() == 0) {
+        break;
+      }
+      held -= biggest->in.size() + biggest->out.size();
+      biggest->in.clear();
+      biggest->out.clear();
+      biggest->fd = -1 - biggest->fd;
     }
     for (auto it = connections.begin(); it != connections.end();) {
       if (it->fd < 0) {

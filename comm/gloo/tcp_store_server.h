@@ -16,11 +16,19 @@
 // kBadRequest naming what was wrong and is closed; the server goes on
 // serving the others.
 //
+// The server listens on every interface, so anyone who can reach the port
+// can send to it: the values it holds are capped at max_held_bytes, and so
+// are the requests half received and answers not yet taken. A set past the
+// cap is refused (kBadRequest naming the cap, then a hang-up); when what is
+// in flight passes it, the connection holding the most is closed. A job's
+// rendezvous holds a few KiB per rank.
+//
 // Thread-safety: Start() and the destructor from one thread; port() from
 // any.
 #ifndef CHUNKZERO_COMM_GLOO_TCP_STORE_SERVER_H_
 #define CHUNKZERO_COMM_GLOO_TCP_STORE_SERVER_H_
 
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <string>
@@ -38,7 +46,9 @@ class TcpStoreServer {
   // port and the system's reason, if it cannot be bound (most often: in use
   // by another job).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<TcpStoreServer>> Start(
-      int port);
+      int port, size_t max_held_bytes = kDefaultMaxHeldBytes);
+
+  static constexpr size_t kDefaultMaxHeldBytes = size_t{256} << 20;
 
   // Stops the serving thread and closes every connection.
   ~TcpStoreServer();
@@ -48,7 +58,8 @@ class TcpStoreServer {
   int port() const { return port_; }
 
  private:
-  TcpStoreServer(int listen_fd, int port, int wake_read, int wake_write);
+  TcpStoreServer(int listen_fd, int port, int wake_read, int wake_write,
+                 size_t max_held_bytes);
   void Serve();
 
   const int listen_fd_;
@@ -56,6 +67,7 @@ class TcpStoreServer {
   // The destructor writes a byte here to wake the serving thread.
   const int wake_read_;
   const int wake_write_;
+  const size_t max_held_bytes_;
   std::thread thread_;
 };
 

@@ -275,6 +275,65 @@ TEST(TcpStoreServer, AnswersMalformedRequestsAndHangsUpOnlyOnThem) {
   EXPECT_EQ(good->get("k"), Bytes("v"));
 }
 
+// A connected loopback socket to `port` whose reads give up after 5 s.
+int RawConnect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)),
+            0);
+  const timeval five_seconds = {5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &five_seconds, sizeof(five_seconds));
+  return fd;
+}
+
+TEST(TcpStoreServer, RefusesASetPastItsLimit) {
+  absl::StatusOr<std::unique_ptr<TcpStoreServer>> server =
+      TcpStoreServer::Start(0, /*max_held_bytes=*/1000);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<TcpStore> good = ConnectTo((*server)->port());
+  good->set("a", std::vector<char>(599, 'x'));  // 600 bytes with the key.
+  tcp_store_wire::Frame answer =
+      RawExchange((*server)->port(),
+                  tcp_store_wire::EncodeFrame(tcp_store_wire::kSet,
+                                              {"b", std::string(599, 'y')}));
+  EXPECT_EQ(answer.code, tcp_store_wire::kBadRequest);
+  ASSERT_EQ(answer.parts.size(), 1u);
+  EXPECT_EQ(answer.parts[0],
+            "the store holds 600 bytes; 600 more would pass its limit of "
+            "1000");
+  // What fits still does, and the first value is whole.
+  good->set("c", std::vector<char>(399, 'z'));
+  EXPECT_EQ(good->get("a"), std::vector<char>(599, 'x'));
+}
+
+// Half-sent requests past the limit: the connection holding the most is
+// closed, the others served.
+TEST(TcpStoreServer, ClosesTheConnectionHoldingTheMostPastItsLimit) {
+  absl::StatusOr<std::unique_ptr<TcpStoreServer>> server =
+      TcpStoreServer::Start(0, /*max_held_bytes=*/64 << 10);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string frame = tcp_store_wire::EncodeFrame(
+      tcp_store_wire::kSet, {"k", std::string(60 << 10, 'x')});
+  const int small = RawConnect((*server)->port());
+  ASSERT_EQ(send(small, frame.data(), 30 << 10, MSG_NOSIGNAL), 30 << 10);
+  // Served before the big one arrives: the small one alone fits.
+  std::unique_ptr<TcpStore> good = ConnectTo((*server)->port());
+  good->set("before", Bytes("1"));
+  const int big = RawConnect((*server)->port());
+  ASSERT_EQ(send(big, frame.data(), 40 << 10, MSG_NOSIGNAL), 40 << 10);
+  char byte = 0;
+  EXPECT_EQ(recv(big, &byte, 1, 0), 0) << "the big one was not closed";
+  EXPECT_EQ(recv(small, &byte, 1, MSG_DONTWAIT), -1);
+  EXPECT_EQ(errno, EAGAIN) << "the small one was closed too";
+  good->set("after", Bytes("2"));
+  EXPECT_EQ(good->get("before"), Bytes("1"));
+  close(big);
+  close(small);
+}
+
 TEST(TcpStore, CarriesAGlooRendezvous) {
   std::unique_ptr<TcpStoreServer> server = StartServer();
   ASSERT_NE(server, nullptr);
