@@ -222,8 +222,8 @@ TEST(TcpStore, AServerThatStopsAnsweringTimesOut) {
   close(fd);
 }
 
-// Sends raw bytes and returns the server's answer frame.
-tcp_store_wire::Frame RawExchange(int port, const std::string& bytes) {
+// A connected loopback socket to `port` whose reads give up after 5 s.
+int RawConnect(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -231,6 +231,14 @@ tcp_store_wire::Frame RawExchange(int port, const std::string& bytes) {
   address.sin_port = htons(static_cast<uint16_t>(port));
   EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)),
             0);
+  const timeval five_seconds = {5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &five_seconds, sizeof(five_seconds));
+  return fd;
+}
+
+// Sends raw bytes and returns the server's answer frame.
+tcp_store_wire::Frame RawExchange(int port, const std::string& bytes) {
+  const int fd = RawConnect(port);
   EXPECT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
             static_cast<ssize_t>(bytes.size()));
   std::string in;
@@ -273,20 +281,6 @@ TEST(TcpStoreServer, AnswersMalformedRequestsAndHangsUpOnlyOnThem) {
   }
   // The well-behaved client is still served.
   EXPECT_EQ(good->get("k"), Bytes("v"));
-}
-
-// A connected loopback socket to `port` whose reads give up after 5 s.
-int RawConnect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)),
-            0);
-  const timeval five_seconds = {5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &five_seconds, sizeof(five_seconds));
-  return fd;
 }
 
 TEST(TcpStoreServer, RefusesASetPastItsLimit) {
