@@ -38,9 +38,9 @@ TEST(GlooConnect, APeerThatStopsWhileConnectingFailsTheOthersInTime) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string binary = Runfile("comm/gloo/testing/stopping_peer");
-  char rank[] = "1", size[] = "2", host[] = "127.0.0.1";
+  char rank[] = "1", size[] = "2";
   char* argv[] = {const_cast<char*>(binary.c_str()), rank, size,
-                  const_cast<char*>(dir.c_str()),    host, nullptr};
+                  const_cast<char*>(dir.c_str()), nullptr};
   pid_t peer = -1;
   ASSERT_EQ(posix_spawn(&peer, binary.c_str(), nullptr, nullptr, argv, environ),
             0)

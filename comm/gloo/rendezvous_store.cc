@@ -117,8 +117,7 @@ absl::StatusOr<RendezvousAddress> ParseRendezvousAddress(
   if (absl::StripAsciiWhitespace(text).empty()) {
     return Bad(text, "blank: name a directory or a store");
   }
-  if (absl::StripSuffix(text, "/").empty() ||
-      std::filesystem::path(std::string(text)).lexically_normal() == "/") {
+  if (std::filesystem::path(std::string(text)).lexically_normal() == "/") {
     return Bad(text,
                "the root directory: give each job a directory of its own");
   }

@@ -11,7 +11,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"

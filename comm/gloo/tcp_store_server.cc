@@ -87,6 +87,10 @@ struct Connection {
   std::string out;
   // After a kBadRequest: hang up once `out` has gone.
   bool closing = false;
+
+  // The bytes it holds in flight: a request half received, answers not
+  // yet taken.
+  size_t held() const { return in.size() + out.size(); }
 };
 
 // The server's keys and values, and the bytes they take.
@@ -292,20 +296,16 @@ void TcpStoreServer::Serve() {
     // connection holding the most goes: one that sends without reading, or
     // sends half a request and stops.
     size_t held = 0;
-    for (const Connection& c : connections) held += c.in.size() + c.out.size();
+    for (const Connection& c : connections) held += c.held();
     while (held > max_held_bytes_) {
       Connection* biggest = nullptr;
       for (Connection& c : connections) {
-        if (c.fd >= 0 && (biggest == nullptr ||
-                          c.in.size() + c.out.size() >
-                              biggest->in.size() + biggest->out.size())) {
+        if (c.fd >= 0 && (biggest == nullptr || c.held() > biggest->held())) {
           biggest = &c;
         }
       }
-      if (biggest == nullptr || biggest->in.size() + biggest->out.size() == 0) {
-        break;
-      }
-      held -= biggest->in.size() + biggest->out.size();
+      if (biggest == nullptr || biggest->held() == 0) break;
+      held -= biggest->held();
       biggest->in.clear();
       biggest->out.clear();
       biggest->fd = -1 - biggest->fd;

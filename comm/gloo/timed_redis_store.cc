@@ -4,10 +4,8 @@
 
 #include <algorithm>
 #include <exception>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "comm/gloo/store_wait.h"
 #include "comm/internal/deadline.h"

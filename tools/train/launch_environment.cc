@@ -110,18 +110,19 @@ absl::Status ApplyLaunchEnvironment(const EnvLookup& env,
             "RANK=\"\" (from the environment) is empty: want this "
             "process's rank, or unset it to train as one process");
       }
-      for (const char* name : {"WORLD_SIZE", "CHUNKZERO_RENDEZVOUS"}) {
-        const char* value = env(name);
-        if (value == nullptr || value[0] == '\0') continue;
-        // WORLD_SIZE=1 describes this very job.
-        if (std::string(name) == "WORLD_SIZE" && std::string(value) == "1") {
-          continue;
-        }
+      auto without_rank = [&](const char* name) {
         return absl::InvalidArgumentError(absl::StrCat(
-            name, "=\"", value,
+            name, "=\"", env(name),
             "\" is set in the environment but RANK is not: a launcher that "
             "sets one sets both (unset ",
             name, " to train as one process)"));
+      };
+      // WORLD_SIZE=1 describes this very job.
+      if (Set(env, "WORLD_SIZE") && std::string(env("WORLD_SIZE")) != "1") {
+        return without_rank("WORLD_SIZE");
+      }
+      if (Set(env, "CHUNKZERO_RENDEZVOUS")) {
+        return without_rank("CHUNKZERO_RENDEZVOUS");
       }
     }
   }

@@ -1,12 +1,9 @@
 // A Gloo rank that stops itself (SIGSTOP) in the middle of connecting: it
-// joins the rendezvous in DIR, creates its listening pairs and publishes
-// their addresses, then stops, so that its peers' connects are left
-// hanging on a process that holds its sockets open and never answers.
+// joins the rendezvous in DIR, creates its pairs and publishes their
+// addresses, then stops before dialing any, holding its sockets open and
+// never answering.
 //
-//   stopping_peer RANK SIZE DIR HOST
-//
-// HOST is the address it listens on (a loopback address of the test's
-// choosing, which decides which side of each pair dials).
+//   stopping_peer RANK SIZE DIR
 //
 // For tests of how long a rank waits on such a peer; the test kills it.
 #include <signal.h>
@@ -49,16 +46,15 @@ class StopAfterTheAddress final : public gloo::rendezvous::Store {
 
 int main(int argc, char** argv) {
   int rank = 0, size = 0;
-  if (argc != 5 || !absl::SimpleAtoi(argv[1], &rank) ||
+  if (argc != 4 || !absl::SimpleAtoi(argv[1], &rank) ||
       !absl::SimpleAtoi(argv[2], &size)) {
-    std::fprintf(stderr, "usage: %s RANK SIZE DIR HOST\n", argv[0]);
+    std::fprintf(stderr, "usage: %s RANK SIZE DIR\n", argv[0]);
     return 2;
   }
   gloo::rendezvous::FileStore files(argv[3]);
   StopAfterTheAddress store(files);
   chunkzero::comm::GlooOptions options;
   options.timeout = absl::Seconds(60);
-  options.hostname = argv[4];
   auto group =
       chunkzero::comm::GlooProcessGroup::Create(rank, size, store, options);
   std::fprintf(stderr, "stopping_peer: %s\n",
