@@ -168,6 +168,61 @@ absl::Status CreateDirectories(const std::string& dir) {
   return FsyncDir(DirectoryOf(dir));
 }
 
+namespace {
+
+// What `mode` is, for messages: "a directory", "a FIFO", ...
+const char* FileTypeName(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+// Linux's own limit on the links one path may go through (ELOOP).
+constexpr int kMaxSymlinkHops = 40;
+
+}  // namespace
+
+absl::StatusOr<std::string> ResolveFileToReplace(const std::string& path) {
+  if (path.empty()) {
+    return absl::InvalidArgumentError("an empty path names no file");
+  }
+  std::string current = path;
+  for (int hop = 0; hop <= kMaxSymlinkHops; ++hop) {
+    struct stat info;
+    if (::lstat(current.c_str(), &info) != 0) {
+      // A new file (or one under a parent that is not a directory, which
+      // the caller's create reports).
+      if (errno == ENOENT || errno == ENOTDIR) return current;
+      return ErrnoError("cannot stat", current);
+    }
+    if (S_ISREG(info.st_mode)) return current;
+    if (!S_ISLNK(info.st_mode)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          current, " is ", FileTypeName(info.st_mode),
+          current == path ? ""
+                          : absl::StrCat(" (where the link ", path, " leads)"),
+          ", not a regular file; refusing to replace or write it"));
+    }
+    std::string target(static_cast<size_t>(info.st_size) + 1, '\0');
+    const ssize_t n = ::readlink(current.c_str(), target.data(), target.size());
+    if (n < 0) return ErrnoError("cannot read the link", current);
+    target.resize(static_cast<size_t>(n));
+    if (target.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(current, " is an empty symbolic link"));
+    }
+    current =
+        target.front() == '/' ? target : JoinPath(DirectoryOf(current), target);
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(path, " goes through more than ", kMaxSymlinkHops,
+                   " symbolic links (a loop?)"));
+}
+
 absl::Status CheckCanCreateFile(const std::string& path) {
   if (path.empty() || path.back() == '/') {
     return absl::InvalidArgumentError(
@@ -178,13 +233,14 @@ absl::Status CheckCanCreateFile(const std::string& path) {
     return absl::FailedPreconditionError(
         absl::StrCat(path, " is a directory, not a file"));
   }
-  const std::string dir = DirectoryOf(path);
+  CZ_ASSIGN_OR_RETURN(const std::string target, ResolveFileToReplace(path));
+  const std::string dir = DirectoryOf(target);
   if (::stat(dir.c_str(), &info) != 0) {
     return ErrnoError("cannot write into the directory", dir);
   }
   if (!S_ISDIR(info.st_mode)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        dir, " is not a directory, so ", path, " cannot be created"));
+        dir, " is not a directory, so ", target, " cannot be created"));
   }
   // access() would answer for the real uid and miss read-only mounts; a
   // probe file answers exactly.
@@ -196,26 +252,79 @@ absl::Status CheckCanCreateFile(const std::string& path) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Opens `path`, which ResolveFileToReplace found to be a regular file or
+// nothing, for writing, never following a link or blocking (a FIFO swapped
+// in since is refused, not waited on). `flags` adds O_TRUNC or O_EXCL.
+absl::StatusOr<std::unique_ptr<FileDescriptor>> OpenRegularForWriting(
+    const std::string& path, int flags) {
+  auto fd = std::make_unique<FileDescriptor>(::open(
+      path.c_str(),
+      O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | flags, 0644));
+  if (!fd->valid()) return ErrnoError("cannot create", path);
+  struct stat info;
+  if (::fstat(fd->get(), &info) != 0) return ErrnoError("cannot stat", path);
+  if (!S_ISREG(info.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is ", FileTypeName(info.st_mode),
+                     ", not a regular file; refusing to write it"));
+  }
+  // Writes to a regular file never block anyway; clear the flag so that
+  // nothing below has to handle EAGAIN.
+  const int status_flags = ::fcntl(fd->get(), F_GETFL);
+  if (status_flags < 0 ||
+      ::fcntl(fd->get(), F_SETFL, status_flags & ~O_NONBLOCK) != 0) {
+    return ErrnoError("cannot set the flags of", path);
+  }
+  return fd;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FileDescriptor>> CreateOrTruncateFile(
+    const std::string& path) {
+  CZ_ASSIGN_OR_RETURN(const std::string target, ResolveFileToReplace(path));
+  // Truncated only once it is known to be a regular file.
+  CZ_ASSIGN_OR_RETURN(std::unique_ptr<FileDescriptor> fd,
+                      OpenRegularForWriting(target, 0));
+  if (::ftruncate(fd->get(), 0) != 0) {
+    return ErrnoError("cannot truncate", target);
+  }
+  return fd;
+}
+
 absl::Status WriteFileAtomically(const std::string& path,
                                  const FileWriter& write) {
-  const std::string tmp = path + ".tmp";
-  FileDescriptor fd(
-      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd.valid()) return ErrnoError("cannot create", tmp);
+  CZ_ASSIGN_OR_RETURN(const std::string target, ResolveFileToReplace(path));
+  const std::string tmp = target + ".tmp";
+  // A temporary that is something else than a file (a FIFO, a link a
+  // crash could not have left) is not ours to truncate or remove.
+  struct stat info;
+  if (::lstat(tmp.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(tmp, " is ", FileTypeName(info.st_mode),
+                     ", not a regular file; it is where ", target,
+                     " is written first: move it away"));
+  }
+  absl::StatusOr<std::unique_ptr<FileDescriptor>> opened =
+      OpenRegularForWriting(tmp, O_TRUNC);
+  if (!opened.ok()) return opened.status();
+  FileDescriptor& fd = **opened;
   absl::Status status = write(fd.get(), tmp);
   if (status.ok() && ::fsync(fd.get()) != 0) {
     status = ErrnoError("cannot fsync", tmp);
   }
   const absl::Status closed = fd.Close(tmp);
   if (status.ok()) status = closed;
-  if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    status = ErrnoError(absl::StrCat("cannot rename ", tmp, " to"), path);
+  if (status.ok() && std::rename(tmp.c_str(), target.c_str()) != 0) {
+    status = ErrnoError(absl::StrCat("cannot rename ", tmp, " to"), target);
   }
   if (!status.ok()) {
     ::unlink(tmp.c_str());
     return status;
   }
-  return FsyncDir(DirectoryOf(path));
+  return FsyncDir(DirectoryOf(target));
 }
 
 }  // namespace chunkzero

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -84,16 +85,37 @@ class FileDescriptor {
 // parent exists but is not a directory.
 [[nodiscard]] absl::Status CreateDirectories(const std::string& dir);
 
+// The file a write to `path` replaces: `path` itself, or, where `path` is a
+// symbolic link (or a chain of them), the file the last link names, so that
+// the link stays and its target gets the new contents. The result need not
+// exist yet. FailedPrecondition, naming the file and its type, when what is
+// there is not a regular file: a directory, a device, a FIFO or a socket is
+// never replaced or written (renaming over /dev/null would replace the
+// device; opening a FIFO blocks until a reader comes).
+[[nodiscard]] absl::StatusOr<std::string> ResolveFileToReplace(
+    const std::string& path);
+
 // Checks, before any work is done, that a file can later be created at
-// `path`: its directory exists and this process may create files in it (a
-// probe file is created there and removed), and `path` is not a directory.
-// NotFound for a missing directory, FailedPrecondition for a path that is a
-// directory or whose parent is not one, errno's code otherwise.
+// `path`: what is there is a regular file or nothing (ResolveFileToReplace,
+// following symbolic links), and this process may create files in its
+// directory (a probe file is created there and removed). NotFound for a
+// missing directory, FailedPrecondition for a path that is a directory,
+// another kind of file, or whose parent is not a directory, errno's code
+// otherwise.
 [[nodiscard]] absl::Status CheckCanCreateFile(const std::string& path);
 
+// Opens `path` for writing from its start, creating it or truncating it,
+// without blocking: the errors of ResolveFileToReplace (a FIFO or a device
+// is refused before it is opened), then errno's.
+[[nodiscard]] absl::StatusOr<std::unique_ptr<FileDescriptor>>
+CreateOrTruncateFile(const std::string& path);
+
 // Writes `path` so that a crash leaves the old file or the whole new one:
-// `write` fills "<path>.tmp", which is fsync'ed and renamed over `path`, and
-// the directory is fsync'ed. The temporary is removed on failure.
+// `write` fills "<target>.tmp", which is fsync'ed and renamed over the
+// target, and the directory is fsync'ed. The target is
+// ResolveFileToReplace(path): a symbolic link stays a link and its target is
+// replaced (beside it), and what is not a regular file is refused untouched.
+// The temporary is removed on failure.
 using FileWriter =
     std::function<absl::Status(int fd, const std::string& tmp_path)>;
 [[nodiscard]] absl::Status WriteFileAtomically(const std::string& path,

@@ -1,10 +1,14 @@
 #include "base/file.h"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -166,6 +170,174 @@ TEST(WriteFileAtomically, FullDeviceIsAnErrorNamingTheFile) {
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(status.message(),
             "cannot write /dev/full: No space left on device");
+}
+
+mode_t TypeOf(const std::string& path) {
+  struct stat info;
+  if (::lstat(path.c_str(), &info) != 0) return 0;
+  return info.st_mode & S_IFMT;
+}
+
+std::string ReadOrDie(const std::string& path) {
+  absl::StatusOr<std::string> read = ReadFileToString(path);
+  EXPECT_TRUE(read.ok()) << read.status();
+  return read.ok() ? *read : "";
+}
+
+TEST(WriteFileAtomically, FifoIsRefusedAndKept) {
+  const std::string fifo = TempDir() + "/fifo_dest";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  const absl::Status status = WriteString(fifo, "weights");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(status.message(),
+            absl::StrCat(fifo,
+                         " is a FIFO (named pipe), not a regular file; "
+                         "refusing to replace or write it"));
+  EXPECT_EQ(TypeOf(fifo), S_IFIFO) << "the FIFO was replaced";
+  EXPECT_FALSE(Exists(fifo + ".tmp"));
+}
+
+TEST(WriteFileAtomically, LinkToADeviceIsRefusedAndNeitherIsTouched) {
+  const std::string link = TempDir() + "/to_null";
+  ASSERT_EQ(::symlink("/dev/null", link.c_str()), 0);
+  const absl::Status status = WriteString(link, "weights");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      status.message(),
+      absl::StrCat("/dev/null is a character device (where the link ", link,
+                   " leads), not a regular file; refusing to replace "
+                   "or write it"));
+  EXPECT_EQ(TypeOf(link), S_IFLNK);
+  EXPECT_EQ(TypeOf("/dev/null"), S_IFCHR);
+}
+
+TEST(WriteFileAtomically, WritesThroughALinkToItsTarget) {
+  const std::string dir = TempDir() + "/through";
+  ASSERT_TRUE(CreateDirectories(dir + "/real").ok());
+  ASSERT_TRUE(WriteString(dir + "/real/w.st", "old").ok());
+  // A relative link, resolved against the link's own directory.
+  ASSERT_EQ(::symlink("real/w.st", (dir + "/w.st").c_str()), 0);
+  ASSERT_EQ(::symlink("w.st", (dir + "/w2.st").c_str()), 0);  // A chain.
+  ASSERT_TRUE(WriteString(dir + "/w2.st", "new").ok());
+  EXPECT_EQ(TypeOf(dir + "/w2.st"), S_IFLNK);
+  EXPECT_EQ(TypeOf(dir + "/w.st"), S_IFLNK);
+  EXPECT_EQ(ReadOrDie(dir + "/real/w.st"), "new");
+  EXPECT_FALSE(Exists(dir + "/real/w.st.tmp"));
+  EXPECT_FALSE(Exists(dir + "/w2.st.tmp"));
+}
+
+TEST(WriteFileAtomically, DanglingLinkCreatesItsTarget) {
+  const std::string dir = TempDir() + "/dangling";
+  ASSERT_TRUE(CreateDirectories(dir).ok());
+  ASSERT_EQ(::symlink("later.st", (dir + "/now.st").c_str()), 0);
+  ASSERT_TRUE(WriteString(dir + "/now.st", "abc").ok());
+  EXPECT_EQ(TypeOf(dir + "/now.st"), S_IFLNK);
+  EXPECT_EQ(ReadOrDie(dir + "/later.st"), "abc");
+}
+
+TEST(WriteFileAtomically, LinkLoopIsRefused) {
+  const std::string dir = TempDir() + "/loop";
+  ASSERT_TRUE(CreateDirectories(dir).ok());
+  ASSERT_EQ(::symlink("b", (dir + "/a").c_str()), 0);
+  ASSERT_EQ(::symlink("a", (dir + "/b").c_str()), 0);
+  const absl::Status status = WriteString(dir + "/a", "x");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(status.message(),
+            absl::StrCat(dir,
+                         "/a goes through more than 40 symbolic links (a "
+                         "loop?)"));
+  EXPECT_EQ(TypeOf(dir + "/a"), S_IFLNK);
+}
+
+TEST(WriteFileAtomically, TemporaryThatIsAFifoIsRefusedAndKept) {
+  const std::string path = TempDir() + "/with_fifo_tmp";
+  ASSERT_EQ(::mkfifo((path + ".tmp").c_str(), 0644), 0);
+  const absl::Status status = WriteString(path, "x");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(status.message(),
+            absl::StrCat(path,
+                         ".tmp is a FIFO (named pipe), not a regular file; it "
+                         "is where ",
+                         path, " is written first: move it away"));
+  EXPECT_EQ(TypeOf(path + ".tmp"), S_IFIFO);
+  EXPECT_FALSE(Exists(path));
+}
+
+TEST(CheckCanCreateFile, FifoSocketAndLinkToADeviceAreRefused) {
+  const std::string fifo = TempDir() + "/check_fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  EXPECT_EQ(CheckCanCreateFile(fifo).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A socket's path must fit in 108 bytes, which the test directory's may
+  // not.
+  std::string socket_dir = "/tmp/cz_file_test_XXXXXX";
+  ASSERT_NE(::mkdtemp(socket_dir.data()), nullptr);
+  const std::string socket_path = socket_dir + "/s";
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  ASSERT_LT(socket_path.size(), sizeof(address.sun_path));
+  std::memcpy(address.sun_path, socket_path.data(), socket_path.size());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)),
+            0);
+  const absl::Status socket_status = CheckCanCreateFile(socket_path);
+  ::close(fd);
+  ::unlink(socket_path.c_str());
+  ::rmdir(socket_dir.c_str());
+  EXPECT_EQ(socket_status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(socket_status.message(),
+            absl::StrCat(socket_path,
+                         " is a socket, not a regular file; refusing to "
+                         "replace or write it"));
+  const std::string link = TempDir() + "/check_link";
+  ASSERT_EQ(::symlink("/dev/zero", link.c_str()), 0);
+  EXPECT_EQ(CheckCanCreateFile(link).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(CheckCanCreateFile, ProbesBesideALinksTarget) {
+  const std::string dir = TempDir() + "/probe_target";
+  ASSERT_TRUE(CreateDirectories(dir).ok());
+  ASSERT_EQ(::symlink("/nonexistent_dir/x.st", (dir + "/x.st").c_str()), 0);
+  const absl::Status status = CheckCanCreateFile(dir + "/x.st");
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(status.message(),
+            "cannot write into the directory /nonexistent_dir: No such file "
+            "or directory");
+}
+
+TEST(CreateOrTruncateFile, FifoIsRefusedWithoutBlocking) {
+  const std::string fifo = TempDir() + "/metrics_fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  // No reader: opening it for writing the usual way would block forever.
+  absl::StatusOr<std::unique_ptr<FileDescriptor>> fd =
+      CreateOrTruncateFile(fifo);
+  ASSERT_FALSE(fd.ok());
+  EXPECT_EQ(fd.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(fd.status().message(),
+            absl::StrCat(fifo,
+                         " is a FIFO (named pipe), not a regular file; "
+                         "refusing to replace or write it"));
+}
+
+TEST(CreateOrTruncateFile, TruncatesAFileThroughALink) {
+  const std::string file = TempDir() + "/metrics_target";
+  ASSERT_TRUE(WriteString(file, "old contents").ok());
+  const std::string link = TempDir() + "/metrics_link";
+  ASSERT_EQ(::symlink(file.c_str(), link.c_str()), 0);
+  absl::StatusOr<std::unique_ptr<FileDescriptor>> fd =
+      CreateOrTruncateFile(link);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  ASSERT_TRUE(WriteAll((*fd)->get(), "ab", 2, link).ok());
+  ASSERT_TRUE((*fd)->Close(link).ok());
+  EXPECT_EQ(ReadOrDie(file), "ab");
+  EXPECT_EQ(TypeOf(link), S_IFLNK);
+  // And a new file where there was none.
+  absl::StatusOr<std::unique_ptr<FileDescriptor>> fresh =
+      CreateOrTruncateFile(TempDir() + "/metrics_new");
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ(TypeOf(TempDir() + "/metrics_new"), S_IFREG);
 }
 
 TEST(ReadAt, ShortFileIsDataLoss) {

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -147,6 +148,11 @@ std::vector<Row> CommandRows(const std::string& doc) {
 void MakeFixtures(const std::string& tmp) {
   fs::create_directories(JoinPath(tmp, "dir"));
   fs::create_directories(JoinPath(tmp, "locked"));
+  // Destinations that are not regular files.
+  ASSERT_EQ(::mkfifo(JoinPath(tmp, "fifo").c_str(), 0644), 0);
+  ASSERT_EQ(::symlink("/dev/null", JoinPath(tmp, "to_null").c_str()), 0);
+  fs::create_directories(JoinPath(tmp, "fifo_save"));
+  ASSERT_EQ(::mkfifo(JoinPath(tmp, "fifo_save/manifest.pb").c_str(), 0644), 0);
   std::string text;
   for (int i = 0; i < 2000; ++i) text += static_cast<char>('a' + i % 26);
   Write(JoinPath(tmp, "text.txt"), text);

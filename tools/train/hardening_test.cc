@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -336,6 +337,41 @@ TEST(Hardening, DestinationsAreCheckedBeforeStepOne) {
   }
 }
 
+// A destination that is a link: the link stays, its target gets the
+// weights and the checkpoint's manifest, and a link to something that is
+// not a file is refused before step 1, leaving both untouched.
+TEST(Hardening, DestinationsThroughLinksReachTheirTargets) {
+  const std::string dir = TestDir("links");
+  fs::create_directories(dir + "/real/ckpt");
+  TrainOptions o = Tiny();
+  o.export_path = dir + "/weights.safetensors";
+  ASSERT_EQ(::symlink("real/w.safetensors", o.export_path.c_str()), 0);
+  o.save = dir + "/ckpt";
+  ASSERT_EQ(::symlink("real/ckpt", o.save.c_str()), 0);
+  ASSERT_EQ(RunJob(o), absl::OkStatus());
+  EXPECT_TRUE(fs::is_symlink(o.export_path));
+  EXPECT_TRUE(fs::is_regular_file(dir + "/real/w.safetensors"));
+  EXPECT_TRUE(SafetensorsFile::Read(dir + "/real/w.safetensors").ok());
+  EXPECT_TRUE(fs::is_symlink(o.save));
+  EXPECT_TRUE(ReadCheckpointMeta(dir + "/real/ckpt").ok());
+
+  TrainOptions to_device = Tiny();
+  to_device.export_path = dir + "/to_null";
+  ASSERT_EQ(::symlink("/dev/null", to_device.export_path.c_str()), 0);
+  int steps = -1;
+  const absl::Status status = RunJob(to_device, &steps);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(status.message(),
+            absl::StrCat("--export=", to_device.export_path,
+                         ": /dev/null is a character device (where the link ",
+                         to_device.export_path,
+                         " leads), not a regular file; refusing to replace or "
+                         "write it"));
+  EXPECT_EQ(steps, 0);
+  EXPECT_TRUE(fs::is_symlink(to_device.export_path));
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+}
+
 TEST(Hardening, ASecondJobSavingToTheSameDirectoryIsRefused) {
   TrainOptions o = Tiny();
   o.save = TestDir("shared");
@@ -365,15 +401,20 @@ TEST(Hardening, AFailedSaveLeavesNoOrphanShards) {
     SCOPED_TRACE(blocker);
     TrainOptions o = Tiny();
     o.save = TestDir("ckpt");
-    ASSERT_TRUE(RunJob(o).ok());                     // Step 2.
-    fs::create_directories(o.save + "/" + blocker);  // open() fails on it.
+    ASSERT_TRUE(RunJob(o).ok());  // Step 2.
+    // The temporary the file is written through: a directory there is
+    // not the writer's to remove, so the write fails.
+    fs::create_directories(o.save + "/" + blocker);
     const std::set<std::string> before = FileNames(o.save);
     TrainOptions more = o;
     more.resume = o.save;
     more.steps = 4;
     const absl::Status status = RunJob(more);
     EXPECT_FALSE(status.ok());
-    EXPECT_THAT(std::string(status.message()), HasSubstr("Is a directory"));
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr(absl::StrCat(o.save, "/", blocker,
+                                       " is a directory, not a regular file; "
+                                       "it is where")));
     EXPECT_EQ(FileNames(o.save), before);
     absl::StatusOr<Checkpoint> ckpt = ReadCheckpoint(o.save);
     ASSERT_TRUE(ckpt.ok()) << ckpt.status();

@@ -4,7 +4,6 @@
 // in-process backend), sharded fp16 chunks and AdamW, and prints a summary
 // of memory and traffic. The flag names are an interface other scripts use;
 // see README.md.
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,6 +13,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -130,11 +130,16 @@ class MetricsFile {
  public:
   absl::Status Open(const std::string& path) {
     path_ = path;
-    fd_ = std::make_unique<chunkzero::FileDescriptor>(
-        ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!fd_->valid()) {
-      return chunkzero::ErrnoError("--metrics_out: cannot create", path);
+    // A FIFO or a device is refused before it is opened: opening a FIFO
+    // for writing would wait for a reader forever.
+    absl::StatusOr<std::unique_ptr<chunkzero::FileDescriptor>> opened =
+        chunkzero::CreateOrTruncateFile(path);
+    if (!opened.ok()) {
+      return absl::Status(opened.status().code(),
+                          absl::StrCat("--metrics_out=", path, ": ",
+                                       opened.status().message()));
     }
+    fd_ = *std::move(opened);
     return absl::OkStatus();
   }
   bool is_open() const { return fd_ != nullptr; }
