@@ -9,6 +9,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "base/mutex.h"
+#include "base/thread.h"
 
 namespace chunkzero {
 namespace {
@@ -86,7 +87,9 @@ class ThreadPool {
   void Run(Job& job, int helpers) ABSL_LOCKS_EXCLUDED(mu_) {
     {
       MutexLock lock(&mu_);
-      EnsureWorkersLocked(helpers);
+      // Fewer helpers where the kernel refuses more threads (ulimit -u):
+      // the caller runs whatever pieces nobody else takes.
+      helpers = std::min(helpers, EnsureWorkersLocked(helpers));
       job.helper_slots_ = helpers;
       queue_.push_back(&job);
     }
@@ -104,11 +107,16 @@ class ThreadPool {
  private:
   ThreadPool() = default;
 
-  void EnsureWorkersLocked(int count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // Starts workers until there are `count`; returns how many there are.
+  int EnsureWorkersLocked(int count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     while (num_workers_ < count) {
-      std::thread([this] { WorkerLoop(); }).detach();
+      absl::StatusOr<std::thread> worker =
+          StartThread("a ParallelFor worker", [this] { WorkerLoop(); });
+      if (!worker.ok()) break;
+      worker->detach();
       ++num_workers_;
     }
+    return num_workers_;
   }
 
   void WorkerLoop() ABSL_LOCKS_EXCLUDED(mu_) {

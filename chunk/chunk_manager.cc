@@ -58,7 +58,8 @@ ChunkManager::ChunkManager(comm::ProcessGroup* group,
                            const ChunkManagerOptions& options,
                            MemoryTracker* tracker,
                            AllocatorRegistry* allocators)
-    : group_(group),
+    : tracked_(*group),
+      group_(&tracked_),
       options_(options),
       tracker_(tracker),
       base_allocators_(allocators != nullptr ? allocators
@@ -76,6 +77,12 @@ ChunkManager::ChunkManager(comm::ProcessGroup* group,
 }
 
 ChunkManager::~ChunkManager() {
+  // Collectives still running read and write the chunks' buffers, freed
+  // below; a peer may reach them much later (see "Lifetime").
+  tracked_.AbortIfInFlight(absl::CancelledError(absl::StrCat(
+      "rank ", group_->rank(),
+      " destroyed its chunks with collectives on them in flight (it failed "
+      "or stopped in the middle of a step)")));
   // Copies still running write into chunks and free through the caches.
   if (copy_stream_ != nullptr) copy_stream_->Drain();
   if (residency_ != nullptr && tracker_ != nullptr) {

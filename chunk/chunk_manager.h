@@ -35,7 +35,13 @@
 //
 // Lifetime: views of chunks (parameters' data and grads) may outlive the
 // manager; its destructor frees every payload, after which they read as not
-// materialised.
+// materialised. A manager destroyed with collectives of its chunks still in
+// flight (a failure returned in the middle of a step, with prefetches
+// issued) first aborts its group (ProcessGroup::Abort): a peer that comes
+// to such a collective later must not write into freed memory. So
+// destroying a manager after a failure ends the group for everyone who uses
+// it; after a step that returned OK nothing is in flight and the group
+// stays usable.
 //
 // Thread-safety: one manager per rank, used by that rank's thread. Every
 // rank must make the same sequence of collective-issuing calls (Access*,
@@ -62,6 +68,7 @@
 #include "chunk/chunk_layout.h"
 #include "chunk/chunk_packing.h"
 #include "chunk/chunk_residency.h"
+#include "comm/in_flight_tracker.h"
 #include "comm/process_group.h"
 #include "tensor/allocator.h"
 #include "tensor/caching_allocator.h"
@@ -249,6 +256,10 @@ class ChunkManager {
   [[nodiscard]] absl::Status EnsureCache(Device device);
   void Forget(Chunk* chunk);
 
+  // Every collective of the chunks goes through tracked_ (group_ points to
+  // it), so that the destructor can stop those still running before it
+  // frees their buffers. Declared first: destroyed last.
+  comm::InFlightTracker tracked_;
   comm::ProcessGroup* const group_;
   const ChunkManagerOptions options_;
   MemoryTracker* const tracker_;

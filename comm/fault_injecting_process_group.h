@@ -94,6 +94,9 @@ class FaultInjectingProcessGroup final : public ProcessGroup {
       ConstBuffer send, MutableBuffer recv,
       const ReduceScatterOptions& options) override;
   std::unique_ptr<Work> DoBarrier(const BarrierOptions& options) override;
+  // Forwards (a stall happens on the issuing thread, before the inner
+  // group sees the call, so there is nothing of this decorator to stop).
+  void DoAbort(const absl::Status& cause) override { inner_.Abort(cause); }
 
  private:
   // Applies the plan to the next call. Returns a failed Work for a Fail rule

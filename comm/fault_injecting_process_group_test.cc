@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "comm/inprocess/in_process_group.h"
+#include "comm/testing/mock_process_group.h"
 #include "comm/testing/spawn_ranks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -125,6 +126,13 @@ TEST(FaultInjectingProcessGroup, ShortStallWithinTimeoutSucceeds) {
       });
   EXPECT_TRUE(AllRanksOk(statuses));
   EXPECT_TRUE(world.abort_status().ok());
+}
+
+TEST(FaultInjectingProcessGroup, AbortIsForwarded) {
+  comm_testing::MockProcessGroup inner(0, 2);
+  FaultInjectingProcessGroup faulty(inner, FaultPlan());
+  EXPECT_CALL(inner, DoAbort(absl::CancelledError("why")));
+  faulty.Abort(absl::CancelledError("why"));
 }
 
 }  // namespace

@@ -101,6 +101,21 @@ class ProcessGroup {
     return DoBarrier(options);
   }
 
+  // Gives up on this group so that the buffers of its collectives may be
+  // freed (as c10d's abort() and ncclCommAbort): every collective of this
+  // rank that has not started fails with a status quoting `cause`, one in
+  // flight is stopped where the backend can stop it (else it finishes), and
+  // Abort returns once no collective of this rank reads or writes a
+  // caller's buffer any more and every Work it issued is complete. Later
+  // collectives fail at once. The peers' collectives fail too, promptly
+  // where the backend can tell them (in-process, Gloo, NCCL). The group
+  // cannot be used again; Abort may be called more than once (the first
+  // cause stays) and from any thread. REQUIRES: !cause.ok().
+  //
+  // Call it on the way out of a failure, before freeing what collectives
+  // still in flight use (ChunkManager's destructor does).
+  void Abort(const absl::Status& cause) { DoAbort(cause); }
+
  protected:
   virtual std::unique_ptr<Work> DoBroadcast(
       MutableBuffer buffer, const BroadcastOptions& options) = 0;
@@ -115,6 +130,7 @@ class ProcessGroup {
       ConstBuffer send, MutableBuffer recv,
       const ReduceScatterOptions& options) = 0;
   virtual std::unique_ptr<Work> DoBarrier(const BarrierOptions& options) = 0;
+  virtual void DoAbort(const absl::Status& cause) = 0;
 };
 
 // Blocking conveniences: issue the collective and wait for it. Each is

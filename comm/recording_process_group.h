@@ -116,6 +116,8 @@ class RecordingProcessGroup final : public ProcessGroup {
       ConstBuffer send, MutableBuffer recv,
       const ReduceScatterOptions& options) override;
   std::unique_ptr<Work> DoBarrier(const BarrierOptions& options) override;
+  // Forwards; what is recorded stays as it is.
+  void DoAbort(const absl::Status& cause) override { inner_.Abort(cause); }
 
  private:
   void Record(const CollectiveCall& call) ABSL_LOCKS_EXCLUDED(mu_);

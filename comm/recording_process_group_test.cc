@@ -177,6 +177,13 @@ TEST(RecordingProcessGroup, ForwardsAndTimesWaitOnStream) {
   }
 }
 
+TEST(RecordingProcessGroup, AbortIsForwarded) {
+  MockProcessGroup inner(0, 2);
+  RecordingProcessGroup recorded(inner);
+  EXPECT_CALL(inner, DoAbort(absl::CancelledError("why")));
+  recorded.Abort(absl::CancelledError("why"));
+}
+
 TEST(RecordingProcessGroup, LogIsBoundedButCountersKeepCounting) {
   NiceMock<MockProcessGroup> inner(/*rank=*/0, /*size=*/2);
   RecordingProcessGroup rec(inner, /*max_logged_calls=*/2);

@@ -63,6 +63,11 @@ class RoutingProcessGroup final : public ProcessGroup {
       ConstBuffer send, MutableBuffer recv,
       const ReduceScatterOptions& options) override;
   std::unique_ptr<Work> DoBarrier(const BarrierOptions& options) override;
+  // Aborts both inner groups: a collective in flight may be on either.
+  void DoAbort(const absl::Status& cause) override {
+    device_->Abort(cause);
+    host_->Abort(cause);
+  }
 
  private:
   // The group for a call whose buffers are `a` and `b` (null or empty: no

@@ -94,6 +94,14 @@ TEST_F(RoutingTest, BuffersOnBothSidesAreRefusedBeforeEitherGroup) {
             "memory (mock+mock runs each collective on one side)");
 }
 
+TEST_F(RoutingTest, AbortReachesBothGroups) {
+  const absl::Status cause = absl::CancelledError("rank 1 gave up");
+  ::testing::InSequence in_order;
+  EXPECT_CALL(device_group_, DoAbort(cause));
+  EXPECT_CALL(host_group_, DoAbort(cause));
+  group_.Abort(cause);
+}
+
 TEST_F(RoutingTest, IsTheInnerGroupsRankAndSize) {
   EXPECT_EQ(group_.rank(), 1);
   EXPECT_EQ(group_.size(), 2);

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/thread.h"
 #include "comm/argument_checks.h"
 
 namespace chunkzero {
@@ -80,8 +81,14 @@ StagingProcessGroup::StagingProcessGroup(ProcessGroup* inner, Device device,
     : inner_(inner),
       device_(device),
       staging_(staging),
-      name_(absl::StrCat(inner->backend_name(), "+staged")),
-      worker_([this] { RunWorker(); }) {}
+      name_(absl::StrCat(inner->backend_name(), "+staged")) {
+  // Without a worker (the kernel refused a thread: ulimit -u) each
+  // collective finishes on the calling thread instead (see Enqueue).
+  absl::StatusOr<std::thread> worker =
+      StartThread(absl::StrCat("the staging worker of rank ", rank()),
+                  [this] { RunWorker(); });
+  if (worker.ok()) worker_ = *std::move(worker);
+}
 
 StagingProcessGroup::~StagingProcessGroup() {
   {
@@ -89,7 +96,7 @@ StagingProcessGroup::~StagingProcessGroup() {
     stop_ = true;
     cv_.SignalAll();
   }
-  worker_.join();
+  if (worker_.joinable()) worker_.join();
 }
 
 absl::StatusOr<void*> StagingProcessGroup::Stage(size_t bytes) {
@@ -107,10 +114,23 @@ std::unique_ptr<Work> StagingProcessGroup::Enqueue(
       Pending{std::move(inner_work), std::move(staged),
               WorkCompletion(std::move(description))});
   std::unique_ptr<Work> work = pending->completion.MakeWork();
+  if (!worker_.joinable()) {
+    Finish(*pending);
+    return work;
+  }
   MutexLock lock(&mu_);
   queue_.push_back(std::move(pending));
+  ++unfinished_;
   cv_.SignalAll();
   return work;
+}
+
+void StagingProcessGroup::DoAbort(const absl::Status& cause) {
+  inner_->Abort(cause);
+  // Every inner collective is complete now, so the worker gets through
+  // its queue without waiting on a peer.
+  MutexLock lock(&mu_);
+  while (unfinished_ > 0) cv_.Wait(&mu_);
 }
 
 void StagingProcessGroup::RunWorker() {
@@ -123,23 +143,30 @@ void StagingProcessGroup::RunWorker() {
       pending = std::move(queue_.front());
       queue_.pop_front();
     }
-    absl::Status status = pending->inner->Wait();
-    if (status.ok()) {
-      for (const Staged::CopyBack& copy : pending->staged->copies) {
-        status = CopyBytes(copy.device_dst, device_, copy.host_src,
-                           Device::Cpu(), copy.bytes);
-        if (!status.ok()) {
-          status = absl::Status(
-              status.code(),
-              absl::StrCat("rank ", rank(), " [", name_,
-                           "]: copying the result back: ", status.message()));
-          break;
-        }
+    Finish(*pending);
+    MutexLock lock(&mu_);
+    --unfinished_;
+    cv_.SignalAll();
+  }
+}
+
+void StagingProcessGroup::Finish(Pending& pending) {
+  absl::Status status = pending.inner->Wait();
+  if (status.ok()) {
+    for (const Staged::CopyBack& copy : pending.staged->copies) {
+      status = CopyBytes(copy.device_dst, device_, copy.host_src, Device::Cpu(),
+                         copy.bytes);
+      if (!status.ok()) {
+        status = absl::Status(
+            status.code(),
+            absl::StrCat("rank ", rank(), " [", name_,
+                         "]: copying the result back: ", status.message()));
+        break;
       }
     }
-    pending->staged.reset();  // Staging memory goes back first.
-    pending->completion.Complete(status);
   }
+  pending.staged.reset();  // Staging memory goes back first.
+  pending.completion.Complete(status);
 }
 
 std::unique_ptr<Work> StagingProcessGroup::DoBroadcast(

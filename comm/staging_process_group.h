@@ -34,6 +34,7 @@
 #define CHUNKZERO_COMM_STAGING_PROCESS_GROUP_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <string>
@@ -78,6 +79,10 @@ class StagingProcessGroup final : public ProcessGroup {
       ConstBuffer send, MutableBuffer recv,
       const ReduceScatterOptions& options) override;
   std::unique_ptr<Work> DoBarrier(const BarrierOptions& options) override;
+  // Aborts the inner group, then waits until the worker has finished every
+  // collective queued (none copies a result back once its inner collective
+  // failed; one that succeeded before the abort finishes its copy).
+  void DoAbort(const absl::Status& cause) override;
 
  private:
   struct Staged;   // One collective's staging memory and copies back.
@@ -91,6 +96,9 @@ class StagingProcessGroup final : public ProcessGroup {
                                 std::shared_ptr<Staged> staged,
                                 std::string description);
   void RunWorker();
+  // Waits for `pending`'s inner collective, copies its result back and
+  // completes its Work.
+  void Finish(Pending& pending);
 
   ProcessGroup* const inner_;
   const Device device_;
@@ -101,6 +109,8 @@ class StagingProcessGroup final : public ProcessGroup {
   CondVar cv_;
   std::deque<std::unique_ptr<Pending>> queue_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // Collectives queued for the worker and not yet finished by it.
+  int64_t unfinished_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread worker_;
 };
 

@@ -7,9 +7,13 @@
 #include <cstdint>
 #include <memory>
 #include <numeric>
+#include <string>
+#include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status_macros.h"
+#include "base/thread.h"
 #include "comm/fault_injecting_process_group.h"
 #include "comm/testing/spawn_ranks.h"
 #include "gmock/gmock.h"
@@ -202,6 +206,54 @@ TEST(StagingProcessGroup, DestructionWaitsForIssuedCollectives) {
     CZ_RETURN_IF_ERROR(work->Wait());
     if (x[0] != 2.0f) return absl::InternalError("result not copied back");
     if (counting.live_bytes() != 0) return absl::InternalError("leaked");
+    return absl::OkStatus();
+  })));
+}
+
+// Abort reaches the inner group and returns only once every collective
+// issued here is complete: a late peer never gets a copy back into the
+// device buffer.
+TEST(StagingProcessGroup, AbortStopsTheInnerGroupAndWaitsForTheWorker) {
+  InProcessWorld world(2);
+  absl::Status late;
+  std::thread rank1([&] {
+    FaultInjectingProcessGroup slow(
+        **world.group(1), FaultPlan().StallCall(0, absl::Milliseconds(300)));
+    std::vector<float> y(100, 1.0f);
+    late = AllReduce(slow, MutableBuffer::Of(y));
+  });
+  HostAllocator host(Device::Cpu());
+  CountingAllocator counting(&host);
+  StagingProcessGroup group(*world.group(0), kDevice, &counting);
+  std::vector<float> x(100, 1.0f);
+  std::unique_ptr<Work> work = group.AllReduce(MutableBuffer::Of(x), {});
+  group.Abort(absl::CancelledError("rank 0 gave up"));
+  EXPECT_TRUE(work->IsCompleted());
+  EXPECT_THAT(std::string(work->Wait().message()), HasSubstr("rank 0 gave up"));
+  std::fill(x.begin(), x.end(), -1.0f);
+  rank1.join();
+  EXPECT_FALSE(late.ok());
+  EXPECT_EQ(x, std::vector<float>(100, -1.0f));
+  EXPECT_EQ(counting.live_bytes(), 0);
+}
+
+// Where the kernel refuses the worker thread (ulimit -u), each collective
+// finishes on the calling thread instead, with the same result.
+TEST(StagingProcessGroup, WithoutAWorkerThreadCollectivesFinishInline) {
+  EXPECT_TRUE(AllRanksOk(SpawnRanks(2, [](ProcessGroup& inner) {
+    HostAllocator host(Device::Cpu());
+    CountingAllocator counting(&host);
+    std::vector<float> x(100, 1.0f);
+    static Mutex start_mu;
+    std::unique_ptr<StagingProcessGroup> group;
+    {
+      MutexLock lock(&start_mu);
+      FailThreadStartsForTesting(0, 1);
+      group = std::make_unique<StagingProcessGroup>(&inner, kDevice, &counting);
+      FailThreadStartsForTesting(0, 0);
+    }
+    CZ_RETURN_IF_ERROR(AllReduce(*group, MutableBuffer::Of(x)));
+    if (x[0] != 2.0f) return absl::InternalError("result not copied back");
     return absl::OkStatus();
   })));
 }

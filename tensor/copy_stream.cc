@@ -2,9 +2,17 @@
 
 #include <utility>
 
+#include "base/thread.h"
+
 namespace chunkzero {
 
-CopyStream::CopyStream() : thread_([this] { Run(); }) {}
+CopyStream::CopyStream() {
+  // Without a thread (the kernel refused one: ulimit -u) each task runs on
+  // the caller's thread, in order all the same (see Enqueue).
+  absl::StatusOr<std::thread> thread =
+      StartThread("a host-device copy stream", [this] { Run(); });
+  if (thread.ok()) thread_ = *std::move(thread);
+}
 
 CopyStream::~CopyStream() {
   {
@@ -12,10 +20,17 @@ CopyStream::~CopyStream() {
     stopping_ = true;
     changed_.SignalAll();
   }
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void CopyStream::Enqueue(std::function<void()> task) {
+  if (!thread_.joinable()) {
+    task();
+    MutexLock lock(&mu_);
+    ++enqueued_;
+    ++run_;
+    return;
+  }
   MutexLock lock(&mu_);
   queue_.push_back(std::move(task));
   ++enqueued_;

@@ -26,6 +26,8 @@
 #include "absl/time/clock.h"
 #include "base/detached_status.h"
 #include "base/mutex.h"
+#include "base/status_macros.h"
+#include "base/thread.h"
 #include "comm/argument_checks.h"
 #include "comm/gloo/gloo_timeout.h"
 #include "comm/gloo/peer_probe.h"
@@ -210,8 +212,17 @@ class Worker {
         context_(std::move(context)),
         shared_memory_(std::move(shared_memory)),
         min_shared_memory_bytes_(min_shared_memory_bytes),
-        probe_(std::move(probe)) {
-    thread_ = std::thread([this] { Loop(); });
+        probe_(std::move(probe)) {}
+
+  // Starts the worker thread: ResourceExhausted where the kernel refuses
+  // one (base/thread.h). REQUIRES: called once, before Enqueue.
+  absl::Status Start() {
+    absl::StatusOr<std::thread> thread =
+        StartThread(absl::StrCat("the Gloo worker thread of rank ", rank_),
+                    [this] { Loop(); });
+    if (!thread.ok()) return thread.status();
+    thread_ = *std::move(thread);
+    return absl::OkStatus();
   }
 
   ~Worker() {
@@ -231,7 +242,7 @@ class Worker {
                        "it started")));
     }
     if (in_flight) AbortInFlight();
-    thread_.join();
+    if (thread_.joinable()) thread_.join();
   }
 
   // Unregisters, when it goes out of scope, the buffers it created, so that
@@ -292,6 +303,34 @@ class Worker {
     return DetachedCopy(abort_status_);
   }
 
+  // See GlooProcessGroup::DoAbort.
+  void Abort(const absl::Status& cause) ABSL_LOCKS_EXCLUDED(mu_) {
+    std::deque<std::unique_ptr<Op>> cancelled;
+    bool in_flight;
+    {
+      MutexLock lock(&mu_);
+      if (abort_status_.ok()) abort_status_ = DetachedCopy(cause);
+      cancelled.swap(queue_);
+      in_flight = in_flight_;
+    }
+    for (auto& op : cancelled) {
+      op->completion.Complete(absl::CancelledError(
+          absl::StrCat(Describe(op->seq, op->call), " on rank ", rank_,
+                       " cancelled before it started: the group was aborted: ",
+                       cause.message())));
+    }
+    // Closing the connections tells the peers at once, whether or not a
+    // collective is in flight here.
+    if (in_flight) {
+      AbortInFlight();
+    } else {
+      CloseConnections();
+    }
+    // Every Work complete before returning (ProcessGroup::Abort).
+    MutexLock lock(&mu_);
+    while (completing_) cv_.Wait(&mu_);
+  }
+
   bool uses_shared_memory() const { return shared_memory_ != nullptr; }
   uint64_t shared_memory_collectives() const {
     return shared_memory_collectives_.load(std::memory_order_relaxed);
@@ -313,9 +352,13 @@ class Worker {
       {
         MutexLock lock(&mu_);
         in_flight_ = false;
+        completing_ = true;
         cv_.SignalAll();
       }
       op->completion.Complete(std::move(status));
+      MutexLock lock(&mu_);
+      completing_ = false;
+      cv_.SignalAll();
     }
   }
 
@@ -344,7 +387,8 @@ class Worker {
       if (aborting_) {
         return absl::CancelledError(absl::StrCat(
             what, " on rank ", rank_,
-            " cancelled: its GlooProcessGroup was destroyed while it ran",
+            " cancelled: its GlooProcessGroup was aborted or destroyed while "
+            "it ran",
             status.ok() ? "" : absl::StrCat(" (", status.message(), ")")));
       }
       if (status.ok()) return status;
@@ -836,7 +880,10 @@ class Worker {
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool in_flight_ ABSL_GUARDED_BY(mu_) = false;
-  bool aborting_ ABSL_GUARDED_BY(mu_) = false;  // Set by the destructor.
+  // The worker is completing the Work of the collective it just ran.
+  bool completing_ ABSL_GUARDED_BY(mu_) = false;
+  // Set by AbortInFlight (the destructor's, or Abort's).
+  bool aborting_ ABSL_GUARDED_BY(mu_) = false;
   // The unbound buffers of the collective in flight (see Tracked).
   std::vector<gloo::transport::UnboundBuffer*> active_ ABSL_GUARDED_BY(mu_);
   // Scratch(); the worker thread's alone.
@@ -1051,11 +1098,12 @@ absl::StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
         "check --interface)"));
   }
   if (!status.ok()) return status;
-  return std::unique_ptr<GlooProcessGroup>(new GlooProcessGroup(
-      rank, size,
-      std::make_unique<gloo_internal::Worker>(
-          rank, size, std::move(context), std::move(shared_memory),
-          options.min_shared_memory_bytes, std::move(probe))));
+  auto worker = std::make_unique<gloo_internal::Worker>(
+      rank, size, std::move(context), std::move(shared_memory),
+      options.min_shared_memory_bytes, std::move(probe));
+  CZ_RETURN_IF_ERROR(worker->Start());
+  return std::unique_ptr<GlooProcessGroup>(
+      new GlooProcessGroup(rank, size, std::move(worker)));
 }
 
 absl::StatusOr<std::unique_ptr<GlooProcessGroup>>
@@ -1092,6 +1140,10 @@ GlooProcessGroup::GlooProcessGroup(
     : rank_(rank), size_(size), worker_(std::move(worker)) {}
 
 GlooProcessGroup::~GlooProcessGroup() = default;
+
+void GlooProcessGroup::DoAbort(const absl::Status& cause) {
+  worker_->Abort(cause);
+}
 
 bool GlooProcessGroup::SupportsDType(DType dtype) const {
   // Data moves as bytes; reductions run in our own kernels, which take

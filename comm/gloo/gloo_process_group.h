@@ -202,6 +202,10 @@ class GlooProcessGroup final : public ProcessGroup {
       ConstBuffer send, MutableBuffer recv,
       const ReduceScatterOptions& options) override;
   std::unique_ptr<Work> DoBarrier(const BarrierOptions& options) override;
+  // Fails every queued collective, aborts the one in flight (closing the
+  // connections, so the peers fail promptly; see "Timeouts and abort"), and
+  // returns once the worker holds no caller buffer.
+  void DoAbort(const absl::Status& cause) override;
 
  private:
   GlooProcessGroup(int rank, int size,

@@ -25,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/thread.h"
 #include "comm/testing/every_dtype_check.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gmock/gmock.h"
@@ -930,6 +931,70 @@ TEST(GlooProcessGroup, DestructionCancelsPendingOpsWithoutWaitingForPeers) {
   EXPECT_EQ(waiting->Wait().code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(queued->Wait().code(), absl::StatusCode::kCancelled);
   EXPECT_THAT(queued->Wait().message(), HasSubstr("before it started"));
+}
+
+// A rank that gives up with collectives in flight (ProcessGroup::Abort):
+// once Abort returns, nothing of its group touches their buffers, a late
+// peer fails at once instead of at its timeout, and later calls fail.
+TEST(GlooProcessGroup, AbortStopsWhatIsInFlightAndTellsThePeers) {
+  for (bool shared_memory : {true, false}) {
+    SCOPED_TRACE(shared_memory ? "shared memory" : "tcp");
+    auto groups = CreateGroups(2, shared_memory);
+    ASSERT_TRUE(groups.ok()) << groups.status();
+    constexpr size_t kCount = 4096;
+    auto recv = std::make_unique<std::vector<float>>(2 * kCount, 0.0f);
+    std::vector<float> send(kCount, 3.0f), queued_buffer(8);
+    std::unique_ptr<Work> gather = (*groups)[0]->AllGather(
+        ConstBuffer::Of(send), MutableBuffer::Of(*recv), {});
+    std::unique_ptr<Work> queued =
+        (*groups)[0]->AllReduce(MutableBuffer::Of(queued_buffer), {});
+    absl::SleepFor(absl::Milliseconds(50));  // Let the gather start.
+    EXPECT_FALSE(gather->IsCompleted());
+    const absl::Time start = absl::Now();
+    (*groups)[0]->Abort(absl::ResourceExhaustedError("rank 0: out of memory"));
+    EXPECT_LT(absl::Now() - start, kSlack);
+    ASSERT_TRUE(gather->IsCompleted());
+    ASSERT_TRUE(queued->IsCompleted());
+    EXPECT_EQ(gather->Wait().code(), absl::StatusCode::kCancelled);
+    EXPECT_EQ(queued->Wait().code(), absl::StatusCode::kCancelled);
+    EXPECT_THAT(queued->Wait().message(),
+                HasSubstr("cancelled before it started: the group was aborted: "
+                          "rank 0: out of memory"));
+    // The buffers may go now; the peer comes late and must not reach them.
+    std::fill(recv->begin(), recv->end(), -1.0f);
+    std::vector<float> peer_send(kCount, 7.0f), peer_recv(2 * kCount);
+    const absl::Time peer_start = absl::Now();
+    const absl::Status peer =
+        AllGather(*(*groups)[1], ConstBuffer::Of(peer_send),
+                  MutableBuffer::Of(peer_recv));
+    EXPECT_FALSE(peer.ok());
+    EXPECT_LT(absl::Now() - peer_start, kSlack) << "the peer waited";
+    EXPECT_EQ(*recv, std::vector<float>(2 * kCount, -1.0f));
+    // Later collectives fail at once, quoting the cause.
+    std::vector<float> x(4);
+    const absl::Status later = AllReduce(*(*groups)[0], MutableBuffer::Of(x));
+    EXPECT_EQ(later.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(later.message(), HasSubstr("rank 0: out of memory"));
+    EXPECT_THAT((*groups)[0]->abort_status().message(),
+                HasSubstr("rank 0: out of memory"));
+    // Twice is fine; the first cause stays.
+    (*groups)[0]->Abort(absl::CancelledError("again"));
+    EXPECT_THAT((*groups)[0]->abort_status().message(),
+                HasSubstr("rank 0: out of memory"));
+  }
+}
+
+TEST(GlooProcessGroup, AWorkerThatCannotStartFailsCreate) {
+  gloo::rendezvous::HashStore store;
+  FailThreadStartsForTesting(0, 1);
+  absl::StatusOr<std::unique_ptr<GlooProcessGroup>> group =
+      GlooProcessGroup::Create(0, 1, store, TestOptions());
+  FailThreadStartsForTesting(0, 0);
+  ASSERT_FALSE(group.ok());
+  EXPECT_EQ(group.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(group.status().message(),
+              HasSubstr("cannot start the Gloo worker thread of rank 0: "
+                        "Resource temporarily unavailable"));
 }
 
 TEST(GlooProcessGroup, ArgumentErrorsComeBackAsFailedWorkLikeEveryBackend) {

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/thread.h"
 #include "comm/gloo/tcp_store_wire.h"
 
 namespace chunkzero {
@@ -203,7 +204,11 @@ absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(
   }
   std::unique_ptr<TcpStoreServer> server(
       new TcpStoreServer(fd, BoundPort(fd), wake[0], wake[1], max_held_bytes));
-  server->thread_ = std::thread([s = server.get()] { s->Serve(); });
+  absl::StatusOr<std::thread> thread = StartThread(
+      absl::StrCat("the rendezvous store server on port ", server->port()),
+      [s = server.get()] { s->Serve(); });
+  if (!thread.ok()) return thread.status();
+  server->thread_ = *std::move(thread);
   return server;
 }
 

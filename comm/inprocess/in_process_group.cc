@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "base/detached_status.h"
 #include "base/mutex.h"
+#include "base/thread.h"
 #include "comm/argument_checks.h"
 #include "comm/internal/reduce_kernels.h"
 
@@ -312,33 +313,45 @@ struct Op {
 class InProcessGroup final : public ProcessGroup {
  public:
   InProcessGroup(WorldState* world, int rank, int size)
-      : world_(world), rank_(rank), size_(size) {
-    worker_ = std::thread([this] { WorkerLoop(); });
+      : world_(world), rank_(rank), size_(size) {}
+
+  // Starts the worker thread: ResourceExhausted where the kernel refuses
+  // one (base/thread.h). REQUIRES: called once, before any collective.
+  absl::Status Start() {
+    absl::StatusOr<std::thread> worker =
+        StartThread(absl::StrCat("the in-process comm worker of rank ", rank_),
+                    [this] { WorkerLoop(); });
+    if (!worker.ok()) return worker.status();
+    worker_ = *std::move(worker);
+    return absl::OkStatus();
   }
 
   // Joins the worker. REQUIRES: the world is aborted (so that a collective
   // waiting in the rendezvous returns).
   ~InProcessGroup() override {
-    StopAndCancelQueued();
-    worker_.join();
+    StopAndCancelQueued("its InProcessWorld was destroyed");
+    JoinWorker();
   }
 
-  // Fails every queued (not yet started) collective with Cancelled, makes
-  // later calls fail with Cancelled, and lets the worker exit once its
-  // current collective (if any) returns. Idempotent.
-  void StopAndCancelQueued() ABSL_LOCKS_EXCLUDED(mu_) {
+  // Fails every queued (not yet started) collective with Cancelled, saying
+  // `why` ("its InProcessWorld was destroyed"), makes later calls fail the
+  // same way, and lets the worker exit once its current collective (if any)
+  // returns. Idempotent: the first `why` stays.
+  void StopAndCancelQueued(absl::string_view why) ABSL_LOCKS_EXCLUDED(mu_) {
     std::deque<std::unique_ptr<Op>> cancelled;
+    std::string reason;
     {
       MutexLock lock(&mu_);
+      if (!stopping_) stop_reason_ = std::string(why);
       stopping_ = true;
+      reason = stop_reason_;
       cancelled.swap(queue_);
       cv_.SignalAll();
     }
     for (auto& op : cancelled) {
       op->completion.Complete(absl::CancelledError(
           absl::StrCat(Describe(op->seq, op->entry.call), " on rank ", rank_,
-                       " cancelled: its InProcessWorld was destroyed before "
-                       "it started")));
+                       " cancelled before it started: ", reason)));
     }
   }
 
@@ -405,14 +418,31 @@ class InProcessGroup final : public ProcessGroup {
                    options.timeout);
   }
 
+  // Aborts the world (so that every rank's collective waiting in the
+  // rendezvous returns, and every later one fails), cancels what is queued
+  // here and joins the worker: once it has returned, this rank's collective
+  // in flight, if any, is done with every buffer (a collective past its
+  // rendezvous ends with a barrier of all its ranks).
+  void DoAbort(const absl::Status& cause) override {
+    world_->Abort(cause);
+    StopAndCancelQueued(
+        absl::StrCat("the group was aborted: ", cause.message()));
+    JoinWorker();
+  }
+
  private:
+  void JoinWorker() ABSL_LOCKS_EXCLUDED(join_mu_) {
+    MutexLock lock(&join_mu_);
+    if (worker_.joinable()) worker_.join();
+  }
+
   std::unique_ptr<Work> Enqueue(const Entry& entry, absl::Duration timeout)
       ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
     if (stopping_) {
       return MakeCompletedWork(absl::CancelledError(
           absl::StrCat("rank ", rank_, ": ", entry.call.ToString(),
-                       " issued while its InProcessWorld is being destroyed")));
+                       " issued after the group stopped: ", stop_reason_)));
     }
     auto op = std::make_unique<Op>(next_seq_++, entry, timeout, rank_);
     std::unique_ptr<Work> work = op->completion.MakeWork();
@@ -444,6 +474,9 @@ class InProcessGroup final : public ProcessGroup {
   std::deque<std::unique_ptr<Op>> queue_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::string stop_reason_ ABSL_GUARDED_BY(mu_);
+  // Held while joining worker_ (Abort and the destructor may both).
+  Mutex join_mu_;
   std::thread worker_;
 };
 
@@ -457,6 +490,7 @@ InProcessWorld::InProcessWorld(int world_size)
   for (int r = 0; r < world_size_; ++r) {
     groups_.push_back(std::make_unique<inprocess_internal::InProcessGroup>(
         state_.get(), r, world_size_));
+    if (start_status_.ok()) start_status_ = groups_.back()->Start();
   }
 }
 
@@ -464,12 +498,19 @@ InProcessWorld::~InProcessWorld() {
   // First stop every queue (so no worker starts another collective), then
   // abort (so collectives waiting in the rendezvous return Cancelled), then
   // join the workers.
-  for (auto& group : groups_) group->StopAndCancelQueued();
+  for (auto& group : groups_) {
+    group->StopAndCancelQueued("its InProcessWorld was destroyed");
+  }
   state_->Abort(absl::CancelledError("the InProcessWorld was destroyed"));
   groups_.clear();
 }
 
 absl::StatusOr<ProcessGroup*> InProcessWorld::group(int rank) {
+  if (!start_status_.ok()) {
+    return absl::Status(start_status_.code(),
+                        absl::StrCat("InProcessWorld of ", world_size_,
+                                     " ranks: ", start_status_.message()));
+  }
   if (rank < 0 || rank >= world_size_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "InProcessWorld::group: rank ", rank, " is not in a world of size ",

@@ -78,7 +78,8 @@ class InProcessWorld {
 
   // Rank `rank`'s ProcessGroup, backend_name() "inprocess"; supports f32,
   // f16 and bf16. InvalidArgument, naming the rank and the world size, for
-  // a rank outside [0, size()).
+  // a rank outside [0, size()); ResourceExhausted, for every rank, when the
+  // constructor could not start a worker thread (ulimit -u).
   [[nodiscard]] absl::StatusOr<ProcessGroup*> group(int rank);
 
   // Aborts the world with `status` (if not aborted already): see above.
@@ -92,6 +93,8 @@ class InProcessWorld {
   const int world_size_;      // Ranks started (0 for a bad request).
   const int requested_size_;  // The constructor's argument, for messages.
   std::unique_ptr<inprocess_internal::WorldState> state_;
+  // Why a worker thread could not start, or OK.
+  absl::Status start_status_;
   // Destroyed before state_ (they point into it).
   std::vector<std::unique_ptr<inprocess_internal::InProcessGroup>> groups_;
 };

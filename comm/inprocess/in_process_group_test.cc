@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/mutex.h"
+#include "base/thread.h"
 #include "comm/testing/every_dtype_check.h"
 #include "comm/testing/spawn_ranks.h"
 #include "gmock/gmock.h"
@@ -665,6 +666,45 @@ TEST(InProcessWorld, BadWorldSizeOrRankIsInvalidArgument) {
       SpawnRanks(0, [](ProcessGroup&) { return absl::OkStatus(); });
   ASSERT_EQ(spawned.size(), 1u);
   EXPECT_EQ(spawned[0].code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(InProcessWorld, AWorkerThatCannotStartFailsEveryGroup) {
+  FailThreadStartsForTesting(/*skip=*/1, /*fail=*/1);
+  InProcessWorld world(3);
+  FailThreadStartsForTesting(0, 0);
+  for (int r = 0; r < 3; ++r) {
+    absl::StatusOr<ProcessGroup*> group = world.group(r);
+    ASSERT_FALSE(group.ok());
+    EXPECT_EQ(group.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(std::string(group.status().message()),
+                HasSubstr("InProcessWorld of 3 ranks: cannot start the "
+                          "in-process comm worker of rank 1: Resource "
+                          "temporarily unavailable"));
+  }
+}
+
+TEST(InProcessWorld, AbortCancelsWhatIsQueuedAndLaterCallsFail) {
+  InProcessWorld world(2);
+  ProcessGroup& group = **world.group(0);
+  std::vector<float> a(4), b(4);
+  std::unique_ptr<Work> waiting = group.AllReduce(MutableBuffer::Of(a), {});
+  std::unique_ptr<Work> queued = group.AllReduce(MutableBuffer::Of(b), {});
+  group.Abort(absl::UnavailableError("rank 0 lost its device"));
+  ASSERT_TRUE(waiting->IsCompleted());
+  ASSERT_TRUE(queued->IsCompleted());
+  // Failed in the rendezvous (Unavailable) or cancelled in the queue,
+  // depending on whether the worker had reached it.
+  EXPECT_THAT(std::string(waiting->Wait().message()),
+              HasSubstr("rank 0 lost its device"));
+  EXPECT_EQ(queued->Wait().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(std::string(queued->Wait().message()),
+              HasSubstr("cancelled before it started: the group was aborted: "
+                        "rank 0 lost its device"));
+  EXPECT_EQ(world.abort_status().message(), "rank 0 lost its device");
+  EXPECT_FALSE(AllReduce(group, MutableBuffer::Of(a)).ok());
+  // The peer fails at once rather than at its timeout.
+  EXPECT_FALSE(AllReduce(**world.group(1), MutableBuffer::Of(a)).ok());
+  group.Abort(absl::CancelledError("again"));  // Idempotent.
 }
 
 }  // namespace

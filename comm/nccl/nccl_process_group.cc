@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
+#include "base/thread.h"
 #include "comm/argument_checks.h"
 #include "comm/internal/deadline.h"
 #include "comm/internal/rendezvous_join.h"
@@ -107,6 +108,18 @@ class Core : public std::enable_shared_from_this<Core> {
     {
       MutexLock lock(&mu_);
       PollLocked();
+    }
+    AbortIfDue();
+  }
+
+  // Fails every pending collective with `cause` and aborts the
+  // communicator (once: a group already aborted keeps its first cause).
+  void Abort(const absl::Status& cause) {
+    {
+      MutexLock lock(&mu_);
+      if (closed_) return;
+      PollLocked();
+      if (abort_status_.ok()) AbortLocked(cause);
     }
     AbortIfDue();
   }
@@ -333,28 +346,40 @@ void Core::AbortIfDue() {
 // Polls the core every `interval` until stopped.
 class Watchdog {
  public:
-  Watchdog(std::shared_ptr<Core> core, absl::Duration interval)
-      : thread_([this, core = std::move(core), interval] {
+  // ResourceExhausted where the kernel refuses a thread (base/thread.h).
+  static absl::StatusOr<std::unique_ptr<Watchdog>> Start(
+      int rank, std::shared_ptr<Core> core, absl::Duration interval) {
+    auto watchdog = std::unique_ptr<Watchdog>(new Watchdog());
+    Watchdog* w = watchdog.get();
+    absl::StatusOr<std::thread> thread = StartThread(
+        absl::StrCat("the NCCL watchdog of rank ", rank),
+        [w, core = std::move(core), interval] {
           while (true) {
             {
-              MutexLock lock(&mu_);
-              if (stop_) return;
-              cv_.WaitWithDeadline(&mu_, absl::Now() + interval);
-              if (stop_) return;
+              MutexLock lock(&w->mu_);
+              if (w->stop_) return;
+              w->cv_.WaitWithDeadline(&w->mu_, absl::Now() + interval);
+              if (w->stop_) return;
             }
             core->Poll();
           }
-        }) {}
+        });
+    if (!thread.ok()) return thread.status();
+    watchdog->thread_ = *std::move(thread);
+    return watchdog;
+  }
   ~Watchdog() {
     {
       MutexLock lock(&mu_);
       stop_ = true;
       cv_.SignalAll();
     }
-    thread_.join();
+    if (thread_.joinable()) thread_.join();  // Not when Start failed.
   }
 
  private:
+  Watchdog() = default;
+
   Mutex mu_;
   CondVar cv_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
@@ -500,22 +525,32 @@ NcclProcessGroup::CreateWithApi(int rank, int size,
   }
   auto core = std::make_shared<Core>(rank, std::move(api), *comm, *stream,
                                      options.compute_stream, *word);
-  return std::unique_ptr<NcclProcessGroup>(new NcclProcessGroup(
-      rank, size, std::move(core), options.watchdog_interval));
+  absl::StatusOr<std::unique_ptr<nccl_internal::Watchdog>> watchdog =
+      nccl_internal::Watchdog::Start(rank, core, options.watchdog_interval);
+  if (!watchdog.ok()) {
+    core->Close();
+    return absl::Status(watchdog.status().code(),
+                        absl::StrCat(where, ": ", watchdog.status().message()));
+  }
+  return std::unique_ptr<NcclProcessGroup>(
+      new NcclProcessGroup(rank, size, std::move(core), *std::move(watchdog)));
 }
 
-NcclProcessGroup::NcclProcessGroup(int rank, int size,
-                                   std::shared_ptr<nccl_internal::Core> core,
-                                   absl::Duration watchdog_interval)
+NcclProcessGroup::NcclProcessGroup(
+    int rank, int size, std::shared_ptr<nccl_internal::Core> core,
+    std::unique_ptr<nccl_internal::Watchdog> watchdog)
     : rank_(rank),
       size_(size),
       core_(std::move(core)),
-      watchdog_(std::make_unique<nccl_internal::Watchdog>(core_,
-                                                          watchdog_interval)) {}
+      watchdog_(std::move(watchdog)) {}
 
 NcclProcessGroup::~NcclProcessGroup() {
   watchdog_.reset();
   core_->Close();
+}
+
+void NcclProcessGroup::DoAbort(const absl::Status& cause) {
+  core_->Abort(cause);
 }
 
 bool NcclProcessGroup::SupportsDType(DType dtype) const {

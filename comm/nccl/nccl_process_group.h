@@ -147,11 +147,14 @@ class NcclProcessGroup final : public ProcessGroup {
       ConstBuffer send, MutableBuffer recv,
       const ReduceScatterOptions& options) override;
   std::unique_ptr<Work> DoBarrier(const BarrierOptions& options) override;
+  // Fails every pending collective with `cause` and aborts the
+  // communicator (ncclCommAbort, which stops its kernels).
+  void DoAbort(const absl::Status& cause) override;
 
  private:
   NcclProcessGroup(int rank, int size,
                    std::shared_ptr<nccl_internal::Core> core,
-                   absl::Duration watchdog_interval);
+                   std::unique_ptr<nccl_internal::Watchdog> watchdog);
 
   const int rank_;
   const int size_;

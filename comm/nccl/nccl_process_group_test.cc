@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "base/thread.h"
 #include "comm/nccl/testing/fake_nccl_api.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gmock/gmock.h"
@@ -435,6 +436,41 @@ TEST(NcclProcessGroup, DestructionAbortsTheCommunicatorOnce) {
   EXPECT_THAT(g.fake->TakeLog(),
               ElementsAre("wait_stream 0", "enqueue AllReduce f32 count=1",
                           "abort", "free", "destroy_stream"));
+}
+
+TEST(NcclProcessGroup, AbortFailsThePendingWorkWithTheCauseAndAbortsOnce) {
+  Fixture f;
+  f.fake->HoldCompletion();
+  std::vector<float> x = {1};
+  std::unique_ptr<Work> w = f.group->AllReduce(MutableBuffer::Of(x), {});
+  f.fake->TakeLog();
+  f.group->Abort(absl::ResourceExhaustedError("rank 0: out of memory"));
+  ASSERT_TRUE(w->IsCompleted());
+  EXPECT_EQ(w->Wait(), absl::ResourceExhaustedError("rank 0: out of memory"));
+  EXPECT_EQ(f.group->abort_status(),
+            absl::ResourceExhaustedError("rank 0: out of memory"));
+  f.group->Abort(absl::CancelledError("again"));  // The first cause stays.
+  const absl::Status later = AllReduce(*f.group, MutableBuffer::Of(x));
+  EXPECT_FALSE(later.ok());
+  EXPECT_THAT(later.message(), HasSubstr("out of memory"));
+  f.group.reset();
+  EXPECT_THAT(f.fake->TakeLog(),
+              ElementsAre("abort", "free", "destroy_stream"));
+}
+
+TEST(NcclProcessGroup, AWatchdogThatCannotStartFailsCreate) {
+  gloo::rendezvous::HashStore store;
+  FakeNcclApi fake;
+  FailThreadStartsForTesting(0, 1);
+  absl::StatusOr<std::unique_ptr<NcclProcessGroup>> created =
+      NcclProcessGroup::CreateWithApi(0, 1, ForwardTo(&fake), store, {});
+  FailThreadStartsForTesting(0, 0);
+  ASSERT_FALSE(created.ok());
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(created.status().message(),
+              HasSubstr("cannot start the NCCL watchdog of rank 0: Resource "
+                        "temporarily unavailable"));
+  EXPECT_THAT(fake.TakeLog(), Contains("abort"));
 }
 
 TEST(NcclProcessGroup, CollectivesWaitForTheGivenComputeStream) {

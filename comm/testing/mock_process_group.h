@@ -54,6 +54,7 @@ class MockProcessGroup : public comm::ProcessGroup {
               (override));
   MOCK_METHOD(std::unique_ptr<comm::Work>, DoBarrier,
               (const comm::BarrierOptions& options), (override));
+  MOCK_METHOD(void, DoAbort, (const absl::Status& cause), (override));
 
  private:
   const int rank_;

@@ -8,7 +8,6 @@
 #include <memory>
 #include <new>
 #include <optional>
-#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -22,6 +21,7 @@
 #include "base/mutex.h"
 #include "base/parallel_for.h"
 #include "base/status_macros.h"
+#include "base/thread.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "chunk/chunk_manager.h"
 #include "comm/agree.h"
@@ -112,7 +112,22 @@ class RankRunner {
         on_step_(on_step),
         result_(result) {}
 
+  // Never throws: what the planning could not foresee (an allocation that
+  // fails) is a status, reported before the runner is torn down.
   absl::Status Run() {
+    try {
+      return RunSteps();
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(
+          "out of memory (an allocation failed)");
+    } catch (const std::exception& e) {
+      return absl::InternalError(
+          absl::StrCat("unexpected exception: ", e.what()));
+    }
+  }
+
+ private:
+  absl::Status RunSteps() {
     CZ_RETURN_IF_ERROR(SetUp());
     const int64_t first = plan_.resume_meta ? plan_.resume_meta->step : 0;
     if (rank() == 0) result_->first_step = first;
@@ -148,7 +163,6 @@ class RankRunner {
     return absl::OkStatus();
   }
 
- private:
   int rank() const { return raw_.rank(); }
   absl::Duration timeout() const { return absl::Seconds(o_.comm_timeout_s); }
 
@@ -629,6 +643,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
       if (status.ok()) status = process_store->DeleteKeysItSet();
       if (!status.ok()) group = nullptr;
     }
+    bool reported = false;
     if (group != nullptr) {
       // No exception may end the process from a rank's thread: what the
       // planning could not foresee (an allocation that fails) is an error
@@ -636,6 +651,13 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
       try {
         RankRunner runner(plan, *group, device, on_step, &result);
         status = runner.Run();
+        // Reported before the runner is torn down: a tear-down with
+        // collectives in flight aborts the group (ChunkManager), and the
+        // peers' failures it causes must not pass for the first one.
+        if (!status.ok()) {
+          fail(r, status);
+          reported = true;
+        }
       } catch (const std::bad_alloc&) {
         status = absl::ResourceExhaustedError(
             "out of memory (an allocation failed)");
@@ -644,22 +666,25 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
             absl::StrCat("unexpected exception: ", e.what()));
       }
     }
-    if (!status.ok()) fail(r, status);
+    if (!status.ok() && !reported) fail(r, status);
   };
   std::vector<std::thread> threads;
   if (options.rank >= 0) {
     run_rank(options.rank);  // This process is one rank.
   } else {
     for (int r = 0; r < options.world_size; ++r) {
-      try {
-        threads.emplace_back(run_rank, r);
-      } catch (const std::system_error& e) {
-        fail(r, absl::ResourceExhaustedError(absl::StrCat(
-                    "cannot start the thread of rank ", r, " (", e.what(),
-                    "); run fewer ranks as threads (--world_size) or one "
-                    "process per rank (tools/train/launch.sh)")));
+      absl::StatusOr<std::thread> thread =
+          StartThread(absl::StrCat("the thread of rank ", r),
+                      [&run_rank, r] { run_rank(r); });
+      if (!thread.ok()) {
+        fail(r, absl::Status(thread.status().code(),
+                             absl::StrCat(thread.status().message(),
+                                          "; run fewer ranks as threads "
+                                          "(--world_size) or one process per "
+                                          "rank (tools/train/launch.sh)")));
         break;
       }
+      threads.push_back(*std::move(thread));
     }
   }
   for (std::thread& t : threads) t.join();
