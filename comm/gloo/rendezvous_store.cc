@@ -14,7 +14,6 @@
 #include "comm/gloo/tcp_store_server.h"
 #include "comm/gloo/timed_file_store.h"
 #include "comm/gloo/timed_redis_store.h"
-#include "gloo/rendezvous/prefix_store.h"
 
 namespace chunkzero {
 namespace comm {
@@ -144,18 +143,17 @@ absl::StatusOr<std::unique_ptr<RendezvousStore>> RendezvousStore::Open(
         return absl::UnavailableError(absl::StrCat(
             "rendezvous directory ", address.directory, ": ", e.what()));
       }
-      out->view_ = out->base_.get();
       return out;
     }
     case RendezvousAddress::Kind::kRedis: {
+      // The store puts PREFIX/ before every key itself, so that its errors
+      // name the keys as the server holds them.
       absl::StatusOr<std::unique_ptr<TimedRedisStore>> redis =
-          TimedRedisStore::Connect(address.host, address.port, timeout);
+          TimedRedisStore::Connect(address.host, address.port, timeout,
+                                   address.prefix);
       if (!redis.ok()) return redis.status();
       out->redis_ = redis->get();
       out->base_ = *std::move(redis);
-      out->prefixed_ = std::make_unique<gloo::rendezvous::PrefixStore>(
-          address.prefix, *out->base_);
-      out->view_ = out->prefixed_.get();
       return out;
     }
     case RendezvousAddress::Kind::kTcp: {
@@ -176,7 +174,6 @@ absl::StatusOr<std::unique_ptr<RendezvousStore>> RendezvousStore::Open(
                             address.port, timeout);
       if (!client.ok()) return client.status();
       out->base_ = *std::move(client);
-      out->view_ = out->base_.get();
       return out;
     }
   }

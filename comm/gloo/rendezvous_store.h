@@ -13,9 +13,11 @@
 //  - redis://HOST[:PORT]/PREFIX: a Redis server (PORT 6379 by default)
 //    through Gloo's RedisStore (timed_redis_store.h), every key under
 //    PREFIX/, so that one server serves many jobs at once. Each rank
-//    deletes its keys once all have met (DeleteKeysItSet), so a prefix
-//    serves job after job; keys a killed job left make the next job under
-//    that prefix fail instead of meeting them.
+//    deletes its keys once all have met (DeleteKeysItSet), or as it gives
+//    up on a server that stopped answering, so a prefix serves job after
+//    job; keys a killed job left make the next job under that prefix fail
+//    instead of meeting them, until they expire
+//    (TimedRedisStore::KeyLifetime: ten timeouts, at least an hour).
 //  - tcp://HOST:PORT: a store that rank 0 hosts on PORT of every interface
 //    (tcp_store_server.h) and every rank reaches at HOST:PORT (torchrun's
 //    MASTER_ADDR and MASTER_PORT). Fresh per job by construction.
@@ -78,13 +80,14 @@ class RendezvousStore {
   RendezvousStore(const RendezvousStore&) = delete;
   RendezvousStore& operator=(const RendezvousStore&) = delete;
 
-  gloo::rendezvous::Store& store() { return *view_; }
+  gloo::rendezvous::Store& store() { return *base_; }
 
   // Deletes the keys this rank set on a redis:// server, so that the job's
   // prefix is free again (a directory is fresh per job, and a tcp:// store
   // ends with rank 0). Call it only once every rank has read them: after a
-  // barrier of every group made through store(). Unavailable naming the
-  // server if it does not answer; OK (nothing to do) for the other forms.
+  // barrier of every group made through store(). DeadlineExceeded naming
+  // the server if it does not answer within the timeout, Unavailable if it
+  // fails otherwise; OK (nothing to do) for the other forms.
   [[nodiscard]] absl::Status DeleteKeysItSet();
 
  private:
@@ -92,9 +95,6 @@ class RendezvousStore {
 
   std::unique_ptr<TcpStoreServer> server_;
   std::unique_ptr<gloo::rendezvous::Store> base_;
-  // base_ itself, or a PrefixStore over it.
-  std::unique_ptr<gloo::rendezvous::Store> prefixed_;
-  gloo::rendezvous::Store* view_ = nullptr;
   // base_, for a redis:// store; else null.
   TimedRedisStore* redis_ = nullptr;
 };
