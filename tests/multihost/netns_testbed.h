@@ -18,7 +18,8 @@
 //
 // Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) and iproute2's `ip`. The
 // namespaces are named after this process (czmh<pid>-...), so concurrent
-// tests do not collide, and are deleted by the destructor.
+// tests do not collide, and are deleted by the destructor. If the process
+// dies first (SIGKILL), the next Create, of any process, removes them.
 #ifndef CHUNKZERO_TESTS_MULTIHOST_NETNS_TESTBED_H_
 #define CHUNKZERO_TESTS_MULTIHOST_NETNS_TESTBED_H_
 
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "tests/multihost/subprocess.h"
 
@@ -49,6 +51,14 @@ class NetnsTestbed {
   // FailedPrecondition saying why when namespaces cannot be made here (not
   // root, no `ip`, no veth, bridge or TAP support); what was made is
   // removed.
+  //
+  // First removes what testbeds whose owner is gone left behind, their
+  // owner being the process whose pid is in their names (czmh<pid>-...)
+  // and gone when no process has that pid, or it is a zombie, or it is
+  // this process and none of its testbeds is alive: the processes still
+  // running in their namespaces (SIGKILL), the namespaces with the links in
+  // them, and the owner's files /tmp/czmh<pid>-* (TempPath). What a live
+  // process named after itself is never touched.
   static absl::StatusOr<std::unique_ptr<NetnsTestbed>> Create(
       const TestbedOptions& options);
   ~NetnsTestbed();
@@ -64,9 +74,13 @@ class NetnsTestbed {
   // `ip link set eth0 up|down` on the host.
   absl::Status SetLink(int host, bool up) const;
 
+  // A mkstemp() template for a file of this testbed's owner, named after
+  // it ("/tmp/czmh<pid>-WHAT.XXXXXX"), so that a later Create removes it
+  // if the owner dies without removing it itself.
+  std::string TempPath(absl::string_view what) const;
+
  private:
-  NetnsTestbed(std::string prefix, int hosts)
-      : prefix_(std::move(prefix)), hosts_(hosts) {}
+  NetnsTestbed(std::string prefix, int hosts);
   std::string HostNamespace(int host) const;
   std::string SwitchNamespace() const;
   // Joins the host's eth0 to switch port `port`: a veth pair, or a

@@ -8,7 +8,10 @@
 // i and "{addr0}" by host 0's address (10.233.0.1); host i's address is
 // 10.233.0.(i+1). Each line a host prints is shown as "[host i] line". The
 // exit status is the first failing host's (0 if none). The namespaces go
-// when it ends; SIGINT and SIGTERM end it too.
+// when it ends; SIGINT, SIGTERM and SIGHUP end it too (130). The commands
+// die with it even if it is SIGKILLed (PR_SET_PDEATHSIG; a launcher takes
+// its ranks with it), and then the next on_hosts (any testbed's start)
+// removes the namespaces and logs it left.
 #include <signal.h>
 #include <unistd.h>
 
@@ -101,6 +104,7 @@ int main(int argc, char** argv) {
   }
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
+  signal(SIGHUP, OnSignal);
   std::vector<Child> children;
   std::vector<std::string> logs;
   for (int host = 0; host < options.hosts; ++host) {
@@ -110,8 +114,10 @@ int main(int argc, char** argv) {
           argv[a],
           {{"{host}", absl::StrCat(host)}, {"{addr0}", (*bed)->address(0)}}));
     }
-    char path[] = "/tmp/on_hosts.XXXXXX";
-    const int fd = mkstemp(path);
+    // Named after this process, so that the next testbed removes it if
+    // this one is killed.
+    std::string path = (*bed)->TempPath(absl::StrCat("host", host));
+    const int fd = mkstemp(path.data());
     if (fd < 0) {
       std::perror("on_hosts: mkstemp");
       return 1;

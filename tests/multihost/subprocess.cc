@@ -2,10 +2,11 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -16,36 +17,72 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 
-extern char** environ;
-
 namespace chunkzero {
 namespace multihost {
 
 absl::StatusOr<Child> Child::Start(const std::vector<std::string>& argv,
                                    const std::string& log_path) {
+  if (argv.empty()) return absl::InvalidArgumentError("no command to start");
+  // Everything the child needs, made before fork(): after it the child only
+  // makes async-signal-safe calls.
   std::vector<std::string> args = argv;
   std::vector<char*> raw;
   for (std::string& a : args) raw.push_back(a.data());
   raw.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  posix_spawnattr_t attributes;
-  posix_spawnattr_init(&attributes);
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attributes, 0);
-  pid_t pid = -1;
-  const int error =
-      posix_spawnp(&pid, raw[0], &actions, &attributes, raw.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attributes);
-  if (error != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot start ", argv[0], ": ", std::strerror(error)));
+  // Where the child reports errno if it cannot run argv (close-on-exec, so
+  // EOF means exec succeeded).
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot start ", argv[0], ": pipe: ", std::strerror(errno)));
   }
-  return Child(pid);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(report[0]);
+    int error = 0;
+    // Dies with this process even if it is SIGKILLed; if it died before
+    // the death signal was armed, there is nobody to wait for the child.
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+      error = errno;
+    } else if (getppid() != parent) {
+      _exit(127);
+    } else if (setpgid(0, 0) != 0) {
+      error = errno;
+    } else {
+      const int log = open(log_path.c_str(),
+                           O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (log < 0 || dup2(log, STDOUT_FILENO) < 0 ||
+          dup2(log, STDERR_FILENO) < 0) {
+        error = errno;
+      } else {
+        execvp(raw[0], raw.data());
+        error = errno;
+      }
+    }
+    const ssize_t ignored = write(report[1], &error, sizeof(error));
+    (void)ignored;
+    _exit(127);
+  }
+  const int fork_errno = errno;
+  close(report[1]);
+  if (pid < 0) {
+    close(report[0]);
+    return absl::UnavailableError(absl::StrCat(
+        "cannot start ", argv[0], ": fork: ", std::strerror(fork_errno)));
+  }
+  // As the child does: whichever runs first makes the group.
+  setpgid(pid, pid);
+  int error = 0;
+  ssize_t n;
+  while ((n = read(report[0], &error, sizeof(error))) < 0 && errno == EINTR) {
+  }
+  close(report[0]);
+  if (n == 0) return Child(pid);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return absl::UnavailableError(
+      absl::StrCat("cannot start ", argv[0], ": ", std::strerror(error)));
 }
 
 Child::Child(Child&& other) noexcept : pid_(std::exchange(other.pid_, -1)) {}

@@ -1,6 +1,6 @@
 // Child processes for the multi-host tests: started with their output in a
 // file, waited for with a deadline, killed (with their process group) when
-// the test ends.
+// the test ends, and killed when the test dies.
 //
 //   absl::StatusOr<Child> child = Child::Start({"ip", "netns", "list"}, log);
 //   absl::StatusOr<int> code = child->Wait(absl::Seconds(30));
@@ -23,7 +23,10 @@ class Child {
  public:
   // Runs argv (argv[0] looked up in $PATH) in a process group of its own,
   // stdout and stderr appended to `log_path`. Unavailable naming argv[0] if
-  // it cannot be started.
+  // it cannot be started. The child gets PR_SET_PDEATHSIG=SIGKILL: it dies
+  // with the thread that started it even if this process is SIGKILLed
+  // (what it starts in turn must see to its own, as the launcher does), so
+  // start it from a thread that outlives it.
   static absl::StatusOr<Child> Start(const std::vector<std::string>& argv,
                                      const std::string& log_path);
 

@@ -10,6 +10,11 @@
 //                     the arguments; repeatable
 //   --probe_port=P    then print `fake_rank R: port P answers` or `port P
 //                     refuses` (a TCP connect to 127.0.0.1:P)
+//   --print_process   then print `fake_rank R: leads its process group: yes`
+//                     (or `no`), `fake_rank R: stdin: N bytes` (what it reads
+//                     from stdin until EOF, or until nothing comes for 1 s)
+//                     and `fake_rank R: SIGTTOU: ignored` (or `default`,
+//                     `handled`)
 //   --pid_dir=D       first write this process's pid to D/rank<R>.pid
 //   --await_all       with --pid_dir: wait (at most 10 s) until all N ranks
 //                     have written their pid files
@@ -20,6 +25,7 @@
 //                     --exit_code=C (default 1)
 //   --signal_rank=R   rank R raises SIGUSR1
 //   --sleep_s=S       then sleep S seconds (default 0) and exit 0
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -47,6 +53,27 @@ void SleepSeconds(double seconds) {
 
 bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
+// The bytes read from stdin until EOF, an error, or 1 s without any.
+long StdinBytes() {
+  long total = 0;
+  char buffer[4096];
+  while (true) {
+    pollfd fd = {STDIN_FILENO, POLLIN, 0};
+    if (poll(&fd, 1, 1000) <= 0) return total;
+    const ssize_t n = read(STDIN_FILENO, buffer, sizeof(buffer));
+    if (n <= 0) return total;
+    total += n;
+  }
+}
+
+const char* Disposition(int sig) {
+  struct sigaction action {};
+  sigaction(sig, nullptr, &action);
+  if (action.sa_handler == SIG_IGN) return "ignored";
+  if (action.sa_handler == SIG_DFL) return "default";
+  return "handled";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -64,6 +91,7 @@ int main(int argc, char** argv) {
   double sleep_s = 0;
   std::vector<std::string> print_env;
   int probe_port = -1;
+  bool print_process = false;
   std::string all_args;
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
@@ -95,6 +123,8 @@ int main(int argc, char** argv) {
       print_env.emplace_back(arg);
     } else if (absl::ConsumePrefix(&arg, "--probe_port=")) {
       ok = absl::SimpleAtoi(arg, &probe_port);
+    } else if (arg == "--print_process") {
+      print_process = true;
     } else if (absl::ConsumePrefix(&arg, "--sleep_s=")) {
       ok = absl::SimpleAtod(arg, &sleep_s);
     }
@@ -127,6 +157,12 @@ int main(int argc, char** argv) {
     std::printf(
         "fake_rank %d: port %d %s\n", rank, probe_port,
         chunkzero::AcceptsTcpOnLoopback(probe_port) ? "answers" : "refuses");
+  }
+  if (print_process) {
+    std::printf("fake_rank %d: leads its process group: %s\n", rank,
+                getpgrp() == getpid() ? "yes" : "no");
+    std::printf("fake_rank %d: stdin: %ld bytes\n", rank, StdinBytes());
+    std::printf("fake_rank %d: SIGTTOU: %s\n", rank, Disposition(SIGTTOU));
   }
   std::fflush(stdout);
 

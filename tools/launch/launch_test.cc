@@ -24,6 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "tools/launch/redact_rendezvous.h"
 
@@ -95,14 +96,47 @@ int ExitCode(int wait_status) {
 
 bool Gone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
 
+// The state letter of `pid` in /proc/PID/stat ('R', 'S', 'T', 'Z', ...);
+// '?' if it cannot be read.
+char State(pid_t pid) {
+  const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return '?';
+  return stat[paren + 2];
+}
+
+// Gone, or a zombie nobody has reaped yet (an orphan's new parent may not
+// reap at once): either way it runs no more.
+bool Dead(pid_t pid) {
+  if (Gone(pid)) return true;
+  const char state = State(pid);
+  return state == 'Z' || state == 'X' || state == '?';
+}
+
+// Whether `done(pid)` holds for every pid within `limit` seconds.
+template <typename Predicate>
+bool AllWithin(const std::vector<pid_t>& pids, double limit, Predicate done) {
+  const Clock::time_point start = Clock::now();
+  while (true) {
+    bool all = true;
+    for (const pid_t pid : pids) all = all && done(pid);
+    if (all) return true;
+    if (SecondsSince(start) > limit) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 // A directory of its own for each test: the launcher's $TMPDIR, where its
 // stdout and stderr go, and fake_rank's --pid_dir.
 class LaunchTest : public testing::Test {
  protected:
   void SetUp() override {
+    // A parameterised test's name holds a '/'.
     dir_ = absl::StrCat(
         std::getenv("TEST_TMPDIR"), "/",
-        testing::UnitTest::GetInstance()->current_test_info()->name());
+        absl::StrReplaceAll(
+            testing::UnitTest::GetInstance()->current_test_info()->name(),
+            {{"/", "_"}}));
     tmpdir_ = dir_ + "/tmp";
     pids_ = dir_ + "/pids";
     ASSERT_EQ(mkdir(dir_.c_str(), 0700), 0) << dir_;
@@ -110,8 +144,10 @@ class LaunchTest : public testing::Test {
     ASSERT_EQ(mkdir(pids_.c_str(), 0700), 0);
   }
 
-  // Starts `launch ARGS...` with stdout and stderr in files.
-  pid_t Start(const std::vector<std::string>& args) {
+  // Starts `launch ARGS...` with stdout and stderr in files, and stdin from
+  // `stdin_path` if given (else this process's).
+  pid_t Start(const std::vector<std::string>& args,
+              const std::string& stdin_path = "") {
     std::vector<std::string> argv_strings = {Launch()};
     argv_strings.insert(argv_strings.end(), args.begin(), args.end());
     std::vector<char*> argv;
@@ -134,6 +170,10 @@ class LaunchTest : public testing::Test {
           dup2(err_fd, 2) < 0) {
         _exit(120);
       }
+      if (!stdin_path.empty()) {
+        const int in_fd = open(stdin_path.c_str(), O_RDONLY);
+        if (in_fd < 0 || dup2(in_fd, 0) < 0) _exit(122);
+      }
       execve(argv[0], argv.data(), env.data());
       _exit(121);
     }
@@ -146,9 +186,10 @@ class LaunchTest : public testing::Test {
     double seconds;
   };
 
-  Result Run(const std::vector<std::string>& args) {
+  Result Run(const std::vector<std::string>& args,
+             const std::string& stdin_path = "") {
     const Clock::time_point start = Clock::now();
-    const int status = WaitFor(Start(args), 30);
+    const int status = WaitFor(Start(args, stdin_path), 30);
     return {ExitCode(status), SecondsSince(start)};
   }
 
@@ -411,6 +452,158 @@ TEST_F(LaunchTest, BadUsageExitsTwoWithTheUsage) {
         err, "\nusage: launch [--grace_period_s=S] [--nnodes=N "))
         << err;
     EXPECT_EQ(Out(), "");
+  }
+}
+
+// --rank, --world_size and --rendezvous are the launcher's: among the
+// ranks' arguments they are refused before any rank starts.
+TEST_F(LaunchTest, FlagsTheLauncherSetsAreRefusedAmongTheRankArgs) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--rank=1"},
+       "launch: --rank is set by the launcher (--node_rank x NPROC + the "
+       "local rank); drop it from the rank arguments\n"},
+      {{"--world_size", "3"},
+       "launch: --world_size is set by the launcher (NPROC x --nnodes); "
+       "drop it from the rank arguments\n"},
+      {{"-rendezvous=/tmp/x"},
+       "launch: --rendezvous is set by the launcher; drop it from the rank "
+       "arguments (the launcher's own --rendezvous, before NPROC, chooses "
+       "it)\n"}};
+  for (const auto& [flag, message] : cases) {
+    SCOPED_TRACE(absl::StrJoin(flag, " "));
+    std::vector<std::string> args = {"2", FakeRank(), PidDir(), "--sleep_s=0"};
+    args.insert(args.end(), flag.begin(), flag.end());
+    EXPECT_EQ(Run(args).exit_code, 2);
+    EXPECT_TRUE(absl::StartsWith(Err(), message + "usage: launch ")) << Err();
+    EXPECT_EQ(Out(), "");
+    EXPECT_EQ(access((pids_ + "/rank0.pid").c_str(), F_OK), -1);
+    EXPECT_EQ(access((pids_ + "/rank1.pid").c_str(), F_OK), -1);
+    EXPECT_TRUE(TmpdirIsEmpty());
+  }
+}
+
+// Each rank leads a process group of its own (so that the launcher can
+// signal what the rank started too), reads nothing from the launcher's
+// stdin (a terminal would stop a rank outside its foreground group), and
+// ignores SIGTTOU (so that rank 0, writing to the launcher's terminal from
+// outside its foreground group, is not stopped under `stty tostop`).
+TEST_F(LaunchTest, EachRankLeadsAProcessGroupWithStdinFromDevNull) {
+  const std::string input = dir_ + "/stdin.txt";
+  {
+    std::ofstream out(input);
+    out << "hello\n";
+  }
+  Result result = Run({"2", FakeRank(), "--print_process"}, input);
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_EQ(Out(), RankLine(0, 2, "--print_process") +
+                       "fake_rank 0: leads its process group: yes\n"
+                       "fake_rank 0: stdin: 0 bytes\n"
+                       "fake_rank 0: SIGTTOU: ignored\n");
+  EXPECT_EQ(Err(), "");
+  result = Run({"2", FakeRank(), "--print_process", "--fail_rank=1"}, input);
+  EXPECT_EQ(result.exit_code, 1);
+  const std::string args = "--print_process --fail_rank=1";
+  EXPECT_EQ(Err(), absl::StrCat("launch: rank 1 failed (exit code 1)\n",
+                                "[rank 1] ", RankLine(1, 2, args),
+                                "[rank 1] fake_rank 1: leads its process "
+                                "group: yes\n"
+                                "[rank 1] fake_rank 1: stdin: 0 bytes\n"
+                                "[rank 1] fake_rank 1: SIGTTOU: ignored\n"
+                                "[rank 1] fake_rank 1: exiting with code 1\n"));
+}
+
+// A rank whose BINARY is a wrapper script: each starts a long-lived child
+// (its pid in PIDS/childR.pid), rank 1 then exits 3 once rank 0's child
+// runs, and rank 0 waits for its child. With `ignore_term` the wrapper and
+// its child ignore SIGTERM.
+std::string WrapperScript(const std::string& pids, bool ignore_term) {
+  return absl::StrCat(
+      "#!/bin/sh\n", ignore_term ? "trap '' TERM\n" : "",
+      "for arg; do case \"$arg\" in --rank=*) rank=${arg#--rank=} ;; esac; "
+      "done\n"
+      "sleep 1000 &\n"
+      "echo $! > ",
+      pids, "/child$rank.tmp && mv ", pids, "/child$rank.tmp ", pids,
+      "/child$rank.pid\n"
+      "if [ \"$rank\" = 1 ]; then\n"
+      "  while [ ! -e ",
+      pids,
+      "/child0.pid ]; do sleep 0.01; done\n"
+      "  echo \"wrapper 1: exiting with code 3\" >&2\n"
+      "  exit 3\n"
+      "fi\n"
+      "wait\n");
+}
+
+class WrapperTest : public LaunchTest,
+                    public testing::WithParamInterface<bool> {};
+
+// When another rank fails, what a wrapper started dies with it: the stop
+// signal (or the SIGKILL after the grace period, for children that ignore
+// it) goes to each rank's process group, and what a rank that has exited
+// left behind is killed too.
+TEST_P(WrapperTest, AWrappersChildrenDieWithTheJob) {
+  const bool ignore_term = GetParam();
+  const std::string script = dir_ + "/rank.sh";
+  {
+    std::ofstream out(script);
+    out << WrapperScript(pids_, ignore_term);
+  }
+  ASSERT_EQ(chmod(script.c_str(), 0755), 0);
+  const Result result = Run({"--grace_period_s=1", "2", script});
+  EXPECT_EQ(result.exit_code, 3);
+  // Rank 0's wrapper ends on SIGTERM at once, or on SIGKILL after 1 s.
+  EXPECT_LT(result.seconds, 3.0);
+  EXPECT_TRUE(absl::StartsWith(Err(),
+                               "launch: rank 1 failed (exit code 3)\n"
+                               "[rank 1] wrapper 1: exiting with code "
+                               "3\n"))
+      << Err();
+  std::vector<pid_t> children;
+  for (int r = 0; r < 2; ++r) {
+    int pid = 0;
+    std::string text = ReadFile(absl::StrCat(pids_, "/child", r, ".pid"));
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+    ASSERT_TRUE(absl::SimpleAtoi(text, &pid)) << text;
+    children.push_back(pid);
+  }
+  // Within the grace period of the launcher's exit.
+  EXPECT_TRUE(AllWithin(children, 1.0, Dead))
+      << "a wrapper's child outlived the job";
+  for (const pid_t pid : children) {
+    if (!Dead(pid)) kill(pid, SIGKILL);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SigtermOrSigkill, WrapperTest, testing::Bool(),
+                         [](const testing::TestParamInfo<bool>& info) {
+                           return info.param ? "IgnoringSigterm"
+                                             : "ActingOnSigterm";
+                         });
+
+// Ranks outside the terminal's foreground process group no longer get its
+// Ctrl-Z: the launcher passes SIGTSTP on and stops itself, and passes the
+// SIGCONT that resumes it on too.
+TEST_F(LaunchTest, SigtstpAndSigcontToTheLauncherArePassedOn) {
+  const pid_t launcher = Start({"2", FakeRank(), PidDir(), "--sleep_s=600"});
+  std::vector<pid_t> ranks = AwaitPids(2);
+  ASSERT_EQ(kill(launcher, SIGTSTP), 0);
+  auto stopped = [](pid_t pid) { return State(pid) == 'T'; };
+  EXPECT_TRUE(AllWithin(ranks, 5, stopped)) << "the ranks were not stopped";
+  EXPECT_TRUE(AllWithin({launcher}, 5, stopped)) << "the launcher did not stop";
+  ASSERT_EQ(kill(launcher, SIGCONT), 0);
+  auto running = [](pid_t pid) {
+    const char state = State(pid);
+    return state == 'S' || state == 'R';
+  };
+  EXPECT_TRUE(AllWithin(ranks, 5, running)) << "the ranks were not resumed";
+  EXPECT_TRUE(AllWithin({launcher}, 5, running));
+  ASSERT_EQ(kill(launcher, SIGTERM), 0);
+  EXPECT_EQ(ExitCode(WaitFor(launcher, 30)), 143);
+  EXPECT_EQ(Err(), "launch: got SIGTERM; passing it on to the ranks\n");
+  for (const pid_t pid : ranks) EXPECT_TRUE(Gone(pid)) << pid;
+  for (const pid_t pid : ranks) {
+    if (!Dead(pid)) kill(pid, SIGKILL);
   }
 }
 

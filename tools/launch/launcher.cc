@@ -43,8 +43,11 @@ using Clock = std::chrono::steady_clock;
 
 // The signals the launcher passes on to the ranks.
 constexpr std::array<int, 3> kPassedOn = {SIGINT, SIGTERM, SIGHUP};
-// Every signal whose disposition RunJob changes.
-constexpr std::array<int, 4> kHandled = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
+// Every signal whose disposition RunJob changes. SIGTSTP (Ctrl-Z) and the
+// SIGCONT that resumes the launcher are passed on too: the terminal sends
+// them to the launcher's process group, and each rank leads its own.
+constexpr std::array<int, 6> kHandled = {SIGCHLD, SIGINT,  SIGTERM,
+                                         SIGHUP,  SIGTSTP, SIGCONT};
 
 std::string SignalName(int sig) {
   const char* abbrev = sigabbrev_np(sig);
@@ -170,8 +173,9 @@ class SignalScope {
           !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN;
       ignored_on_entry_[sig] = ignored;
       // SIGCHLD is needed even if ignored: ignoring it would reap the ranks
-      // behind the launcher's back.
-      if (ignored && sig != SIGCHLD) continue;
+      // behind the launcher's back. So is SIGCONT: without it ranks stopped
+      // with the launcher would stay stopped when it is resumed.
+      if (ignored && sig != SIGCHLD && sig != SIGCONT) continue;
       struct sigaction action {};
       action.sa_handler = OnSignal;
       sigemptyset(&action.sa_mask);
@@ -219,6 +223,9 @@ struct ChildPlan {
   // The write end of the rank's output pipe; -1 keeps the launcher's stdout
   // and stderr (rank 0).
   int output_fd;
+  // /dev/null, for stdin: a rank outside the terminal's foreground process
+  // group that read from it would be stopped (SIGTTIN).
+  int stdin_fd;
   // Where the child reports a ChildFailure if it cannot exec.
   int status_fd;
   pid_t launcher;
@@ -226,7 +233,7 @@ struct ChildPlan {
   std::array<bool, NSIG> ignore{};
 };
 
-enum class ChildStage : int { kPdeathsig, kDup2, kExec };
+enum class ChildStage : int { kPdeathsig, kSetpgid, kDup2, kExec };
 
 struct ChildFailure {
   ChildStage stage;
@@ -282,18 +289,31 @@ bool StaysStopped(pid_t pid) {
   // The launcher may have died between fork() and prctl(), before the
   // death signal was armed; then nobody would stop this rank.
   if (getppid() != plan.launcher) _exit(1);
-  if (plan.output_fd >= 0 && (dup2(plan.output_fd, STDOUT_FILENO) < 0 ||
-                              dup2(plan.output_fd, STDERR_FILENO) < 0)) {
+  // A process group of its own, which the launcher signals as a whole: what
+  // the child starts (a wrapper script's own children) goes with it. The
+  // launcher makes the same call, so that the group exists whichever of
+  // the two runs first.
+  if (setpgid(0, 0) != 0) FailChild(plan, ChildStage::kSetpgid, errno);
+  // Outside the terminal's foreground group, writing to it (rank 0 shares
+  // the launcher's stdout) would stop the child under `stty tostop`.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGTTOU, &ignore, nullptr);
+  if (dup2(plan.stdin_fd, STDIN_FILENO) < 0 ||
+      (plan.output_fd >= 0 && (dup2(plan.output_fd, STDOUT_FILENO) < 0 ||
+                               dup2(plan.output_fd, STDERR_FILENO) < 0))) {
     FailChild(plan, ChildStage::kDup2, errno);
   }
   execvpe(plan.argv[0], plan.argv, plan.envp);
   FailChild(plan, ChildStage::kExec, errno);
 }
 
-// Forks a child that becomes plan.argv (RunChild), with the launcher's
-// signals blocked around fork(): until the child has reset its
-// dispositions, a signal would run OnSignal there and write into the
-// launcher's signal pipe. `plan.mask` is filled here. Returns the pid.
+// Forks a child that becomes plan.argv (RunChild) in a process group of its
+// own (its pid is the group's id), with the launcher's signals blocked
+// around fork(): until the child has reset its dispositions, a signal would
+// run OnSignal there and write into the launcher's signal pipe. `plan.mask`
+// is filled here. Returns the pid.
 absl::StatusOr<pid_t> ForkChild(ChildPlan& plan, const SignalScope& signals,
                                 absl::string_view what) {
   plan.launcher = getpid();
@@ -307,6 +327,10 @@ absl::StatusOr<pid_t> ForkChild(ChildPlan& plan, const SignalScope& signals,
   const pid_t pid = fork();
   if (pid == 0) RunChild(plan);
   const int fork_errno = errno;
+  // As the child does: whichever runs first makes the group, so that it
+  // exists before the launcher signals it. EACCES (the child has exec'd,
+  // so it made it) and ESRCH (it has exited) are fine.
+  if (pid > 0) setpgid(pid, pid);
   sigprocmask(SIG_SETMASK, &plan.mask, nullptr);
   if (pid < 0) {
     return absl::ErrnoToStatus(fork_errno, absl::StrCat("fork for ", what));
@@ -330,7 +354,10 @@ ssize_t ReadFully(int fd, void* data, size_t size) {
 }
 
 struct Rank {
+  // Also the id of the rank's process group, which every signal goes to.
+  // Until the rank is reaped nobody else can have this pid or group id.
   pid_t pid = -1;
+  // Started and not yet reaped.
   bool running = false;
   // The read end of the rank's stdout+stderr pipe (non-blocking); none for
   // rank 0, and closed at EOF.
@@ -393,6 +420,8 @@ class Job {
   // Starts rank 0, 1, ... in turn. Stops early (and OK) when a rank fails
   // or the launcher gets a signal meanwhile: the loop then stops the rest.
   absl::Status Start() {
+    null_ = UniqueFd(open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (null_.get() < 0) return absl::ErrnoToStatus(errno, "open /dev/null");
     for (int r = 0; r < options_.nproc; ++r) {
       CZ_RETURN_IF_ERROR(Step(/*timeout_ms=*/0));
       if (stopping_) break;
@@ -460,6 +489,7 @@ class Job {
     plan.argv = argv.data();
     plan.envp = envp.data();
     plan.output_fd = output_write.get();
+    plan.stdin_fd = null_.get();
     plan.status_fd = status_write.get();
     CZ_ASSIGN_OR_RETURN(const pid_t pid,
                         ForkChild(plan, signals_, absl::StrCat("rank ", g)));
@@ -491,6 +521,9 @@ class Job {
         return absl::ErrnoToStatus(
             failure.error,
             absl::StrCat("prctl(PR_SET_PDEATHSIG) for rank ", g));
+      case ChildStage::kSetpgid:
+        return absl::ErrnoToStatus(failure.error,
+                                   absl::StrCat("setpgid for rank ", g));
       case ChildStage::kDup2:
         return absl::ErrnoToStatus(failure.error,
                                    absl::StrCat("dup2 for rank ", g));
@@ -526,6 +559,8 @@ class Job {
     for (const int sig : kPassedOn) {
       if (SignalScope::Take(sig)) OnLauncherSignal(sig);
     }
+    if (SignalScope::Take(SIGTSTP)) Suspend();
+    if (SignalScope::Take(SIGCONT)) Resume();
     SignalScope::Take(SIGCHLD);
     Reap();
     if (kill_at_.has_value() && Clock::now() >= *kill_at_) {
@@ -536,7 +571,7 @@ class Job {
                             " did not exit within ",
                             Seconds(options_.grace_period), " of ",
                             SignalName(stop_signal_), "; sending SIGKILL\n"));
-        kill(ranks_[r].pid, SIGKILL);
+        SignalGroup(ranks_[r], SIGKILL);
       }
     }
     return absl::OkStatus();
@@ -553,9 +588,22 @@ class Job {
     for (size_t r = 0; r < ranks_.size(); ++r) {
       Rank& rank = ranks_[r];
       if (!rank.running) continue;
+      // Seen to have exited, but not reaped yet: its pid, and with it its
+      // group's id, cannot have been reused.
+      siginfo_t info{};
+      const int seen =
+          waitid(P_PID, rank.pid, &info, WEXITED | WNOHANG | WNOWAIT);
+      if (seen == 0 && info.si_pid == 0) continue;
       int wait_status = 0;
-      const pid_t pid = waitpid(rank.pid, &wait_status, WNOHANG);
-      if (pid == 0) continue;
+      pid_t pid = -1;
+      if (seen == 0) {
+        // What the rank started and left behind (a wrapper's children)
+        // does not outlive it.
+        SignalGroup(rank, SIGKILL);
+        while ((pid = waitpid(rank.pid, &wait_status, 0)) < 0 &&
+               errno == EINTR) {
+        }
+      }
       rank.running = false;
       if (pid < 0) {
         // Only if someone else reaped it; its status is lost.
@@ -623,9 +671,37 @@ class Job {
                         " while stopping; sending SIGKILL to the ranks\n"));
     kill_at_.reset();
     for (Rank& rank : ranks_) {
-      if (rank.running) kill(rank.pid, SIGKILL);
+      if (rank.running) SignalGroup(rank, SIGKILL);
     }
   }
+
+  // Ctrl-Z: the terminal stops its foreground process group, the
+  // launcher's; the ranks lead groups of their own. So the launcher stops
+  // them as the terminal would have, then itself; the SIGCONT that resumes
+  // it (`fg`, `bg`) resumes them (Resume). Not while the job is ending.
+  void Suspend() {
+    if (stopping_) return;
+    for (Rank& rank : ranks_) {
+      if (rank.running) SignalGroup(rank, SIGTSTP);
+    }
+    suspended_ = true;
+    SignalScope::Take(SIGCONT);
+    raise(SIGSTOP);
+  }
+
+  // Only ranks that Suspend stopped are resumed: a SIGCONT sent to the
+  // launcher for another reason leaves a rank stopped in a debugger alone.
+  void Resume() {
+    if (!suspended_) return;
+    suspended_ = false;
+    for (Rank& rank : ranks_) {
+      if (rank.running) SignalGroup(rank, SIGCONT);
+    }
+  }
+
+  // `sig` to every process in the rank's process group.
+  // REQUIRES: rank.running (the group's id is still the rank's).
+  static void SignalGroup(const Rank& rank, int sig) { kill(-rank.pid, sig); }
 
   // Sends `sig` and SIGCONT (a stopped rank acts on nothing else) to every
   // running rank, and arms the SIGKILL deadline.
@@ -634,8 +710,8 @@ class Job {
     stop_signal_ = sig;
     for (Rank& rank : ranks_) {
       if (!rank.running) continue;
-      kill(rank.pid, sig);
-      kill(rank.pid, SIGCONT);
+      SignalGroup(rank, sig);
+      SignalGroup(rank, SIGCONT);
     }
     kill_at_ = Clock::now() + options_.grace_period;
   }
@@ -650,7 +726,7 @@ class Job {
   void KillAndReapAll() {
     for (Rank& rank : ranks_) {
       if (!rank.running) continue;
-      kill(rank.pid, SIGKILL);
+      SignalGroup(rank, SIGKILL);
       int wait_status = 0;
       while (waitpid(rank.pid, &wait_status, 0) < 0 && errno == EINTR) {
       }
@@ -693,6 +769,10 @@ class Job {
   std::vector<Rank> ranks_;
   // Set by the first failure or signal; from then on the job only ends.
   bool stopping_ = false;
+  // Between Suspend and Resume.
+  bool suspended_ = false;
+  // /dev/null, every rank's stdin.
+  UniqueFd null_;
   int stop_signal_ = SIGTERM;
   int exit_code_ = 0;
   // When the ranks still running get SIGKILL.
@@ -743,7 +823,8 @@ class StoreServerProcess {
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
-    UniqueFd null(open("/dev/null", O_WRONLY | O_CLOEXEC));
+    UniqueFd null(open("/dev/null", O_RDWR | O_CLOEXEC));
+    if (null.get() < 0) return absl::ErrnoToStatus(errno, "open /dev/null");
     UniqueFd status_read, status_write;
     CZ_RETURN_IF_ERROR(
         MakePipe("redis-server's exec status", &status_read, &status_write));
@@ -751,6 +832,7 @@ class StoreServerProcess {
     plan.argv = argv.data();
     plan.envp = environ;
     plan.output_fd = null.get();
+    plan.stdin_fd = null.get();
     plan.status_fd = status_write.get();
     CZ_ASSIGN_OR_RETURN(const pid_t pid,
                         ForkChild(plan, signals, "redis-server"));
@@ -791,15 +873,16 @@ class StoreServerProcess {
   StoreServerProcess(StoreServerProcess&& other) noexcept
       : pid_(std::exchange(other.pid_, -1)) {}
   StoreServerProcess& operator=(StoreServerProcess&&) = delete;
-  // SIGTERM, and SIGKILL if it has not exited 2 s later.
+  // SIGTERM, and SIGKILL if it has not exited 2 s later, to its process
+  // group (ForkChild), reaped only after that.
   ~StoreServerProcess() {
     if (pid_ < 0) return;
-    kill(pid_, SIGTERM);
+    kill(-pid_, SIGTERM);
     const absl::Time deadline = absl::Now() + absl::Seconds(2);
     int wait_status = 0;
     while (waitpid(pid_, &wait_status, WNOHANG) == 0) {
       if (absl::Now() > deadline) {
-        kill(pid_, SIGKILL);
+        kill(-pid_, SIGKILL);
         while (waitpid(pid_, &wait_status, 0) < 0 && errno == EINTR) {
         }
         return;
@@ -861,6 +944,47 @@ std::string NamedRendezvous(const LaunchOptions& o) {
     return absl::StrCat("redis://", host, ":", o.master_port, "/", o.run_id);
   }
   return absl::StrCat("tcp://", host, ":", o.master_port);
+}
+
+// The flags the launcher gives every rank (StartRank): among ARGS they
+// would come later and win, and the ranks would not meet.
+struct OwnedFlag {
+  absl::string_view name;
+  absl::string_view refusal;
+};
+constexpr OwnedFlag kOwnedFlags[] = {
+    {"rank",
+     "--rank is set by the launcher (--node_rank x NPROC + the local rank); "
+     "drop it from the rank arguments"},
+    {"world_size",
+     "--world_size is set by the launcher (NPROC x --nnodes); drop it from "
+     "the rank arguments"},
+    {"rendezvous",
+     "--rendezvous is set by the launcher; drop it from the rank arguments "
+     "(the launcher's own --rendezvous, before NPROC, chooses it)"},
+};
+
+// The name of the flag `arg` gives as Abseil's and gflags' parsers read it
+// (-NAME, --NAME, -NAME=VALUE, --NAME=VALUE); "" if it is no flag.
+absl::string_view FlagName(absl::string_view arg) {
+  if (!absl::ConsumePrefix(&arg, "-")) return "";
+  absl::ConsumePrefix(&arg, "-");
+  return arg.substr(0, arg.find('='));
+}
+
+// InvalidArgument naming the first of kOwnedFlags among the rank arguments,
+// in any spelling; what follows "--" is not flags.
+absl::Status CheckRankArgs(absl::Span<const std::string> args) {
+  for (const std::string& arg : args) {
+    if (arg == "--") break;
+    const absl::string_view name = FlagName(arg);
+    for (const OwnedFlag& owned : kOwnedFlags) {
+      if (name == owned.name) {
+        return absl::InvalidArgumentError(owned.refusal);
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> MakeRendezvousDir() {
@@ -972,6 +1096,7 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(
   }
   options.binary = args[i++];
   options.args.assign(args.begin() + i, args.end());
+  CZ_RETURN_IF_ERROR(CheckRankArgs(options.args));
   CZ_RETURN_IF_ERROR(CheckHosts(options));
   return options;
 }

@@ -10,7 +10,9 @@
 // Rank r of this host (local rank r) is the job's rank g = node_rank * NPROC
 // + r and runs `BINARY --world_size=NNODES*NPROC --backend=gloo --rank=g
 // --rendezvous=R ARGS...` with LOCAL_RANK=r and LOCAL_WORLD_SIZE=NPROC in
-// its environment. R is, in this order: --rendezvous; with --master_addr,
+// its environment; ARGS may not give --world_size, --rank or --rendezvous
+// again (ParseLaunchArgs), while a --backend among them wins over gloo.
+// R is, in this order: --rendezvous; with --master_addr,
 // redis://MASTER_ADDR:MASTER_PORT/RUN_ID for --store=redis, else
 // tcp://MASTER_ADDR:MASTER_PORT (the store the job's rank 0 hosts); on one
 // host without either, DIR/store, DIR being a fresh directory (mkdtemp
@@ -21,7 +23,15 @@
 // Output. The job's rank 0 shares the launcher's stdout and stderr; every
 // other rank's stdout and stderr go through one pipe, of which the launcher
 // keeps the last kKeptOutputBytes and shows them, each line prefixed
-// `[rank g] `, if that rank fails.
+// `[rank g] `, if that rank fails. Every rank's stdin is /dev/null.
+//
+// Process groups. Each rank leads a process group of its own, and every
+// signal the launcher sends a rank goes to that group, so that what the
+// rank started (the children of a BINARY that is a wrapper script) goes
+// with it; when a rank exits, whatever is left in its group is SIGKILLed.
+// Outside the terminal's foreground group, a rank gets no Ctrl-C or Ctrl-Z
+// from the terminal: the launcher passes them on (below). Ranks ignore
+// SIGTTOU, so that rank 0 can write to the terminal under `stty tostop`.
 //
 // Cores. The ranks share the machine: each gets CHUNKZERO_NUM_THREADS =
 // ParallelThreadsShare(NPROC) (base/parallel_for.h: the cores / NPROC) in
@@ -36,13 +46,16 @@
 // later. SIGINT, SIGTERM or SIGHUP sent to the launcher is passed on the
 // same way (that signal, then SIGCONT, then SIGKILL after the grace period);
 // a second such signal, or one that arrives while a failure is being
-// handled, SIGKILLs the ranks at once. Every rank also gets
-// PR_SET_PDEATHSIG=SIGKILL, so a launcher killed outright takes its ranks
-// with it. Only the first failure is reported: ranks that exit afterwards
-// were most likely stopped by it, or by the launcher. A rank on another
-// host that fails makes this host's ranks fail in their next collective
-// (at once if its connections reset, else at their --comm_timeout_s), so
-// every host's launcher exits non-zero.
+// handled, SIGKILLs the ranks at once. SIGTSTP (Ctrl-Z) to the launcher
+// is passed on to the ranks before the launcher stops itself, and the
+// SIGCONT that resumes it (`fg`, `bg`) is passed on too. Every rank also
+// gets PR_SET_PDEATHSIG=SIGKILL, so a launcher killed outright takes its
+// ranks with it (but not a wrapper script's own children: a wrapper should
+// `exec` its binary). Only the first failure is reported: ranks that exit
+// afterwards were most likely stopped by it, or by the launcher. A rank on
+// another host that fails makes this host's ranks fail in their next
+// collective (at once if its connections reset, else at their
+// --comm_timeout_s), so every host's launcher exits non-zero.
 #ifndef CHUNKZERO_TOOLS_LAUNCH_LAUNCHER_H_
 #define CHUNKZERO_TOOLS_LAUNCH_LAUNCHER_H_
 
@@ -117,7 +130,10 @@ struct LaunchOptions {
 // The launcher's flags come before NPROC; everything after BINARY is ARGS,
 // flags included. InvalidArgument names what is wrong: a value out of
 // range, --nnodes > 1 with no --master_addr or --rendezvous, both of those,
-// or --store=redis without --master_addr.
+// --store=redis without --master_addr, or ARGS giving --rank, --world_size
+// or --rendezvous, the launcher's to set, in any spelling Abseil's or
+// gflags' parser takes (--rank=1, --rank 1, -rank=1, -rank; not after
+// "--", nor inside a --flagfile).
 [[nodiscard]] absl::StatusOr<LaunchOptions> ParseLaunchArgs(
     absl::Span<const std::string> args);
 
@@ -136,9 +152,10 @@ struct LaunchOptions {
 // stopped as above and reaped before it returns.
 //
 // REQUIRES: no other RunJob in this process at the same time. For its
-// duration RunJob owns the dispositions of SIGINT, SIGTERM, SIGHUP and
-// SIGCHLD (restored on return; a signal ignored on entry, as under nohup,
-// stays ignored and is not passed on) and reaps only its own children. Call
+// duration RunJob owns the dispositions of SIGINT, SIGTERM, SIGHUP,
+// SIGTSTP, SIGCONT and SIGCHLD (restored on return; SIGINT, SIGTERM,
+// SIGHUP or SIGTSTP ignored on entry, as under nohup, stays ignored, in the
+// ranks too, and is not passed on) and reaps only its own children. Call
 // it from a thread that outlives the job: PR_SET_PDEATHSIG fires when the
 // thread that forked a rank exits.
 [[nodiscard]] absl::StatusOr<int> RunJob(const LaunchOptions& options);

@@ -90,6 +90,64 @@ TEST(ParseLaunchArgs, NamesWhatIsWrong) {
   }
 }
 
+// --rank, --world_size and --rendezvous are the launcher's to set: given to
+// the ranks too, the later one wins and the ranks cannot meet (a rename
+// deep in Gloo's file store, or a request for --interface).
+TEST(ParseLaunchArgs, RefusesTheFlagsItSetsAmongTheRankArgs) {
+  const std::string kRank =
+      "--rank is set by the launcher (--node_rank x NPROC + the local rank); "
+      "drop it from the rank arguments";
+  const std::string kWorldSize =
+      "--world_size is set by the launcher (NPROC x --nnodes); drop it from "
+      "the rank arguments";
+  const std::string kRendezvous =
+      "--rendezvous is set by the launcher; drop it from the rank arguments "
+      "(the launcher's own --rendezvous, before NPROC, chooses it)";
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  // Every spelling Abseil's and gflags' parsers take.
+  const Case cases[] = {
+      {{"--rank=1"}, kRank},
+      {{"--rank", "1"}, kRank},
+      {{"-rank=1"}, kRank},
+      {{"-rank", "1"}, kRank},
+      {{"--rank"}, kRank},
+      {{"--rank="}, kRank},
+      {{"--steps=3", "--world_size=3"}, kWorldSize},
+      {{"--world_size", "3", "--steps=3"}, kWorldSize},
+      {{"-world_size=3"}, kWorldSize},
+      {{"--rendezvous=/tmp/x"}, kRendezvous},
+      {{"-rendezvous", "tcp://h:1"}, kRendezvous},
+      // The first one named.
+      {{"--layers=1", "--world_size=3", "--rank=1"}, kWorldSize},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat("ARGS: ", absl::StrJoin(c.args, " ")));
+    std::vector<std::string> args = {"2", "train"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    EXPECT_EQ(ParseLaunchArgs(args).status(),
+              absl::InvalidArgumentError(c.message));
+  }
+}
+
+TEST(ParseLaunchArgs, PassesOnFlagsItDoesNotOwn) {
+  // Other names, a later --backend (the rank's wins over the launcher's
+  // --backend=gloo: NCCL with host-side Gloo), and after "--" positional
+  // arguments, not flags.
+  const std::vector<std::string> rank_args = {
+      "--backend=nccl", "--device=cuda", "--ranks=2",
+      "--rank_file=f",  "--world",       "--data=--rank",
+      "rank",           "---rank=1",     "--",
+      "--rank=1",       "--world_size",  "--rendezvous=x"};
+  std::vector<std::string> args = {"2", "train"};
+  args.insert(args.end(), rank_args.begin(), rank_args.end());
+  absl::StatusOr<LaunchOptions> options = ParseLaunchArgs(args);
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->args, rank_args);
+}
+
 TEST(ParseLaunchArgs, TakesTheHostsOfAJob) {
   absl::StatusOr<LaunchOptions> options = ParseLaunchArgs(
       {"--nnodes=3", "--node_rank=2", "--master_addr=10.0.0.1",

@@ -14,6 +14,9 @@
 #   bash tools/train/launch.sh --nnodes=3 --node_rank=0 \
 #       --master_addr=10.0.0.1 2 --steps=20
 #
+# The launcher sets each rank's --world_size, --rank and --rendezvous, and
+# refuses them among the train flags (exit 2, naming the flag).
+#
 # The train binary is $CHUNKZERO_TRAIN_BIN and the launcher
 # $CHUNKZERO_LAUNCH_BIN if set; what is not set is built with --config=opt.
 set -euo pipefail
