@@ -230,14 +230,18 @@ TEST(Hardening, NonFiniteHyperParametersAreRefused) {
            {&TrainOptions::clip, -1, "--clip=-1: want >= 0"},
            {&TrainOptions::lr, -1, "--lr=-1: want >= 0"},
            {&TrainOptions::comm_timeout_s, 0,
-            "--comm_timeout_s=0: want a positive number of seconds, at most "
-            "86400"},
+            "--comm_timeout_s=0: want a positive number of seconds, from "
+            "0.001 to 86400"},
+           // A positive number that is a timeout of 0 once in milliseconds.
+           {&TrainOptions::comm_timeout_s, 1e-320,
+            "--comm_timeout_s=9.99989e-321: want a positive number of "
+            "seconds, from 0.001 to 86400"},
            {&TrainOptions::comm_timeout_s, inf,
-            "--comm_timeout_s=inf: want a positive number of seconds, at "
-            "most 86400"},
+            "--comm_timeout_s=inf: want a positive number of seconds, from "
+            "0.001 to 86400"},
            {&TrainOptions::comm_timeout_s, nan,
-            "--comm_timeout_s=nan: want a positive number of seconds, at "
-            "most 86400"},
+            "--comm_timeout_s=nan: want a positive number of seconds, from "
+            "0.001 to 86400"},
        }) {
     SCOPED_TRACE(c.says);
     TrainOptions o = Tiny();
@@ -489,6 +493,47 @@ TEST(Hardening, ContradictoryFlagsAreRefused) {
 
 // A file with 32 positions trains at --seq_len=16 (the first 16 positions),
 // by default at all 32, and refuses 64; the export keeps all 32 rows.
+// With --init the shape comes from the file: a shape flag given as well
+// must agree (before, --init=base.st --layers=3 trained the file's 1 layer).
+TEST(Hardening, InitShapeFlagsGivenMustAgreeWithTheFile) {
+  const std::string init =
+      WriteInitFile(TestDir("shape.safetensors"), 16, /*poison=*/false);
+  struct Case {
+    const char* flag;
+    int GptConfig::*field;
+    int value;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"layers", &GptConfig::layers, 3, "number of layers is 1"},
+           {"d_model", &GptConfig::d_model, 64, "width d_model is 32"},
+           {"vocab", &GptConfig::vocab, 512, "vocabulary is 256"}}) {
+    SCOPED_TRACE(c.flag);
+    TrainOptions o = Tiny();
+    o.init = init;
+    o.model.*c.field = c.value;
+    o.given_flags = {c.flag};
+    int steps = -1;
+    const absl::Status status = RunJob(o, &steps);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(status.message(),
+              absl::StrCat("--", c.flag, "=", c.value, " disagrees with --init=",
+                           init, ", whose ", c.says,
+                           ": the shape comes from the file; drop --", c.flag,
+                           " or give --", c.flag, "=", Tiny().model.*c.field));
+    EXPECT_EQ(steps, 0);
+    // Not given (a default): the file's shape, as before.
+    o.given_flags.clear();
+    absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->model.*c.field, Tiny().model.*c.field);
+    // Given and agreeing.
+    o.model.*c.field = Tiny().model.*c.field;
+    o.given_flags = {c.flag};
+    EXPECT_EQ(RunJob(o), absl::OkStatus());
+  }
+}
+
 TEST(Hardening, InitContextMayBeShorterThanTheFilePositions) {
   const std::string init =
       WriteInitFile(TestDir("p32.safetensors"), 32, /*poison=*/false);

@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -252,6 +253,164 @@ TEST(LaunchEnvironment, BadValuesAreNamed) {
     const absl::Status s = ApplyLaunchEnvironment(Env(c.vars), c.given, &o);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.message;
     EXPECT_THAT(s.message(), HasSubstr(c.message));
+  }
+}
+
+TEST(LaunchEnvironment, NumbersAreDigitsAlone) {
+  for (const char* rank : {" 0", "+1", "0 ", "1e0", "0x1", "", "00000000001"}) {
+    SCOPED_TRACE(rank);
+    TrainOptions o;
+    const absl::Status s = ApplyLaunchEnvironment(Env({{"RANK", rank},
+                                                       {"WORLD_SIZE", "2"},
+                                                       {"MASTER_ADDR", "m"},
+                                                       {"MASTER_PORT", "1"}}),
+                                                  {}, &o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    if (rank[0] != '\0') {
+      EXPECT_EQ(s.message(),
+                absl::StrCat("RANK=\"", rank,
+                             "\" (from the environment): want this process's "
+                             "rank in [0, WORLD_SIZE=2)"));
+    }
+  }
+  TrainOptions o;
+  EXPECT_EQ(ApplyLaunchEnvironment(Env({{"RANK", "1"},
+                                        {"WORLD_SIZE", "2"},
+                                        {"MASTER_ADDR", "m"},
+                                        {"MASTER_PORT", "\x01"}}),
+                                   {}, &o)
+                .message(),
+            "MASTER_PORT=\"\\x01\" (from the environment): want a TCP port in "
+            "[1, 65535]");
+}
+
+// The command line wins, but --backend=inproc cannot run the one rank the
+// environment makes of this process: refused naming both.
+TEST(LaunchEnvironment, InprocOnTheCommandLineContradictsTheEnvironment) {
+  const auto env = Env({{"RANK", "0"},
+                        {"WORLD_SIZE", "2"},
+                        {"MASTER_ADDR", "127.0.0.1"},
+                        {"MASTER_PORT", "29801"}});
+  TrainOptions o;
+  o.backend = Backend::kInProcess;
+  const absl::Status s = ApplyLaunchEnvironment(env, {"backend"}, &o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "--backend=inproc runs every rank as a thread of one process, but "
+            "RANK=0 and WORLD_SIZE=2 in the environment make this process one "
+            "rank of 2: give --backend=gloo (or nccl), or unset RANK to train "
+            "as one process");
+  TrainOptions nccl;
+  nccl.backend = Backend::kNccl;
+  ASSERT_TRUE(ApplyLaunchEnvironment(env, {"backend"}, &nccl).ok());
+  EXPECT_EQ(nccl.backend, Backend::kNccl);
+  TrainOptions unset;
+  ASSERT_TRUE(ApplyLaunchEnvironment(env, {}, &unset).ok());
+  EXPECT_EQ(unset.backend, Backend::kGloo);
+}
+
+TEST(LaunchEnvironment, SrunTasksAreRanks) {
+  TrainOptions o;
+  ASSERT_EQ(ApplyLaunchEnvironment(
+                Env({{"SLURM_PROCID", "5"},
+                     {"SLURM_NTASKS", "8"},
+                     {"SLURM_LOCALID", "1"},
+                     {"SLURM_NTASKS_PER_NODE", "2"},
+                     {"SLURM_JOB_NODELIST", "gpu-a[07-10,12],gpu-b3"}}),
+                {}, &o),
+            absl::OkStatus());
+  EXPECT_EQ(o.rank, 5);
+  EXPECT_EQ(o.world_size, 8);
+  EXPECT_EQ(o.local_rank, 1);
+  EXPECT_EQ(o.local_world_size, 2);
+  EXPECT_EQ(o.core_sharing_ranks, 2);
+  EXPECT_EQ(o.backend, Backend::kGloo);
+  EXPECT_EQ(o.rendezvous, "tcp://gpu-a07:29500");
+  // MASTER_ADDR and MASTER_PORT, LOCAL_RANK and RANK come first.
+  TrainOptions m;
+  ASSERT_EQ(ApplyLaunchEnvironment(Env({{"SLURM_PROCID", "5"},
+                                        {"SLURM_NTASKS", "8"},
+                                        {"SLURM_LOCALID", "1"},
+                                        {"LOCAL_RANK", "0"},
+                                        {"SLURM_JOB_NODELIST", "n[1-8]"},
+                                        {"MASTER_ADDR", "10.0.0.9"},
+                                        {"MASTER_PORT", "6000"}}),
+                                   {}, &m),
+            absl::OkStatus());
+  EXPECT_EQ(m.rendezvous, "tcp://10.0.0.9:6000");
+  EXPECT_EQ(m.local_rank, 0);
+  TrainOptions r;
+  ASSERT_EQ(ApplyLaunchEnvironment(Env({{"SLURM_PROCID", "5"},
+                                        {"SLURM_NTASKS", "8"},
+                                        {"RANK", "2"},
+                                        {"WORLD_SIZE", "4"},
+                                        {"MASTER_ADDR", "m"},
+                                        {"MASTER_PORT", "1"}}),
+                                   {}, &r),
+            absl::OkStatus());
+  EXPECT_EQ(r.rank, 2);
+  EXPECT_EQ(r.world_size, 4);
+}
+
+TEST(LaunchEnvironment, OneSlurmTaskTrainsAsOneProcess) {
+  TrainOptions o;
+  const TrainOptions before;
+  ASSERT_EQ(ApplyLaunchEnvironment(Env({{"SLURM_PROCID", "0"},
+                                        {"SLURM_NTASKS", "1"},
+                                        {"SLURM_JOB_NODELIST", "n1"}}),
+                                   {}, &o),
+            absl::OkStatus());
+  EXPECT_EQ(o.rank, -1);
+  EXPECT_EQ(o.world_size, before.world_size);
+}
+
+TEST(LaunchEnvironment, BadSlurmVariablesAreNamed) {
+  struct Case {
+    std::map<std::string, std::string> vars;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{{"SLURM_PROCID", "8"}, {"SLURM_NTASKS", "8"}},
+            "SLURM_PROCID=\"8\" (from the environment): want this process's "
+            "rank in [0, SLURM_NTASKS=8)"},
+           {{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "x"}},
+            "SLURM_NTASKS=\"x\" (from the environment): want the job's ranks, "
+            "in [1, 1048576]"},
+           {{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}},
+            "SLURM_PROCID and SLURM_NTASKS are set in the environment but not "
+            "where the ranks meet: set MASTER_ADDR (and MASTER_PORT, default "
+            "29500), SLURM_JOB_NODELIST, or CHUNKZERO_RENDEZVOUS, or give "
+            "--rendezvous"},
+           {{{"SLURM_PROCID", "1"},
+             {"SLURM_NTASKS", "2"},
+             {"SLURM_JOB_NODELIST", "n[1-2"}},
+            "SLURM_JOB_NODELIST=\"n[1-2\" (from the environment): unbalanced "
+            "brackets"},
+           {{{"SLURM_PROCID", "1"},
+             {"SLURM_NTASKS", "2"},
+             {"SLURM_LOCALID", "2"},
+             {"SLURM_JOB_NODELIST", "n1"}},
+            "SLURM_LOCALID=\"2\" (from the environment): want this rank's "
+            "index on its host, in [0, 2)"},
+       }) {
+    SCOPED_TRACE(c.says);
+    TrainOptions o;
+    const absl::Status s = ApplyLaunchEnvironment(Env(c.vars), {}, &o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(), c.says);
+  }
+}
+
+TEST(FirstSlurmHost, ExpandsTheFirstEntry) {
+  EXPECT_EQ(*FirstSlurmHost("node1"), "node1");
+  EXPECT_EQ(*FirstSlurmHost("node1,node2"), "node1");
+  EXPECT_EQ(*FirstSlurmHost("node[01-04,07],gpu5"), "node01");
+  EXPECT_EQ(*FirstSlurmHost("node[7,9]"), "node7");
+  EXPECT_EQ(*FirstSlurmHost("rack[3-4]-n"), "rack3-n");
+  for (const char* bad : {"", "[1-2]x[", "n[]", "n[a-b]", "n[[1]]", "n]1["}) {
+    SCOPED_TRACE(bad);
+    EXPECT_EQ(FirstSlurmHost(bad).status().code(),
+              absl::StatusCode::kInvalidArgument);
   }
 }
 

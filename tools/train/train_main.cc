@@ -237,9 +237,10 @@ int Main(int argc, char** argv) {
   o.interface = absl::GetFlag(FLAGS_interface);
   // torchrun's RANK, WORLD_SIZE, MASTER_ADDR, ... where the command line
   // leaves them open.
+  o.given_flags = chunkzero::FlagsOnCommandLine(argc, argv);
   if (absl::Status s = chunkzero::ApplyLaunchEnvironment(
-          [](const char* name) { return std::getenv(name); },
-          chunkzero::FlagsOnCommandLine(argc, argv), &o);
+          [](const char* name) { return std::getenv(name); }, o.given_flags,
+          &o);
       !s.ok()) {
     std::cerr << "error: " << s << "\n";
     return 1;

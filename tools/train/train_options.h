@@ -5,6 +5,7 @@
 #define CHUNKZERO_TOOLS_TRAIN_TRAIN_OPTIONS_H_
 
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include "chunk/chunk_layout.h"
@@ -69,9 +70,14 @@ struct TrainOptions {
   // memory, and only those in use are on the device.
   OffloadPolicy offload = OffloadPolicy::kNone;
   ParamOrder param_order = ParamOrder::kLayers;
-  std::string data;         // File read as bytes (vocab 256).
-  std::string tokens;       // Little-endian uint16 token ids.
-  std::string init;         // A GPT-2 safetensors file to start from.
+  std::string data;    // File read as bytes (vocab 256).
+  std::string tokens;  // Little-endian uint16 token ids.
+  std::string init;    // A GPT-2 safetensors file to start from.
+  // The flags given explicitly (on the command line or in a --flagfile),
+  // without dashes. With `init` the shape comes from the file, and a
+  // --layers, --d_model or --vocab given that disagrees with it is refused
+  // (a library caller names here the model fields it set).
+  std::set<std::string> given_flags;
   std::string export_path;  // Where to write the final f32 weights.
   std::string save;         // Checkpoint directory.
   int save_every = 0;

@@ -163,9 +163,11 @@ absl::Status CheckOptions(const TrainOptions& o) {
   }
   // A day at most: deadlines are added to clocks, and no collective or
   // rendezvous should wait longer.
-  if (!(o.comm_timeout_s > 0) || !(o.comm_timeout_s <= 86400)) {
+  // At least a millisecond: deadlines count whole milliseconds, and a
+  // tinier positive value (1e-320) would be a timeout of 0.
+  if (!(o.comm_timeout_s >= 0.001) || !(o.comm_timeout_s <= 86400)) {
     return Bad("comm_timeout_s", o.comm_timeout_s,
-               "want a positive number of seconds, at most 86400");
+               "want a positive number of seconds, from 0.001 to 86400");
   }
   if (o.memory_limit_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -368,7 +370,28 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options) {
   if (!options.init.empty()) {
     CZ_ASSIGN_OR_RETURN(GptCheckpoint ckpt,
                         ReadInit(options, plan.memory_available));
-    // The architecture comes from the file (plus --heads).
+    // The architecture comes from the file (plus --heads); a shape flag
+    // given as well must say the same.
+    const struct {
+      const char* flag;
+      int given;
+      int file;
+      const char* what;
+    } shape[] = {
+        {"layers", options.model.layers, ckpt.config.layers,
+         "number of layers"},
+        {"d_model", options.model.d_model, ckpt.config.d_model,
+         "width d_model"},
+        {"vocab", options.model.vocab, ckpt.config.vocab, "vocabulary"}};
+    for (const auto& [flag, given, file, what] : shape) {
+      if (!options.given_flags.count(flag) || given == file) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, "=", given, " disagrees with --init=", options.init,
+          ", whose ", what, " is ", file,
+          ": the shape comes from the file; "
+          "drop --",
+          flag, " or give --", flag, "=", file));
+    }
     plan.model = ckpt.config;
     plan.init = std::move(ckpt);
   }
