@@ -3,10 +3,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <future>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 namespace chunkzero {
@@ -75,6 +81,90 @@ TEST(FileLock, UnopenablePathCarriesErrnoText) {
   EXPECT_EQ(lock.status().message(),
             "cannot open lock file /nonexistent_dir/lock: No such file or "
             "directory");
+}
+
+TEST(FileLock, SharedHoldersCoexistAndExcludeAnExclusiveOne) {
+  const std::string path = LockPath("d.lock");
+  absl::StatusOr<std::unique_ptr<FileLock>> a =
+      FileLock::TryAcquire(path, LockMode::kShared);
+  absl::StatusOr<std::unique_ptr<FileLock>> b =
+      FileLock::TryAcquire(path, LockMode::kShared);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*a)->mode(), LockMode::kShared);
+  EXPECT_EQ(FileLock::TryAcquire(path).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  a->reset();
+  EXPECT_EQ(FileLock::TryAcquire(path).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  b->reset();
+  absl::StatusOr<std::unique_ptr<FileLock>> alone = FileLock::TryAcquire(path);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ(FileLock::TryAcquire(path, LockMode::kShared).status().message(),
+            absl::StrCat(path, " is locked by another process (pid ",
+                         ::getpid(), ")"));
+}
+
+// A directory is locked itself: nothing is created in it, and an exclusive
+// holder records no pid.
+TEST(FileLock, ADirectoryIsLockedWithoutCreatingAnything) {
+  const std::string dir = LockPath("locked_dir");
+  std::filesystem::create_directories(dir);
+  absl::StatusOr<std::unique_ptr<FileLock>> reader =
+      FileLock::AcquireDirectory(dir, LockMode::kShared, absl::ZeroDuration());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  const absl::StatusOr<std::unique_ptr<FileLock>> writer =
+      FileLock::AcquireDirectory(dir, LockMode::kExclusive,
+                                 absl::ZeroDuration());
+  EXPECT_EQ(writer.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(writer.status().message(),
+            absl::StrCat(dir, " is locked by another process"));
+  reader->reset();
+  EXPECT_TRUE(
+      FileLock::AcquireDirectory(dir, LockMode::kExclusive, absl::Seconds(1))
+          .ok());
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+  // A missing directory is not created, and a directory is no lock file.
+  const absl::StatusOr<std::unique_ptr<FileLock>> missing =
+      FileLock::AcquireDirectory(dir + "/missing", LockMode::kShared,
+                                 absl::ZeroDuration());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/missing"));
+  EXPECT_EQ(FileLock::TryAcquire(dir).status().message(),
+            absl::StrCat("cannot open lock file ", dir, ": Is a directory"));
+}
+
+// Acquire waits while the holder holds, and returns once it lets go.
+TEST(FileLock, AcquireWaitsForTheHolderToRelease) {
+  const std::string path = LockPath("e.lock");
+  absl::StatusOr<std::unique_ptr<FileLock>> holder = FileLock::TryAcquire(path);
+  ASSERT_TRUE(holder.ok()) << holder.status();
+  std::promise<absl::Status> acquired;
+  std::thread waiter([&] {
+    acquired.set_value(
+        FileLock::Acquire(path, LockMode::kShared, absl::Minutes(5)).status());
+  });
+  std::future<absl::Status> done = acquired.get_future();
+  // The lock is held: the waiter cannot have returned, however long it runs.
+  EXPECT_EQ(done.wait_for(std::chrono::milliseconds(200)),
+            std::future_status::timeout);
+  holder->reset();
+  EXPECT_EQ(done.get(), absl::OkStatus());
+  waiter.join();
+}
+
+TEST(FileLock, AcquireGivesUpAtItsDeadlineNamingTheHolder) {
+  const std::string path = LockPath("f.lock");
+  absl::StatusOr<std::unique_ptr<FileLock>> holder = FileLock::TryAcquire(path);
+  ASSERT_TRUE(holder.ok()) << holder.status();
+  const absl::Time start = absl::Now();
+  const absl::StatusOr<std::unique_ptr<FileLock>> late =
+      FileLock::Acquire(path, LockMode::kShared, absl::Milliseconds(30));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(30));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(late.status().message(),
+            absl::StrCat(path, " is still locked by another process (pid ",
+                         ::getpid(), ") after 30ms"));
 }
 
 }  // namespace

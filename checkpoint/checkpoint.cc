@@ -6,9 +6,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
+#include <memory>
+#include <optional>
 #include <set>
 #include <system_error>
 #include <utility>
@@ -16,8 +21,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "base/crc32c.h"
 #include "base/file.h"
+#include "base/file_lock.h"
+#include "base/mutex.h"
 #include "base/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -175,8 +184,10 @@ CheckpointManifest MakeManifest(const CheckpointMeta& meta,
   return manifest;
 }
 
-CheckpointMeta MetaFromManifest(const CheckpointManifest& manifest) {
+CheckpointMeta MetaFromManifest(const CheckpointManifest& manifest,
+                                uint32_t crc32c) {
   CheckpointMeta meta;
+  meta.manifest_crc32c = crc32c;
   meta.step = manifest.step();
   meta.world_size = manifest.world_size();
   meta.layout = manifest.layout();
@@ -209,6 +220,9 @@ void DeleteUnreferencedShards(const std::string& dir,
   }
 }
 
+// What carries the commit lock: the directory itself (see checkpoint.h).
+std::string LockPath(const std::string& dir) { return dir.empty() ? "." : dir; }
+
 // A manifest is small (a few hundred bytes per piece); anything larger than
 // this is not one, and is refused before it is read into memory.
 constexpr int64_t kMaxManifestBytes = int64_t{1} << 30;
@@ -222,19 +236,136 @@ absl::StatusOr<std::string> ReadManifestBytes(const std::string& path) {
   return bytes;
 }
 
-// Checks what the manifest says of its shards, which its checksum alone
-// cannot vouch for (a writer's bug, or a hand-made file).
-absl::Status CheckManifestShards(const CheckpointManifest& manifest,
-                                 const std::string& path) {
-  if (manifest.world_size() <= 0 ||
-      manifest.shards_size() != manifest.world_size()) {
-    return absl::DataLossError(absl::StrCat(path, ": world size ",
-                                            manifest.world_size(), " but ",
-                                            manifest.shards_size(), " shards"));
+// The largest step, iteration or update count a manifest may hold. The
+// counters become doubles (the learning rate's schedule, Adam's bias
+// correction, the metrics' JSON), exact up to 2^53, and must still count
+// on; no run takes 2^53 steps (285 years at a step per microsecond).
+constexpr int64_t kMaxSteps = int64_t{1} << 53;
+
+// `x` in the fewest significant digits that read back as `x` (16777216,
+// not 1.67772e+07), for messages that quote a field's value.
+std::string ExactDouble(double x) {
+  for (int digits = 6; digits < 17; ++digits) {
+    const std::string s = absl::StrFormat("%.*g", digits, x);
+    if (std::strtod(s.c_str(), nullptr) == x) return s;
   }
+  return absl::StrFormat("%.17g", x);
+}
+
+// "FIELD = VALUE is ..." for the first field of `manifest` that no writer
+// could have produced, or nothing. The checksum vouches only that the bytes
+// are those written; these checks catch a writer's bug or a hand-made file.
+// Only relations that hold for every state ZeroOptimizer saves are checked
+// (optim/optimizer_state.h): iterations counts Step calls, one per step
+// whatever the grad accumulation, skipped steps included; updates counts the
+// steps taken; a loss scaler's growth tracker counts updates (since the
+// scale last changed) and it always has an overflow left to tolerate. How
+// far the tracker and hysteresis may go depends on the scaler's options,
+// which the loader checks (LoadShardedCheckpoint).
+std::optional<std::string> BadManifestField(const CheckpointManifest& m) {
+  auto field = [](absl::string_view name, int64_t value) {
+    return absl::StrCat(name, " = ", value);
+  };
+  for (const auto& [name, value] :
+       {std::pair<const char*, int64_t>{"step", m.step()},
+        {"iterations", m.iterations()},
+        {"updates", m.updates()},
+        {"growth_tracker", m.growth_tracker()}}) {
+    if (value < 0) return field(name, value) + " is negative";
+    if (value > kMaxSteps) {
+      return absl::StrCat(field(name, value), " is above 2^53 = ", kMaxSteps,
+                          ", more steps than a run takes");
+    }
+  }
+  if (m.iterations() != m.step()) {
+    return absl::StrCat(field("iterations", m.iterations()),
+                        " is not step = ", m.step(),
+                        " (the optimizer steps once per step, skipped steps "
+                        "included)");
+  }
+  if (m.updates() > m.iterations()) {
+    return absl::StrCat(field("updates", m.updates()),
+                        " is more than iterations = ", m.iterations(),
+                        " (skipped steps count in iterations only)");
+  }
+  const double scale = m.loss_scale();
+  const std::string scale_field = "loss_scale = " + ExactDouble(scale);
+  if (!std::isfinite(scale)) return scale_field + " is not finite";
+  if (scale < 0) return scale_field + " is negative";
+  if (scale == 0) {
+    // Saved without a loss scaler (f32 or bf16 compute).
+    const std::string none =
+        " is not 0, though loss_scale = 0 says no loss scaler saved it";
+    if (m.growth_tracker() != 0) {
+      return field("growth_tracker", m.growth_tracker()) + none;
+    }
+    if (m.hysteresis_left() != 0) {
+      return field("hysteresis_left", m.hysteresis_left()) + none;
+    }
+  } else {
+    if (m.hysteresis_left() < 1) {
+      return absl::StrCat(field("hysteresis_left", m.hysteresis_left()),
+                          " is not positive, though ", scale_field,
+                          " says a loss scaler saved it");
+    }
+  }
+  if (m.world_size() < 1) {
+    return field("world_size", m.world_size()) + " is not positive";
+  }
+  if (m.shards_size() != m.world_size()) {
+    return absl::StrCat(field("world_size", m.world_size()),
+                        " but the manifest lists ", m.shards_size(), " shards");
+  }
+  for (int i = 0; i < m.shards_size(); ++i) {
+    const ShardIndex& shard = m.shards(i);
+    const std::string name = absl::StrCat("shards[", i, "].");
+    if (shard.step() != m.step()) {
+      return absl::StrCat(field(name + "step", shard.step()),
+                          " is not step = ", m.step());
+    }
+    if (shard.world_size() != m.world_size()) {
+      return absl::StrCat(field(name + "world_size", shard.world_size()),
+                          " is not world_size = ", m.world_size());
+    }
+    // The writer puts the pieces back to back after the magic.
+    int64_t end = kShardHeaderBytes;
+    for (int k = 0; k < shard.pieces_size(); ++k) {
+      const PieceIndex& piece = shard.pieces(k);
+      const std::string piece_name = absl::StrCat(name, "pieces[", k, "].");
+      if (piece.numel() < 0) {
+        return field(piece_name + "numel", piece.numel()) + " is negative";
+      }
+      if (piece.numel() >
+          (std::numeric_limits<int64_t>::max() - end) / kF32Bytes) {
+        return field(piece_name + "numel", piece.numel()) +
+               " is more than a file can hold";
+      }
+      if (piece.byte_offset() != end) {
+        return absl::StrCat(
+            field(piece_name + "byte_offset", piece.byte_offset()), " is not ",
+            end,
+            k == 0 ? ", where the header ends"
+                   : ", where the piece before it ends");
+      }
+      end += piece.numel() * kF32Bytes;
+    }
+    if (shard.byte_size() != end) {
+      return absl::StrCat(field(name + "byte_size", shard.byte_size()),
+                          " is not ", end,
+                          ", the bytes of its header and pieces");
+    }
+  }
+  return std::nullopt;
+}
+
+// Checks what the manifest says, which its checksum alone cannot vouch for
+// (a writer's bug, or a hand-made file).
+absl::Status CheckManifestFields(const CheckpointManifest& manifest,
+                                 const std::string& dir,
+                                 const std::string& path) {
+  // A shard's name must stay inside the directory.
   for (int rank = 0; rank < manifest.shards_size(); ++rank) {
     const ShardIndex& shard = manifest.shards(rank);
-    // A shard's name must stay inside the directory.
     if (shard.rank() != rank || shard.file().empty() ||
         absl::StrContains(shard.file(), '/') || shard.file() == "." ||
         shard.file() == "..") {
@@ -243,13 +374,49 @@ absl::Status CheckManifestShards(const CheckpointManifest& manifest,
                                               "\" of rank ", shard.rank()));
     }
   }
+  if (std::optional<std::string> bad = BadManifestField(manifest)) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", dir, ": manifest field ", *bad));
+  }
   return absl::OkStatus();
 }
 
+// The test hook (checkpoint_internal), never destroyed.
+struct ReadHookSlot {
+  Mutex mu;
+  checkpoint_internal::ManifestReadHook hook ABSL_GUARDED_BY(mu);
+};
+ReadHookSlot& ReadHook() {
+  static ReadHookSlot* const slot = new ReadHookSlot;
+  return *slot;
+}
+
+void RunReadHook(checkpoint_internal::ManifestReadPoint point,
+                 const std::string& dir) {
+  checkpoint_internal::ManifestReadHook hook;
+  {
+    ReadHookSlot& slot = ReadHook();
+    MutexLock lock(&slot.mu);
+    if (!slot.hook) return;
+    hook = slot.hook;  // Called unlocked: it may read checkpoints itself.
+  }
+  hook(point, dir);
+}
+
+// A verified manifest and the checksum it was stored with (which commit it
+// is).
+struct CommittedManifest {
+  CheckpointManifest manifest;
+  uint32_t crc32c = 0;
+};
+
 // Reads and verifies `dir`/manifest.pb.
-absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {
+absl::StatusOr<CommittedManifest> ReadManifest(const std::string& dir) {
   const std::string path = JoinPath(dir, kCheckpointManifestName);
-  CZ_ASSIGN_OR_RETURN(const std::string bytes, ReadManifestBytes(path));
+  RunReadHook(checkpoint_internal::ManifestReadPoint::kBefore, dir);
+  absl::StatusOr<std::string> read = ReadManifestBytes(path);
+  RunReadHook(checkpoint_internal::ManifestReadPoint::kAfter, dir);
+  CZ_ASSIGN_OR_RETURN(const std::string bytes, std::move(read));
   ManifestFile file;
   if (!file.ParseFromString(bytes)) {
     return absl::DataLossError(
@@ -273,8 +440,8 @@ absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {
         path, ": checkpoint format version ", manifest.format_version(),
         ", this build reads version ", kCheckpointFormatVersion));
   }
-  CZ_RETURN_IF_ERROR(CheckManifestShards(manifest, path));
-  return manifest;
+  CZ_RETURN_IF_ERROR(CheckManifestFields(manifest, dir, path));
+  return CommittedManifest{std::move(manifest), crc};
 }
 
 // Checks that `entry` describes an f32 range of its shape lying inside the
@@ -439,6 +606,11 @@ absl::Status WriteCheckpointManifest(const std::string& dir,
   CZ_ASSIGN_OR_RETURN(std::vector<ShardIndex> sorted,
                       SortedShardSet(meta, shards));
   const CheckpointManifest manifest = MakeManifest(meta, std::move(sorted));
+  // What no reader would take is not written.
+  if (std::optional<std::string> bad = BadManifestField(manifest)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint meta field ", *bad));
+  }
   ManifestFile file;
   if (!SerializeDeterministically(manifest, file.mutable_manifest())) {
     return absl::InternalError("cannot serialize the checkpoint manifest");
@@ -454,34 +626,66 @@ absl::Status WriteCheckpointManifest(const std::string& dir,
                                            return WriteAll(fd, bytes.data(),
                                                            bytes.size(), path);
                                          }));
-  DeleteUnreferencedShards(dir, manifest);
+  // Committed. The shards it replaced go only while no reader holds the
+  // commit lock (a reader of the previous manifest may be reading them);
+  // else the next commit deletes them. Where the file system cannot lock,
+  // they go at once, as they always did.
+  const absl::StatusOr<std::unique_ptr<FileLock>> alone =
+      FileLock::AcquireDirectory(LockPath(dir), LockMode::kExclusive,
+                                 absl::ZeroDuration());
+  if (alone.ok() || !absl::IsFailedPrecondition(alone.status())) {
+    DeleteUnreferencedShards(dir, manifest);
+  }
   return absl::OkStatus();
 }
 
 absl::StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& dir) {
-  CZ_ASSIGN_OR_RETURN(const CheckpointManifest manifest, ReadManifest(dir));
-  return MetaFromManifest(manifest);
+  CZ_ASSIGN_OR_RETURN(const CommittedManifest read, ReadManifest(dir));
+  return MetaFromManifest(read.manifest, read.crc32c);
 }
 
 absl::StatusOr<std::vector<std::string>> CheckpointShardFiles(
     const std::string& dir) {
-  CZ_ASSIGN_OR_RETURN(const CheckpointManifest manifest, ReadManifest(dir));
+  CZ_ASSIGN_OR_RETURN(const CommittedManifest read, ReadManifest(dir));
   std::vector<std::string> files;
-  for (const ShardIndex& shard : manifest.shards()) {
+  for (const ShardIndex& shard : read.manifest.shards()) {
     files.push_back(shard.file());
   }
   return files;
 }
 
 absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& dir) {
-  return ReadCheckpoint(dir, CheckpointPieceFilter());
+  return ReadCheckpoint(dir, CheckpointReadOptions());
 }
 
 absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& dir,
                                           const CheckpointPieceFilter& filter) {
-  CZ_ASSIGN_OR_RETURN(const CheckpointManifest manifest, ReadManifest(dir));
+  CheckpointReadOptions options;
+  options.filter = filter;
+  return ReadCheckpoint(dir, options);
+}
+
+absl::StatusOr<Checkpoint> ReadCheckpoint(
+    const std::string& dir, const CheckpointReadOptions& options) {
+  // The commit lock, shared, from the manifest to the last shard: the shards
+  // this manifest names stay until it is released (see checkpoint.h).
+  absl::StatusOr<std::unique_ptr<FileLock>> reading =
+      FileLock::AcquireDirectory(LockPath(dir), LockMode::kShared,
+                                 options.lock_timeout);
+  if (absl::IsDeadlineExceeded(reading.status())) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "checkpoint ", dir, ": waited ",
+        absl::FormatDuration(options.lock_timeout),
+        " for a save into it to finish committing (it locks the directory "
+        "while it deletes the shards it replaced, which takes milliseconds): "
+        "the saving process is stopped or hung"));
+  }
+  // Any other failure (no such directory, a file system without flock):
+  // read unlocked, and let the manifest say what is wrong.
+  CZ_ASSIGN_OR_RETURN(const CommittedManifest read, ReadManifest(dir));
+  const CheckpointManifest& manifest = read.manifest;
   Checkpoint checkpoint;
-  checkpoint.meta = MetaFromManifest(manifest);
+  checkpoint.meta = MetaFromManifest(manifest, read.crc32c);
   OptimizerState& state = checkpoint.state;
   state.updates = checkpoint.meta.updates;
   state.iterations = checkpoint.meta.iterations;
@@ -489,9 +693,18 @@ absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& dir,
   state.growth_tracker = checkpoint.meta.growth_tracker;
   state.hysteresis_left = checkpoint.meta.hysteresis_left;
   for (const ShardIndex& shard : manifest.shards()) {
-    CZ_RETURN_IF_ERROR(ReadShard(dir, shard, filter, &state.pieces));
+    CZ_RETURN_IF_ERROR(ReadShard(dir, shard, options.filter, &state.pieces));
   }
   return checkpoint;
 }
 
+namespace checkpoint_internal {
+
+void SetManifestReadHookForTesting(ManifestReadHook hook) {
+  ReadHookSlot& slot = ReadHook();
+  MutexLock lock(&slot.mu);
+  slot.hook = std::move(hook);
+}
+
+}  // namespace checkpoint_internal
 }  // namespace chunkzero

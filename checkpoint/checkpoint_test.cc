@@ -1,12 +1,16 @@
 #include "checkpoint/checkpoint.h"
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/crc32c.h"
+#include "base/file_lock.h"
 #include "checkpoint/checkpoint.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -203,7 +208,7 @@ TEST(Checkpoint, RoundTripsPiecesScalarsAndConfigBitForBit) {
   EXPECT_EQ(indexes[0].pieces(1).chunk(), "");  // "b" has no placement.
   // The manifest takes the indexes in any order.
   std::swap(indexes[0], indexes[2]);
-  ASSERT_TRUE(WriteCheckpointManifest(dir, Meta(7), indexes).ok());
+  ASSERT_EQ(WriteCheckpointManifest(dir, Meta(7), indexes), absl::OkStatus());
 
   const absl::StatusOr<Checkpoint> read = ReadCheckpoint(dir);
   ASSERT_TRUE(read.ok()) << read.status();
@@ -489,6 +494,348 @@ TEST(Checkpoint, CheckPiecesFiniteNamesThePieceHoldingInfOrNaN) {
     EXPECT_EQ(status.message(),
               "tensor w state param elements [0, 6) holds Inf or NaN");
   }
+}
+
+// ---- Manifest fields: each is checked when read ----
+
+// Rewrites `dir`'s manifest through `edit`, with a valid checksum: what a
+// buggy or hostile writer could leave.
+void EditManifest(const std::string& dir,
+                  const std::function<void(CheckpointManifest&)>& edit) {
+  const std::string path = dir + "/manifest.pb";
+  ManifestFile file;
+  ASSERT_TRUE(file.ParseFromString(ReadFile(path)));
+  CheckpointManifest manifest;
+  ASSERT_TRUE(manifest.ParseFromString(file.manifest()));
+  edit(manifest);
+  manifest.SerializeToString(file.mutable_manifest());
+  file.set_crc32c(Crc32c(file.manifest().data(), file.manifest().size()));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      << file.SerializeAsString();
+}
+
+struct FieldCase {
+  const char* name;
+  std::function<void(CheckpointManifest&)> edit;
+  std::string says;  // After "checkpoint DIR: manifest field ".
+};
+
+// Meta(7) saved at world 3: step 7, iterations 7, updates 6, loss scale
+// 32768, growth tracker 17, hysteresis left 2.
+std::vector<FieldCase> BadFieldCases() {
+  using M = CheckpointManifest;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  auto every_shard_step = [](M& m, int64_t step) {
+    m.set_step(step);
+    for (ShardIndex& s : *m.mutable_shards()) s.set_step(step);
+  };
+  return {
+      {"negative step", [=](M& m) { every_shard_step(m, -5); },
+       "step = -5 is negative"},
+      {"huge step",
+       [=](M& m) {
+         every_shard_step(m, max);
+         m.set_iterations(max);
+       },
+       "step = 9223372036854775807 is above 2^53 = 9007199254740992, more "
+       "steps than a run takes"},
+      {"negative iterations", [](M& m) { m.set_iterations(-100); },
+       "iterations = -100 is negative"},
+      {"huge iterations", [=](M& m) { m.set_iterations(max); },
+       "iterations = 9223372036854775807 is above 2^53 = 9007199254740992, "
+       "more steps than a run takes"},
+      {"iterations other than step", [](M& m) { m.set_iterations(8); },
+       "iterations = 8 is not step = 7 (the optimizer steps once per step, "
+       "skipped steps included)"},
+      {"negative updates", [](M& m) { m.set_updates(-1); },
+       "updates = -1 is negative"},
+      {"more updates than iterations", [](M& m) { m.set_updates(8); },
+       "updates = 8 is more than iterations = 7 (skipped steps count in "
+       "iterations only)"},
+      {"NaN loss scale", [=](M& m) { m.set_loss_scale(nan); },
+       "loss_scale = nan is not finite"},
+      {"infinite loss scale", [=](M& m) { m.set_loss_scale(inf); },
+       "loss_scale = inf is not finite"},
+      {"negative loss scale", [](M& m) { m.set_loss_scale(-1); },
+       "loss_scale = -1 is negative"},
+      {"zero loss scale with a scaler's state",
+       [](M& m) { m.set_loss_scale(0); },
+       "growth_tracker = 17 is not 0, though loss_scale = 0 says no loss "
+       "scaler saved it"},
+      {"zero loss scale with hysteresis left",
+       [](M& m) {
+         m.set_loss_scale(0);
+         m.set_growth_tracker(0);
+       },
+       "hysteresis_left = 2 is not 0, though loss_scale = 0 says no loss "
+       "scaler saved it"},
+      {"negative growth tracker", [](M& m) { m.set_growth_tracker(-1); },
+       "growth_tracker = -1 is negative"},
+      {"huge growth tracker", [=](M& m) { m.set_growth_tracker(max); },
+       "growth_tracker = 9223372036854775807 is above 2^53 = "
+       "9007199254740992, more steps than a run takes"},
+      {"no hysteresis left", [](M& m) { m.set_hysteresis_left(0); },
+       "hysteresis_left = 0 is not positive, though loss_scale = 32768 says "
+       "a loss scaler saved it"},
+      {"negative hysteresis left", [](M& m) { m.set_hysteresis_left(-3); },
+       "hysteresis_left = -3 is not positive, though loss_scale = 32768 says "
+       "a loss scaler saved it"},
+      {"zero world size", [](M& m) { m.set_world_size(0); },
+       "world_size = 0 is not positive"},
+      {"negative world size", [](M& m) { m.set_world_size(-1); },
+       "world_size = -1 is not positive"},
+      {"world size above the shards", [](M& m) { m.set_world_size(4); },
+       "world_size = 4 but the manifest lists 3 shards"},
+      {"a shard of another step",
+       [](M& m) { m.mutable_shards(1)->set_step(6); },
+       "shards[1].step = 6 is not step = 7"},
+      {"a shard of another world",
+       [](M& m) { m.mutable_shards(2)->set_world_size(2); },
+       "shards[2].world_size = 2 is not world_size = 3"},
+      {"a shard's byte size",
+       [](M& m) {
+         m.mutable_shards(0)->set_byte_size(m.shards(0).byte_size() + 4);
+       },
+       "shards[0].byte_size = 156 is not 152, the bytes of its header and "
+       "pieces"},
+      {"a piece out of place",
+       [](M& m) {
+         PieceIndex* p = m.mutable_shards(1)->mutable_pieces(1);
+         p->set_byte_offset(p->byte_offset() + 4);
+       },
+       "shards[1].pieces[1].byte_offset = 48 is not 44, where the piece "
+       "before it ends"},
+      {"a negative piece size",
+       [](M& m) { m.mutable_shards(0)->mutable_pieces(0)->set_numel(-1); },
+       "shards[0].pieces[0].numel = -1 is negative"},
+      {"a piece larger than any file",
+       [=](M& m) { m.mutable_shards(0)->mutable_pieces(0)->set_numel(max); },
+       "shards[0].pieces[0].numel = 9223372036854775807 is more than a file "
+       "can hold"},
+  };
+}
+
+TEST(CheckpointManifestFields, EveryBadScalarIsDataLossNamingFieldAndValue) {
+  const std::string dir = TestDir();
+  Save(dir, 7, ShardedState(1));
+  const std::string intact = ReadFile(dir + "/manifest.pb");
+  for (const FieldCase& c : BadFieldCases()) {
+    SCOPED_TRACE(c.name);
+    std::ofstream(dir + "/manifest.pb", std::ios::binary | std::ios::trunc)
+        << intact;
+    EditManifest(dir, c.edit);
+    const std::string want =
+        absl::StrCat("checkpoint ", dir, ": manifest field ", c.says);
+    const absl::StatusOr<CheckpointMeta> meta = ReadCheckpointMeta(dir);
+    EXPECT_EQ(meta.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_EQ(meta.status().message(), want);
+    const absl::StatusOr<Checkpoint> read = ReadCheckpoint(dir);
+    EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_EQ(read.status().message(), want);
+    EXPECT_EQ(CheckpointShardFiles(dir).status().code(),
+              absl::StatusCode::kDataLoss);
+  }
+}
+
+// The same values are refused when written: a writer cannot commit what no
+// reader would take.
+TEST(CheckpointManifestFields, BadScalarsAreRefusedWhenWritten) {
+  const std::string dir = TestDir();
+  const std::vector<ShardIndex> indexes = WriteShards(dir, 7, ShardedState(1));
+  struct Case {
+    void (*edit)(CheckpointMeta&);
+    const char* says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {[](CheckpointMeta& m) { m.iterations = -100; },
+            "checkpoint meta field iterations = -100 is negative"},
+           {[](CheckpointMeta& m) { m.iterations = 6; },
+            "checkpoint meta field iterations = 6 is not step = 7 (the "
+            "optimizer steps once per step, skipped steps included)"},
+           {[](CheckpointMeta& m) {
+              m.loss_scale = std::numeric_limits<double>::quiet_NaN();
+            },
+            "checkpoint meta field loss_scale = nan is not finite"},
+       }) {
+    SCOPED_TRACE(c.says);
+    CheckpointMeta meta = Meta(7);
+    c.edit(meta);
+    const absl::Status status = WriteCheckpointManifest(dir, meta, indexes);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(status.message(), c.says);
+    EXPECT_FALSE(fs::exists(dir + "/manifest.pb"));
+  }
+}
+
+// What a run without a loss scaler saves (f32, bf16), and a run whose every
+// step overflowed, are valid.
+TEST(CheckpointManifestFields, EdgeValuesThatRunsProduceAreAccepted) {
+  const std::string dir = TestDir();
+  const std::vector<ShardIndex> indexes = WriteShards(dir, 7, ShardedState(1));
+  CheckpointMeta no_scaler = Meta(7);
+  no_scaler.loss_scale = 0;
+  no_scaler.growth_tracker = 0;
+  no_scaler.hysteresis_left = 0;
+  ASSERT_TRUE(WriteCheckpointManifest(dir, no_scaler, indexes).ok());
+  absl::StatusOr<Checkpoint> read = ReadCheckpoint(dir);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ExpectMetaEq(no_scaler, read->meta);
+
+  CheckpointMeta all_skipped = Meta(7);
+  all_skipped.updates = 0;
+  all_skipped.growth_tracker = 0;
+  all_skipped.loss_scale = 0.5;
+  ASSERT_TRUE(WriteCheckpointManifest(dir, all_skipped, indexes).ok());
+  read = ReadCheckpoint(dir);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ExpectMetaEq(all_skipped, read->meta);
+
+  // Step 0: a checkpoint saved before training.
+  const std::string zero = dir + "/zero";
+  CheckpointMeta start = Meta(0);
+  start.updates = 0;
+  start.growth_tracker = 0;
+  ASSERT_TRUE(WriteCheckpointManifest(zero, start,
+                                      WriteShards(zero, 0, ShardedState(1)))
+                  .ok());
+  EXPECT_TRUE(ReadCheckpoint(zero).ok());
+}
+
+// ---- Readers and a saver in one directory ----
+
+using checkpoint_internal::ManifestReadPoint;
+
+// The manifest-read hook, set for the object's lifetime.
+class ScopedReadHook {
+ public:
+  explicit ScopedReadHook(checkpoint_internal::ManifestReadHook hook) {
+    checkpoint_internal::SetManifestReadHookForTesting(std::move(hook));
+  }
+  ~ScopedReadHook() {
+    checkpoint_internal::SetManifestReadHookForTesting(nullptr);
+  }
+};
+
+// Another job commits a checkpoint after this reader has read the manifest
+// and before it opens the shards: the reader still reads the checkpoint it
+// began with, whole, as the saver leaves the shards it replaced for the next
+// save to delete.
+TEST(CheckpointConcurrency, ASaveBetweenManifestAndShardsLeavesTheReaderWhole) {
+  const std::string dir = TestDir();
+  const std::vector<OptimizerState> first = ShardedState(1);
+  const std::vector<OptimizerState> second = ShardedState(1000);
+  Save(dir, 10, first);
+  int saves = 0;
+  {
+    ScopedReadHook hook([&](ManifestReadPoint point, const std::string&) {
+      if (point == ManifestReadPoint::kAfter && saves++ == 0) {
+        Save(dir, 20, second);
+      }
+    });
+    const absl::StatusOr<Checkpoint> read = ReadCheckpoint(dir);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(read->meta.step, 10);
+    ExpectSamePieces(AllPieces(first), read->state.pieces);
+  }
+  EXPECT_EQ(saves, 1);
+  absl::StatusOr<Checkpoint> read = ReadCheckpoint(dir);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->meta.step, 20);
+  ExpectSamePieces(AllPieces(second), read->state.pieces);
+  EXPECT_THAT(FileNames(dir),
+              UnorderedElementsAre("manifest.pb", "shard-10-0-of-3.bin",
+                                   "shard-10-1-of-3.bin", "shard-10-2-of-3.bin",
+                                   "shard-20-0-of-3.bin", "shard-20-1-of-3.bin",
+                                   "shard-20-2-of-3.bin"));
+  // With no reader left, the next save deletes both.
+  Save(dir, 30, ShardedState(2000));
+  EXPECT_THAT(
+      FileNames(dir),
+      UnorderedElementsAre("manifest.pb", "shard-30-0-of-3.bin",
+                           "shard-30-1-of-3.bin", "shard-30-2-of-3.bin"));
+}
+
+// A save holds the directory's commit lock while it deletes the shards it
+// replaced: a reader waits for it, then reads the checkpoint whole.
+TEST(CheckpointConcurrency, AReaderWaitsForACommitInProgress) {
+  const std::string dir = TestDir();
+  const std::vector<OptimizerState> shards = ShardedState(1);
+  Save(dir, 10, shards);
+  absl::StatusOr<std::unique_ptr<FileLock>> committing =
+      FileLock::AcquireDirectory(dir, LockMode::kExclusive,
+                                 absl::ZeroDuration());
+  ASSERT_TRUE(committing.ok()) << committing.status();
+  std::promise<absl::StatusOr<Checkpoint>> result;
+  std::thread reader([&] { result.set_value(ReadCheckpoint(dir)); });
+  std::future<absl::StatusOr<Checkpoint>> read = result.get_future();
+  // The lock is held: the reader cannot have returned, however long it runs.
+  EXPECT_EQ(read.wait_for(std::chrono::milliseconds(200)),
+            std::future_status::timeout);
+  committing->reset();
+  const absl::StatusOr<Checkpoint> got = read.get();
+  reader.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectSamePieces(AllPieces(shards), got->state.pieces);
+}
+
+// A saver stopped in the middle of a commit does not hold readers for ever.
+TEST(CheckpointConcurrency, AReaderGivesUpOnACommitThatNeverEnds) {
+  const std::string dir = TestDir();
+  Save(dir, 10, ShardedState(1));
+  absl::StatusOr<std::unique_ptr<FileLock>> committing =
+      FileLock::AcquireDirectory(dir, LockMode::kExclusive,
+                                 absl::ZeroDuration());
+  ASSERT_TRUE(committing.ok()) << committing.status();
+  CheckpointReadOptions options;
+  options.lock_timeout = absl::Milliseconds(50);
+  const absl::StatusOr<Checkpoint> read = ReadCheckpoint(dir, options);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(read.status().message(),
+            absl::StrCat("checkpoint ", dir,
+                         ": waited 50ms for a save into it to finish "
+                         "committing (it locks the directory while it "
+                         "deletes the shards it replaced, which takes "
+                         "milliseconds): the saving process is stopped or "
+                         "hung"));
+  // Reading the manifest alone needs no lock.
+  EXPECT_TRUE(ReadCheckpointMeta(dir).ok());
+}
+
+// While another process reads (here: holds the commit lock shared), a save
+// commits at once and leaves the shards it replaced; the first commit with
+// no reader deletes every shard its manifest does not name, and nothing
+// else: the lock is the directory itself, and another job's lock file or
+// notes are not shards.
+TEST(CheckpointConcurrency, ASaveNeverWaitsForReadersAndCleansUpLater) {
+  const std::string dir = TestDir();
+  Save(dir, 10, ShardedState(1));
+  std::ofstream(dir + "/lock") << "1234\n";
+  std::ofstream(dir + "/notes.txt") << "keep";
+  {
+    absl::StatusOr<std::unique_ptr<FileLock>> reading =
+        FileLock::AcquireDirectory(dir, LockMode::kShared,
+                                   absl::ZeroDuration());
+    ASSERT_TRUE(reading.ok()) << reading.status();
+    Save(dir, 20, ShardedState(2));
+    EXPECT_THAT(
+        FileNames(dir),
+        UnorderedElementsAre("manifest.pb", "lock", "notes.txt",
+                             "shard-10-0-of-3.bin", "shard-10-1-of-3.bin",
+                             "shard-10-2-of-3.bin", "shard-20-0-of-3.bin",
+                             "shard-20-1-of-3.bin", "shard-20-2-of-3.bin"));
+    // Readers share the lock.
+    EXPECT_TRUE(ReadCheckpoint(dir).ok());
+  }
+  Save(dir, 30, ShardedState(3));
+  EXPECT_THAT(FileNames(dir),
+              UnorderedElementsAre("manifest.pb", "lock", "notes.txt",
+                                   "shard-30-0-of-3.bin", "shard-30-1-of-3.bin",
+                                   "shard-30-2-of-3.bin"));
+  // A read creates nothing.
+  ASSERT_TRUE(ReadCheckpoint(dir).ok());
+  EXPECT_EQ(FileNames(dir).size(), 6u);
 }
 
 }  // namespace

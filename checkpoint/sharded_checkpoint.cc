@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/file.h"
 #include "base/status_macros.h"
 #include "chunk/chunk_layout.h"
@@ -34,6 +36,46 @@ absl::StatusOr<ChunkPlacementMap> MasterPlacement(const ZeroDdp& ddp) {
                        where.chunk->tensor(where.index).offset};
   }
   return placement;
+}
+
+// `x` in the fewest significant digits that read back as `x` (16777216,
+// not 1.67772e+07), for messages that quote a field's value.
+std::string ExactDouble(double x) {
+  for (int digits = 6; digits < 17; ++digits) {
+    const std::string s = absl::StrFormat("%.*g", digits, x);
+    if (std::strtod(s.c_str(), nullptr) == x) return s;
+  }
+  return absl::StrFormat("%.17g", x);
+}
+
+// The loss scaler's state of `meta` against the scaler `optimizer` restores
+// it into (LoadState would refuse it as a bad argument; coming from a
+// checkpoint, it is damage). A checkpoint saved without a scaler (loss
+// scale 0) leaves the scaler as it is.
+absl::Status CheckLossScalerState(const std::string& dir,
+                                  const CheckpointMeta& meta,
+                                  const ZeroOptimizer& optimizer) {
+  if (!optimizer.has_loss_scaler() || meta.loss_scale == 0) {
+    return absl::OkStatus();
+  }
+  const LossScalerOptions& o = optimizer.options().loss_scaler;
+  std::string bad;
+  if (!(meta.loss_scale >= o.min_scale && meta.loss_scale <= o.max_scale)) {
+    bad = absl::StrCat("loss_scale = ", ExactDouble(meta.loss_scale),
+                       " is outside [", ExactDouble(o.min_scale), ", ",
+                       ExactDouble(o.max_scale), "], the loss scaler's range");
+  } else if (meta.growth_tracker >= o.growth_interval) {
+    bad = absl::StrCat("growth_tracker = ", meta.growth_tracker,
+                       " is not below the loss scaler's growth interval ",
+                       o.growth_interval);
+  } else if (meta.hysteresis_left > o.hysteresis) {
+    bad = absl::StrCat("hysteresis_left = ", meta.hysteresis_left,
+                       " is more than the loss scaler's hysteresis ",
+                       o.hysteresis);
+  }
+  if (bad.empty()) return absl::OkStatus();
+  return absl::DataLossError(
+      absl::StrCat("checkpoint ", dir, ": manifest field ", bad));
 }
 
 }  // namespace
@@ -96,15 +138,19 @@ absl::Status SaveShardedCheckpoint(
   return committed;
 }
 
-absl::StatusOr<CheckpointMeta> LoadShardedCheckpoint(const std::string& dir,
-                                                     ZeroOptimizer& optimizer) {
+absl::StatusOr<CheckpointMeta> LoadShardedCheckpoint(
+    const std::string& dir, ZeroOptimizer& optimizer,
+    absl::Duration lock_timeout) {
+  CheckpointReadOptions options;
   // Only the pieces this rank holds are read (and verified).
-  CZ_ASSIGN_OR_RETURN(
-      Checkpoint ckpt,
-      ReadCheckpoint(dir, [&](const std::string& param, const std::string&,
-                              int64_t begin, int64_t numel) {
-        return optimizer.HoldsAny(param, begin, numel);
-      }));
+  options.filter = [&](const std::string& param, const std::string&,
+                       int64_t begin, int64_t numel) {
+    return optimizer.HoldsAny(param, begin, numel);
+  };
+  options.lock_timeout = lock_timeout;
+  CZ_ASSIGN_OR_RETURN(Checkpoint ckpt, ReadCheckpoint(dir, options));
+  // ReadCheckpoint checked every field that needs no optimizer to judge.
+  CZ_RETURN_IF_ERROR(CheckLossScalerState(dir, ckpt.meta, optimizer));
   CZ_RETURN_IF_ERROR(optimizer.LoadState(ckpt.state));
   return ckpt.meta;
 }

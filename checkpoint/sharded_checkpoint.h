@@ -51,9 +51,17 @@ namespace chunkzero {
 // Not collective (each rank reads what it needs). Reads the pieces of the
 // checkpoint in `dir` that this rank's optimizer holds, verifies them and
 // loads them (ZeroOptimizer::LoadState); returns the manifest's meta. The
-// checkpoint may come from any world size or layout.
+// checkpoint may come from any world size or layout. Errors: ReadCheckpoint's
+// (`lock_timeout` bounds the wait for a commit in progress), DataLoss for a
+// loss scaler's state the optimizer's scaler cannot take ("checkpoint DIR:
+// manifest field growth_tracker = ..."), and LoadState's.
+//
+// Each rank's read is of one checkpoint, whole, even while another job
+// saves into `dir`; but ranks reading at different times may read
+// different commits (CheckpointMeta::manifest_crc32c tells them apart).
 [[nodiscard]] absl::StatusOr<CheckpointMeta> LoadShardedCheckpoint(
-    const std::string& dir, ZeroOptimizer& optimizer);
+    const std::string& dir, ZeroOptimizer& optimizer,
+    absl::Duration lock_timeout = kDefaultCheckpointLockTimeout);
 
 }  // namespace chunkzero
 

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -11,8 +13,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/crc32c.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
+#include "checkpoint/checkpoint.pb.h"
 #include "chunk/chunk_manager.h"
 #include "comm/testing/spawn_ranks.h"
 #include "ddp/zero_ddp.h"
@@ -47,7 +51,7 @@ struct Rank {
 };
 
 absl::StatusOr<Rank> MakeRank(comm::ProcessGroup& g, ChunkLayout layout,
-                              uint32_t seed) {
+                              uint32_t seed, DType compute = DType::kF32) {
   Rank r;
   r.model = MakeTestModel(TestModelKind::kMlp, seed);
   ChunkManagerOptions options;
@@ -56,7 +60,7 @@ absl::StatusOr<Rank> MakeRank(comm::ProcessGroup& g, ChunkLayout layout,
   options.comm_timeout = absl::Seconds(20);
   r.chunks = std::make_unique<ChunkManager>(&g, options);
   ZeroDdpOptions ddp_options;
-  ddp_options.compute_dtype = DType::kF32;
+  ddp_options.compute_dtype = compute;
   for (Parameter* p : r.model->Parameters()) {
     ddp_options.first_use_order.push_back(p->name());
   }
@@ -196,6 +200,77 @@ TEST(ShardedCheckpoint, AFailedSaveFailsOnEveryRankAndKeepsThePrevious) {
   EXPECT_EQ(meta->step, 1);
   EXPECT_FALSE(fs::exists(dir + "/shard-2-0-of-2.bin"));
   EXPECT_TRUE(fs::exists(dir + "/shard-1-0-of-2.bin"));
+}
+
+// Rewrites `dir`'s manifest through `edit`, with a valid checksum.
+void EditManifest(const std::string& dir,
+                  const std::function<void(CheckpointManifest&)>& edit) {
+  const std::string path = dir + "/manifest.pb";
+  std::ifstream in(path, std::ios::binary);
+  ManifestFile file;
+  ASSERT_TRUE(file.ParseFromIstream(&in));
+  CheckpointManifest manifest;
+  ASSERT_TRUE(manifest.ParseFromString(file.manifest()));
+  edit(manifest);
+  manifest.SerializeToString(file.mutable_manifest());
+  file.set_crc32c(Crc32c(file.manifest().data(), file.manifest().size()));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      << file.SerializeAsString();
+}
+
+// The loss scaler's state must fit the resuming optimizer's scaler (the
+// default options here: scale in [1, 2^24], growth interval 2000,
+// hysteresis 1): outside, the checkpoint is damaged, not the caller's
+// argument. An optimizer without a scaler ignores that state.
+TEST(ShardedCheckpoint, ALossScalerStateOutsideTheScalersRangeIsDataLoss) {
+  const std::string dir = TestDir("scaler");
+  ASSERT_TRUE(
+      AllRanksOk(SpawnRanks(1, [&](comm::ProcessGroup& g) -> absl::Status {
+        CZ_ASSIGN_OR_RETURN(Rank r,
+                            MakeRank(g, ChunkLayout::kSharded, 1, DType::kF16));
+        CZ_RETURN_IF_ERROR(TrainOneStep(g, r));
+        return SaveShardedCheckpoint(g, *r.ddp, *r.optimizer, dir, 1, {});
+      })));
+  std::ifstream in(dir + "/manifest.pb", std::ios::binary);
+  const std::string intact((std::istreambuf_iterator<char>(in)), {});
+  struct Case {
+    void (*edit)(CheckpointManifest&);
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {[](CheckpointManifest& m) { m.set_loss_scale(1e30); },
+            "loss_scale = 1e+30 is outside [1, 16777216], the loss scaler's "
+            "range"},
+           {[](CheckpointManifest& m) { m.set_loss_scale(0.5); },
+            "loss_scale = 0.5 is outside [1, 16777216], the loss scaler's "
+            "range"},
+           {[](CheckpointManifest& m) { m.set_growth_tracker(2000); },
+            "growth_tracker = 2000 is not below the loss scaler's growth "
+            "interval 2000"},
+           {[](CheckpointManifest& m) { m.set_hysteresis_left(2); },
+            "hysteresis_left = 2 is more than the loss scaler's hysteresis "
+            "1"},
+       }) {
+    SCOPED_TRACE(c.says);
+    std::ofstream(dir + "/manifest.pb", std::ios::binary | std::ios::trunc)
+        << intact;
+    EditManifest(dir, c.edit);
+    std::vector<absl::Status> loaded(2);
+    ASSERT_TRUE(
+        AllRanksOk(SpawnRanks(1, [&](comm::ProcessGroup& g) -> absl::Status {
+          for (const DType compute : {DType::kF16, DType::kF32}) {
+            CZ_ASSIGN_OR_RETURN(Rank r,
+                                MakeRank(g, ChunkLayout::kSharded, 2, compute));
+            loaded[compute == DType::kF16 ? 0 : 1] =
+                LoadShardedCheckpoint(dir, *r.optimizer).status();
+          }
+          return absl::OkStatus();
+        })));
+    EXPECT_EQ(loaded[0].code(), absl::StatusCode::kDataLoss) << loaded[0];
+    EXPECT_EQ(loaded[0].message(),
+              absl::StrCat("checkpoint ", dir, ": manifest field ", c.says));
+    EXPECT_TRUE(loaded[1].ok()) << loaded[1];
+  }
 }
 
 }  // namespace

@@ -220,6 +220,9 @@ class ZeroOptimizer {
 
   int64_t updates() const { return updates_; }
   int64_t iterations() const { return iterations_; }
+  // True if the grads carry a dynamic loss scale (f16 compute), whose
+  // state (options().loss_scaler bounds it) LoadState restores.
+  bool has_loss_scaler() const { return scaler_.has_value(); }
   const ZeroOptimizerOptions& options() const { return options_; }
   // The state groups: {"exp_avg", "exp_avg_sq"}, {"momentum_buffer"} or {}.
   const std::vector<std::string>& state_names() const { return state_names_; }

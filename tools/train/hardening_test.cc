@@ -7,20 +7,27 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
+#include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/crc32c.h"
 #include "base/file_lock.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "io/safetensors/safetensors.h"
@@ -517,8 +524,8 @@ TEST(Hardening, InitShapeFlagsGivenMustAgreeWithTheFile) {
     const absl::Status status = RunJob(o, &steps);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(status.message(),
-              absl::StrCat("--", c.flag, "=", c.value, " disagrees with --init=",
-                           init, ", whose ", c.says,
+              absl::StrCat("--", c.flag, "=", c.value,
+                           " disagrees with --init=", init, ", whose ", c.says,
                            ": the shape comes from the file; drop --", c.flag,
                            " or give --", c.flag, "=", Tiny().model.*c.field));
     EXPECT_EQ(steps, 0);
@@ -565,6 +572,271 @@ TEST(Hardening, InitContextMayBeShorterThanTheFilePositions) {
       absl::StrCat("--seq_len=64 is longer than the 32 positions of "
                    "--init=",
                    init, " (wpe.weight has 32 rows); give --seq_len <= 32"));
+}
+
+// ---- Resuming: the manifest's fields, and another job saving meanwhile ----
+
+// Rewrites `dir`'s manifest through `edit`, with a valid checksum: what a
+// buggy or hostile writer could leave.
+void EditManifest(const std::string& dir,
+                  const std::function<void(CheckpointManifest&)>& edit) {
+  const std::string path = dir + "/manifest.pb";
+  std::ifstream in(path, std::ios::binary);
+  ManifestFile file;
+  ASSERT_TRUE(file.ParseFromIstream(&in));
+  CheckpointManifest manifest;
+  ASSERT_TRUE(manifest.ParseFromString(file.manifest()));
+  edit(manifest);
+  manifest.SerializeToString(file.mutable_manifest());
+  file.set_crc32c(Crc32c(file.manifest().data(), file.manifest().size()));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      << file.SerializeAsString();
+}
+
+// PlanTraining reads the manifest's meta first, so a corrupt counter stops
+// the job there: nothing is created, nothing trains.
+TEST(Hardening, AResumedManifestWithNegativeIterationsFailsBeforeStepOne) {
+  TrainOptions o = Tiny();
+  o.save = TestDir("ckpt");
+  ASSERT_EQ(RunJob(o), absl::OkStatus());
+  EditManifest(o.save, [](CheckpointManifest& m) { m.set_iterations(-100); });
+  TrainOptions resumed = Tiny();
+  resumed.resume = o.save;
+  resumed.steps = 4;
+  int steps = -1;
+  const absl::Status status = RunJob(resumed, &steps);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_EQ(status.message(),
+            absl::StrCat("--resume: checkpoint ", o.save,
+                         ": manifest field iterations = -100 is negative"));
+  EXPECT_EQ(steps, 0);
+}
+
+// A loss scale of 0 is what an f32 or bf16 run saves; an fp16 run's
+// checkpoint always has one, so its absence means damage, not a fresh scale.
+TEST(Hardening, AnFp16ResumeFromACheckpointWithoutALossScaleIsRefused) {
+  TrainOptions o = Tiny();
+  o.world_size = 1;
+  o.save = TestDir("ckpt");
+  ASSERT_EQ(RunJob(o), absl::OkStatus());
+  EditManifest(o.save, [](CheckpointManifest& m) {
+    m.set_loss_scale(0);
+    m.set_growth_tracker(0);
+    m.set_hysteresis_left(0);
+  });
+  TrainOptions resumed = o;
+  resumed.save.clear();
+  resumed.resume = o.save;
+  resumed.steps = 4;
+  int steps = -1;
+  const absl::Status status = RunJob(resumed, &steps);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_EQ(status.message(),
+            absl::StrCat("rank 0: --resume=", o.save, ": checkpoint ", o.save,
+                         ": manifest field loss_scale = 0 says no loss "
+                         "scaler saved it, but --precision=fp16 keeps one"));
+  EXPECT_EQ(steps, 0);
+}
+
+// The manifest-read hook (checkpoint.h), set for the object's lifetime.
+class ScopedReadHook {
+ public:
+  explicit ScopedReadHook(checkpoint_internal::ManifestReadHook hook) {
+    checkpoint_internal::SetManifestReadHookForTesting(std::move(hook));
+  }
+  ~ScopedReadHook() {
+    checkpoint_internal::SetManifestReadHookForTesting(nullptr);
+  }
+};
+using checkpoint_internal::ManifestReadPoint;
+
+// Copies of one run's checkpoints after steps 2 and 4 (of 6), and its
+// losses: what a job resuming from a directory another job saves into can
+// find there.
+struct Saved {
+  std::string step2, step4;
+  std::vector<double> losses;
+};
+
+Saved SaveSteps2And4(TrainOptions o) {
+  o.steps = 6;
+  o.save = TestDir("running");
+  o.save_every = 2;
+  Saved saved{TestDir("step2"), TestDir("step4"), {}};
+  const absl::StatusOr<TrainResult> r =
+      RunTraining(o, [&](const StepMetrics& m) {
+        // The save of the step before has committed on every rank.
+        if (m.step == 3) fs::copy(o.save, saved.step2);
+        if (m.step == 5) fs::copy(o.save, saved.step4);
+        return absl::OkStatus();
+      });
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (r.ok()) {
+    for (const StepMetrics& m : r->steps) saved.losses.push_back(m.loss);
+  }
+  return saved;
+}
+
+// Commits the checkpoint in `from` into `dir` as a saver that finds a
+// reader there does: its shards beside the others (none replaced), then
+// its manifest renamed over `dir`'s.
+void CommitInto(const std::string& from, const std::string& dir) {
+  for (const auto& entry : fs::directory_iterator(from)) {
+    const std::string name = entry.path().filename().string();
+    if (absl::StartsWith(name, "shard-") && !fs::exists(dir + "/" + name)) {
+      fs::copy_file(entry.path(), dir + "/" + name);
+    }
+  }
+  fs::copy_file(from + "/manifest.pb", dir + "/manifest.pb.new");
+  fs::rename(dir + "/manifest.pb.new", dir + "/manifest.pb");
+}
+
+// Another job commits step 4 after PlanTraining has read step 2's manifest
+// and before the ranks load: the ranks load step 4, whole, and the run goes
+// on from there as the uninterrupted run did.
+TEST(Hardening, AResumeLoadsTheCheckpointCommittedAfterThePlanReadIt) {
+  const Saved saved = SaveSteps2And4(Tiny());
+  ASSERT_EQ(saved.losses.size(), 6u);
+  TrainOptions o = Tiny();
+  o.steps = 6;
+  o.resume = saved.step2;
+  int reads = 0;
+  ScopedReadHook hook([&](ManifestReadPoint point, const std::string&) {
+    if (point == ManifestReadPoint::kAfter && reads++ == 0) {
+      CommitInto(saved.step4, saved.step2);
+    }
+  });
+  const absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(reads, 3);  // The plan, then each rank once.
+  EXPECT_EQ(r->first_step, 4);
+  ASSERT_EQ(r->steps.size(), 2u);
+  EXPECT_EQ(r->steps[0].step, 5);
+  EXPECT_EQ(r->steps[0].loss, saved.losses[4]);
+  EXPECT_EQ(r->steps[1].loss, saved.losses[5]);
+}
+
+// Forces the ranks of a resume (2 ranks) to read different checkpoints in
+// its first `splits` attempts: the first rank to read a manifest commits
+// `next(attempt)` into `dir` right after, and the other rank reads only
+// then.
+class SplitReads {
+ public:
+  SplitReads(std::string dir, int splits, std::function<std::string(int)> next)
+      : dir_(std::move(dir)), splits_(splits), next_(std::move(next)) {}
+
+  void operator()(ManifestReadPoint point) {
+    std::unique_lock<std::mutex> lock(mu_);
+    // Read 0 is the plan's; reads 2k - 1 and 2k are attempt k's.
+    if (point == ManifestReadPoint::kBefore) {
+      const int read = befores_++;
+      const int attempt = (read + 1) / 2;
+      if (read > 0 && read % 2 == 0 && attempt <= splits_) {
+        ASSERT_TRUE(changed_.wait_for(lock, std::chrono::seconds(60),
+                                      [&] { return commits_ >= attempt; }));
+      }
+      return;
+    }
+    const int read = afters_++;
+    const int attempt = (read + 1) / 2;
+    if (read % 2 == 1 && attempt <= splits_) {
+      CommitInto(next_(attempt), dir_);
+      ++commits_;
+      changed_.notify_all();
+    }
+  }
+  int attempts() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return befores_ / 2;
+  }
+
+ private:
+  const std::string dir_;
+  const int splits_;
+  const std::function<std::string(int)> next_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  int befores_ = 0, afters_ = 0, commits_ = 0;
+};
+
+// One rank reads step 2, the other step 4 (committed in between): every
+// rank reads again, and they go on from step 4 together.
+TEST(Hardening, RanksThatReadDifferentCheckpointsReadAgain) {
+  const Saved saved = SaveSteps2And4(Tiny());
+  ASSERT_EQ(saved.losses.size(), 6u);
+  TrainOptions o = Tiny();
+  o.steps = 6;
+  o.resume = saved.step2;
+  SplitReads split(saved.step2, 1, [&](int) { return saved.step4; });
+  ScopedReadHook hook(
+      [&](ManifestReadPoint point, const std::string&) { split(point); });
+  const absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(split.attempts(), 2);
+  EXPECT_EQ(r->first_step, 4);
+  ASSERT_EQ(r->steps.size(), 2u);
+  EXPECT_EQ(r->steps[0].loss, saved.losses[4]);
+  EXPECT_EQ(r->steps[1].loss, saved.losses[5]);
+}
+
+// A directory whose checkpoint changes under every read: the job gives up
+// after three, training nothing.
+TEST(Hardening, ResumingFromACheckpointThatKeepsChangingGivesUp) {
+  const Saved saved = SaveSteps2And4(Tiny());
+  const std::string dir = TestDir("changing");
+  fs::copy(saved.step2, dir);
+  TrainOptions o = Tiny();
+  o.steps = 6;
+  o.resume = dir;
+  SplitReads split(dir, 3, [&](int attempt) {
+    return attempt % 2 == 1 ? saved.step4 : saved.step2;
+  });
+  ScopedReadHook hook(
+      [&](ManifestReadPoint point, const std::string&) { split(point); });
+  int steps = -1;
+  const absl::Status status = RunJob(o, &steps);
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr(absl::StrCat(
+                  "--resume=", dir,
+                  ": the ranks read different checkpoints 3 times in a row ")));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("another job keeps committing into it; resume from a "
+                        "copy of it"));
+  EXPECT_EQ(split.attempts(), 3);
+  EXPECT_EQ(steps, 0);
+}
+
+// The checkpoint committed between the plan and the load was saved with
+// another configuration: refused as the plan would have refused it.
+TEST(Hardening, ACheckpointCommittedAfterThePlanIsCheckedAsThePlanChecks) {
+  TrainOptions first = Tiny();
+  first.world_size = 1;
+  first.save = TestDir("fp16");
+  ASSERT_EQ(RunJob(first), absl::OkStatus());  // Step 2.
+  TrainOptions other = first;
+  other.precision = DType::kF32;
+  other.steps = 3;
+  other.save = TestDir("fp32");
+  ASSERT_EQ(RunJob(other), absl::OkStatus());
+  TrainOptions o = first;
+  o.save.clear();
+  o.resume = first.save;
+  o.steps = 4;
+  int reads = 0;
+  ScopedReadHook hook([&](ManifestReadPoint point, const std::string&) {
+    if (point == ManifestReadPoint::kAfter && reads++ == 0) {
+      CommitInto(other.save, first.save);
+    }
+  });
+  int steps = -1;
+  const absl::Status status = RunJob(o, &steps);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_EQ(status.message(),
+            absl::StrCat("rank 0: --resume=", first.save,
+                         " was saved with precision=fp32, this run has "
+                         "precision=fp16"));
+  EXPECT_EQ(steps, 0);
 }
 
 }  // namespace

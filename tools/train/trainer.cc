@@ -129,7 +129,7 @@ class RankRunner {
  private:
   absl::Status RunSteps() {
     CZ_RETURN_IF_ERROR(SetUp());
-    const int64_t first = plan_.resume_meta ? plan_.resume_meta->step : 0;
+    const int64_t first = resumed_step_;
     if (rank() == 0) result_->first_step = first;
     for (int64_t step = first; step < o_.steps; ++step) {
       CZ_RETURN_IF_ERROR(TrainStep(step), "step ", step + 1);
@@ -231,13 +231,82 @@ class RankRunner {
     opt.offload = o_.offload;
     CZ_ASSIGN_OR_RETURN(optimizer_, ZeroOptimizer::Create(ddp_.get(), opt));
     if (!o_.resume.empty()) {
-      CZ_RETURN_IF_ERROR(LoadShardedCheckpoint(o_.resume, *optimizer_).status(),
-                         "--resume=", o_.resume);
+      CZ_ASSIGN_OR_RETURN(resumed_step_, Resume());
     }
     tokens_per_rank_ = static_cast<size_t>(o_.batch) * plan_.seq_len;
     inputs_.resize(tokens_per_rank_);
     targets_.resize(tokens_per_rank_);
     recorded_.Reset();
+    return absl::OkStatus();
+  }
+
+  // Loads --resume's checkpoint into the optimizer and returns its step.
+  // Another job may be saving into the directory (checkpoint/checkpoint.h):
+  // each rank's read is whole, but the checkpoint PlanTraining checked may
+  // have been replaced since, and the ranks, reading one after the other,
+  // may read different ones. So every rank loads what is committed now,
+  // checks it as PlanTraining checked its meta, and the ranks compare which
+  // commit they loaded; if they differ, all read again (the saver commits
+  // every few steps, so a second read agrees), up to kResumeReads times.
+  absl::StatusOr<int64_t> Resume() {
+    constexpr int kResumeReads = 3;
+    for (int read = 1;; ++read) {
+      absl::StatusOr<CheckpointMeta> meta =
+          LoadShardedCheckpoint(o_.resume, *optimizer_, timeout());
+      absl::Status mine = meta.status();
+      if (!mine.ok()) {
+        mine = absl::Status(
+            mine.code(),
+            absl::StrCat(mine.message(), "; --resume=", o_.resume));
+      } else {
+        mine = CheckResumed(*meta);
+      }
+      CZ_RETURN_IF_ERROR(Agree(
+          mine, absl::StrCat("another rank could not resume from --resume=",
+                             o_.resume)));
+      CZ_ASSIGN_OR_RETURN(
+          const std::vector<std::vector<int64_t>> loaded,
+          comm::AllGatherInt64(raw_, {meta->step, meta->manifest_crc32c},
+                               timeout()));
+      if (std::all_of(loaded.begin(), loaded.end(),
+                      [&](const auto& l) { return l == loaded[0]; })) {
+        return meta->step;
+      }
+      if (read == kResumeReads) {
+        std::vector<std::string> steps;
+        for (size_t r = 0; r < loaded.size(); ++r) {
+          steps.push_back(absl::StrCat("rank ", r, " step ", loaded[r][0]));
+        }
+        return absl::AbortedError(absl::StrCat(
+            "--resume=", o_.resume, ": the ranks read different checkpoints ",
+            kResumeReads, " times in a row (the last time ",
+            absl::StrJoin(steps, ", "),
+            "): another job keeps committing into it; resume from a copy of "
+            "it, or once that job has stopped"));
+      }
+    }
+  }
+
+  // Checks the checkpoint loaded from --resume as PlanTraining checked the
+  // meta it read (the two may differ, see Resume), and what only this run's
+  // flags tell.
+  absl::Status CheckResumed(const CheckpointMeta& meta) const {
+    for (const auto& [key, value] : CheckpointConfig(plan_)) {
+      const auto it = meta.config.find(key);
+      if (it != meta.config.end() && it->second != value) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--resume=", o_.resume, " was saved with ", key, "=",
+                         it->second, ", this run has ", key, "=", value));
+      }
+    }
+    // An fp16 run saves its loss scale; 0 (what f32 and bf16 runs save)
+    // would leave the scaler at its initial scale without a word.
+    if (o_.precision == DType::kF16 && meta.loss_scale == 0) {
+      return absl::DataLossError(absl::StrCat(
+          "--resume=", o_.resume, ": checkpoint ", o_.resume,
+          ": manifest field loss_scale = 0 says no loss scaler saved it, but "
+          "--precision=fp16 keeps one"));
+    }
     return absl::OkStatus();
   }
 
@@ -352,6 +421,8 @@ class RankRunner {
   std::unique_ptr<ZeroOptimizer> optimizer_;
   size_t tokens_per_rank_ = 0;
   std::vector<int32_t> inputs_, targets_;
+  // Steps done before this run: those of the checkpoint resumed from.
+  int64_t resumed_step_ = 0;
 };
 
 // This process's rank's store at --rendezvous (checked by PlanTraining).
