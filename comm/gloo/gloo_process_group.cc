@@ -448,11 +448,14 @@ class Worker {
     const absl::Time deadline = absl::Now() + op.timeout;
     if (size_ == 1) return ExecuteAlone(op);
     // The data goes through shared memory only if every rank's segment can
-    // hold it; each rank says so in its header.
+    // hold it and every rank has mapped its peers' segments; each rank says
+    // so in its header. A Reserve that fails (no room in /dev/shm, no
+    // memory to map: ResourceExhausted) sends this collective over TCP on
+    // every rank: nothing can fail for want of memory once the data moves.
     const size_t shared_bytes = SharedMemoryBytes(op.call);
     const bool ready = shared_memory_ != nullptr && shared_bytes > 0 &&
                        shared_bytes >= min_shared_memory_bytes_ &&
-                       shared_memory_->Reserve(shared_bytes);
+                       shared_memory_->Reserve(shared_bytes).ok();
     bool all_ready = false;
     if (absl::Status s = ExchangeHeaders(op, deadline, ready, &all_ready);
         !s.ok()) {

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -26,6 +27,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/thread.h"
+#include "comm/gloo/shared_segments.h"
 #include "comm/testing/every_dtype_check.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gmock/gmock.h"
@@ -626,6 +628,109 @@ TEST(GlooProcessGroup, OneRankWithoutSharedMemoryKeepsEveryRankOnTcp) {
       return Reduced(DType::kBF16, ReduceOp::kSum, 3, i);
     });
   })));
+}
+
+// What SetSegmentFaultForTesting makes fail in the tests below: `call` on
+// rank `rank`, with errno `error`. Set before the ranks' threads start.
+struct InjectedFault {
+  int rank = -1;
+  gloo_internal::SegmentCall call = gloo_internal::SegmentCall::kGrow;
+  int error = 0;
+};
+InjectedFault injected_fault;
+std::atomic<int> injected_fault_hits{0};
+
+int InjectFault(int rank, gloo_internal::SegmentCall call, int, size_t) {
+  if (rank != injected_fault.rank || call != injected_fault.call) return 0;
+  injected_fault_hits.fetch_add(1);
+  return injected_fault.error;
+}
+
+// A rank whose segment cannot grow (/dev/shm full: ENOSPC from
+// posix_fallocate) or cannot be mapped, or that cannot map a peer's segment
+// (ENOMEM: no address space or memory), says in its header that its segment
+// is not ready: every rank moves that collective over TCP, and every result
+// is exact. Such a failure used to surface only when the data moved: the
+// rank that could not map a peer's segment failed with Unavailable and a
+// probe's "every peer's host answers", as if the network had failed, and
+// its peers failed in their next exchange with it.
+TEST(GlooProcessGroup, SegmentsWithoutMemoryKeepEveryRankOnTcp) {
+  using gloo_internal::SegmentCall;
+  const InjectedFault faults[] = {{1, SegmentCall::kGrow, ENOSPC},
+                                  {2, SegmentCall::kMapMine, ENOMEM},
+                                  {1, SegmentCall::kMapPeer, ENOMEM}};
+  for (const InjectedFault& fault : faults) {
+    SCOPED_TRACE(absl::StrCat("rank ", fault.rank, " call ",
+                              static_cast<int>(fault.call), ": ",
+                              std::strerror(fault.error)));
+    auto groups = CreateGroups(3);
+    ASSERT_TRUE(groups.ok()) << groups.status();
+    injected_fault = fault;
+    injected_fault_hits = 0;
+    gloo_internal::SetSegmentFaultForTesting(&InjectFault);
+    const std::vector<absl::Status> statuses =
+        RunRanks(*groups, [&](GlooProcessGroup& g) -> absl::Status {
+          // 1 MiB of f32 per rank, past the first 2 MiB growth step for the
+          // reduce-scatter's whole send.
+          constexpr size_t kCount = size_t{1} << 18;
+          Data x(DType::kF32, kCount);
+          x.Fill(0, kCount, g.rank());
+          if (absl::Status s = AllReduce(g, x.all()); !s.ok()) return s;
+          if (absl::Status s = x.Expect("allreduce", 0, kCount,
+                                        [&](size_t i) {
+                                          return Reduced(DType::kF32,
+                                                         ReduceOp::kSum, 3, i);
+                                        });
+              !s.ok()) {
+            return s;
+          }
+          Data gathered(DType::kF32, 3 * kCount);
+          x.Fill(0, kCount, g.rank());
+          if (absl::Status s = AllGather(g, x.all(), gathered.all()); !s.ok()) {
+            return s;
+          }
+          if (absl::Status s = gathered.Expect(
+                  "allgather", 0, 3 * kCount,
+                  [&](size_t i) {
+                    return InputBits(DType::kF32, static_cast<int>(i / kCount),
+                                     i % kCount);
+                  });
+              !s.ok()) {
+            return s;
+          }
+          Data send(DType::kF32, 3 * kCount), own(DType::kF32, kCount);
+          send.Fill(0, 3 * kCount, g.rank());
+          if (absl::Status s = ReduceScatter(g, send.all(), own.all(), {});
+              !s.ok()) {
+            return s;
+          }
+          if (absl::Status s = own.Expect("reducescatter", 0, kCount,
+                                          [&](size_t i) {
+                                            return Reduced(
+                                                DType::kF32, ReduceOp::kSum, 3,
+                                                g.rank() * kCount + i);
+                                          });
+              !s.ok()) {
+            return s;
+          }
+          if (g.shared_memory_collectives() != 0) {
+            return absl::InternalError(
+                absl::StrCat(g.shared_memory_collectives(),
+                             " collectives through shared memory, want 0"));
+          }
+          return absl::OkStatus();
+        });
+    gloo_internal::SetSegmentFaultForTesting(nullptr);
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(statuses[r], absl::OkStatus()) << "rank " << r;
+    }
+    EXPECT_GE(injected_fault_hits.load(), 1);
+    // With the memory back, the next collective goes through shared memory
+    // on every rank.
+    EXPECT_TRUE(AllOk(RunRanks(*groups, [&](GlooProcessGroup& g) {
+      return CheckAllReduces(g, 3, {size_t{1} << 18}, {1});
+    })));
+  }
 }
 
 // The names in /dev/shm that this process's groups made.

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/system_memory.h"
 #include "gloo/rendezvous/store.h"
 
 namespace chunkzero {
@@ -81,6 +83,30 @@ absl::Status Set(gloo::rendezvous::Store& store, const std::string& key,
   }
 }
 
+std::atomic<SegmentFault> fault_for_testing{nullptr};
+
+// The errno SetSegmentFaultForTesting's fault gives this call; 0: make it.
+int Fault(int rank, SegmentCall call, int segment, size_t bytes) {
+  const SegmentFault fault = fault_for_testing.load();
+  return fault == nullptr ? 0 : fault(rank, call, segment, bytes);
+}
+
+// "4194304 bytes (4.00 MiB)".
+std::string Bytes(size_t bytes) {
+  return absl::StrCat(bytes, " bytes (",
+                      FormatBytes(static_cast<double>(bytes)), ")");
+}
+
+// `message`: strerror(error), as ResourceExhausted when the error means no
+// room or no memory.
+absl::Status MemoryError(int error, absl::string_view message) {
+  if (error == ENOSPC || error == ENOMEM || error == EFBIG || error == EDQUOT) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(message, ": ", std::strerror(error)));
+  }
+  return absl::ErrnoToStatus(error, message);
+}
+
 void CloseAll(std::vector<int>& fds) {
   for (int& fd : fds) {
     if (fd >= 0) close(fd);
@@ -89,6 +115,10 @@ void CloseAll(std::vector<int>& fds) {
 }
 
 }  // namespace
+
+void SetSegmentFaultForTesting(SegmentFault fault) {
+  fault_for_testing.store(fault);
+}
 
 absl::StatusOr<std::unique_ptr<SharedSegments>> SharedSegments::Connect(
     int rank, int size, gloo::rendezvous::Store& store, size_t max_bytes,
@@ -161,41 +191,84 @@ SharedSegments::~SharedSegments() {
   CloseAll(fds_);
 }
 
-bool SharedSegments::Reserve(size_t bytes) {
-  if (bytes <= reserved_) return true;
-  if (bytes > max_bytes_) return false;
+absl::Status SharedSegments::Reserve(size_t bytes) {
+  if (bytes <= reserved_ && bytes <= peers_mapped_) return absl::OkStatus();
+  if (bytes > max_bytes_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("shared memory: rank ", rank_, " needs ", Bytes(bytes),
+                     " of shared memory, more than its cap of ", max_bytes_,
+                     " bytes (", FormatBytes(static_cast<double>(max_bytes_)),
+                     ", GlooOptions::max_shared_memory_bytes)"));
+  }
   const size_t steps = (bytes + kGrowthStep - 1) / kGrowthStep;
   const size_t want =
       std::max(bytes, std::min(max_bytes_, steps * kGrowthStep));
-  // Allocates the pages now: a full /dev/shm fails here, not as a SIGBUS
-  // when a page is first written.
-  if (posix_fallocate(fds_[rank_], 0, static_cast<off_t>(want)) != 0) {
-    return false;
+  if (bytes > reserved_) {
+    // Allocates the pages now: a full /dev/shm fails here, not as a SIGBUS
+    // when a page is first written.
+    int error = Fault(rank_, SegmentCall::kGrow, rank_, want);
+    if (error == 0) {
+      error = posix_fallocate(fds_[rank_], 0, static_cast<off_t>(want));
+    }
+    if (error != 0) {
+      return MemoryError(
+          error, absl::StrCat("shared memory: rank ", rank_,
+                              " cannot grow its segment to ", Bytes(want),
+                              " in /dev/shm (full, or smaller than that)"));
+    }
+    error = Fault(rank_, SegmentCall::kMapMine, rank_, want);
+    void* data = MAP_FAILED;
+    if (error == 0) {
+      data = mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_SHARED,
+                  fds_[rank_], 0);
+      if (data == MAP_FAILED) error = errno;
+    }
+    if (data == MAP_FAILED) {
+      return MemoryError(error, absl::StrCat("shared memory: rank ", rank_,
+                                             " cannot map its segment of ",
+                                             Bytes(want), " into its memory"));
+    }
+    Mapping& m = mappings_[rank_];
+    if (m.data != nullptr) munmap(m.data, m.bytes);
+    m = {data, want};
+    mine_ = static_cast<uint8_t*>(data);
+    reserved_ = want;
   }
-  void* data =
-      mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_SHARED, fds_[rank_], 0);
-  if (data == MAP_FAILED) return false;
-  Mapping& m = mappings_[rank_];
+  // The peers' segments, mapped now for as many bytes: a peer that says it
+  // is ready has grown its own to `bytes` at least, and until then the
+  // mapping may reach past the end of its segment (it is not read there).
+  for (int peer = 0; peer < static_cast<int>(fds_.size()); ++peer) {
+    if (peer == rank_ || mappings_[peer].bytes >= bytes) continue;
+    if (absl::Status s = Map(peer, want); !s.ok()) return s;
+  }
+  peers_mapped_ = std::max(peers_mapped_, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status SharedSegments::Map(int peer, size_t bytes) {
+  int error = Fault(rank_, SegmentCall::kMapPeer, peer, bytes);
+  void* data = MAP_FAILED;
+  if (error == 0) {
+    data = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fds_[peer], 0);
+    if (data == MAP_FAILED) error = errno;
+  }
+  if (data == MAP_FAILED) {
+    return MemoryError(
+        error,
+        absl::StrCat("shared memory: rank ", rank_, " cannot map rank ", peer,
+                     "'s segment of ", Bytes(bytes), " into its memory"));
+  }
+  Mapping& m = mappings_[peer];
   if (m.data != nullptr) munmap(m.data, m.bytes);
-  m = {data, want};
-  mine_ = static_cast<uint8_t*>(data);
-  reserved_ = want;
-  return true;
+  m = {data, bytes};
+  return absl::OkStatus();
 }
 
 absl::StatusOr<const uint8_t*> SharedSegments::Peer(int peer, size_t bytes) {
-  Mapping& m = mappings_[peer];
-  if (m.bytes < bytes) {
-    void* data = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fds_[peer], 0);
-    if (data == MAP_FAILED) {
-      return absl::UnavailableError(
-          absl::StrCat("shared memory: cannot map rank ", peer, "'s segment (",
-                       bytes, " bytes): ", std::strerror(errno)));
-    }
-    if (m.data != nullptr) munmap(m.data, m.bytes);
-    m = {data, bytes};
+  if (mappings_[peer].bytes < bytes) {
+    if (absl::Status s = Map(peer, bytes); !s.ok()) return s;
   }
-  return static_cast<const uint8_t*>(m.data);
+  return static_cast<const uint8_t*>(mappings_[peer].data);
 }
 
 }  // namespace gloo_internal

@@ -6,7 +6,7 @@
 //   // Every rank, after the Gloo mesh is up, over the same store:
 //   absl::StatusOr<std::unique_ptr<SharedSegments>> shm =
 //       SharedSegments::Connect(rank, size, store, limit, deadline);
-//   if (*shm != nullptr && (*shm)->Reserve(bytes)) {
+//   if (*shm != nullptr && (*shm)->Reserve(bytes).ok()) {  // Else TCP.
 //     std::memcpy((*shm)->mine(), data, bytes);
 //     ... every rank has written (a barrier) ...
 //     const uint8_t* theirs = *(*shm)->Peer(peer, bytes);
@@ -22,11 +22,14 @@
 // returns nullptr on every rank: the group then moves its data over TCP.
 //
 // Growth. A segment starts empty; Reserve(bytes) grows this rank's to at
-// least `bytes` with posix_fallocate, so that a full /dev/shm is a `false`
-// from Reserve (the caller falls back to TCP for that collective) and never
-// a SIGBUS on a later write. Segments never shrink. A peer reserves before
+// least `bytes` with posix_fallocate, so that a full /dev/shm is an error
+// from Reserve and never a SIGBUS on a later write, and maps every peer's
+// segment for as many bytes, so that reading them cannot fail for want of
+// memory once the data moves. A rank whose Reserve fails says in its
+// collective's header that its segment is not ready, and every rank moves
+// that collective over TCP. Segments never shrink. A peer reserves before
 // it tells the others it is ready (in the collective's header), so Peer()
-// may map as many bytes as that collective needs.
+// may read as many bytes as that collective needs.
 //
 // Not thread-safe: one thread (the group's worker) uses it.
 #ifndef CHUNKZERO_COMM_GLOO_SHARED_SEGMENTS_H_
@@ -38,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
@@ -65,17 +69,22 @@ class SharedSegments {
   SharedSegments(const SharedSegments&) = delete;
   SharedSegments& operator=(const SharedSegments&) = delete;
 
-  // Grows this rank's segment to hold at least `bytes`; false if that would
-  // pass the cap or the system refuses the memory (then the segment keeps
-  // its size and stays usable).
-  bool Reserve(size_t bytes);
+  // Grows this rank's segment to hold at least `bytes` and maps every
+  // peer's segment for at least as many (see "Growth"). ResourceExhausted,
+  // naming this rank, the segment, the bytes and errno's text, if that would
+  // pass the cap, if /dev/shm has no room (or RLIMIT_FSIZE forbids it), or
+  // if a mapping fails for want of address space or memory; the segment
+  // then keeps its size and contents and stays usable. Other errnos as
+  // absl::ErrnoToStatus gives them.
+  [[nodiscard]] absl::Status Reserve(size_t bytes);
 
   // This rank's segment, reserved() bytes long.
   uint8_t* mine() { return mine_; }
   size_t reserved() const { return reserved_; }
 
   // Rank `peer`'s segment, mapped for at least `bytes`, which that rank has
-  // reserved. Unavailable if the mapping fails.
+  // reserved. Maps it only if this rank's Reserve did not (for fewer
+  // bytes); a mapping that fails is ResourceExhausted as in Reserve.
   absl::StatusOr<const uint8_t*> Peer(int peer, size_t bytes);
 
  private:
@@ -86,6 +95,9 @@ class SharedSegments {
     size_t bytes = 0;
   };
 
+  // Maps rank `peer`'s segment for `bytes`, replacing its mapping.
+  [[nodiscard]] absl::Status Map(int peer, size_t bytes);
+
   const int rank_;
   const size_t max_bytes_;
   // One per rank: this rank's read-write, the peers' read-only.
@@ -93,7 +105,20 @@ class SharedSegments {
   std::vector<Mapping> mappings_;
   uint8_t* mine_ = nullptr;
   size_t reserved_ = 0;
+  // Every peer's segment is mapped for at least this many bytes.
+  size_t peers_mapped_ = 0;
 };
+
+// Test-only fault injection. While a fault is set, it is called before each
+// system call that gives a segment memory: kGrow (posix_fallocate of this
+// rank's segment to `bytes`), kMapMine (mapping it) and kMapPeer (mapping
+// peer `segment`'s); a non-zero result fails that call with that errno
+// instead of making it. nullptr (the default) clears it. Thread-safe; set it
+// before the ranks start.
+enum class SegmentCall { kGrow, kMapMine, kMapPeer };
+using SegmentFault = int (*)(int rank, SegmentCall call, int segment,
+                             size_t bytes);
+void SetSegmentFaultForTesting(SegmentFault fault);
 
 }  // namespace gloo_internal
 }  // namespace comm

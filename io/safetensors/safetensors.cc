@@ -8,8 +8,10 @@
 #include <optional>
 #include <set>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/file.h"
 #include "base/status_macros.h"
@@ -27,6 +29,22 @@ using Json = nlohmann::ordered_json;
 
 // Deep enough for any safetensors header; bounds the work on hostile input.
 constexpr int kMaxDepth = 32;
+
+// `text` with every byte outside printable ASCII as \xHH: one printable
+// line. Unlike QuoteForMessage, quotes and backslashes stay as they are
+// (for text that is not quoted, such as a parser's message).
+std::string Printable(absl::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f) {
+      out.push_back(c);
+    } else {
+      absl::StrAppendFormat(&out, "\\x%02x", u);
+    }
+  }
+  return out;
+}
 
 // The JSON text `text` parsed, or DataLoss saying why not (the message goes
 // after "safetensors file <path>: "). Beyond strict JSON (RFC 8259, UTF-8):
@@ -64,12 +82,14 @@ absl::StatusOr<Json> ParseHeader(absl::string_view text) {
     if (event == Json::parse_event_t::key) {
       const std::string& key = *parsed.get_ptr<const Json::string_t*>();
       if (depth == 1) {
-        where =
-            key == "__metadata__" ? key : absl::StrCat("tensor '", key, "'");
+        where = key == "__metadata__"
+                    ? key
+                    : absl::StrCat("tensor ", QuoteForMessage(key));
       }
       if (!keys.back().insert(key).second) {
         throw absl::DataLossError(absl::StrCat(
-            where, ": ", depth == 1 ? "" : absl::StrCat("key '", key, "' "),
+            where, ": ",
+            depth == 1 ? "" : absl::StrCat("key ", QuoteForMessage(key), " "),
             "listed twice"));
       }
     }
@@ -89,10 +109,12 @@ absl::StatusOr<Json> ParseHeader(absl::string_view text) {
         id_end != absl::string_view::npos) {
       what.remove_prefix(id_end + 2);
     }
+    // What was last read is the file's bytes (nlohmann writes control
+    // characters as <U+XXXX>, but not DEL or bytes that are not UTF-8).
     constexpr size_t kMaxMessage = 256;
-    return absl::DataLossError(
-        absl::StrCat("bad JSON header: ", what.substr(0, kMaxMessage),
-                     what.size() > kMaxMessage ? "..." : ""));
+    return absl::DataLossError(absl::StrCat(
+        "bad JSON header: ", Printable(what.substr(0, kMaxMessage)),
+        what.size() > kMaxMessage ? "..." : ""));
   }
 }
 
@@ -197,6 +219,10 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 }  // namespace
 
+std::string QuoteForMessage(absl::string_view text) {
+  return absl::StrCat("'", absl::CHexEscape(text), "'");
+}
+
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {
   absl::StatusOr<std::string> contents = ReadFileToString(path);
   if (!contents.ok()) {
@@ -245,8 +271,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::FromBytes(std::string bytes_in,
       for (const auto& [key, v] : Members(value)) {
         const Json::string_t* text = As<Json::string_t>(&v);
         if (text == nullptr) {
-          return corrupt(
-              absl::StrCat("__metadata__ '", key, "' is not a string"));
+          return corrupt(absl::StrCat("__metadata__ ", QuoteForMessage(key),
+                                      " is not a string"));
         }
         file.metadata_[key] = *text;
       }
@@ -255,7 +281,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::FromBytes(std::string bytes_in,
     // A copy: lambdas may not capture structured bindings (before C++20).
     const std::string& tensor_name = name;
     auto bad = [&](absl::string_view what) {
-      return corrupt(absl::StrCat("tensor '", tensor_name, "': ", what));
+      return corrupt(
+          absl::StrCat("tensor ", QuoteForMessage(tensor_name), ": ", what));
     };
     const Json::string_t* dtype = As<Json::string_t>(Member(value, "dtype"));
     const Json::array_t* shape = As<Json::array_t>(Member(value, "shape"));
@@ -268,7 +295,9 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::FromBytes(std::string bytes_in,
     Entry e;
     e.dtype = *dtype;
     const size_t element = DTypeBytes(e.dtype);
-    if (element == 0) return bad(absl::StrCat("unknown dtype ", e.dtype));
+    if (element == 0) {
+      return bad(absl::StrCat("unknown dtype ", QuoteForMessage(e.dtype)));
+    }
     // The element count, saturated above the data size (a hostile shape
     // must not overflow); a zero dimension makes it 0 whatever the rest.
     uint64_t numel = 1;
@@ -317,8 +346,9 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::FromBytes(std::string bytes_in,
   for (size_t i = 0; i < by_offset.size(); ++i) {
     const Entry& e = file.entries_.at(by_offset[i].second);
     if (i > 0 && e.begin < file.entries_.at(by_offset[i - 1].second).end) {
-      return corrupt(absl::StrCat("tensors '", by_offset[i - 1].second,
-                                  "' and '", by_offset[i].second, "' overlap"));
+      return corrupt(absl::StrCat(
+          "tensors ", QuoteForMessage(by_offset[i - 1].second), " and ",
+          QuoteForMessage(by_offset[i].second), " overlap"));
     }
     file.names_.push_back(by_offset[i].second);
   }
@@ -329,8 +359,8 @@ absl::StatusOr<const SafetensorsFile::Entry*> SafetensorsFile::Find(
     const std::string& name) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) {
-    return absl::NotFoundError(absl::StrCat("safetensors file ", path_,
-                                            " has no tensor '", name, "'"));
+    return absl::NotFoundError(absl::StrCat(
+        "safetensors file ", path_, " has no tensor ", QuoteForMessage(name)));
   }
   return &it->second;
 }
@@ -350,9 +380,10 @@ absl::StatusOr<Tensor> SafetensorsFile::Get(const std::string& name) const {
   CZ_ASSIGN_OR_RETURN(const Entry* e, Find(name));
   absl::StatusOr<DType> dtype = ToDType(e->dtype);
   if (!dtype.ok()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "safetensors file ", path_, ": tensor '", name, "' has dtype ",
-        e->dtype, "; only F32, F16 and BF16 load"));
+    return absl::UnimplementedError(
+        absl::StrCat("safetensors file ", path_, ": tensor ",
+                     QuoteForMessage(name), " has dtype ", e->dtype,
+                     "; only F32, F16, BF16, U8, I32, I64 and F64 load"));
   }
   CZ_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(e->shape, *dtype));
   if (t.nbytes() > 0) {

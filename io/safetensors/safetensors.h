@@ -18,10 +18,13 @@
 // byte range lies inside the file and matches its dtype and shape.
 // A short, truncated or corrupt file is DataLoss, a missing file NotFound
 // and a directory or other non-regular file InvalidArgument, with the path
-// and (where one is to blame) the tensor named.
-// Tensors of other dtypes (I64, BOOL, ...) are listed and may be skipped;
-// Get returns only F32, F16 and BF16 ones. The whole file is read into
-// memory.
+// and (where one is to blame) the tensor named. What the file supplies
+// (tensor names, dtypes, __metadata__ keys) goes into messages through
+// QuoteForMessage, so that an error stays one line of printable ASCII.
+// Tensors of every safetensors dtype are listed; Get returns those a Tensor
+// can hold (F32, F16, BF16, U8, I32, I64, F64); a reader that accepts
+// only some dtypes checks dtype() first (as ReadGptCheckpoint does). The
+// whole file is read into memory.
 //
 // Thread-safety: a SafetensorsFile is immutable after Read.
 #ifndef CHUNKZERO_IO_SAFETENSORS_SAFETENSORS_H_
@@ -35,6 +38,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "tensor/tensor.h"
 
 namespace chunkzero {
@@ -60,9 +64,9 @@ class SafetensorsFile {
   [[nodiscard]] absl::StatusOr<std::string> dtype(
       const std::string& name) const;
   [[nodiscard]] absl::StatusOr<Shape> shape(const std::string& name) const;
-  // A CPU copy of an F32, F16 or BF16 tensor (kept in its dtype).
-  // NotFound if absent, Unimplemented for other dtypes; both name the file
-  // and the tensor.
+  // A CPU copy of an F32, F16, BF16, U8, I32, I64 or F64 tensor (kept in
+  // its dtype). NotFound if absent, Unimplemented for other dtypes (BOOL,
+  // I8, F8_E4M3, ...); both name the file and the tensor.
   [[nodiscard]] absl::StatusOr<Tensor> Get(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const {
     return metadata_;
@@ -87,7 +91,13 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// Writes `tensors` (F32, F16 or BF16, readable on the host; unique UTF-8
+// `text` from a file (a tensor name, a dtype string) as messages show it:
+// in single quotes, C-escaped by absl::CHexEscape ('a\nb', 'it\'s',
+// '\xc3\xa9'), so that whatever bytes a file holds, an error naming them
+// is one line of printable ASCII.
+std::string QuoteForMessage(absl::string_view text);
+
+// Writes `tensors` (of any DType, readable on the host; unique UTF-8
 // names, "__metadata__" excluded) in this order, with `metadata` (UTF-8
 // keys and values), to `path`. The header is padded with spaces to a
 // multiple of 8 bytes so the data is aligned. Writes `path`.tmp, fsyncs and

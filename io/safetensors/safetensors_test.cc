@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -134,10 +136,87 @@ TEST(SafetensorsTest, ReadsHandWrittenHeaderWithOtherDTypes) {
   ASSERT_TRUE(ids.ok()) << ids.status();
   EXPECT_EQ(ids->dtype(), DType::kI64);
   EXPECT_EQ(ids->data<int64_t>()[1], 0x0101010101010101);
-  const absl::Status s = file->Get("q").status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(s.message(), HasSubstr(path));
-  EXPECT_THAT(s.message(), HasSubstr("'q'"));
+  // Get loads what a Tensor can hold; the message lists it.
+  EXPECT_EQ(file->Get("q").status(),
+            absl::UnimplementedError(absl::StrCat(
+                "safetensors file ", path,
+                ": tensor 'q' has dtype I8; only F32, F16, BF16, U8, I32, I64 "
+                "and F64 load")));
+}
+
+// True if `message` is one line of printable ASCII.
+::testing::AssertionResult OnePrintableLine(absl::string_view message) {
+  for (size_t i = 0; i < message.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(message[i]);
+    if (c < 0x20 || c > 0x7e) {
+      return ::testing::AssertionFailure()
+             << absl::StrFormat("byte %d is 0x%02x in: ", i, c)
+             << absl::CHexEscape(message);
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Text from the file (tensor names, dtypes, __metadata__ keys, what the JSON
+// parser last read) goes into messages C-escaped, names in quotes: a
+// crafted file cannot put a NUL, a newline, a terminal escape or bytes that
+// are not UTF-8 into the one-line error.
+TEST(SafetensorsTest, ErrorsShowTheFilesTextEscapedOnOneLine) {
+  struct Case {
+    std::string header;
+    std::string message;  // After "safetensors file <path>: ".
+  };
+  const Case cases[] = {
+      {"{\"a\\u000ab\\u0000\":{\"dtype\":\"Q\\r7\",\"shape\":[1],"
+       "\"data_offsets\":[0,4]}}",
+       "tensor 'a\\nb\\x00': unknown dtype 'Q\\r7'"},
+      {"{\"\\u001b[31m\":{\"dtype\":\"F32\",\"shape\":[1],"
+       "\"data_offsets\":[0,4]},\"\\u001b[31m\":{}}",
+       "tensor '\\x1b[31m': listed twice"},
+      {"{\"it's\\\"\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],"
+       "\"k\\u0007\":1,\"k\\u0007\":2}}",
+       "tensor 'it\\'s\\\"': key 'k\\x07' listed twice"},
+      {"{\"__metadata__\":{\"k\\r\\n\":1}}",
+       "__metadata__ 'k\\r\\n' is not a string"},
+      {"{\"x\\ty\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+       "\"\xC3\xA9\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+       "tensors 'x\\ty' and '\\xc3\\xa9' overlap"},
+      {"{\"x\\u007f\":{\"dtype\":\"F32\",\"shape\":[-1],"
+       "\"data_offsets\":[0,4]}}",
+       "tensor 'x\\x7f': bad shape"},
+      // What the JSON parser last read, bytes that are not UTF-8 included.
+      {"{\"x\":\"\x7f\xff\"}",
+       "bad JSON header: parse error at line 1, column 8: syntax error while "
+       "parsing value - invalid string: ill-formed UTF-8 byte; last read: "
+       "'\"\\x7f\\xff'"},
+      {"{\"x\":\"\x01\"}",
+       "bad JSON header: parse error at line 1, column 7: syntax error while "
+       "parsing value - invalid string: control character U+0001 (SOH) must be "
+       "escaped to \\u0001; last "
+       "read: '\"<U+0001>'"},
+  };
+  const std::string path = TempPath("corrupt.safetensors");
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::CHexEscape(c.header));
+    const std::string message = ExpectCorruptHeader(c.header, {});
+    EXPECT_EQ(message,
+              absl::StrCat("safetensors file ", path, ": ", c.message));
+    EXPECT_TRUE(OnePrintableLine(message));
+  }
+  // Names in Get's and Find's errors too.
+  const std::string header =
+      "{\"m\\n\":{\"dtype\":\"BOOL\",\"shape\":[1],\"data_offsets\":[0,1]}}";
+  WriteBytes(path, MakeFile(header, std::string(1, '\1')));
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Read(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->Get("m\n").status(),
+            absl::UnimplementedError(absl::StrCat(
+                "safetensors file ", path,
+                ": tensor 'm\\n' has dtype BOOL; only F32, F16, BF16, U8, I32, "
+                "I64 and F64 load")));
+  EXPECT_EQ(file->Get(std::string("n\0", 2)).status(),
+            absl::NotFoundError(absl::StrCat("safetensors file ", path,
+                                             " has no tensor 'n\\x00'")));
 }
 
 TEST(SafetensorsTest, TruncatedFilesNameTheFileAndTensor) {
@@ -203,7 +282,7 @@ TEST(SafetensorsTest, CorruptHeadersAreErrorsNamingTheFile) {
       {"{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}",
        "'x'"},
       {"{\"x\":{\"dtype\":\"Q7\",\"shape\":[1],\"data_offsets\":[0,4]}}",
-       "unknown dtype Q7"},
+       "unknown dtype 'Q7'"},
       {"{\"x\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}",
        "bad shape"},
       {"{\"x\":{\"dtype\":\"F32\",\"shape\":[1]}}", "data_offsets"},

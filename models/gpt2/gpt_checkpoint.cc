@@ -53,7 +53,7 @@ absl::StatusOr<GptConfig> InferConfig(
     if (dot == std::string::npos ||
         !absl::SimpleAtoi(absl::string_view(name).substr(2, dot - 2), &layer) ||
         layer < 0 || layer > 100000) {
-      return error("unexpected tensor '", name, "'");
+      return error("unexpected tensor ", QuoteForMessage(name));
     }
     config.layers = std::max(config.layers, layer + 1);
   }
@@ -74,7 +74,7 @@ absl::StatusOr<GptConfig> InferConfig(
     for (const auto& [name, shape] : shapes) {
       bool known = false;
       for (const auto& e : expected) known = known || e.first == name;
-      if (!known) return error("unexpected tensor '", name, "'");
+      if (!known) return error("unexpected tensor ", QuoteForMessage(name));
     }
   }
   return config;
@@ -94,13 +94,26 @@ absl::StatusOr<GptCheckpoint> ReadGptCheckpoint(const std::string& path,
     if (Ignored(name)) continue;
     if (!file_names.emplace(std::string(name), file_name).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": tensor '", name,
-                       "' appears with and without '", kPrefix, "'"));
+          absl::StrCat(where, ": tensor ", QuoteForMessage(name),
+                       " appears with and without '", kPrefix, "'"));
     }
     CZ_ASSIGN_OR_RETURN(shapes[std::string(name)], file.shape(file_name));
   }
   GptCheckpoint out;
   CZ_ASSIGN_OR_RETURN(out.config, InferConfig(shapes, heads, where));
+  // The model computes in these. Checked in file order, before any value
+  // is read (the reader knows every dtype it lists: no escaping needed).
+  for (const std::string& file_name : file.names()) {
+    absl::string_view name = file_name;
+    absl::ConsumePrefix(&name, kPrefix);
+    if (Ignored(name)) continue;
+    CZ_ASSIGN_OR_RETURN(const std::string dtype, file.dtype(file_name));
+    if (dtype != "F32" && dtype != "F16" && dtype != "BF16") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": tensor ", QuoteForMessage(file_name), " is ",
+                       dtype, "; GPT-2 weights must be F32, F16 or BF16"));
+    }
+  }
   for (const auto& [name, file_name] : file_names) {
     CZ_ASSIGN_OR_RETURN(out.state[name], file.Get(file_name));
   }

@@ -13,16 +13,20 @@
 // "lm_head.weight" are ignored. The config comes from the shapes: V and C
 // from wte, P from wpe, the layer count from the h.N names; the head count
 // is not in the file and is given. Every parameter must be present with
-// its shape (gpt_model.h lists them); any other tensor is an error.
-// Tensors keep the file's dtype (F32, F16 or BF16).
+// its shape (gpt_model.h lists them); any other tensor is an error. Every
+// parameter must be F32, F16 or BF16 (checked before any value is read) and
+// keeps the file's dtype; the ignored tensors may be of any dtype.
 //
 // Writing stores the consolidated model in f32 under "transformer."-
 // prefixed names, in declaration order, with the metadata {"format":
 // "pt"} that transformers' loader asks for.
 //
-// Errors name the file and, where one is to blame, the tensor: NotFound
+// Errors name the file and, where one is to blame, the tensor (its name
+// from the file C-escaped, as QuoteForMessage in safetensors.h): NotFound
 // for a missing file, DataLoss for a truncated or corrupt one,
-// InvalidArgument for missing, extra or mis-shaped tensors.
+// InvalidArgument for missing, extra or mis-shaped tensors and for weights
+// of another dtype ("tensor 'wte.weight' is F64; GPT-2 weights must be F32,
+// F16 or BF16").
 #ifndef CHUNKZERO_MODELS_GPT2_GPT_CHECKPOINT_H_
 #define CHUNKZERO_MODELS_GPT2_GPT_CHECKPOINT_H_
 

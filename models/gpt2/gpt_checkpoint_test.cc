@@ -228,5 +228,130 @@ TEST(GptCheckpointTest, BadCheckpointsNameFileAndTensor) {
   EXPECT_THAT(s.message(), HasSubstr("'h.1.attn.c_proj.bias'"));
 }
 
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in),
+                     std::istreambuf_iterator<char>());
+}
+
+// `bytes`, a file WriteSafetensors wrote, with tensor `name`'s dtype string
+// replaced by `dtype` (its length field follows the header; the data stays).
+std::string WithDType(const std::string& bytes, const std::string& name,
+                      const std::string& dtype) {
+  uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  std::string header = bytes.substr(8, n);
+  const std::string data = bytes.substr(8 + n);
+  const std::string key = "\"" + name + "\":{\"dtype\":\"";
+  const size_t at = header.find(key) + key.size();
+  EXPECT_NE(header.find(key), std::string::npos) << name;
+  header.replace(at, header.find('"', at) - at, dtype);
+  n = header.size();
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &n, 8);
+  return out + header + data;
+}
+
+// A GPT-2 file whose weights are not F32, F16 or BF16 is refused as it is
+// read, naming the file, the tensor and its dtype, and before anything reads
+// the values (an F64 file used to load, and --init then failed in
+// HasInfOrNan with "f64 is not f32, f16 or bf16", naming neither the file
+// nor the tensor; I8 and BOOL were Unimplemented).
+TEST(GptCheckpointTest, WeightsOfOtherDTypesAreRefused) {
+  auto model = *GptModel::Create(SmallConfig(), 5);
+  const std::string path = TempPath("dtype.safetensors");
+  // Every tensor F64, as a converter might write them: the first one in the
+  // file is named.
+  std::vector<std::pair<std::string, Tensor>> f64;
+  for (Parameter* p : model->Parameters()) {
+    f64.push_back({p->name(), *Tensor::Zeros(p->data().shape(), DType::kF64)});
+  }
+  ASSERT_TRUE(WriteSafetensors(path, f64).ok());
+  EXPECT_EQ(ReadGptCheckpoint(path, 2).status(),
+            absl::InvalidArgumentError(absl::StrCat(
+                "GPT-2 safetensors file ", path,
+                ": tensor 'wte.weight' is F64; GPT-2 weights must be F32, F16 "
+                "or BF16")));
+  // One tensor in each of the other dtypes a safetensors file may hold,
+  // written as a dtype of its element size and relabelled.
+  struct Case {
+    const char* dtype;
+    DType written;
+  };
+  const Case cases[] = {
+      {"F64", DType::kF64}, {"I64", DType::kI64},    {"U64", DType::kI64},
+      {"I32", DType::kI32}, {"U32", DType::kI32},    {"I16", DType::kF16},
+      {"U16", DType::kF16}, {"I8", DType::kU8},      {"U8", DType::kU8},
+      {"BOOL", DType::kU8}, {"F8_E4M3", DType::kU8}, {"F8_E5M2", DType::kU8},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.dtype);
+    std::vector<std::pair<std::string, Tensor>> tensors =
+        HuggingFaceTensors(*model, true);
+    for (auto& [name, t] : tensors) {
+      if (name == "transformer.h.1.attn.c_proj.weight") {
+        t = *Tensor::Zeros(t.shape(), c.written);
+      }
+    }
+    ASSERT_TRUE(WriteSafetensors(path, tensors).ok());
+    const std::string bytes = WithDType(
+        ReadBytes(path), "transformer.h.1.attn.c_proj.weight", c.dtype);
+    std::ofstream(path, std::ios::binary | std::ios::trunc)
+        .write(bytes.data(), bytes.size());
+    ASSERT_EQ(*SafetensorsFile::Read(path)->dtype(
+                  "transformer.h.1.attn.c_proj.weight"),
+              c.dtype);
+    EXPECT_EQ(ReadGptCheckpoint(path, 2).status(),
+              absl::InvalidArgumentError(absl::StrCat(
+                  "GPT-2 safetensors file ", path,
+                  ": tensor 'transformer.h.1.attn.c_proj.weight' is ", c.dtype,
+                  "; GPT-2 weights must be F32, F16 or BF16")));
+  }
+  // The buffers it ignores may be of any dtype (some files hold the causal
+  // mask as BOOL).
+  std::vector<std::pair<std::string, Tensor>> tensors =
+      HuggingFaceTensors(*model, true);
+  for (auto& [name, t] : tensors) {
+    if (name == "transformer.h.0.attn.bias") {
+      t = *Tensor::Zeros(t.shape(), DType::kU8);
+    }
+  }
+  ASSERT_TRUE(WriteSafetensors(path, tensors).ok());
+  const std::string bytes =
+      WithDType(ReadBytes(path), "transformer.h.0.attn.bias", "BOOL");
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), bytes.size());
+  EXPECT_TRUE(ReadGptCheckpoint(path, 2).ok());
+}
+
+// Tensor names from the file go into errors C-escaped, so the message is
+// one printable line whatever bytes the file's names hold.
+TEST(GptCheckpointTest, NamesInErrorsAreEscaped) {
+  auto model = *GptModel::Create(SmallConfig(), 5);
+  struct Case {
+    std::string extra;    // Added to a good file.
+    std::string message;  // After "GPT-2 safetensors file <path>: ".
+  };
+  const Case cases[] = {
+      {std::string("transformer.h.0.x\n\x1b[2J\0", 23),
+       "unexpected tensor 'h.0.x\\n\\x1b[2J\\x00'"},
+      {"h.1.it's\r", "unexpected tensor 'h.1.it\\'s\\r'"},
+      {"ln_f.bias",
+       "tensor 'ln_f.bias' appears with and without "
+       "'transformer.'"},
+  };
+  const std::string path = TempPath("names.safetensors");
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message);
+    std::vector<std::pair<std::string, Tensor>> tensors =
+        HuggingFaceTensors(*model, true);
+    tensors.push_back({c.extra, *Tensor::Zeros({8}, DType::kF32)});
+    ASSERT_TRUE(WriteSafetensors(path, tensors).ok());
+    EXPECT_EQ(ReadGptCheckpoint(path, 2).status(),
+              absl::InvalidArgumentError(absl::StrCat("GPT-2 safetensors file ",
+                                                      path, ": ", c.message)));
+  }
+}
+
 }  // namespace
 }  // namespace chunkzero
