@@ -40,6 +40,11 @@ struct TrainMemoryInput {
   // again once the search has picked one).
   int64_t chunk_size = -1;
   int max_prefetch = 1;
+  // How many chunks of chunk_size (> 0) the parameters pack into, when the
+  // packing is known (PlanTraining packs them in their order); 0: at most
+  // one chunk more than the parameters fill, which a packing of tensors
+  // that do not divide the chunk size can exceed by far.
+  int64_t num_chunks = 0;
   // The fused attention (--fused_attention): B NH T floats per block where
   // the batched one keeps B NH T^2.
   bool fused_attention = false;
@@ -57,10 +62,13 @@ struct TrainMemoryEstimate {
   // collectives reduce 16-bit grads in (never on the compute device).
   double chunks_at_rest = 0;
   double reduce_scratch = 0;
-  // The chunks gathered (or brought from the host) for use at once: the one
-  // computing, the prefetched ones, the tied weight's second use and one
-  // being reduced. Part of `chunks` beyond those at rest, except for the
-  // replicated layout, whose chunks are all at rest where they compute.
+  // The chunks gathered (or brought from the host) for use at once, at
+  // most 2 max_prefetch + 3 (and never more than there are): the one
+  // computing, the tied weight's, one being reduced, the chunks gathered
+  // ahead for the next ops and those the previous ops gathered ahead and
+  // have not released yet. Part of `chunks` beyond those at rest, except
+  // for the replicated layout, whose chunks are all at rest where they
+  // compute.
   double in_flight = 0;
   // This rank's shards of the chunks in flight (sharded layout): what a
   // device holds on top of the gathered chunks when those chunks also rest

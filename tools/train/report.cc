@@ -59,7 +59,12 @@ double ExpectedCommBytesPerStep(const TrainOptions& o, int64_t psi) {
 }
 
 // What an offload keeps in host memory, for the summary's device lines.
-const char* OffloadNote(OffloadPolicy offload) {
+const char* OffloadNote(OffloadPolicy offload, bool auto_rests_on_host) {
+  if (offload == OffloadPolicy::kAuto && auto_rests_on_host) {
+    return "; parameters, masters and optimizer states rest in host memory "
+           "(--offload=auto as params: the limit leaves no room for chunks "
+           "to rest on the device)";
+  }
   switch (offload) {
     case OffloadPolicy::kNone:
       return "";
@@ -179,14 +184,14 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
         Bytes(activations == ranks[0].peak_bytes.end()
                   ? 0.0
                   : static_cast<double>(activations->second)),
-        OffloadNote(o.offload));
+        OffloadNote(o.offload, r.auto_rests_on_host));
   } else if (OffloadsParams(o.offload)) {
     absl::StrAppendFormat(
         &s,
         "  offload: the device (sim:0) peaks at %s on rank 0 (the chunks in "
         "use only)%s\n",
         Bytes(static_cast<double>(ranks[0].peak_device_bytes)),
-        OffloadNote(o.offload));
+        OffloadNote(o.offload, r.auto_rests_on_host));
   } else if (o.offload == OffloadPolicy::kOptimizer) {
     absl::StrAppendFormat(
         &s,

@@ -293,13 +293,17 @@ int DeviceWeight(OffloadPolicy offload) {
 // Refuses a configuration whose compute device would need more than
 // --device_memory_limit, naming the parts and the first lighter
 // configuration that fits.
-absl::Status CheckDeviceMemory(const TrainPlan& plan,
-                               const TrainMemoryInput& need) {
+absl::Status CheckDeviceMemory(TrainPlan& plan, const TrainMemoryInput& need) {
   const TrainOptions& o = plan.options;
   if (o.device_memory_limit == 0) return absl::OkStatus();
   const double limit = static_cast<double>(o.device_memory_limit);
   const double bytes = DeviceMemoryNeeded(plan.memory, o.offload);
   if (bytes <= limit) return absl::OkStatus();
+  if (o.offload == OffloadPolicy::kAuto &&
+      DeviceMemoryNeeded(plan.memory, OffloadPolicy::kParams) <= limit) {
+    plan.auto_rests_on_host = true;
+    return absl::OkStatus();
+  }
   std::string advice =
       "no layout fits: lower --batch or --seq_len, or raise the limit";
   const struct {
@@ -475,6 +479,10 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options) {
           "--chunk_size=", *plan.chunk_size, ": ", report.status().message()));
     }
     plan.utilisation = report->best.utilisation;
+    // The packing's own padding, which the first check bounded from below.
+    need.num_chunks = report->best.num_chunks;
+    CZ_ASSIGN_OR_RETURN(plan.memory, EstimateTrainMemory(need));
+    CZ_RETURN_IF_ERROR(CheckMemory(plan));
   } else if (options.chunk_size < 0) {
     // The size with the least padding, from the largest tensor up to 4x it.
     const int64_t largest = plan.largest_tensor;
@@ -488,6 +496,7 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options) {
     plan.utilisation = report.best.utilisation;
     // The first check counted the smallest candidate.
     need.chunk_size = *plan.chunk_size;
+    need.num_chunks = report.best.num_chunks;
     CZ_ASSIGN_OR_RETURN(plan.memory, EstimateTrainMemory(need));
     CZ_RETURN_IF_ERROR(CheckMemory(plan));
   }

@@ -49,7 +49,12 @@ struct TrainPlan {
   std::vector<std::string> order;  // Declaration = first-use order.
   int64_t largest_tensor = 0;      // Elements of the largest parameter.
   TrainMemoryEstimate memory;      // What the job will hold.
-  int64_t memory_available = 0;    // What it may hold.
+  // --offload=auto under a --device_memory_limit that fits --offload=params
+  // but not the shards auto may keep on the device while their chunks are
+  // in use: every chunk rests in host memory, as with params (auto may
+  // always fall back to params' placement, so it accepts what params does).
+  bool auto_rests_on_host = false;
+  int64_t memory_available = 0;  // What it may hold.
 };
 
 // Checks `options` and plans the job. Errors:

@@ -193,7 +193,8 @@ class RankRunner {
     }
     if (OffloadsParams(o_.offload)) {
       chunk_options.rest_device = Device::Cpu();
-      chunk_options.auto_residency = o_.offload == OffloadPolicy::kAuto;
+      chunk_options.auto_residency =
+          o_.offload == OffloadPolicy::kAuto && !plan_.auto_rests_on_host;
     }
     if (capped) tracker_.SetLimit(device, o_.device_memory_limit);
     chunks_ =
@@ -530,6 +531,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
     CZ_RETURN_IF_ERROR(RaiseFileDescriptorLimit(options));
   }
   TrainResult result;
+  result.auto_rests_on_host = plan.auto_rests_on_host;
   result.model = plan.model;
   result.seq_len = plan.seq_len;
   result.parameters = GptParameterCount(plan.model);

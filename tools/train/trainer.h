@@ -76,6 +76,9 @@ struct TrainResult {
   std::string comm_transport;
   // Where the model computes: "cpu", or "cuda (N GPUs, ...)".
   std::string compute_device = "cpu";
+  // --offload=auto ran as params: the device limit left no room for chunks
+  // to rest there (TrainPlan::auto_rests_on_host).
+  bool auto_rests_on_host = false;
 };
 
 // Called after every step on rank 0; an error ends the run with it (for
