@@ -13,9 +13,9 @@ namespace {
 std::atomic<int> g_skip{0};
 std::atomic<int> g_fail{0};
 
-// ", this user may run N processes and threads (ulimit -u)", or "" where
-// there is no limit.
-std::string ProcessLimit() {
+}  // namespace
+
+std::string ThreadLimitNote() {
   struct rlimit limit;
   if (::getrlimit(RLIMIT_NPROC, &limit) != 0 ||
       limit.rlim_cur == RLIM_INFINITY) {
@@ -25,12 +25,10 @@ std::string ProcessLimit() {
                       " processes and threads: ulimit -u)");
 }
 
-}  // namespace
-
 absl::Status ThreadStartError(absl::string_view what,
                               const std::system_error& error) {
   return absl::ResourceExhaustedError(absl::StrCat(
-      "cannot start ", what, ": ", error.code().message(), ProcessLimit()));
+      "cannot start ", what, ": ", error.code().message(), ThreadLimitNote()));
 }
 
 namespace thread_internal {

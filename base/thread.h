@@ -16,6 +16,7 @@
 #ifndef CHUNKZERO_BASE_THREAD_H_
 #define CHUNKZERO_BASE_THREAD_H_
 
+#include <string>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -25,6 +26,11 @@
 #include "absl/strings/string_view.h"
 
 namespace chunkzero {
+
+// " (this user may run N processes and threads: ulimit -u)", or "" where
+// no limit is set: for messages about a thread that could not start,
+// including threads other libraries start.
+std::string ThreadLimitNote();
 
 // The status for a thread `what` that could not start with `error`.
 [[nodiscard]] absl::Status ThreadStartError(absl::string_view what,

@@ -29,11 +29,11 @@
 #include "base/status_macros.h"
 #include "base/thread.h"
 #include "comm/argument_checks.h"
-#include "comm/gloo/gloo_timeout.h"
 #include "comm/gloo/peer_probe.h"
 #include "comm/gloo/shared_segments.h"
 #include "comm/gloo/timed_file_store.h"
 #include "comm/internal/deadline.h"
+#include "comm/internal/gloo_timeout.h"
 #include "comm/internal/reduce_kernels.h"
 #include "comm/internal/rendezvous_join.h"
 #include "gloo/allgather.h"
@@ -159,7 +159,7 @@ absl::Status CatchGloo(const std::string& context, Fn&& fn) {
   try {
     return fn();
   } catch (const gloo::IoException& e) {
-    const absl::StatusCode code = IsGlooTimeoutMessage(e.what())
+    const absl::StatusCode code = comm_internal::IsGlooTimeoutMessage(e.what())
                                       ? absl::StatusCode::kDeadlineExceeded
                                       : absl::StatusCode::kUnavailable;
     return absl::Status(code, absl::StrCat(context, ": ", e.what()));
@@ -470,7 +470,7 @@ class Worker {
       }
       return status;
     } catch (const gloo::IoException& e) {
-      if (!IsGlooTimeoutMessage(e.what())) throw;
+      if (!comm_internal::IsGlooTimeoutMessage(e.what())) throw;
       // Every rank sent its header, so every rank joined: one of them
       // stopped (or its host became unreachable) while the data moved.
       // Gloo's waits do not say which peer they waited for: Run()'s probe
@@ -565,7 +565,7 @@ class Worker {
         return absl::CancelledError("aborted");  // See Run().
       }
     } catch (const gloo::IoException& e) {
-      if (!IsGlooTimeoutMessage(e.what())) throw;
+      if (!comm_internal::IsGlooTimeoutMessage(e.what())) throw;
       return JoinTimeout(op, arrived);
     }
     for (int peer = 1; peer < size_; ++peer) {
@@ -986,6 +986,16 @@ class WaitsUntilTheDeadline final : public gloo::rendezvous::Store {
   }
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds&) override {
+    // A rank that gave up (AnnounceGiveUp) fails the wait at once; the
+    // deadline's own timeout is the store's, worded as Gloo's callers
+    // expect.
+    const absl::Status waited = comm_internal::WaitForKeys(
+        base_, keys, kJoinKeyPrefix, deadline_ - absl::Milliseconds(100),
+        "the rendezvous");
+    if (waited.ok()) return;
+    if (!absl::IsDeadlineExceeded(waited)) {
+      throw gloo::IoException(std::string(waited.message()));
+    }
     // At least 1 ms: Gloo reads 0 as "no timeout".
     base_.wait(keys, std::max(std::chrono::milliseconds(1),
                               comm_internal::MillisecondsLeft(deadline_)));
@@ -1019,8 +1029,40 @@ absl::StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::unique_ptr<gloo_internal::SharedSegments> shared_memory;
   std::unique_ptr<gloo_internal::PeerProbe> probe;
+  // False when the store holds this rank's key already (an earlier or
+  // another job's store): a failure is then not announced in it.
+  bool store_is_ours = true;
   absl::Status status = gloo_internal::CatchGloo(where, [&]() -> absl::Status {
-    // Our own join keys first, so that a missing rank gets named; Gloo's
+    // The device first: it listens, and starts a thread of its own, which
+    // can fail (ulimit -u). Failing before joining, this rank makes the
+    // others fail in their join wait (AnnounceGiveUp below) rather than
+    // later, in the middle of connecting to it.
+    std::shared_ptr<gloo::transport::Device> device;
+    // Gloo's CreateDevice crashes (not throws) on some names it cannot
+    // resolve, so resolve the name here first.
+    if (absl::Status s = gloo_internal::CheckResolvable(options.hostname);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = gloo_internal::CatchGloo(
+            absl::StrCat("cannot listen on ", options.hostname),
+            [&] {
+              gloo::transport::tcp::attr attr;
+              attr.hostname = options.hostname;
+              device = gloo::transport::tcp::CreateDevice(attr);
+              return absl::OkStatus();
+            });
+        !s.ok()) {
+      // The device starts a thread of its own: a refusal is the limit on
+      // threads, not the network.
+      if (absl::StrContains(s.message(), "Resource temporarily unavailable")) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat(s.message(), ": Gloo's network thread could not start",
+                         ThreadLimitNote()));
+      }
+      return absl::UnavailableError(s.message());
+    }
+    // Then our own join keys, so that a missing rank gets named; Gloo's
     // connectFullMesh would only report a timeout on some key. The value
     // carries what the ranks must agree on.
     const std::string joined =
@@ -1028,6 +1070,7 @@ absl::StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
     if (absl::Status s = comm_internal::AnnounceJoin(
             store, gloo_internal::kJoinKeyPrefix, rank, joined, where);
         !s.ok()) {
+      store_is_ours = false;
       return s;
     }
     // Each rank's value is compared with this rank's as it arrives (rank
@@ -1042,24 +1085,6 @@ absl::StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
             });
         !s.ok()) {
       return s;
-    }
-    // Gloo's CreateDevice crashes (not throws) on some names it cannot
-    // resolve, so resolve the name here first.
-    if (absl::Status s = gloo_internal::CheckResolvable(options.hostname);
-        !s.ok()) {
-      return s;
-    }
-    std::shared_ptr<gloo::transport::Device> device;
-    if (absl::Status s = gloo_internal::CatchGloo(
-            absl::StrCat("cannot listen on ", options.hostname),
-            [&] {
-              gloo::transport::tcp::attr attr;
-              attr.hostname = options.hostname;
-              device = gloo::transport::tcp::CreateDevice(attr);
-              return absl::OkStatus();
-            });
-        !s.ok()) {
-      return absl::UnavailableError(s.message());
     }
     context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     // Gloo waits five times the context's timeout for a pair to connect
@@ -1100,13 +1125,30 @@ absl::StatusOr<std::unique_ptr<GlooProcessGroup>> GlooProcessGroup::Create(
         "were made, or the hosts cannot reach the addresses they listen on; "
         "check --interface)"));
   }
-  if (!status.ok()) return status;
-  auto worker = std::make_unique<gloo_internal::Worker>(
-      rank, size, std::move(context), std::move(shared_memory),
-      options.min_shared_memory_bytes, std::move(probe));
-  CZ_RETURN_IF_ERROR(worker->Start());
-  return std::unique_ptr<GlooProcessGroup>(
-      new GlooProcessGroup(rank, size, std::move(worker)));
+  if (status.ok()) {
+    auto worker = std::make_unique<gloo_internal::Worker>(
+        rank, size, std::move(context), std::move(shared_memory),
+        options.min_shared_memory_bytes, std::move(probe));
+    status = worker->Start();
+    if (status.ok()) {
+      return std::unique_ptr<GlooProcessGroup>(
+          new GlooProcessGroup(rank, size, std::move(worker)));
+    }
+  }
+  // A timeout is every waiting rank's own to report, and a give-up is
+  // already in the store.
+  if (store_is_ours && !absl::IsDeadlineExceeded(status) &&
+      !absl::StrContains(status.message(),
+                         "gave up before the rendezvous completed")) {
+    AnnounceGiveUp(store, rank, status);
+  }
+  return status;
+}
+
+void GlooProcessGroup::AnnounceGiveUp(gloo::rendezvous::Store& store, int rank,
+                                      const absl::Status& why) {
+  comm_internal::AnnounceGiveUp(store, gloo_internal::kJoinKeyPrefix, rank,
+                                why);
 }
 
 absl::StatusOr<std::unique_ptr<GlooProcessGroup>>

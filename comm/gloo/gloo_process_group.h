@@ -162,6 +162,14 @@ class GlooProcessGroup final : public ProcessGroup {
       int rank, int size, gloo::rendezvous::Store& store,
       const GlooOptions& options = {});
 
+  // Tells the ranks still in Create() on `store` that `rank` will not come
+  // (its thread or process could not start, or it failed before joining),
+  // so that they fail at once with `why` quoted rather than at their
+  // timeout. Create() does this itself for its own failures once its key
+  // is in the store. Best effort.
+  static void AnnounceGiveUp(gloo::rendezvous::Store& store, int rank,
+                             const absl::Status& why);
+
   // As Create() over a gloo FileStore in `directory` (created if missing),
   // for ranks in separate processes on one machine or a shared filesystem.
   // Use a fresh directory per job: one holding an earlier job's keys is

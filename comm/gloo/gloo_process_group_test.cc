@@ -1089,6 +1089,38 @@ TEST(GlooProcessGroup, AbortStopsWhatIsInFlightAndTellsThePeers) {
   }
 }
 
+// A rank that will not come (its thread could not start) is announced,
+// and the ranks waiting for it in Create fail at once, quoting why, rather
+// than at their timeout.
+TEST(GlooProcessGroup, ARankThatGivesUpFailsTheOthersAtOnce) {
+  GlooOptions options = TestOptions();
+  options.timeout = absl::Seconds(60);
+  gloo::rendezvous::HashStore store;
+  std::vector<absl::Status> statuses(2);
+  const absl::Time start = absl::Now();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      statuses[r] = GlooProcessGroup::Create(r, 3, store, options).status();
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(200));
+  GlooProcessGroup::AnnounceGiveUp(
+      store, 2,
+      absl::ResourceExhaustedError("cannot start the thread of rank 2"));
+  for (std::thread& t : threads) t.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  for (int r : {0, 1}) {
+    EXPECT_EQ(statuses[r].code(), absl::StatusCode::kFailedPrecondition)
+        << statuses[r];
+    EXPECT_THAT(statuses[r].message(),
+                HasSubstr(absl::StrCat(
+                    "rank ", r,
+                    " of 3: rank 2 gave up before the rendezvous completed: "
+                    "RESOURCE_EXHAUSTED: cannot start the thread of rank 2")));
+  }
+}
+
 TEST(GlooProcessGroup, AWorkerThatCannotStartFailsCreate) {
   gloo::rendezvous::HashStore store;
   FailThreadStartsForTesting(0, 1);

@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "comm/gloo/gloo_timeout.h"
+#include "comm/internal/gloo_timeout.h"
 #include "comm/gloo/host_port.h"
 #include "comm/internal/deadline.h"
 #include "gloo/rendezvous/store.h"
@@ -125,7 +125,7 @@ absl::StatusOr<std::unique_ptr<PeerProbe>> PeerProbe::Open(
     }
   } catch (const std::exception& e) {
     close(fd);
-    return absl::Status(IsGlooTimeoutMessage(e.what())
+    return absl::Status(comm_internal::IsGlooTimeoutMessage(e.what())
                             ? absl::StatusCode::kDeadlineExceeded
                             : absl::StatusCode::kUnavailable,
                         absl::StrCat("exchanging probe addresses: ", e.what()));

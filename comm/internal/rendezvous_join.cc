@@ -10,7 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 #include "comm/internal/deadline.h"
+#include "comm/internal/gloo_timeout.h"
 
 namespace chunkzero {
 namespace comm_internal {
@@ -42,6 +44,69 @@ absl::Status AnnounceJoin(gloo::rendezvous::Store& store,
   return absl::OkStatus();
 }
 
+namespace {
+
+// How often a wait looks for a give-up.
+constexpr std::chrono::milliseconds kGiveUpPoll{50};
+
+std::string GiveUpKey(absl::string_view prefix) {
+  return absl::StrCat(prefix, "gave_up");
+}
+
+// The give-up announced in `store`, or OK.
+absl::Status GiveUpIn(gloo::rendezvous::Store& store, absl::string_view prefix,
+                      absl::string_view who) {
+  const std::string key = GiveUpKey(prefix);
+  std::vector<char> value;
+  try {
+    store.wait({key}, std::chrono::milliseconds(1));
+    value = store.get(key);
+  } catch (const std::exception&) {
+    return absl::OkStatus();  // None (or the store says nothing more).
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(who, ": ", std::string(value.begin(), value.end())));
+}
+
+}  // namespace
+
+void AnnounceGiveUp(gloo::rendezvous::Store& store, absl::string_view prefix,
+                    int rank, const absl::Status& why) {
+  const std::string text =
+      absl::StrCat("rank ", rank, " gave up before the rendezvous completed: ",
+                   absl::StatusCodeToString(why.code()), ": ", why.message());
+  try {
+    store.set(GiveUpKey(prefix), std::vector<char>(text.begin(), text.end()));
+  } catch (const std::exception&) {
+    // Another rank gave up first, or the store is gone: nothing to add.
+  }
+}
+
+absl::Status WaitForKeys(gloo::rendezvous::Store& store,
+                         const std::vector<std::string>& keys,
+                         absl::string_view prefix, absl::Time deadline,
+                         absl::string_view who) {
+  for (;;) {
+    const std::chrono::milliseconds left = MillisecondsLeft(deadline);
+    try {
+      // At least 1 ms: Gloo reads 0 as "no timeout".
+      store.wait(keys, std::max(std::chrono::milliseconds(1),
+                                std::min(left, kGiveUpPoll)));
+      return absl::OkStatus();
+    } catch (const std::exception& e) {
+      if (!comm_internal::IsGlooTimeoutMessage(e.what())) {
+        return absl::UnavailableError(
+            absl::StrCat(who, ": rendezvous store: ", e.what()));
+      }
+    }
+    CZ_RETURN_IF_ERROR(GiveUpIn(store, prefix, who));
+    if (left <= kGiveUpPoll) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(who, ": waited for the rendezvous until its deadline"));
+    }
+  }
+}
+
 absl::Status AwaitJoins(gloo::rendezvous::Store& store,
                         absl::string_view prefix, int rank, int size,
                         absl::Time deadline, absl::Duration timeout,
@@ -51,15 +116,14 @@ absl::Status AwaitJoins(gloo::rendezvous::Store& store,
     if (r == rank) continue;
     const std::string key = JoinKey(prefix, r);
     // After the first miss, only probe: the deadline has passed.
-    const std::chrono::milliseconds wait = missing.empty()
-                                               ? MillisecondsLeft(deadline)
-                                               : std::chrono::milliseconds(1);
-    try {
-      store.wait({key}, wait);
-    } catch (const std::exception&) {
+    const absl::Status waited =
+        missing.empty() ? WaitForKeys(store, {key}, prefix, deadline, who)
+                        : WaitForKeys(store, {key}, prefix, absl::Now(), who);
+    if (absl::IsDeadlineExceeded(waited)) {
       missing.push_back(r);
       continue;
     }
+    CZ_RETURN_IF_ERROR(waited);
     if (check == nullptr) continue;
     std::vector<char> value;
     try {

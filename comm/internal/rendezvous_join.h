@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -35,6 +36,24 @@ std::string JoinKey(absl::string_view prefix, int rank);
                                         const std::string& value,
                                         absl::string_view where);
 
+// Tells the ranks still waiting on `store` (AwaitJoins, WaitForKeys) that
+// `rank` gave up before the rendezvous completed, with `why`, so that they
+// fail at once rather than at their deadline: the key `prefix` + "gave_up"
+// holds the first such rank and reason. Best effort: a store error (a
+// second rank's give-up is "already set") is ignored.
+void AnnounceGiveUp(gloo::rendezvous::Store& store, absl::string_view prefix,
+                    int rank, const absl::Status& why);
+
+// Waits until `store` holds `keys`: OK; DeadlineExceeded at `deadline`;
+// FailedPrecondition "<who>: rank R gave up before the rendezvous
+// completed: <why>" as soon as a rank announced that (AnnounceGiveUp);
+// Unavailable for another store error.
+[[nodiscard]] absl::Status WaitForKeys(gloo::rendezvous::Store& store,
+                                       const std::vector<std::string>& keys,
+                                       absl::string_view prefix,
+                                       absl::Time deadline,
+                                       absl::string_view who);
+
 // Checks a peer's join value as it arrives: (peer rank, its value).
 using JoinCheck = std::function<absl::Status(int, const std::string&)>;
 
@@ -42,7 +61,8 @@ using JoinCheck = std::function<absl::Status(int, const std::string&)>;
 // passing each value to `check` (null: none), whose error is returned at
 // once. At `deadline` the remaining ranks are only probed, and
 // DeadlineExceeded says "<who> timed out after <timeout> waiting for
-// ranks 2, 3 to join the rendezvous". Unavailable for another store error.
+// ranks 2, 3 to join the rendezvous". A rank's give-up (AnnounceGiveUp)
+// fails it at once (WaitForKeys). Unavailable for another store error.
 [[nodiscard]] absl::Status AwaitJoins(gloo::rendezvous::Store& store,
                                       absl::string_view prefix, int rank,
                                       int size, absl::Time deadline,

@@ -123,6 +123,45 @@ TEST(RendezvousJoin, AnUnusableStoreIsUnavailable) {
   EXPECT_THAT(status.message(), HasSubstr("where: rendezvous store: "));
 }
 
+TEST(RendezvousJoin, AGiveUpFailsTheWaitersAtOnce) {
+  gloo::rendezvous::HashStore store;
+  ASSERT_TRUE(AnnounceJoin(store, "p_", 0, "v", "rank 0").ok());
+  std::thread giver([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    AnnounceGiveUp(store, "p_", 2,
+                   absl::ResourceExhaustedError("cannot start a thread"));
+  });
+  const absl::Time start = absl::Now();
+  const absl::Status status =
+      AwaitJoins(store, "p_", 0, 3, absl::Now() + absl::Seconds(60),
+                 absl::Seconds(60), "rank 0 of 3");
+  giver.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(status.message(),
+            "rank 0 of 3: rank 2 gave up before the rendezvous completed: "
+            "RESOURCE_EXHAUSTED: cannot start a thread");
+  // A second give-up keeps the first; the key is the same for everyone.
+  AnnounceGiveUp(store, "p_", 1, absl::UnknownError("later"));
+  EXPECT_EQ(WaitForKeys(store, {"p_1"}, "p_", absl::Now() + absl::Seconds(5),
+                        "rank 0")
+                .message(),
+            "rank 0: rank 2 gave up before the rendezvous completed: "
+            "RESOURCE_EXHAUSTED: cannot start a thread");
+}
+
+TEST(RendezvousJoin, WaitForKeysReturnsOnceTheKeysAreThere) {
+  gloo::rendezvous::HashStore store;
+  store.set("k", {'x'});
+  EXPECT_TRUE(
+      WaitForKeys(store, {"k"}, "p_", absl::Now() + absl::Seconds(5), "rank 0")
+          .ok());
+  EXPECT_EQ(WaitForKeys(store, {"missing"}, "p_",
+                        absl::Now() + absl::Milliseconds(120), "rank 0")
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
 }  // namespace
 }  // namespace comm_internal
 }  // namespace chunkzero

@@ -11,6 +11,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -94,6 +95,27 @@ std::map<std::string, std::string> RendezvousConfig(const TrainPlan& plan) {
   config["lr"] = absl::StrCat(o.lr);
   config["data"] = absl::StrCat(plan.data.size(), " tokens");
   return config;
+}
+
+// True for a rank's failure that reports what another rank's failure did
+// to it: an agreement's echo, a connection the failed rank's teardown
+// reset, a collective cancelled or refused by an abort, a rendezvous a rank
+// gave up. Ranks as threads report in whatever order they fail; the cause
+// is reported before these.
+bool IsConsequence(const absl::Status& status) {
+  if (comm::IsEchoedFailure(status)) return true;
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kCancelled:
+      return true;
+    case absl::StatusCode::kFailedPrecondition:
+      return absl::StrContains(status.message(),
+                               "gave up before the rendezvous completed") ||
+             absl::StrContains(status.message(),
+                               "aborted by an earlier failure");
+    default:
+      return false;
+  }
 }
 
 // One rank's whole run.
@@ -590,12 +612,12 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
     absl::Status cause;
     {
       MutexLock lock(&failure_mu);
-      const bool echo = comm::IsEchoedFailure(status);
+      const bool consequence = IsConsequence(status);
       if (first_failure.ok() ||
-          (!echo && comm::IsEchoedFailure(first_failure))) {
+          (!consequence && IsConsequence(first_failure))) {
         first_failure = absl::Status(
             status.code(), absl::StrCat("rank ", r, ": ", status.message()));
-        if (echo) comm::MarkEchoedFailure(first_failure);
+        if (consequence) comm::MarkEchoedFailure(first_failure);
       }
       // A copy sharing nothing with first_failure, which another rank may
       // replace meanwhile (base/detached_status.h).
@@ -638,7 +660,14 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
     std::unique_ptr<comm::RoutingProcessGroup> routed_group;
     comm::ProcessGroup* group = nullptr;
     if (!status.ok()) {
-      // The GPU could not be selected: nothing below can run.
+      // The GPU could not be selected: nothing below can run, and the
+      // peers meeting over Gloo are told at once.
+      gloo::rendezvous::Store* meeting =
+          store ? store.get()
+                : (process_store ? &process_store->store() : nullptr);
+      if (meeting != nullptr && !world) {
+        comm::GlooProcessGroup::AnnounceGiveUp(*meeting, r, status);
+      }
     } else if (world) {
       absl::StatusOr<comm::ProcessGroup*> mine = world->group(r);
       if (mine.ok()) {
@@ -750,11 +779,14 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
           StartThread(absl::StrCat("the thread of rank ", r),
                       [&run_rank, r] { run_rank(r); });
       if (!thread.ok()) {
-        fail(r, absl::Status(thread.status().code(),
-                             absl::StrCat(thread.status().message(),
-                                          "; run fewer ranks as threads "
-                                          "(--world_size) or one process per "
-                                          "rank (tools/train/launch.sh)")));
+        const absl::Status why(
+            thread.status().code(),
+            absl::StrCat(thread.status().message(),
+                         "; run fewer ranks as threads (--world_size) or one "
+                         "process per rank (tools/train/launch.sh)"));
+        fail(r, why);
+        // The ranks already started wait for this one in the rendezvous.
+        if (store) comm::GlooProcessGroup::AnnounceGiveUp(*store, r, why);
         break;
       }
       threads.push_back(*std::move(thread));

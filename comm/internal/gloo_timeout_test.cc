@@ -1,10 +1,9 @@
-#include "comm/gloo/gloo_timeout.h"
+#include "comm/internal/gloo_timeout.h"
 
 #include "gtest/gtest.h"
 
 namespace chunkzero {
-namespace comm {
-namespace gloo_internal {
+namespace comm_internal {
 namespace {
 
 TEST(IsGlooTimeoutMessage, KnowsGloosWordsForATimeout) {
@@ -24,6 +23,5 @@ TEST(IsGlooTimeoutMessage, KnowsGloosWordsForATimeout) {
 }
 
 }  // namespace
-}  // namespace gloo_internal
-}  // namespace comm
+}  // namespace comm_internal
 }  // namespace chunkzero
