@@ -25,8 +25,10 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/crc32c.h"
 #include "base/file.h"
 #include "base/file_lock.h"
+#include "checkpoint/checkpoint.pb.h"
 #include "gtest/gtest.h"
 #include "io/safetensors/safetensors.h"
 #include "models/gpt2/gpt_model.h"
@@ -162,6 +164,28 @@ void MakeFixtures(const std::string& tmp) {
   Write(JoinPath(tmp, "tokens.bin"), std::string("\x01\x00\x02\x00", 4));
   Write(JoinPath(tmp, "big_ids.bin"),
         std::string("\x00\x00\x01\x00\x2c\x01\x02\x00", 8));  // 0 1 300 2
+  // Weights in F64, and an extra tensor whose name holds a newline and an
+  // escape sequence.
+  {
+    GptConfig config;
+    config.layers = 1;
+    config.d_model = 32;
+    config.heads = 2;
+    config.seq_len = 16;
+    config.vocab = 256;
+    std::vector<std::pair<std::string, Tensor>> f64, badname;
+    for (const auto& [param, shape] : GptParameterShapes(config)) {
+      f64.emplace_back("transformer." + param,
+                       *Tensor::Zeros(shape, DType::kF64));
+      badname.emplace_back("transformer." + param,
+                           *Tensor::Zeros(shape, DType::kF32));
+    }
+    badname.emplace_back("transformer.h.0.x\n\x1b[2J",
+                         *Tensor::Zeros({4}, DType::kF32));
+    ASSERT_TRUE(WriteSafetensors(JoinPath(tmp, "f64.safetensors"), f64).ok());
+    ASSERT_TRUE(
+        WriteSafetensors(JoinPath(tmp, "badname.safetensors"), badname).ok());
+  }
   for (const auto& [name, positions, poison] :
        {std::tuple<std::string, int, bool>{"nan.safetensors", 16, true},
         {"p32.safetensors", 32, false}}) {
@@ -190,6 +214,21 @@ void MakeFixtures(const std::string& tmp) {
   save.push_back("--save=" + ckpt);
   const Outcome saved = RunTrain(save, {}, tmp);
   ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  // A checkpoint whose manifest, checksum and all, holds a counter no save
+  // writes.
+  const std::string bad_counter = JoinPath(tmp, "bad_counter");
+  fs::copy(ckpt, bad_counter, fs::copy_options::recursive);
+  {
+    const std::string path = JoinPath(bad_counter, "manifest.pb");
+    ManifestFile file;
+    ASSERT_TRUE(file.ParseFromString(Read(path)));
+    CheckpointManifest manifest;
+    ASSERT_TRUE(manifest.ParseFromString(file.manifest()));
+    manifest.set_iterations(-100);
+    manifest.SerializeToString(file.mutable_manifest());
+    file.set_crc32c(Crc32c(file.manifest().data(), file.manifest().size()));
+    Write(path, file.SerializeAsString());
+  }
   const std::string damaged = JoinPath(tmp, "damaged");
   fs::copy(ckpt, damaged, fs::copy_options::recursive);
   for (const auto& entry : fs::directory_iterator(damaged)) {
