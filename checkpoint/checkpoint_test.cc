@@ -21,6 +21,7 @@
 #include "base/crc32c.h"
 #include "base/file_lock.h"
 #include "checkpoint/checkpoint.pb.h"
+#include "checkpoint/testing/edit_manifest.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "optim/optimizer_state.h"
@@ -498,22 +499,6 @@ TEST(Checkpoint, CheckPiecesFiniteNamesThePieceHoldingInfOrNaN) {
 
 // ---- Manifest fields: each is checked when read ----
 
-// Rewrites `dir`'s manifest through `edit`, with a valid checksum: what a
-// buggy or hostile writer could leave.
-void EditManifest(const std::string& dir,
-                  const std::function<void(CheckpointManifest&)>& edit) {
-  const std::string path = dir + "/manifest.pb";
-  ManifestFile file;
-  ASSERT_TRUE(file.ParseFromString(ReadFile(path)));
-  CheckpointManifest manifest;
-  ASSERT_TRUE(manifest.ParseFromString(file.manifest()));
-  edit(manifest);
-  manifest.SerializeToString(file.mutable_manifest());
-  file.set_crc32c(Crc32c(file.manifest().data(), file.manifest().size()));
-  std::ofstream(path, std::ios::binary | std::ios::trunc)
-      << file.SerializeAsString();
-}
-
 struct FieldCase {
   const char* name;
   std::function<void(CheckpointManifest&)> edit;
@@ -625,7 +610,7 @@ TEST(CheckpointManifestFields, EveryBadScalarIsDataLossNamingFieldAndValue) {
     SCOPED_TRACE(c.name);
     std::ofstream(dir + "/manifest.pb", std::ios::binary | std::ios::trunc)
         << intact;
-    EditManifest(dir, c.edit);
+    ASSERT_EQ(checkpoint_testing::EditManifest(dir, c.edit), absl::OkStatus());
     const std::string want =
         absl::StrCat("checkpoint ", dir, ": manifest field ", c.says);
     const absl::StatusOr<CheckpointMeta> meta = ReadCheckpointMeta(dir);

@@ -13,10 +13,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "base/crc32c.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
 #include "checkpoint/checkpoint.pb.h"
+#include "checkpoint/testing/edit_manifest.h"
 #include "chunk/chunk_manager.h"
 #include "comm/testing/spawn_ranks.h"
 #include "ddp/zero_ddp.h"
@@ -202,22 +202,6 @@ TEST(ShardedCheckpoint, AFailedSaveFailsOnEveryRankAndKeepsThePrevious) {
   EXPECT_TRUE(fs::exists(dir + "/shard-1-0-of-2.bin"));
 }
 
-// Rewrites `dir`'s manifest through `edit`, with a valid checksum.
-void EditManifest(const std::string& dir,
-                  const std::function<void(CheckpointManifest&)>& edit) {
-  const std::string path = dir + "/manifest.pb";
-  std::ifstream in(path, std::ios::binary);
-  ManifestFile file;
-  ASSERT_TRUE(file.ParseFromIstream(&in));
-  CheckpointManifest manifest;
-  ASSERT_TRUE(manifest.ParseFromString(file.manifest()));
-  edit(manifest);
-  manifest.SerializeToString(file.mutable_manifest());
-  file.set_crc32c(Crc32c(file.manifest().data(), file.manifest().size()));
-  std::ofstream(path, std::ios::binary | std::ios::trunc)
-      << file.SerializeAsString();
-}
-
 // The loss scaler's state must fit the resuming optimizer's scaler (the
 // default options here: scale in [1, 2^24], growth interval 2000,
 // hysteresis 1): outside, the checkpoint is damaged, not the caller's
@@ -254,7 +238,7 @@ TEST(ShardedCheckpoint, ALossScalerStateOutsideTheScalersRangeIsDataLoss) {
     SCOPED_TRACE(c.says);
     std::ofstream(dir + "/manifest.pb", std::ios::binary | std::ios::trunc)
         << intact;
-    EditManifest(dir, c.edit);
+    ASSERT_EQ(checkpoint_testing::EditManifest(dir, c.edit), absl::OkStatus());
     std::vector<absl::Status> loaded(2);
     ASSERT_TRUE(
         AllRanksOk(SpawnRanks(1, [&](comm::ProcessGroup& g) -> absl::Status {

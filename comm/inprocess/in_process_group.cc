@@ -418,15 +418,17 @@ class InProcessGroup final : public ProcessGroup {
                    options.timeout);
   }
 
-  // Aborts the world (so that every rank's collective waiting in the
-  // rendezvous returns, and every later one fails), cancels what is queued
-  // here and joins the worker: once it has returned, this rank's collective
+  // Cancels what is queued here, aborts the world (so that every rank's
+  // collective waiting in the rendezvous returns, and every later one
+  // fails) and joins the worker: once it has returned, this rank's collective
   // in flight, if any, is done with every buffer (a collective past its
   // rendezvous ends with a barrier of all its ranks).
   void DoAbort(const absl::Status& cause) override {
-    world_->Abort(cause);
+    // The queue first, so that what was queued is cancelled, never picked
+    // up by the worker between the two steps.
     StopAndCancelQueued(
         absl::StrCat("the group was aborted: ", cause.message()));
+    world_->Abort(cause);
     JoinWorker();
   }
 

@@ -25,10 +25,9 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "base/crc32c.h"
 #include "base/file.h"
 #include "base/file_lock.h"
-#include "checkpoint/checkpoint.pb.h"
+#include "checkpoint/testing/edit_manifest.h"
 #include "gtest/gtest.h"
 #include "io/safetensors/safetensors.h"
 #include "models/gpt2/gpt_model.h"
@@ -218,17 +217,10 @@ void MakeFixtures(const std::string& tmp) {
   // writes.
   const std::string bad_counter = JoinPath(tmp, "bad_counter");
   fs::copy(ckpt, bad_counter, fs::copy_options::recursive);
-  {
-    const std::string path = JoinPath(bad_counter, "manifest.pb");
-    ManifestFile file;
-    ASSERT_TRUE(file.ParseFromString(Read(path)));
-    CheckpointManifest manifest;
-    ASSERT_TRUE(manifest.ParseFromString(file.manifest()));
-    manifest.set_iterations(-100);
-    manifest.SerializeToString(file.mutable_manifest());
-    file.set_crc32c(Crc32c(file.manifest().data(), file.manifest().size()));
-    Write(path, file.SerializeAsString());
-  }
+  ASSERT_EQ(
+      checkpoint_testing::EditManifest(
+          bad_counter, [](CheckpointManifest& m) { m.set_iterations(-100); }),
+      absl::OkStatus());
   const std::string damaged = JoinPath(tmp, "damaged");
   fs::copy(ckpt, damaged, fs::copy_options::recursive);
   for (const auto& entry : fs::directory_iterator(damaged)) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -25,10 +26,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "base/crc32c.h"
 #include "base/file_lock.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint.pb.h"
+#include "checkpoint/testing/edit_manifest.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "io/safetensors/safetensors.h"
@@ -666,30 +667,15 @@ TEST(Hardening, InitContextMayBeShorterThanTheFilePositions) {
 
 // ---- Resuming: the manifest's fields, and another job saving meanwhile ----
 
-// Rewrites `dir`'s manifest through `edit`, with a valid checksum: what a
-// buggy or hostile writer could leave.
-void EditManifest(const std::string& dir,
-                  const std::function<void(CheckpointManifest&)>& edit) {
-  const std::string path = dir + "/manifest.pb";
-  std::ifstream in(path, std::ios::binary);
-  ManifestFile file;
-  ASSERT_TRUE(file.ParseFromIstream(&in));
-  CheckpointManifest manifest;
-  ASSERT_TRUE(manifest.ParseFromString(file.manifest()));
-  edit(manifest);
-  manifest.SerializeToString(file.mutable_manifest());
-  file.set_crc32c(Crc32c(file.manifest().data(), file.manifest().size()));
-  std::ofstream(path, std::ios::binary | std::ios::trunc)
-      << file.SerializeAsString();
-}
-
 // PlanTraining reads the manifest's meta first, so a corrupt counter stops
 // the job there: nothing is created, nothing trains.
 TEST(Hardening, AResumedManifestWithNegativeIterationsFailsBeforeStepOne) {
   TrainOptions o = Tiny();
   o.save = TestDir("ckpt");
   ASSERT_EQ(RunJob(o), absl::OkStatus());
-  EditManifest(o.save, [](CheckpointManifest& m) { m.set_iterations(-100); });
+  ASSERT_EQ(checkpoint_testing::EditManifest(
+                o.save, [](CheckpointManifest& m) { m.set_iterations(-100); }),
+            absl::OkStatus());
   TrainOptions resumed = Tiny();
   resumed.resume = o.save;
   resumed.steps = 4;
@@ -709,11 +695,13 @@ TEST(Hardening, AnFp16ResumeFromACheckpointWithoutALossScaleIsRefused) {
   o.world_size = 1;
   o.save = TestDir("ckpt");
   ASSERT_EQ(RunJob(o), absl::OkStatus());
-  EditManifest(o.save, [](CheckpointManifest& m) {
-    m.set_loss_scale(0);
-    m.set_growth_tracker(0);
-    m.set_hysteresis_left(0);
-  });
+  ASSERT_EQ(checkpoint_testing::EditManifest(o.save,
+                                             [](CheckpointManifest& m) {
+                                               m.set_loss_scale(0);
+                                               m.set_growth_tracker(0);
+                                               m.set_hysteresis_left(0);
+                                             }),
+            absl::OkStatus());
   TrainOptions resumed = o;
   resumed.save.clear();
   resumed.resume = o.save;
@@ -790,15 +778,16 @@ TEST(Hardening, AResumeLoadsTheCheckpointCommittedAfterThePlanReadIt) {
   TrainOptions o = Tiny();
   o.steps = 6;
   o.resume = saved.step2;
-  int reads = 0;
+  // The ranks read on threads of their own.
+  std::atomic<int> reads{0};
   ScopedReadHook hook([&](ManifestReadPoint point, const std::string&) {
-    if (point == ManifestReadPoint::kAfter && reads++ == 0) {
+    if (point == ManifestReadPoint::kAfter && reads.fetch_add(1) == 0) {
       CommitInto(saved.step4, saved.step2);
     }
   });
   const absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(reads, 3);  // The plan, then each rank once.
+  EXPECT_EQ(reads.load(), 3);  // The plan, then each rank once.
   EXPECT_EQ(r->first_step, 4);
   ASSERT_EQ(r->steps.size(), 2u);
   EXPECT_EQ(r->steps[0].step, 5);
@@ -913,9 +902,10 @@ TEST(Hardening, ACheckpointCommittedAfterThePlanIsCheckedAsThePlanChecks) {
   o.save.clear();
   o.resume = first.save;
   o.steps = 4;
-  int reads = 0;
+  // The ranks read on threads of their own.
+  std::atomic<int> reads{0};
   ScopedReadHook hook([&](ManifestReadPoint point, const std::string&) {
-    if (point == ManifestReadPoint::kAfter && reads++ == 0) {
+    if (point == ManifestReadPoint::kAfter && reads.fetch_add(1) == 0) {
       CommitInto(other.save, first.save);
     }
   });
