@@ -90,6 +90,11 @@
 // make a new one (with a new store) on every rank. Gloo's exceptions never
 // escape: they become statuses naming the collective, rank and tag.
 //
+// Signals: Gloo writes to its sockets with writev, which raises SIGPIPE
+// when a peer has closed its end (a peer that failed); a process using
+// this group should ignore SIGPIPE (the train binary does), or such a peer
+// ends it.
+//
 // Thread-safety: all methods are thread-safe; collectives may be issued from
 // any thread (see process_group.h on ordering).
 // Destruction: fails every queued collective with Cancelled, aborts a

@@ -6,6 +6,7 @@
 // see README.md.
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -285,6 +286,10 @@ int Main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write to a socket or pipe whose reader has gone (a peer rank that
+  // failed, Gloo's writev to it; `train | head`) must be an error the
+  // caller reports, not SIGPIPE ending the process.
+  std::signal(SIGPIPE, SIG_IGN);
   // Nothing may escape as an exception (an abort, exit code 134): what the
   // checks could not foresee is reported like any other error.
   try {
