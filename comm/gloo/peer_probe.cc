@@ -17,9 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "comm/internal/gloo_timeout.h"
 #include "comm/gloo/host_port.h"
 #include "comm/internal/deadline.h"
+#include "comm/internal/gloo_timeout.h"
 #include "gloo/rendezvous/store.h"
 
 namespace chunkzero {
