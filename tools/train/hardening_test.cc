@@ -712,7 +712,7 @@ TEST(Hardening, AnFp16ResumeFromACheckpointWithoutALossScaleIsRefused) {
   EXPECT_EQ(status.message(),
             absl::StrCat("rank 0: --resume=", o.save, ": checkpoint ", o.save,
                          ": manifest field loss_scale = 0 says no loss "
-                         "scaler saved it, but --precision=fp16 keeps one"));
+                         "scaler saved it, but an f16 run keeps one"));
   EXPECT_EQ(steps, 0);
 }
 

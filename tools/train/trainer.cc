@@ -15,7 +15,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/time/clock.h"
 #include "base/detached_status.h"
 #include "base/file.h"
 #include "base/file_lock.h"
@@ -23,8 +22,6 @@
 #include "base/parallel_for.h"
 #include "base/status_macros.h"
 #include "base/thread.h"
-#include "checkpoint/sharded_checkpoint.h"
-#include "chunk/chunk_manager.h"
 #include "comm/agree.h"
 #include "comm/gather.h"
 #include "comm/gloo/bind_address.h"
@@ -33,10 +30,9 @@
 #include "comm/inprocess/in_process_group.h"
 #include "comm/nccl/nccl_process_group.h"
 #include "comm/process_group.h"
-#include "comm/recording_process_group.h"
 #include "comm/routing_process_group.h"
 #include "comm/staging_process_group.h"
-#include "ddp/zero_ddp.h"
+#include "engine/engine.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "models/gpt2/gemm.h"
 #include "models/gpt2/gpt_checkpoint.h"
@@ -53,8 +49,6 @@
 namespace chunkzero {
 
 namespace {
-
-double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
 // The lock file --save's directory holds while a job saves into it.
 constexpr char kSaveLockName[] = "lock";
@@ -118,7 +112,8 @@ bool IsConsequence(const absl::Status& status) {
   }
 }
 
-// One rank's whole run.
+// One rank's whole run: the GPT-2 model and its data, trained through the
+// engine (engine/engine.h).
 class RankRunner {
  public:
   // `result` is filled on rank 0 only. `device` is where the rank's chunks
@@ -129,8 +124,7 @@ class RankRunner {
       : plan_(plan),
         o_(plan.options),
         device_(device),
-        raw_(group),
-        recorded_(group),
+        group_(group),
         on_step_(on_step),
         result_(result) {}
 
@@ -151,301 +145,150 @@ class RankRunner {
  private:
   absl::Status RunSteps() {
     CZ_RETURN_IF_ERROR(SetUp());
-    const int64_t first = resumed_step_;
+    const int64_t first = engine_->step();
     if (rank() == 0) result_->first_step = first;
     for (int64_t step = first; step < o_.steps; ++step) {
       CZ_RETURN_IF_ERROR(TrainStep(step), "step ", step + 1);
       const bool last = step + 1 == o_.steps;
       if (!o_.save.empty() &&
           (last || (o_.save_every > 0 && (step + 1) % o_.save_every == 0))) {
-        CZ_RETURN_IF_ERROR(Save(step + 1), "saving to ", o_.save);
+        // A save that fails anywhere fails on every rank and leaves the
+        // previous checkpoint whole.
+        CZ_RETURN_IF_ERROR(engine_->Save(o_.save, CheckpointConfig(plan_)),
+                           "saving to ", o_.save);
       }
     }
     // Model data only: the model's working buffers (reported under a
     // device memory limit) are not chunk payloads.
-    int64_t at_rest = 0;
-    for (Device d : {Device::Cpu(), device_}) {
-      at_rest += tracker_.CurrentTotal(d) -
-                 tracker_.Current(d, MemoryCategory::kActivation);
-    }
-    CZ_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> all,
-                        comm::AllGatherInt64(raw_, {at_rest}, timeout()));
+    CZ_ASSIGN_OR_RETURN(
+        std::vector<std::vector<int64_t>> all,
+        comm::AllGatherInt64(group_, {engine_->AtRestBytes()}, timeout()));
     if (rank() == 0) {
       result_->at_rest_bytes.clear();
       for (const auto& r : all) result_->at_rest_bytes.push_back(r[0]);
     }
     if (!o_.export_path.empty()) {
-      CZ_ASSIGN_OR_RETURN(auto dict, ddp_->GatherStateDict(false));
+      CZ_ASSIGN_OR_RETURN(auto dict, engine_->GatherWeights());
       absl::Status exported;
       if (rank() == 0) exported = WriteGptCheckpoint(o_.export_path, dict);
       CZ_RETURN_IF_ERROR(
-          Agree(exported, "the --export file could not be written"),
+          engine_->Agree(exported, "the --export file could not be written"),
           "--export=", o_.export_path);
     }
     return absl::OkStatus();
   }
 
-  int rank() const { return raw_.rank(); }
+  int rank() const { return group_.rank(); }
   absl::Duration timeout() const { return absl::Seconds(o_.comm_timeout_s); }
 
-  // All ranks go on or fail together (comm/agree.h).
-  absl::Status Agree(const absl::Status& mine, absl::string_view others) {
-    return comm::AgreeOnStatus(raw_, mine, others, timeout());
+  // The engine's options from the flags: the device the chunks compute on
+  // is the GPU, or the simulated device when something is offloaded or
+  // capped, else the host.
+  EngineOptions MakeEngineOptions() const {
+    const bool gpu = o_.device == ComputeDevice::kCuda;
+    const bool capped = o_.device_memory_limit > 0;
+    EngineOptions e;
+    e.chunk_size = plan_.chunk_size;
+    e.layout = o_.storage;
+    e.precision = o_.precision;
+    e.device = gpu || o_.offload != OffloadPolicy::kNone || capped
+                   ? device_
+                   : Device::Cpu();
+    // An `auto` the device limit leaves no room in rests on the host, as
+    // `params` does (TrainPlan::auto_rests_on_host).
+    e.offload = o_.offload == OffloadPolicy::kAuto && plan_.auto_rests_on_host
+                    ? OffloadPolicy::kParams
+                    : o_.offload;
+    e.device_memory_limit = o_.device_memory_limit;
+    e.max_prefetch = o_.max_prefetch;
+    if (o_.param_order == ParamOrder::kLayers) e.first_use_order = plan_.order;
+    e.comm_timeout = timeout();
+    return e;
   }
 
   absl::Status SetUp() {
-    ChunkManagerOptions chunk_options;
-    chunk_options.chunk_size = plan_.chunk_size;
-    chunk_options.layout = o_.storage;
-    chunk_options.comm_timeout = timeout();
-    // ZeRO-Offload: the compute-dtype chunks live on the "accelerator" (the
-    // host-backed simulated device on machines without a GPU), the masters
-    // and optimizer states in host memory; with the parameters offloaded
-    // too, the compute chunks rest in host memory and only the chunks in use
-    // occupy the device. Under a device memory limit the job computes for
-    // that device too, with the masters there unless offloaded; the limit
-    // caps everything this rank's storages and the model's working buffers
-    // hold on it. On a GPU the model, its chunks and (unless offloaded) the
-    // masters and states all live there.
-    const Device device = device_;
-    const bool gpu = o_.device == ComputeDevice::kCuda;
-    const bool capped = o_.device_memory_limit > 0;
-    if (gpu || o_.offload != OffloadPolicy::kNone || capped) {
-      chunk_options.device = device;
-    }
-    if (OffloadsParams(o_.offload)) {
-      chunk_options.rest_device = Device::Cpu();
-      chunk_options.auto_residency =
-          o_.offload == OffloadPolicy::kAuto && !plan_.auto_rests_on_host;
-    }
-    if (capped) tracker_.SetLimit(device, o_.device_memory_limit);
-    chunks_ =
-        std::make_unique<ChunkManager>(&recorded_, chunk_options, &tracker_);
-    CZ_ASSIGN_OR_RETURN(model_,
-                        GptModel::Create(plan_.model, o_.seed, DType::kF32,
-                                         gpu ? device : Device::Cpu()));
-    model_->set_matmul_precision(MatmulPrecision(o_.precision));
-    CZ_RETURN_IF_ERROR(model_->set_fused_attention(o_.fused_attention));
-    if (capped || gpu) {
-      CZ_RETURN_IF_ERROR(model_->set_memory_accounting(&tracker_, device));
-    }
-    if (plan_.init.has_value()) {
-      CZ_RETURN_IF_ERROR(model_->LoadStateDict(plan_.init->state),
-                         "--init=", o_.init);
-    }
-    ZeroDdpOptions ddp_options;
-    ddp_options.compute_dtype = o_.precision;
-    ddp_options.max_prefetch = o_.max_prefetch;
-    if (o_.param_order == ParamOrder::kLayers) {
-      ddp_options.first_use_order = plan_.order;
-    }
-    if (o_.offload != OffloadPolicy::kNone) {
-      ddp_options.master_device = Device::Cpu();
-    }
-    CZ_ASSIGN_OR_RETURN(
-        ddp_, ZeroDdp::Create(model_.get(), chunks_.get(), ddp_options));
-    ZeroOptimizerOptions opt;
+    EngineOptions engine_options = MakeEngineOptions();
+    ZeroOptimizerOptions& opt = engine_options.optimizer;
     opt.kind = o_.optimizer;
     CZ_ASSIGN_OR_RETURN(opt.lr,
                         LrSchedule::WarmupCosine(o_.lr, o_.min_lr, o_.warmup,
                                                  std::max(o_.steps, 1)));
     if (o_.weight_decay >= 0) opt.weight_decay = o_.weight_decay;
     opt.max_grad_norm = o_.clip;
-    opt.offload = o_.offload;
-    CZ_ASSIGN_OR_RETURN(optimizer_, ZeroOptimizer::Create(ddp_.get(), opt));
+    const bool gpu = o_.device == ComputeDevice::kCuda;
+    CZ_ASSIGN_OR_RETURN(model_,
+                        GptModel::Create(plan_.model, o_.seed, DType::kF32,
+                                         gpu ? device_ : Device::Cpu()));
+    model_->set_matmul_precision(MatmulPrecision(o_.precision));
+    CZ_RETURN_IF_ERROR(model_->set_fused_attention(o_.fused_attention));
+    // The model's working buffers count against the device they live on.
+    if (o_.device_memory_limit > 0 || gpu) {
+      CZ_RETURN_IF_ERROR(model_->set_memory_accounting(&tracker_, device_));
+    }
+    if (plan_.init.has_value()) {
+      CZ_RETURN_IF_ERROR(model_->LoadStateDict(plan_.init->state),
+                         "--init=", o_.init);
+    }
+    CZ_ASSIGN_OR_RETURN(
+        engine_, Engine::Create(group_, *model_, engine_options, &tracker_));
     if (!o_.resume.empty()) {
-      CZ_ASSIGN_OR_RETURN(resumed_step_, Resume());
+      CZ_RETURN_IF_ERROR(engine_
+                             ->Resume(o_.resume, CheckpointConfig(plan_),
+                                      absl::StrCat("--resume=", o_.resume))
+                             .status());
     }
-    tokens_per_rank_ = static_cast<size_t>(o_.batch) * plan_.seq_len;
-    inputs_.resize(tokens_per_rank_);
-    targets_.resize(tokens_per_rank_);
-    recorded_.Reset();
-    return absl::OkStatus();
-  }
-
-  // Loads --resume's checkpoint into the optimizer and returns its step.
-  // Another job may be saving into the directory (checkpoint/checkpoint.h):
-  // each rank's read is whole, but the checkpoint PlanTraining checked may
-  // have been replaced since, and the ranks, reading one after the other,
-  // may read different ones. So every rank loads what is committed now,
-  // checks it as PlanTraining checked its meta, and the ranks compare which
-  // commit they loaded; if they differ, all read again (the saver commits
-  // every few steps, so a second read agrees), up to kResumeReads times.
-  absl::StatusOr<int64_t> Resume() {
-    constexpr int kResumeReads = 3;
-    for (int read = 1;; ++read) {
-      absl::StatusOr<CheckpointMeta> meta =
-          LoadShardedCheckpoint(o_.resume, *optimizer_, timeout());
-      absl::Status mine = meta.status();
-      if (!mine.ok()) {
-        mine = absl::Status(
-            mine.code(),
-            absl::StrCat(mine.message(), "; --resume=", o_.resume));
-      } else {
-        mine = CheckResumed(*meta);
-      }
-      CZ_RETURN_IF_ERROR(Agree(
-          mine, absl::StrCat("another rank could not resume from --resume=",
-                             o_.resume)));
-      CZ_ASSIGN_OR_RETURN(
-          const std::vector<std::vector<int64_t>> loaded,
-          comm::AllGatherInt64(raw_, {meta->step, meta->manifest_crc32c},
-                               timeout()));
-      if (std::all_of(loaded.begin(), loaded.end(),
-                      [&](const auto& l) { return l == loaded[0]; })) {
-        return meta->step;
-      }
-      if (read == kResumeReads) {
-        std::vector<std::string> steps;
-        for (size_t r = 0; r < loaded.size(); ++r) {
-          steps.push_back(absl::StrCat("rank ", r, " step ", loaded[r][0]));
-        }
-        return absl::AbortedError(absl::StrCat(
-            "--resume=", o_.resume, ": the ranks read different checkpoints ",
-            kResumeReads, " times in a row (the last time ",
-            absl::StrJoin(steps, ", "),
-            "): another job keeps committing into it; resume from a copy of "
-            "it, or once that job has stopped"));
-      }
-    }
-  }
-
-  // Checks the checkpoint loaded from --resume as PlanTraining checked the
-  // meta it read (the two may differ, see Resume), and what only this run's
-  // flags tell.
-  absl::Status CheckResumed(const CheckpointMeta& meta) const {
-    for (const auto& [key, value] : CheckpointConfig(plan_)) {
-      const auto it = meta.config.find(key);
-      if (it != meta.config.end() && it->second != value) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--resume=", o_.resume, " was saved with ", key, "=",
-                         it->second, ", this run has ", key, "=", value));
-      }
-    }
-    // An fp16 run saves its loss scale; 0 (what f32 and bf16 runs save)
-    // would leave the scaler at its initial scale without a word.
-    if (o_.precision == DType::kF16 && meta.loss_scale == 0) {
-      return absl::DataLossError(absl::StrCat(
-          "--resume=", o_.resume, ": checkpoint ", o_.resume,
-          ": manifest field loss_scale = 0 says no loss scaler saved it, but "
-          "--precision=fp16 keeps one"));
-    }
+    const size_t tokens_per_rank =
+        static_cast<size_t>(o_.batch) * plan_.seq_len;
+    inputs_.assign(o_.grad_accum, std::vector<int32_t>(tokens_per_rank));
+    targets_.assign(o_.grad_accum, std::vector<int32_t>(tokens_per_rank));
     return absl::OkStatus();
   }
 
   absl::Status TrainStep(int64_t step) {
-    const absl::Time start = absl::Now();
-    absl::Duration forward, backward, optimizer;
     const BatchOrder order{o_.batch, o_.world_size, o_.grad_accum,
                            plan_.seq_len};
-    double loss = 0;
     for (int m = 0; m < o_.grad_accum; ++m) {
       CZ_RETURN_IF_ERROR(plan_.data.FillBatch(order, step, m, rank(),
-                                              absl::MakeSpan(inputs_),
-                                              absl::MakeSpan(targets_)));
-      absl::Time t = absl::Now();
-      CZ_ASSIGN_OR_RETURN(
-          float l,
-          model_->Forward(*ddp_, o_.batch, plan_.seq_len, inputs_, targets_));
-      loss += l;
-      forward += absl::Now() - t;
-      t = absl::Now();
-      CZ_RETURN_IF_ERROR(model_->Backward(
-          *ddp_, static_cast<float>(optimizer_->loss_scale())));
-      CZ_RETURN_IF_ERROR(ddp_->FinishBackward());
-      backward += absl::Now() - t;
-      if (m + 1 < o_.grad_accum) {
-        t = absl::Now();
-        CZ_RETURN_IF_ERROR(optimizer_->AccumulateGrads());
-        optimizer += absl::Now() - t;
-      }
+                                              absl::MakeSpan(inputs_[m]),
+                                              absl::MakeSpan(targets_[m])));
     }
-    absl::Time t = absl::Now();
-    CZ_ASSIGN_OR_RETURN(StepResult result, optimizer_->Step());
-    optimizer += absl::Now() - t;
-    const absl::Duration step_time = absl::Now() - start;
-    const comm::RecordingSnapshot comm = recorded_.SnapshotAndReset();
-
-    // The global loss, and every rank's figures to rank 0: on the raw
-    // group, so this bookkeeping is not counted as training traffic.
-    std::vector<float> sum = {static_cast<float>(loss / o_.grad_accum)};
-    comm::AllReduceOptions sum_options;
-    sum_options.timeout = timeout();
-    CZ_RETURN_IF_ERROR(
-        comm::AllReduce(raw_, comm::MutableBuffer::Of(sum), sum_options));
-    // Every rank sees the same sum. A loss that is not finite cannot come
-    // back (the forward does not depend on the loss scale): the weights or
-    // the data are not finite any more.
-    if (!std::isfinite(sum[0])) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the loss is ", sum[0] / o_.world_size,
-          ": the weights are no longer finite (the run diverged; a lower "
-          "--lr may help)"));
-    }
-    const ChunkManager::Transfers moved = chunks_->TransferredBytes();
-    const int64_t h2d = moved.rest_to_device - transfers_.rest_to_device;
-    const int64_t d2h = moved.device_to_rest - transfers_.device_to_rest;
-    transfers_ = moved;
     CZ_ASSIGN_OR_RETURN(
-        std::vector<std::vector<int64_t>> figures,
-        comm::AllGatherInt64(raw_,
-                             EncodeRankStepMetrics(MeasureRankStep(
-                                 tracker_, comm, h2d, d2h, device_)),
-                             timeout()));
+        StepMetrics m,
+        engine_->Step(
+            o_.grad_accum,
+            [&](ParamHooks& hooks, int micro) -> absl::StatusOr<double> {
+              return model_->Forward(hooks, o_.batch, plan_.seq_len,
+                                     inputs_[micro], targets_[micro]);
+            },
+            [&](ParamHooks& hooks, int, float loss_scale) {
+              return model_->Backward(hooks, loss_scale);
+            }));
     absl::Status reported;
     if (rank() == 0) {
-      StepMetrics m;
-      m.step = step + 1;
       m.steps = o_.steps;
-      m.loss = sum[0] / o_.world_size;
-      m.lr = result.lr;
-      m.loss_scale = result.loss_scale;
-      m.skipped = result.skipped;
-      m.grad_norm = result.grad_norm;
-      m.step_time_s = Seconds(step_time);
-      m.tokens_per_s = static_cast<double>(tokens_per_rank_) * o_.world_size *
-                       o_.grad_accum / m.step_time_s;
-      m.forward_s = Seconds(forward);
-      m.backward_s = Seconds(backward);
-      m.optimizer_s = Seconds(optimizer);
-      m.comm_wait_s = Seconds(comm.blocked);
-      for (const std::vector<int64_t>& f : figures)
-        m.ranks.push_back(DecodeRankStepMetrics(f));
+      m.tokens_per_s = static_cast<double>(o_.batch) * plan_.seq_len *
+                       o_.world_size * o_.grad_accum / m.step_time_s;
       result_->steps.push_back(m);
       if (on_step_) reported = on_step_(m);
     }
     // A report that failed (say, a full disk under --metrics_out) ends the
     // run on every rank.
-    return Agree(reported, "the step could not be reported");
-  }
-
-  // Saves a checkpoint collectively (checkpoint/sharded_checkpoint.h): a
-  // save that fails anywhere fails on every rank and leaves the previous
-  // checkpoint whole.
-  absl::Status Save(int64_t step) {
-    return SaveShardedCheckpoint(raw_, *ddp_, *optimizer_, o_.save, step,
-                                 CheckpointConfig(plan_), timeout());
+    return engine_->Agree(reported, "the step could not be reported");
   }
 
   const TrainPlan& plan_;
   const TrainOptions& o_;
   const Device device_;
-  comm::ProcessGroup& raw_;
-  comm::RecordingProcessGroup recorded_;
+  comm::ProcessGroup& group_;
   const StepCallback& on_step_;
   TrainResult* result_;
+  // Destroyed in reverse: the engine, then the model (which reports its
+  // buffers to the tracker), then the tracker.
   MemoryTracker tracker_;
-  std::unique_ptr<ChunkManager> chunks_;
-  // The chunks' host-device copies up to the last step, for per-step
-  // figures.
-  ChunkManager::Transfers transfers_;
   std::unique_ptr<GptModel> model_;
-  std::unique_ptr<ZeroDdp> ddp_;
-  std::unique_ptr<ZeroOptimizer> optimizer_;
-  size_t tokens_per_rank_ = 0;
-  std::vector<int32_t> inputs_, targets_;
-  // Steps done before this run: those of the checkpoint resumed from.
-  int64_t resumed_step_ = 0;
+  std::unique_ptr<Engine> engine_;
+  // Each micro-batch's tokens, filled before the step.
+  std::vector<std::vector<int32_t>> inputs_, targets_;
 };
 
 // This process's rank's store at --rendezvous (checked by PlanTraining).

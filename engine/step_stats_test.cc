@@ -1,4 +1,4 @@
-#include "tools/train/step_metrics.h"
+#include "engine/step_stats.h"
 
 #include <cstdint>
 #include <vector>

@@ -1,0 +1,86 @@
+// EngineOptions: what an Engine (engine/engine.h) is told, and Placement,
+// where the options put each kind of memory.
+//
+//   EngineOptions options;
+//   options.chunk_size = 1 << 20;               // elements per chunk
+//   options.precision = DType::kBF16;
+//   options.device = Device::Simulated(0);      // or Device::Cuda(i)
+//   options.offload = OffloadPolicy::kOptimizer;
+//   CZ_ASSIGN_OR_RETURN(Placement where, PlaceMemory(options));
+//
+// One offload policy decides five settings spread over chunk/, ddp/ and
+// optim/; PlaceMemory is the one place that turns it into them, so that
+// every user of the engine places memory alike.
+#ifndef CHUNKZERO_ENGINE_ENGINE_OPTIONS_H_
+#define CHUNKZERO_ENGINE_ENGINE_OPTIONS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "chunk/chunk_layout.h"
+#include "chunk/chunk_manager.h"
+#include "comm/options.h"
+#include "optim/zero_optimizer.h"
+#include "tensor/device.h"
+#include "tensor/dtype.h"
+
+namespace chunkzero {
+
+struct EngineOptions {
+  // Elements per chunk; std::nullopt: one chunk per tensor
+  // (chunk/chunk_size_search.h picks a size with little padding).
+  std::optional<int64_t> chunk_size;
+  ChunkLayout layout = ChunkLayout::kSharded;
+  // The dtype the parameters compute in (the chunks'): kF16 (with a dynamic
+  // loss scale), kBF16 or kF32. Masters are always f32.
+  DType precision = DType::kF16;
+  // Where the model computes and the compute chunks live: the host
+  // (Device::Cpu()), a GPU, or the host-backed simulated device sim:0,
+  // which behaves as an accelerator (for offload and caps without a GPU).
+  Device device = Device::Cpu();
+  // Where the masters, optimizer states and resting parameter chunks live
+  // (optim/zero_optimizer.h). Anything but kNone needs a `device` other
+  // than the host.
+  OffloadPolicy offload = OffloadPolicy::kNone;
+  // Bytes `device` may hold (0: no limit): the chunks, the masters unless
+  // offloaded, and whatever the model counts in the engine's tracker. A
+  // request past it is ResourceExhausted naming what asked. Needs a
+  // `device` other than the host.
+  int64_t device_memory_limit = 0;
+  // ZeroDdpOptions (ddp/zero_ddp.h): chunks gathered ahead, the order of
+  // first use when the model knows it (empty: recorded in step 1), and
+  // whether grads missing on some ranks count as zeros.
+  int max_prefetch = 1;
+  std::vector<std::string> first_use_order;
+  bool find_unused_parameters = false;
+  // The optimizer; its `offload` field is ignored (`offload` above rules).
+  ZeroOptimizerOptions optimizer;
+  // How long a collective may wait for the other ranks.
+  absl::Duration comm_timeout = comm::kDefaultCollectiveTimeout;
+};
+
+// Where an Engine's options put each kind of memory.
+struct Placement {
+  // Device, resting device and automatic residency of the compute chunks.
+  ChunkManagerOptions chunks;
+  // Where the f32 masters (and optimizer states) live; std::nullopt: with
+  // the compute chunks.
+  std::optional<Device> masters;
+  // The device the memory limit applies to (std::nullopt: no limit).
+  std::optional<Device> limited;
+};
+
+// InvalidArgument naming the option for a combination that cannot be
+// placed: an offload policy or a device memory limit with `device` the
+// host, a negative limit or chunk size, a compute dtype other than f16,
+// bf16 or f32, a negative max_prefetch, a timeout that is not positive.
+[[nodiscard]] absl::StatusOr<Placement> PlaceMemory(
+    const EngineOptions& options);
+
+}  // namespace chunkzero
+
+#endif  // CHUNKZERO_ENGINE_ENGINE_OPTIONS_H_
