@@ -19,6 +19,8 @@
 #                                      # -Wthread-safety only (quicker
 #                                      # than tsan; nothing links)
 #   bash tools/test.sh gpu-bundle      # tools/gpu/bundle.sh and its run.sh
+#   bash tools/test.sh examples        # examples/, a workspace of its own
+#                                      # that uses chunkzero as a library
 #
 # Counts are of GoogleTest test cases, read from the test.xml files Bazel
 # keeps; a test target that fails to build or times out counts as one failed.
@@ -83,6 +85,24 @@ for config in "${configs[@]}"; do
       total_failed=$((total_failed + 1))
     fi
     rm -rf "${bundle}"
+    phase_done
+    continue
+  fi
+  if [[ "${config}" == examples ]]; then
+    # examples/ is a separate workspace depending on chunkzero through
+    # local_repository and chunkzero_dependencies(): its tests prove that a
+    # model of one's own trains through the engine from outside the tree.
+    log="$(mktemp)"
+    echo "=== examples: bazel test //... in examples/" >&2
+    (cd examples && bazel test --test_summary=short //... 2>&1) | tee "${log}" >&2
+    counts="$(python3 tools/count_tests.py "${log}" "$(cd examples && bazel info bazel-testlogs 2>/dev/null)")"
+    (cd examples && bazel shutdown 2>/dev/null)
+    rm -f "${log}"
+    read -r passed failed skipped <<<"${counts}"
+    echo "examples: ${passed} passed, ${failed} failed, ${skipped} skipped" >&2
+    total_passed=$((total_passed + passed))
+    total_failed=$((total_failed + failed))
+    total_skipped=$((total_skipped + skipped))
     phase_done
     continue
   fi

@@ -1,0 +1,99 @@
+#include "autoencoder/train_ranks.h"
+
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "autoencoder/tied_autoencoder.h"
+#include "base/status_macros.h"
+#include "comm/inprocess/in_process_group.h"
+#include "engine/engine.h"
+
+namespace autoencoder {
+
+using chunkzero::Engine;
+using chunkzero::ParamHooks;
+
+namespace {
+
+std::map<std::string, std::vector<float>> ToVectors(
+    const std::map<std::string, chunkzero::Tensor>& weights) {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [name, tensor] : weights) out[name] = *tensor.ToFloats();
+  return out;
+}
+
+// One rank's run; rank 0 fills `trained`.
+absl::Status RunRank(chunkzero::comm::ProcessGroup& group,
+                     const TrainSettings& s, Trained* trained) {
+  TiedAutoencoder model(s.width, s.hidden, s.seed);
+  chunkzero::EngineOptions options = s.engine;
+  options.find_unused_parameters = true;
+  CZ_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                      Engine::Create(group, model, options));
+  CZ_ASSIGN_OR_RETURN(const auto initial, engine->GatherWeights());
+  const int rows = s.rows / group.size();
+  for (int step = 0; step < s.steps; ++step) {
+    const std::vector<float> batch =
+        MakeData(s.rows, s.width, /*seed=*/1000 + step);
+    const std::vector<float> mine(
+        batch.begin() + group.rank() * rows * s.width,
+        batch.begin() + (group.rank() + 1) * rows * s.width);
+    const bool use_gate = step % 2 == 0;
+    CZ_ASSIGN_OR_RETURN(const chunkzero::StepMetrics m,
+                        engine->Step(
+                            /*micro_batches=*/1,
+                            [&](ParamHooks& hooks, int) {
+                              return model.Forward(hooks, mine, rows, use_gate);
+                            },
+                            [&](ParamHooks& hooks, int, float loss_scale) {
+                              return model.Backward(hooks, loss_scale);
+                            }));
+    if (group.rank() == 0) trained->losses.push_back(m.loss);
+  }
+  CZ_ASSIGN_OR_RETURN(const auto final, engine->GatherWeights());
+  if (group.rank() == 0) {
+    trained->initial = ToVectors(initial);
+    trained->final = ToVectors(final);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Trained> TrainOnRanks(int world_size,
+                                     const TrainSettings& settings) {
+  if (world_size < 1 || settings.rows % world_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        settings.rows, " rows do not split over ", world_size, " ranks"));
+  }
+  chunkzero::comm::InProcessWorld world(world_size);
+  Trained trained;
+  std::mutex mu;
+  absl::Status first_failure;
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < world_size; ++r) {
+    ranks.emplace_back([&, r] {
+      absl::Status status = [&]() -> absl::Status {
+        CZ_ASSIGN_OR_RETURN(chunkzero::comm::ProcessGroup * group,
+                            world.group(r));
+        return RunRank(*group, settings, &trained);
+      }();
+      if (status.ok()) return;
+      std::lock_guard<std::mutex> lock(mu);
+      if (first_failure.ok()) {
+        first_failure = absl::Status(
+            status.code(), absl::StrCat("rank ", r, ": ", status.message()));
+      }
+      // The other ranks must not wait for this one in a collective.
+      world.Abort(first_failure);
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  if (!first_failure.ok()) return first_failure;
+  return trained;
+}
+
+}  // namespace autoencoder

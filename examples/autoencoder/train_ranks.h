@@ -1,0 +1,42 @@
+// Trains a TiedAutoencoder with chunkzero's engine on ranks that are
+// threads of this process (an in-process world), each rank taking its
+// slice of every batch.
+//
+//   absl::StatusOr<Trained> t = TrainOnRanks(/*world_size=*/2, options);
+#ifndef CHUNKZERO_EXAMPLES_AUTOENCODER_TRAIN_RANKS_H_
+#define CHUNKZERO_EXAMPLES_AUTOENCODER_TRAIN_RANKS_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/engine_options.h"
+
+namespace autoencoder {
+
+struct TrainSettings {
+  int width = 16;
+  int hidden = 4;
+  int rows = 32;  // Per step, over all ranks; a multiple of the world size.
+  int steps = 30;
+  uint32_t seed = 7;
+  // The engine's options (chunk size, precision, optimizer, ...);
+  // find_unused_parameters is set, since odd steps leave the gate unused.
+  chunkzero::EngineOptions engine;
+};
+
+struct Trained {
+  std::vector<double> losses;  // Per step, over all ranks.
+  // The full f32 weights before the first step and after the last.
+  std::map<std::string, std::vector<float>> initial, final;
+};
+
+// InvalidArgument for rows that do not split over the ranks; the engine's
+// and the model's errors as they come, naming the rank.
+absl::StatusOr<Trained> TrainOnRanks(int world_size,
+                                     const TrainSettings& settings);
+
+}  // namespace autoencoder
+
+#endif  // CHUNKZERO_EXAMPLES_AUTOENCODER_TRAIN_RANKS_H_
