@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "autoencoder/tied_autoencoder.h"
 #include "base/status_macros.h"
-#include "comm/inprocess/in_process_group.h"
+#include "comm/world.h"
 #include "engine/engine.h"
 
 namespace autoencoder {
@@ -69,16 +69,19 @@ absl::StatusOr<Trained> TrainOnRanks(int world_size,
     return absl::InvalidArgumentError(absl::StrCat(
         settings.rows, " rows do not split over ", world_size, " ranks"));
   }
-  chunkzero::comm::InProcessWorld world(world_size);
+  chunkzero::comm::WorldSpec spec;
+  spec.world_size = world_size;  // Ranks as threads, in-process.
+  CZ_ASSIGN_OR_RETURN(std::unique_ptr<chunkzero::comm::World> world,
+                      chunkzero::comm::MakeWorld(spec));
   Trained trained;
   std::mutex mu;
   absl::Status first_failure;
   std::vector<std::thread> ranks;
-  for (int r = 0; r < world_size; ++r) {
+  for (int r : world->local_ranks()) {
     ranks.emplace_back([&, r] {
       absl::Status status = [&]() -> absl::Status {
         CZ_ASSIGN_OR_RETURN(chunkzero::comm::ProcessGroup * group,
-                            world.group(r));
+                            world->group(r));
         return RunRank(*group, settings, &trained);
       }();
       if (status.ok()) return;
@@ -88,7 +91,7 @@ absl::StatusOr<Trained> TrainOnRanks(int world_size,
             status.code(), absl::StrCat("rank ", r, ": ", status.message()));
       }
       // The other ranks must not wait for this one in a collective.
-      world.Abort(first_failure);
+      world->Abort(first_failure);
     });
   }
   for (std::thread& t : ranks) t.join();

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/system_memory.h"
+#include "engine/cost_model.h"
 
 namespace chunkzero {
 namespace {
@@ -79,39 +80,28 @@ absl::StatusOr<TrainMemoryEstimate> EstimateTrainMemory(
   e.ranks_in_process = in.ranks_in_process;
   e.model_init = 4 * psi;
 
-  // Chunk payloads. A size still to be searched is at least the largest
-  // tensor (the caller checks again with the size found); a packing wastes
-  // less than one chunk's worth of elements.
-  double chunk = largest;
-  if (in.chunk_size > 0) chunk = static_cast<double>(in.chunk_size);
-  double padded = in.chunk_size == 0 ? psi : psi + chunk;
-  if (in.chunk_size > 0 && in.num_chunks > 0) {
-    padded = static_cast<double>(in.num_chunks) * chunk;
-  }
-  const double element = ElementSize(in.dtype);
-  const double state_bytes = in.optimizer == OptimizerKind::kSgd ? 0 : 8;
-  const double accum_bytes = in.grad_accum > 1 ? 4 : 0;
-  const double optimizer_bytes = 4 + state_bytes + accum_bytes;
-  // ZeroDdp's peak in chunks gathered at once, as measured for every
-  // max_prefetch from 0 to 6 (memory_estimate_test checks the bound against
-  // the train job's own accounting).
-  const double most_in_flight = 2.0 * in.max_prefetch + 3;
-  e.in_flight = std::min(padded, most_in_flight * chunk) * element;
-  if (in.layout == ChunkLayout::kReplicated) {
-    e.chunks = element * padded;
-    e.chunks_at_rest = e.chunks;
-    e.optimizer = optimizer_bytes * padded;
-  } else {
-    // This rank's share at rest, plus the chunks in flight, plus the reduce
-    // buffers.
-    const double in_flight = e.in_flight;
-    const double owner_slack = in.layout == ChunkLayout::kOwner ? chunk : 0;
-    e.chunks_at_rest = element * (padded / W + owner_slack);
-    e.reduce_scratch = 2 * 4 * std::min(padded, chunk);
-    e.chunks = e.chunks_at_rest + in_flight + e.reduce_scratch;
-    if (in.layout == ChunkLayout::kSharded) e.in_flight_shards = in_flight / W;
-    e.optimizer = optimizer_bytes * (padded / W + owner_slack);
-  }
+  // The engine's chunks, masters and states (engine/cost_model.h). A size
+  // still to be searched is at least the largest tensor (the caller checks
+  // again with the size found).
+  EngineOptions engine;
+  engine.layout = in.layout;
+  engine.precision = in.dtype;
+  engine.max_prefetch = in.max_prefetch;
+  engine.optimizer.kind = in.optimizer;
+  if (in.chunk_size > 0) engine.chunk_size = in.chunk_size;
+  if (in.chunk_size < 0) engine.chunk_size = static_cast<int64_t>(largest);
+  ParameterPacking packing;
+  packing.parameters = psi;
+  packing.largest_tensor = largest;
+  if (in.chunk_size > 0) packing.num_chunks = in.num_chunks;
+  const ChunkMemory chunks =
+      EstimateChunkMemory(engine, packing, in.world_size, in.grad_accum);
+  e.chunks = chunks.chunks;
+  e.chunks_at_rest = chunks.chunks_at_rest;
+  e.reduce_scratch = chunks.reduce_scratch;
+  e.in_flight = chunks.in_flight;
+  e.in_flight_shards = chunks.in_flight_shards;
+  e.optimizer = chunks.optimizer;
 
   // models/gpt2/gpt_model.cc's buffers, in floats: per block 16 N C + 4 N +
   // B NH T^2; embeddings and the final LayerNorm 2 N C + 2 N; the N x V

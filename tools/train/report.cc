@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "engine/cost_model.h"
+#include "tools/train/engine_spec.h"
 #include "tools/train/train_flags.h"
 
 namespace chunkzero {
@@ -14,12 +16,6 @@ namespace {
 
 int ComputeBytes(const TrainOptions& o) {
   return static_cast<int>(ElementSize(o.precision));
-}
-
-int StateCount(const TrainOptions& o) {
-  // The train job's SGD is PyTorch's default (momentum 0): no state.
-  if (o.optimizer == OptimizerKind::kSgd) return 0;
-  return 2;  // exp_avg, exp_avg_sq
 }
 
 std::string Bytes(double b) {
@@ -37,25 +33,16 @@ std::string Duration(double seconds) {
 }  // namespace
 
 int64_t ModelBytesPerParameter(const TrainOptions& o) {
-  return ComputeBytes(o) + 4 + 4 * StateCount(o) + (o.grad_accum > 1 ? 4 : 0);
+  return ModelBytesPerParameter(EngineOptionsFromFlags(o), o.grad_accum);
 }
 
 int64_t ReplicatedBytesPerParameter(const TrainOptions& o) {
-  return ComputeBytes(o) + ModelBytesPerParameter(o);
+  return ReplicatedBytesPerParameter(EngineOptionsFromFlags(o), o.grad_accum);
 }
 
 double ExpectedCommBytesPerStep(const TrainOptions& o, int64_t psi) {
-  const double n = o.world_size;
-  const double c = ComputeBytes(o);
-  double per_pass;
-  if (o.storage == ChunkLayout::kReplicated) {
-    per_pass = 2 * c * psi * (n - 1) / n;
-  } else if (o.storage == ChunkLayout::kSharded) {
-    per_pass = 3 * c * psi * (n - 1) / n;
-  } else {
-    per_pass = n > 1 ? 3 * c * psi : 0;
-  }
-  return per_pass * o.grad_accum;
+  return ExpectedCommBytesPerStep(EngineOptionsFromFlags(o), o.world_size,
+                                  o.grad_accum, psi);
 }
 
 // What an offload keeps in host memory, for the summary's device lines.

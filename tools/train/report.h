@@ -13,16 +13,11 @@
 
 namespace chunkzero {
 
-// Model-data bytes per parameter the run keeps, in total over the ranks:
-// compute-dtype chunk (grads reuse it) + fp32 master + optimizer states
-// (+ the fp32 accumulation buffer with grad_accum > 1). 14 for f16 AdamW.
+// The engine's cost model (engine/cost_model.h) for the job's flags: model
+// bytes per parameter kept (14 for f16 AdamW), replicated DDP's (16), and
+// §7's bus bytes per rank and step.
 int64_t ModelBytesPerParameter(const TrainOptions& options);
-// The same for replicated data parallelism without grad reuse: a separate
-// compute-dtype grad too (16 for f16 AdamW).
 int64_t ReplicatedBytesPerParameter(const TrainOptions& options);
-// DESIGN.md §7 bus bytes per rank and step: replicated 2 c Ψ (N-1)/N,
-// sharded 3 c Ψ (N-1)/N; owner 3 c Ψ (two broadcasts and a reduce, bus
-// factor 1), for c the compute dtype's size; times the micro-batches.
 double ExpectedCommBytesPerStep(const TrainOptions& options, int64_t psi);
 
 // The memory target: per-rank peak <= 1.05 x (K Ψ / N + chunks in flight),

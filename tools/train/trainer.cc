@@ -11,9 +11,7 @@
 #include <thread>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/detached_status.h"
 #include "base/file.h"
@@ -25,22 +23,16 @@
 #include "comm/agree.h"
 #include "comm/gather.h"
 #include "comm/gloo/bind_address.h"
-#include "comm/gloo/gloo_process_group.h"
 #include "comm/gloo/rendezvous_store.h"
-#include "comm/inprocess/in_process_group.h"
-#include "comm/nccl/nccl_process_group.h"
 #include "comm/process_group.h"
-#include "comm/routing_process_group.h"
-#include "comm/staging_process_group.h"
+#include "comm/world.h"
 #include "engine/engine.h"
-#include "gloo/rendezvous/hash_store.h"
 #include "models/gpt2/gemm.h"
 #include "models/gpt2/gpt_checkpoint.h"
 #include "optim/zero_optimizer.h"
-#include "tensor/allocator.h"
-#include "tensor/caching_allocator.h"
 #include "tensor/cuda_runtime.h"
 #include "tensor/memory_tracker.h"
+#include "tools/train/engine_spec.h"
 #include "tools/train/step_metrics.h"
 #include "tools/train/token_data.h"
 #include "tools/train/train_flags.h"
@@ -89,27 +81,6 @@ std::map<std::string, std::string> RendezvousConfig(const TrainPlan& plan) {
   config["lr"] = absl::StrCat(o.lr);
   config["data"] = absl::StrCat(plan.data.size(), " tokens");
   return config;
-}
-
-// True for a rank's failure that reports what another rank's failure did
-// to it: an agreement's echo, a connection the failed rank's teardown
-// reset, a collective cancelled or refused by an abort, a rendezvous a rank
-// gave up. Ranks as threads report in whatever order they fail; the cause
-// is reported before these.
-bool IsConsequence(const absl::Status& status) {
-  if (comm::IsEchoedFailure(status)) return true;
-  switch (status.code()) {
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kCancelled:
-      return true;
-    case absl::StatusCode::kFailedPrecondition:
-      return absl::StrContains(status.message(),
-                               "gave up before the rendezvous completed") ||
-             absl::StrContains(status.message(),
-                               "aborted by an earlier failure");
-    default:
-      return false;
-  }
 }
 
 // One rank's whole run: the GPT-2 model and its data, trained through the
@@ -181,40 +152,9 @@ class RankRunner {
   int rank() const { return group_.rank(); }
   absl::Duration timeout() const { return absl::Seconds(o_.comm_timeout_s); }
 
-  // The engine's options from the flags: the device the chunks compute on
-  // is the GPU, or the simulated device when something is offloaded or
-  // capped, else the host.
-  EngineOptions MakeEngineOptions() const {
-    const bool gpu = o_.device == ComputeDevice::kCuda;
-    const bool capped = o_.device_memory_limit > 0;
-    EngineOptions e;
-    e.chunk_size = plan_.chunk_size;
-    e.layout = o_.storage;
-    e.precision = o_.precision;
-    e.device = gpu || o_.offload != OffloadPolicy::kNone || capped
-                   ? device_
-                   : Device::Cpu();
-    // An `auto` the device limit leaves no room in rests on the host, as
-    // `params` does (TrainPlan::auto_rests_on_host).
-    e.offload = o_.offload == OffloadPolicy::kAuto && plan_.auto_rests_on_host
-                    ? OffloadPolicy::kParams
-                    : o_.offload;
-    e.device_memory_limit = o_.device_memory_limit;
-    e.max_prefetch = o_.max_prefetch;
-    if (o_.param_order == ParamOrder::kLayers) e.first_use_order = plan_.order;
-    e.comm_timeout = timeout();
-    return e;
-  }
-
   absl::Status SetUp() {
-    EngineOptions engine_options = MakeEngineOptions();
-    ZeroOptimizerOptions& opt = engine_options.optimizer;
-    opt.kind = o_.optimizer;
-    CZ_ASSIGN_OR_RETURN(opt.lr,
-                        LrSchedule::WarmupCosine(o_.lr, o_.min_lr, o_.warmup,
-                                                 std::max(o_.steps, 1)));
-    if (o_.weight_decay >= 0) opt.weight_decay = o_.weight_decay;
-    opt.max_grad_norm = o_.clip;
+    CZ_ASSIGN_OR_RETURN(const EngineOptions engine_options,
+                        EngineOptionsForRun(plan_, device_));
     const bool gpu = o_.device == ComputeDevice::kCuda;
     CZ_ASSIGN_OR_RETURN(model_,
                         GptModel::Create(plan_.model, o_.seed, DType::kF32,
@@ -290,23 +230,6 @@ class RankRunner {
   // Each micro-batch's tokens, filled before the step.
   std::vector<std::vector<int32_t>> inputs_, targets_;
 };
-
-// This process's rank's store at --rendezvous (checked by PlanTraining).
-absl::StatusOr<std::unique_ptr<comm::RendezvousStore>> OpenProcessRendezvous(
-    const TrainOptions& options) {
-  CZ_ASSIGN_OR_RETURN(const comm::RendezvousAddress address,
-                      comm::ParseRendezvousAddress(options.rendezvous));
-  absl::StatusOr<std::unique_ptr<comm::RendezvousStore>> store =
-      comm::RendezvousStore::Open(address, options.rank,
-                                  absl::Seconds(options.comm_timeout_s));
-  if (!store.ok()) {
-    return absl::Status(store.status().code(),
-                        absl::StrCat("rank ", options.rank,
-                                     ": --rendezvous=", options.rendezvous,
-                                     ": ", store.status().message()));
-  }
-  return store;
-}
 
 // The address this process's rank listens on: --interface's, else the
 // route's to the rendezvous server, else loopback. NCCL, which finds its
@@ -405,29 +328,27 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   result.chunk_bytes = plan.chunk_size.value_or(plan.largest_tensor) *
                        ElementSize(options.precision);
 
-  // The ranks' host process groups: one in-process world, or one Gloo
-  // group per rank over TCP, rendezvousing through a shared in-memory store
-  // (threads) or a FileStore directory (one rank per process). With NCCL
-  // they carry the host-side agreements: in-process for threads, Gloo for
-  // processes; NCCL meets through its own store (threads) or the same
-  // directory.
+  // The ranks' process groups (comm/world.h): one in-process world, or one
+  // Gloo group per rank over TCP, rendezvousing in memory (threads) or at
+  // --rendezvous (one rank per process); on GPUs NCCL or staging through
+  // pinned host memory for device buffers.
   const bool gpu = options.device == ComputeDevice::kCuda;
-  const bool nccl = options.backend == Backend::kNccl;
-  std::unique_ptr<comm::InProcessWorld> world;
-  std::unique_ptr<gloo::rendezvous::HashStore> store, nccl_store;
-  if (options.backend == Backend::kInProcess || (nccl && options.rank < 0)) {
-    world = std::make_unique<comm::InProcessWorld>(options.world_size);
-    result.comm_transport = "in-process";
-  } else if (options.rank < 0) {
-    store = std::make_unique<gloo::rendezvous::HashStore>();
-  }
-  if (nccl && options.rank < 0) {
-    nccl_store = std::make_unique<gloo::rendezvous::HashStore>();
-  }
-  const int gpus = gpu ? CudaDeviceCount() : 0;
-  comm::NcclOptions nccl_options;
-  nccl_options.timeout = absl::Seconds(options.comm_timeout_s);
+  const int gpus = gpu ? std::max(CudaDeviceCount(), 1) : 0;
+  comm::WorldSpec spec;
+  spec.world_size = options.world_size;
+  spec.backend =
+      options.backend == Backend::kInProcess
+          ? comm::WorldBackend::kInProcess
+          : (options.backend == Backend::kGloo ? comm::WorldBackend::kGloo
+                                               : comm::WorldBackend::kNccl);
+  spec.rank = options.rank;
+  spec.job_config = RendezvousConfig(plan);
+  spec.timeout = absl::Seconds(options.comm_timeout_s);
   if (gpu) {
+    for (int r = 0; r < options.world_size; ++r) {
+      const int on_host = options.local_rank >= 0 ? options.local_rank : r;
+      spec.devices.push_back(Device::Cuda(on_host % gpus));
+    }
     result.compute_device =
         absl::StrCat("cuda (", gpus, gpus == 1 ? " GPU" : " GPUs",
                      ", rank r on cuda:r mod ", gpus, ")");
@@ -435,19 +356,17 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
                              ? "cuBLAS, bf16 tensor cores with f32 accumulation"
                              : "cuBLAS f32";
   }
-  comm::GlooOptions gloo_options;
-  gloo_options.timeout = absl::Seconds(options.comm_timeout_s);
-  gloo_options.job_config = RendezvousConfig(plan);
-  // One rank per process: its store (for tcp:// on rank 0 also the server,
-  // which must outlive every rank's rendezvous, so it lives for the run) and
-  // the address it listens on.
-  std::unique_ptr<comm::RendezvousStore> process_store;
   if (options.rank >= 0) {
     // The address first: it may set NCCL_SOCKET_IFNAME, which must happen
     // before any thread (the tcp:// server's) runs.
-    CZ_ASSIGN_OR_RETURN(gloo_options.hostname, ListenAddress(options));
-    CZ_ASSIGN_OR_RETURN(process_store, OpenProcessRendezvous(options));
+    CZ_ASSIGN_OR_RETURN(spec.listen_address, ListenAddress(options));
+    spec.rendezvous = options.rendezvous;
+    spec.rendezvous_label = absl::StrCat("--rendezvous=", options.rendezvous);
   }
+  CZ_ASSIGN_OR_RETURN(const std::unique_ptr<comm::World> world,
+                      comm::MakeWorld(spec));
+  // Only rank 0 reports the transport.
+  if (options.rank <= 0) result.comm_transport = world->transport();
   // The first failure is the cause; later ones are what it did to the others.
   Mutex failure_mu;
   absl::Status first_failure;
@@ -455,9 +374,10 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
     absl::Status cause;
     {
       MutexLock lock(&failure_mu);
-      const bool consequence = IsConsequence(status);
+      const bool consequence = comm::IsConsequenceOfAnotherFailure(status);
       if (first_failure.ok() ||
-          (!consequence && IsConsequence(first_failure))) {
+          (!consequence &&
+           comm::IsConsequenceOfAnotherFailure(first_failure))) {
         first_failure = absl::Status(
             status.code(), absl::StrCat("rank ", r, ": ", status.message()));
         if (consequence) comm::MarkEchoedFailure(first_failure);
@@ -466,10 +386,10 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
       // replace meanwhile (base/detached_status.h).
       cause = DetachedCopy(first_failure);
     }
-    // A failed rank must not leave the others waiting in a collective:
-    // abort the in-process world; a Gloo group resets its connections when
-    // it is destroyed.
-    if (world) world->Abort(cause);
+    // A failed rank must not leave the others waiting in a collective: the
+    // in-process world is aborted; a Gloo rank resets its connections when
+    // it leaves the world.
+    world->Abort(cause);
   };
   // In-process ranks split the cores: each rank's kernels use its share of
   // ParallelFor's one pool (a process that is one rank has them all; the
@@ -486,107 +406,19 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
     ScopedParallelThreads share(result.threads_per_rank);
     // This rank's GPU is the thread's current one for the whole run (the
     // chunks' kernels run on the current GPU).
-    const int on_host = options.local_rank >= 0 ? options.local_rank : r;
-    const Device device =
-        gpu ? Device::Cuda(on_host % gpus) : Device::Simulated(0);
+    const Device device = gpu ? spec.devices[r] : Device::Simulated(0);
     std::optional<ScopedCudaDevice> on_gpu;
     if (gpu) on_gpu.emplace(device.index());
     absl::Status status =
         on_gpu.has_value() ? on_gpu->status() : absl::OkStatus();
-    // Pinned, cached host memory for collectives staged through the host
-    // (ranks sharing a GPU), declared before the groups that use it.
-    PinnedHostAllocator pinned;
-    CachingAllocator staging_memory(&pinned);
-    std::unique_ptr<comm::GlooProcessGroup> gloo_group;
-    std::unique_ptr<comm::NcclProcessGroup> nccl_group;
-    std::unique_ptr<comm::StagingProcessGroup> staged_group;
-    std::unique_ptr<comm::RoutingProcessGroup> routed_group;
     comm::ProcessGroup* group = nullptr;
-    if (!status.ok()) {
-      // The GPU could not be selected: nothing below can run, and the
-      // peers meeting over Gloo are told at once.
-      gloo::rendezvous::Store* meeting =
-          store ? store.get()
-                : (process_store ? &process_store->store() : nullptr);
-      if (meeting != nullptr && !world) {
-        comm::GlooProcessGroup::AnnounceGiveUp(*meeting, r, status);
-      }
-    } else if (world) {
+    if (status.ok()) {
       absl::StatusOr<comm::ProcessGroup*> mine = world->group(r);
       if (mine.ok()) {
         group = *mine;
       } else {
         status = mine.status();
       }
-    } else {
-      absl::StatusOr<std::unique_ptr<comm::GlooProcessGroup>> created =
-          comm::GlooProcessGroup::Create(
-              r, options.world_size, store ? *store : process_store->store(),
-              gloo_options);
-      if (!created.ok() && process_store != nullptr) {
-        created = absl::Status(
-            created.status().code(),
-            absl::StrCat(created.status().message(),
-                         " [--rendezvous=", options.rendezvous, "]"));
-      }
-      if (created.ok()) {
-        gloo_group = *std::move(created);
-        group = gloo_group.get();
-        if (r == 0) {
-          result.comm_transport =
-              gloo_group->uses_shared_memory()
-                  ? absl::StrFormat(
-                        "gloo, shared memory for collectives from %.4g MiB",
-                        gloo_options.min_shared_memory_bytes / 1048576.0)
-                  : "gloo over TCP";
-        }
-      } else {
-        status = created.status();
-      }
-    }
-    // On GPUs, collectives on GPU memory go to NCCL or through the host
-    // group staged via pinned memory; host memory stays on the host group.
-    if (gpu && group != nullptr) {
-      comm::ProcessGroup* device_side = nullptr;
-      if (nccl) {
-        absl::StatusOr<std::unique_ptr<comm::NcclProcessGroup>> created =
-            comm::NcclProcessGroup::Create(
-                r, options.world_size, device.index(),
-                nccl_store ? *nccl_store : process_store->store(),
-                nccl_options);
-        if (created.ok()) {
-          nccl_group = *std::move(created);
-          device_side = nccl_group.get();
-        } else {
-          status = created.status();
-        }
-      } else {
-        staged_group = std::make_unique<comm::StagingProcessGroup>(
-            group, device, &staging_memory);
-        device_side = staged_group.get();
-      }
-      if (device_side != nullptr) {
-        routed_group =
-            std::make_unique<comm::RoutingProcessGroup>(device_side, group);
-        if (r == 0) {
-          result.comm_transport =
-              nccl ? absl::StrCat("nccl; host-side agreements ",
-                                  result.comm_transport)
-                   : absl::StrCat(result.comm_transport,
-                                  ", staged through pinned host memory");
-        }
-      }
-      group = routed_group.get();
-    }
-    // Once every rank is at this barrier, every group's rendezvous is done
-    // and nobody reads the store again: each rank deletes the keys it set
-    // on a shared redis:// server, so that the job's prefix serves the next
-    // job (only a job killed before here leaves keys, which the next job
-    // under its prefix is refused for).
-    if (group != nullptr && process_store != nullptr && gloo_group) {
-      status = comm::Barrier(*gloo_group);
-      if (status.ok()) status = process_store->DeleteKeysItSet();
-      if (!status.ok()) group = nullptr;
     }
     bool reported = false;
     if (group != nullptr) {
@@ -612,6 +444,9 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
       }
     }
     if (!status.ok() && !reported) fail(r, status);
+    // Its groups go now: over Gloo, the peers of a rank that failed see its
+    // connections close instead of waiting out the timeout.
+    world->Leave(r);
   };
   std::vector<std::thread> threads;
   if (options.rank >= 0) {
@@ -628,8 +463,11 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
                          "; run fewer ranks as threads (--world_size) or one "
                          "process per rank (tools/train/launch.sh)"));
         fail(r, why);
-        // The ranks already started wait for this one in the rendezvous.
-        if (store) comm::GlooProcessGroup::AnnounceGiveUp(*store, r, why);
+        // The ranks already started wait for the others in a collective:
+        // over Gloo they learn at once when the rest leave.
+        for (int rest = r; rest < options.world_size; ++rest) {
+          world->Leave(rest);
+        }
         break;
       }
       threads.push_back(*std::move(thread));

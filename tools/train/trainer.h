@@ -9,23 +9,20 @@
 //                         return absl::OkStatus();
 //                       }));
 //
-// Ranks are threads of this process, over the in-process backend or over
-// Gloo (one GlooProcessGroup per rank, TCP on loopback, rendezvous through a
-// shared in-memory store; the same bits as in-process), or one rank per
-// process over Gloo (TrainOptions::rank). Per-step figures and checkpoint
-// indexes reach rank 0 through collectives, so every mode works alike.
-// --backend=nccl is Unimplemented: NCCL needs GPU buffers, and the model
-// computes on the CPU. Each rank owns a GptModel, a ChunkManager over a
-// RecordingProcessGroup (per-step comm bytes and time blocked), a MemoryTracker
-// (peak payload bytes by category), a ZeroDdp (parameters registered at once in
-// the model's declaration order, which is its order of first use) and a
-// ZeroOptimizer.
+// The job is flags -> spec -> library: the ranks' process groups come from
+// comm::MakeWorld (comm/world.h: threads over the in-process backend or
+// over Gloo, one rank per process over Gloo at TrainOptions::rendezvous,
+// NCCL or staging on GPUs), and each rank trains its GptModel through an
+// Engine (engine/engine.h) built from EngineOptionsForRun
+// (tools/train/engine_spec.h). --backend=nccl needs --device=cuda. Per-step
+// figures and checkpoint indexes reach rank 0 through collectives, so every
+// mode works alike.
 //
-// A step: for each micro-batch, forward, backward with the loss scale as
-// the seed, FinishBackward, and (but for the last) AccumulateGrads; then
-// ZeroOptimizer::Step. The reported loss is the mean token cross-entropy
-// over the global batch (mean over ranks and micro-batches). Data order:
-// tools/train/token_data.h.
+// A step (Engine::Step): for each micro-batch, forward, backward with the
+// loss scale as the seed, FinishBackward, and (but for the last)
+// AccumulateGrads; then the optimizer step. The reported loss is the mean
+// token cross-entropy over the global batch (mean over ranks and
+// micro-batches). Data order: tools/train/token_data.h.
 //
 // Checkpoints (checkpoint/checkpoint.h): --save writes every rank's
 // optimizer shard (fp32 masters included) and a manifest at the end and

@@ -1,0 +1,87 @@
+#include "engine/cost_model.h"
+
+#include <algorithm>
+
+namespace chunkzero {
+namespace {
+
+int64_t ComputeBytes(const EngineOptions& o) {
+  return static_cast<int64_t>(ElementSize(o.precision));
+}
+
+// f32 states per parameter: SGD without momentum keeps none; Adam and AdamW
+// keep exp_avg and exp_avg_sq.
+int64_t StateCount(const EngineOptions& o) {
+  if (o.optimizer.kind == OptimizerKind::kSgd) {
+    return o.optimizer.momentum > 0 ? 1 : 0;
+  }
+  return 2;
+}
+
+}  // namespace
+
+int64_t ModelBytesPerParameter(const EngineOptions& o, int micro_batches) {
+  return ComputeBytes(o) + 4 + 4 * StateCount(o) + (micro_batches > 1 ? 4 : 0);
+}
+
+int64_t ReplicatedBytesPerParameter(const EngineOptions& o, int micro_batches) {
+  return ComputeBytes(o) + ModelBytesPerParameter(o, micro_batches);
+}
+
+double ExpectedCommBytesPerStep(const EngineOptions& o, int world_size,
+                                int micro_batches, int64_t parameters) {
+  const double n = world_size;
+  const double c = static_cast<double>(ComputeBytes(o));
+  const double psi = static_cast<double>(parameters);
+  double per_pass;
+  if (o.layout == ChunkLayout::kReplicated) {
+    per_pass = 2 * c * psi * (n - 1) / n;
+  } else if (o.layout == ChunkLayout::kSharded) {
+    per_pass = 3 * c * psi * (n - 1) / n;
+  } else {
+    per_pass = n > 1 ? 3 * c * psi : 0;
+  }
+  return per_pass * micro_batches;
+}
+
+ChunkMemory EstimateChunkMemory(const EngineOptions& o,
+                                const ParameterPacking& packing, int world_size,
+                                int micro_batches) {
+  const double psi = packing.parameters;
+  const double W = world_size;
+  double chunk = packing.largest_tensor;
+  double padded = psi;
+  if (o.chunk_size.has_value()) {
+    chunk = static_cast<double>(*o.chunk_size);
+    // A packing wastes less than one chunk's worth of elements.
+    padded = packing.num_chunks > 0
+                 ? static_cast<double>(packing.num_chunks) * chunk
+                 : psi + chunk;
+  }
+  const double element = static_cast<double>(ElementSize(o.precision));
+  const double optimizer_bytes = static_cast<double>(
+      ModelBytesPerParameter(o, micro_batches) - ComputeBytes(o));
+  ChunkMemory m;
+  // ZeroDdp's peak in chunks gathered at once, as measured for every
+  // max_prefetch from 0 to 6 (tools/train's memory_estimate_test checks the
+  // bound against the train job's own accounting).
+  const double most_in_flight = 2.0 * o.max_prefetch + 3;
+  m.in_flight = std::min(padded, most_in_flight * chunk) * element;
+  if (o.layout == ChunkLayout::kReplicated) {
+    m.chunks = element * padded;
+    m.chunks_at_rest = m.chunks;
+    m.optimizer = optimizer_bytes * padded;
+    return m;
+  }
+  // This rank's share at rest, plus the chunks in flight, plus the reduce
+  // buffers.
+  const double owner_slack = o.layout == ChunkLayout::kOwner ? chunk : 0;
+  m.chunks_at_rest = element * (padded / W + owner_slack);
+  m.reduce_scratch = 2 * 4 * std::min(padded, chunk);
+  m.chunks = m.chunks_at_rest + m.in_flight + m.reduce_scratch;
+  if (o.layout == ChunkLayout::kSharded) m.in_flight_shards = m.in_flight / W;
+  m.optimizer = optimizer_bytes * (padded / W + owner_slack);
+  return m;
+}
+
+}  // namespace chunkzero

@@ -1,0 +1,85 @@
+#include "engine/cost_model.h"
+
+#include "gtest/gtest.h"
+
+namespace chunkzero {
+namespace {
+
+EngineOptions Options(DType precision, OptimizerKind kind) {
+  EngineOptions o;
+  o.precision = precision;
+  o.optimizer.kind = kind;
+  return o;
+}
+
+TEST(ModelBytesPerParameter, ComputeMasterStatesAndAccumulation) {
+  EXPECT_EQ(
+      ModelBytesPerParameter(Options(DType::kF16, OptimizerKind::kAdamW), 1),
+      2 + 4 + 8);
+  EXPECT_EQ(
+      ModelBytesPerParameter(Options(DType::kF32, OptimizerKind::kAdam), 4),
+      4 + 4 + 8 + 4);
+  EXPECT_EQ(
+      ModelBytesPerParameter(Options(DType::kBF16, OptimizerKind::kSgd), 1),
+      2 + 4);
+  EngineOptions momentum = Options(DType::kBF16, OptimizerKind::kSgd);
+  momentum.optimizer.momentum = 0.9;  // One f32 buffer more.
+  EXPECT_EQ(ModelBytesPerParameter(momentum, 1), 2 + 4 + 4);
+  EXPECT_EQ(ReplicatedBytesPerParameter(
+                Options(DType::kF16, OptimizerKind::kAdamW), 1),
+            16);
+}
+
+TEST(ExpectedCommBytesPerStep, EachLayout) {
+  EngineOptions o = Options(DType::kF16, OptimizerKind::kAdamW);
+  o.layout = ChunkLayout::kReplicated;
+  EXPECT_DOUBLE_EQ(ExpectedCommBytesPerStep(o, 4, 1, 1000), 2 * 2 * 750.0);
+  o.layout = ChunkLayout::kSharded;
+  EXPECT_DOUBLE_EQ(ExpectedCommBytesPerStep(o, 4, 2, 1000), 2 * 3 * 2 * 750.0);
+  o.layout = ChunkLayout::kOwner;
+  EXPECT_DOUBLE_EQ(ExpectedCommBytesPerStep(o, 4, 1, 1000), 3 * 2 * 1000.0);
+  EXPECT_DOUBLE_EQ(ExpectedCommBytesPerStep(o, 1, 1, 1000), 0);
+}
+
+// 1000 parameters, largest tensor 300, f16 AdamW on 4 ranks.
+TEST(EstimateChunkMemory, ShardedWorkedOutByHand) {
+  EngineOptions o = Options(DType::kF16, OptimizerKind::kAdamW);
+  o.chunk_size = 400;
+  o.max_prefetch = 1;
+  const ChunkMemory m = EstimateChunkMemory(o, {1000, 300, 3}, 4, 1);
+  // 3 chunks of 400: 1200 elements, 300 per rank at rest.
+  EXPECT_DOUBLE_EQ(m.chunks_at_rest, 2 * 300);
+  // 2 * 1 + 3 = 5 chunks could be in flight, but there are only 3.
+  EXPECT_DOUBLE_EQ(m.in_flight, 2 * 1200);
+  EXPECT_DOUBLE_EQ(m.in_flight_shards, 2 * 1200 / 4.0);
+  EXPECT_DOUBLE_EQ(m.reduce_scratch, 2 * 4 * 400);
+  EXPECT_DOUBLE_EQ(m.chunks, 600 + 2400 + 3200);
+  EXPECT_DOUBLE_EQ(m.optimizer, 12 * 300);
+}
+
+TEST(EstimateChunkMemory, ReplicatedKeepsEverythingAtRest) {
+  EngineOptions o = Options(DType::kF32, OptimizerKind::kSgd);
+  o.layout = ChunkLayout::kReplicated;
+  o.chunk_size = 400;
+  o.max_prefetch = 0;
+  const ChunkMemory m = EstimateChunkMemory(o, {1000, 300, 0}, 4, 2);
+  // Unknown packing: one chunk more than the parameters fill.
+  EXPECT_DOUBLE_EQ(m.chunks, 4 * 1400);
+  EXPECT_DOUBLE_EQ(m.chunks_at_rest, 4 * 1400);
+  EXPECT_DOUBLE_EQ(m.in_flight, 4 * 1200);  // 3 chunks of 400.
+  EXPECT_DOUBLE_EQ(m.reduce_scratch, 0);
+  EXPECT_DOUBLE_EQ(m.optimizer, (4 + 4) * 1400);  // Master + accumulation.
+}
+
+TEST(EstimateChunkMemory, OneChunkPerTensorPadsNothing) {
+  EngineOptions o = Options(DType::kBF16, OptimizerKind::kAdamW);
+  o.layout = ChunkLayout::kOwner;
+  const ChunkMemory m = EstimateChunkMemory(o, {1000, 300, 0}, 2, 1);
+  // The largest tensor is the chunk; an owner may hold one more.
+  EXPECT_DOUBLE_EQ(m.chunks_at_rest, 2 * (500 + 300));
+  EXPECT_DOUBLE_EQ(m.in_flight_shards, 0);
+  EXPECT_DOUBLE_EQ(m.optimizer, 12 * (500 + 300));
+}
+
+}  // namespace
+}  // namespace chunkzero

@@ -1,0 +1,42 @@
+#include "tools/train/engine_spec.h"
+
+#include <algorithm>
+
+#include "base/status_macros.h"
+
+namespace chunkzero {
+
+EngineOptions EngineOptionsFromFlags(const TrainOptions& o) {
+  EngineOptions e;
+  e.layout = o.storage;
+  e.precision = o.precision;
+  e.offload = o.offload;
+  e.device_memory_limit = o.device_memory_limit;
+  e.max_prefetch = o.max_prefetch;
+  e.comm_timeout = absl::Seconds(o.comm_timeout_s);
+  e.optimizer.kind = o.optimizer;
+  if (o.weight_decay >= 0) e.optimizer.weight_decay = o.weight_decay;
+  e.optimizer.max_grad_norm = o.clip;
+  return e;
+}
+
+absl::StatusOr<EngineOptions> EngineOptionsForRun(const TrainPlan& plan,
+                                                  Device rank_device) {
+  const TrainOptions& o = plan.options;
+  EngineOptions e = EngineOptionsFromFlags(o);
+  const bool gpu = o.device == ComputeDevice::kCuda;
+  const bool capped = o.device_memory_limit > 0;
+  e.device = gpu || o.offload != OffloadPolicy::kNone || capped ? rank_device
+                                                                : Device::Cpu();
+  if (o.offload == OffloadPolicy::kAuto && plan.auto_rests_on_host) {
+    e.offload = OffloadPolicy::kParams;
+  }
+  e.chunk_size = plan.chunk_size;
+  if (o.param_order == ParamOrder::kLayers) e.first_use_order = plan.order;
+  CZ_ASSIGN_OR_RETURN(
+      e.optimizer.lr,
+      LrSchedule::WarmupCosine(o.lr, o.min_lr, o.warmup, std::max(o.steps, 1)));
+  return e;
+}
+
+}  // namespace chunkzero
