@@ -42,6 +42,24 @@ bool IsConsequenceOfAnotherFailure(const absl::Status& status) {
   }
 }
 
+absl::Status FailureCause::Record(int rank, const absl::Status& status) {
+  MutexLock lock(&mu_);
+  const bool consequence = IsConsequenceOfAnotherFailure(status);
+  if (cause_.ok() || (!consequence && IsConsequenceOfAnotherFailure(cause_))) {
+    cause_ = absl::Status(status.code(),
+                          absl::StrCat("rank ", rank, ": ", status.message()));
+    if (consequence) MarkEchoedFailure(cause_);
+  }
+  // Another rank may replace cause_ while the caller uses the copy
+  // (base/detached_status.h).
+  return DetachedCopy(cause_);
+}
+
+absl::Status FailureCause::cause() const {
+  MutexLock lock(&mu_);
+  return DetachedCopy(cause_);
+}
+
 namespace {
 
 // One local rank's groups, and the pinned staging memory they use
@@ -147,13 +165,8 @@ class WorldImpl final : public World {
     if (gpu) {
       on_gpu.emplace(device.index());
       if (!on_gpu->status().ok()) {
-        // Nothing below can run: the peers meeting over Gloo are told.
-        gloo::rendezvous::Store* meeting =
-            store_ ? store_.get()
-                   : (process_store_ ? &process_store_->store() : nullptr);
-        if (meeting != nullptr && !in_process_) {
-          GlooProcessGroup::AnnounceGiveUp(*meeting, r, on_gpu->status());
-        }
+        // Nothing below can run: the peers are told.
+        GiveUp(r, on_gpu->status());
         return on_gpu->status();
       }
     }
@@ -234,9 +247,15 @@ class WorldImpl final : public World {
     return absl::OkStatus();
   }
 
-  // Tells the ranks meeting in memory that rank `r` will not come.
+  // Tells the ranks meeting over Gloo (in memory or at the rendezvous)
+  // that rank `r` will not come; in-process ranks need no telling.
   void GiveUp(int r, const absl::Status& why) {
-    if (store_) GlooProcessGroup::AnnounceGiveUp(*store_, r, why);
+    if (in_process_) return;
+    if (store_) {
+      GlooProcessGroup::AnnounceGiveUp(*store_, r, why);
+    } else if (process_store_) {
+      GlooProcessGroup::AnnounceGiveUp(process_store_->store(), r, why);
+    }
   }
 
  private:
@@ -310,19 +329,11 @@ absl::StatusOr<std::unique_ptr<World>> MakeWorld(const WorldSpec& spec) {
   CZ_RETURN_IF_ERROR(CheckSpec(spec));
   auto world = std::make_unique<WorldImpl>(spec);
   CZ_RETURN_IF_ERROR(world->Open());
-  // The first failure is the cause; later ones are what it did to the
-  // others.
-  Mutex mu;
-  absl::Status first_failure;
-  auto fail = [&](int r, const absl::Status& status) {
-    MutexLock lock(&mu);
-    const bool consequence = IsConsequenceOfAnotherFailure(status);
-    if (first_failure.ok() ||
-        (!consequence && IsConsequenceOfAnotherFailure(first_failure))) {
-      first_failure = absl::Status(
-          status.code(), absl::StrCat("rank ", r, ": ", status.message()));
-      if (consequence) MarkEchoedFailure(first_failure);
-    }
+  // The cause is returned once every rank has tried; nothing to abort
+  // meanwhile (a rank that fails to join tells the others itself).
+  FailureCause failures;
+  auto fail = [&failures](int r, const absl::Status& status) {
+    failures.Record(r, status).IgnoreError();
   };
   const bool concurrent =
       spec.rank < 0 && spec.world_size > 1 &&
@@ -355,7 +366,7 @@ absl::StatusOr<std::unique_ptr<World>> MakeWorld(const WorldSpec& spec) {
     }
     for (std::thread& t : threads) t.join();
   }
-  if (!first_failure.ok()) return DetachedCopy(first_failure);
+  CZ_RETURN_IF_ERROR(failures.cause());
   return world;
 }
 

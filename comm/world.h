@@ -43,6 +43,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/mutex.h"
 #include "comm/process_group.h"
 #include "tensor/device.h"
 
@@ -116,6 +117,27 @@ class World {
 // gave up. Ranks as threads fail in whatever order; the cause is the one
 // failure that is not a consequence.
 bool IsConsequenceOfAnotherFailure(const absl::Status& status);
+
+// The cause among the failures of a world's ranks: the first one recorded
+// that is not a consequence of another, else the first one, with "rank R: "
+// before its message (a consequence kept as the cause stays marked as an
+// echo, comm/agree.h). Thread-safe: every rank records its own failure.
+//
+//   FailureCause failures;
+//   ... on rank r's thread: world->Abort(failures.Record(r, status));
+//   if (!failures.cause().ok()) return failures.cause();
+class FailureCause {
+ public:
+  // Records rank `rank`'s failure (non-OK) and returns the cause so far, a
+  // copy that shares nothing with what other threads may record meanwhile.
+  absl::Status Record(int rank, const absl::Status& status);
+  // OK while nothing has failed.
+  absl::Status cause() const;
+
+ private:
+  mutable Mutex mu_;
+  absl::Status cause_ ABSL_GUARDED_BY(mu_);
+};
 
 }  // namespace comm
 }  // namespace chunkzero

@@ -1,6 +1,7 @@
 #include "comm/world.h"
 
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "comm/agree.h"
 #include "comm/types.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -69,9 +71,12 @@ std::string FreshDirectory(const std::string& name) {
   return dir;
 }
 
-TEST(MakeWorld, OneRankPerProcessThroughADirectory) {
-  const std::string dir = FreshDirectory("world");
-  std::vector<float> sums(2, -1);
+// Two "processes" (threads) each make the world of its own rank of 2 over
+// Gloo at `dir`, `adjust` changing rank r's spec; `use` runs on each world
+// made. Returns what each MakeWorld returned.
+std::vector<absl::Status> MakeWorldsOfOneRank(
+    const std::string& dir, const std::function<void(int, WorldSpec&)>& adjust,
+    const std::function<void(int, World&)>& use) {
   std::vector<absl::Status> made(2);
   std::vector<std::thread> processes;
   for (int r = 0; r < 2; ++r) {
@@ -82,37 +87,37 @@ TEST(MakeWorld, OneRankPerProcessThroughADirectory) {
       spec.rank = r;
       spec.rendezvous = dir;
       spec.timeout = absl::Seconds(30);
+      adjust(r, spec);
       absl::StatusOr<std::unique_ptr<World>> world = MakeWorld(spec);
       made[r] = world.status();
-      if (!world.ok()) return;
-      EXPECT_EQ((*world)->local_ranks(), std::vector<int>{r});
-      sums[r] = SumOnEveryRank(**world)[0];
+      if (world.ok()) use(r, **world);
     });
   }
   for (std::thread& t : processes) t.join();
+  return made;
+}
+
+TEST(MakeWorld, OneRankPerProcessThroughADirectory) {
+  std::vector<float> sums(2, -1);
+  const std::vector<absl::Status> made = MakeWorldsOfOneRank(
+      FreshDirectory("world"), [](int, WorldSpec&) {},
+      [&](int r, World& world) {
+        EXPECT_EQ(world.local_ranks(), std::vector<int>{r});
+        sums[r] = SumOnEveryRank(world)[0];
+      });
   EXPECT_TRUE(made[0].ok()) << made[0];
   EXPECT_TRUE(made[1].ok()) << made[1];
   EXPECT_EQ(sums, (std::vector<float>{3, 3}));
 }
 
 TEST(MakeWorld, RanksWithDifferentJobConfigsAreRefusedNamingTheKey) {
-  const std::string dir = FreshDirectory("config");
-  std::vector<absl::Status> made(2);
-  std::vector<std::thread> processes;
-  for (int r = 0; r < 2; ++r) {
-    processes.emplace_back([&, r] {
-      WorldSpec spec;
-      spec.world_size = 2;
-      spec.backend = WorldBackend::kGloo;
-      spec.rank = r;
-      spec.rendezvous = dir;
-      spec.rendezvous_label = "--meet=here";
-      spec.job_config = {{"lr", r == 0 ? "0.1" : "0.2"}};
-      spec.timeout = absl::Seconds(30);
-      made[r] = MakeWorld(spec).status();
-    });
-  }
-  for (std::thread& t : processes) t.join();
+  const std::vector<absl::Status> made = MakeWorldsOfOneRank(
+      FreshDirectory("config"),
+      [](int r, WorldSpec& spec) {
+        spec.rendezvous_label = "--meet=here";
+        spec.job_config = {{"lr", r == 0 ? "0.1" : "0.2"}};
+      },
+      [](int, World&) {});
   for (int r = 0; r < 2; ++r) {
     EXPECT_FALSE(made[r].ok()) << r;
     EXPECT_THAT(std::string(made[r].message()),
@@ -219,6 +224,43 @@ TEST(MakeWorld, RefusesSpecsThatCannotRun) {
     EXPECT_EQ(made.code(), absl::StatusCode::kInvalidArgument) << c.what;
     EXPECT_THAT(std::string(made.message()), HasSubstr(c.says)) << c.what;
   }
+}
+
+// The cause is the first failure that is not a consequence of another;
+// a later cause or consequence does not replace it.
+TEST(FailureCause, KeepsTheFirstCauseOverConsequences) {
+  FailureCause failures;
+  EXPECT_TRUE(failures.cause().ok());
+  const absl::Status echo =
+      failures.Record(2, absl::UnavailableError("connection reset by peer"));
+  EXPECT_EQ(echo.message(), "rank 2: connection reset by peer");
+  EXPECT_TRUE(IsEchoedFailure(echo));  // A consequence stays one.
+  const absl::Status cause =
+      failures.Record(1, absl::ResourceExhaustedError("out of memory"));
+  EXPECT_EQ(cause, absl::ResourceExhaustedError("rank 1: out of memory"));
+  EXPECT_FALSE(IsEchoedFailure(cause));
+  EXPECT_EQ(failures.Record(0, absl::CancelledError("aborted")), cause);
+  EXPECT_EQ(failures.Record(3, absl::DataLossError("a second cause")), cause);
+  EXPECT_EQ(failures.cause(), cause);
+}
+
+// Ranks record at once (run under tsan): exactly one of the causes wins,
+// never a consequence.
+TEST(FailureCause, RanksRecordConcurrently) {
+  FailureCause failures;
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 8; ++r) {
+    ranks.emplace_back([&, r] {
+      // What a rank gets back is a failure, whoever recorded first.
+      EXPECT_FALSE(failures
+                       .Record(r, r % 2 == 0 ? absl::CancelledError("echo")
+                                             : absl::InternalError("cause"))
+                       .ok());
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  EXPECT_EQ(failures.cause().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(failures.cause().message()), HasSubstr(": cause"));
 }
 
 }  // namespace

@@ -222,10 +222,8 @@ absl::Status Engine::Agree(const absl::Status& mine, absl::string_view others) {
 }
 
 int64_t Engine::AtRestBytes() const {
-  std::vector<Device> devices = {Device::Cpu()};
-  if (options_.device != Device::Cpu()) devices.push_back(options_.device);
   int64_t at_rest = 0;
-  for (Device d : devices) {
+  for (Device d : MeasuredDevices(options_.device)) {
     at_rest += tracker_->CurrentTotal(d) -
                tracker_->Current(d, MemoryCategory::kActivation);
   }

@@ -69,6 +69,11 @@ RankStepMetrics DecodeRankStepMetrics(const std::vector<int64_t>& v) {
   return m;
 }
 
+std::vector<Device> MeasuredDevices(Device device) {
+  if (device == Device::Cpu()) return {Device::Cpu()};
+  return {Device::Cpu(), device};
+}
+
 RankStepMetrics MeasureRankStep(const MemoryTracker& tracker,
                                 const comm::RecordingSnapshot& comm,
                                 int64_t h2d_bytes, int64_t d2h_bytes,
@@ -77,9 +82,7 @@ RankStepMetrics MeasureRankStep(const MemoryTracker& tracker,
   m.h2d_bytes = h2d_bytes;
   m.d2h_bytes = d2h_bytes;
   m.peak_total_bytes = tracker.PeakAll();
-  std::vector<Device> devices = {Device::Cpu()};
-  if (device != Device::Cpu()) devices.push_back(device);
-  for (Device d : devices) {
+  for (Device d : MeasuredDevices(device)) {
     for (int k = 0; k < kNumMemoryCategories; ++k) {
       const auto category = static_cast<MemoryCategory>(k);
       const int64_t peak = tracker.Peak(d, category);

@@ -58,6 +58,10 @@ struct StepMetrics {
   std::vector<RankStepMetrics> ranks;
 };
 
+// The devices a rank's figures sum over: the host, and `device` when it is
+// another one (each once).
+std::vector<Device> MeasuredDevices(Device device);
+
 // This rank's figures: peak payload bytes by category (host, plus `device`,
 // the rank's compute device, where it held something; host memory once
 // when `device` is the host), the bus bytes of `comm` by collective, and

@@ -60,5 +60,20 @@ TEST(RankStepMetrics, MeasureCountsPeaksAndOnlyCollectivesThatRan) {
             (std::map<std::string, int64_t>{{"all_reduce", 180}}));
 }
 
+// A rank computing on the host: its memory is counted once, as the host's,
+// and it has no device peak.
+TEST(RankStepMetrics, OnTheHostEachByteCountsOnce) {
+  EXPECT_EQ(MeasuredDevices(Device::Cpu()), std::vector<Device>{Device::Cpu()});
+  EXPECT_EQ(MeasuredDevices(Device::Cuda(2)),
+            (std::vector<Device>{Device::Cpu(), Device::Cuda(2)}));
+  MemoryTracker tracker;
+  tracker.Add(Device::Cpu(), MemoryCategory::kParam, 1000);
+  const RankStepMetrics m =
+      MeasureRankStep(tracker, comm::RecordingSnapshot{}, 0, 0, Device::Cpu());
+  EXPECT_EQ(m.peak_bytes.at("param"), 1000);
+  EXPECT_EQ(m.peak_host_bytes, 1000);
+  EXPECT_EQ(m.peak_device_bytes, 0);
+}
+
 }  // namespace
 }  // namespace chunkzero

@@ -1,7 +1,6 @@
 #include "autoencoder/train_ranks.h"
 
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -74,8 +73,7 @@ absl::StatusOr<Trained> TrainOnRanks(int world_size,
   CZ_ASSIGN_OR_RETURN(std::unique_ptr<chunkzero::comm::World> world,
                       chunkzero::comm::MakeWorld(spec));
   Trained trained;
-  std::mutex mu;
-  absl::Status first_failure;
+  chunkzero::comm::FailureCause failures;
   std::vector<std::thread> ranks;
   for (int r : world->local_ranks()) {
     ranks.emplace_back([&, r] {
@@ -84,18 +82,12 @@ absl::StatusOr<Trained> TrainOnRanks(int world_size,
                             world->group(r));
         return RunRank(*group, settings, &trained);
       }();
-      if (status.ok()) return;
-      std::lock_guard<std::mutex> lock(mu);
-      if (first_failure.ok()) {
-        first_failure = absl::Status(
-            status.code(), absl::StrCat("rank ", r, ": ", status.message()));
-      }
-      // The other ranks must not wait for this one in a collective.
-      world->Abort(first_failure);
+      // The other ranks must not wait for a failed one in a collective.
+      if (!status.ok()) world->Abort(failures.Record(r, status));
     });
   }
   for (std::thread& t : ranks) t.join();
-  if (!first_failure.ok()) return first_failure;
+  CZ_RETURN_IF_ERROR(failures.cause());
   return trained;
 }
 

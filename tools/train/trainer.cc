@@ -13,10 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "base/detached_status.h"
 #include "base/file.h"
 #include "base/file_lock.h"
-#include "base/mutex.h"
 #include "base/parallel_for.h"
 #include "base/status_macros.h"
 #include "base/thread.h"
@@ -368,28 +366,12 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   // Only rank 0 reports the transport.
   if (options.rank <= 0) result.comm_transport = world->transport();
   // The first failure is the cause; later ones are what it did to the others.
-  Mutex failure_mu;
-  absl::Status first_failure;
+  comm::FailureCause failures;
+  // A failed rank must not leave the others waiting in a collective: the
+  // in-process world is aborted; a Gloo rank resets its connections when it
+  // leaves the world.
   auto fail = [&](int r, const absl::Status& status) {
-    absl::Status cause;
-    {
-      MutexLock lock(&failure_mu);
-      const bool consequence = comm::IsConsequenceOfAnotherFailure(status);
-      if (first_failure.ok() ||
-          (!consequence &&
-           comm::IsConsequenceOfAnotherFailure(first_failure))) {
-        first_failure = absl::Status(
-            status.code(), absl::StrCat("rank ", r, ": ", status.message()));
-        if (consequence) comm::MarkEchoedFailure(first_failure);
-      }
-      // A copy sharing nothing with first_failure, which another rank may
-      // replace meanwhile (base/detached_status.h).
-      cause = DetachedCopy(first_failure);
-    }
-    // A failed rank must not leave the others waiting in a collective: the
-    // in-process world is aborted; a Gloo rank resets its connections when
-    // it leaves the world.
-    world->Abort(cause);
+    world->Abort(failures.Record(r, status));
   };
   // In-process ranks split the cores: each rank's kernels use its share of
   // ParallelFor's one pool (a process that is one rank has them all; the
@@ -474,10 +456,8 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
     }
   }
   for (std::thread& t : threads) t.join();
-  MutexLock lock(&failure_mu);
-  if (!first_failure.ok()) {
-    return absl::Status(first_failure.code(), first_failure.message());
-  }
+  const absl::Status cause = failures.cause();
+  if (!cause.ok()) return absl::Status(cause.code(), cause.message());
   return result;
 }
 
