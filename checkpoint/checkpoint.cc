@@ -31,7 +31,7 @@
 #include "checkpoint/manifest_fields.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
-#include "tensor/reduction_kernels.h"
+#include "tensor/cpu/reduction_kernels.h"
 #include "tensor/tensor.h"
 
 // Shard files hold the host's f32 bytes as they are in memory; the format

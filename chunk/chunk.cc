@@ -1,6 +1,8 @@
+// Chunk: creation, appends, tensor states, moves, writes and views. The
+// collectives that gather and reduce a chunk by its layout are in
+// chunk_collectives.cc.
 #include "chunk/chunk.h"
 
-#include <algorithm>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -8,11 +10,11 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "tensor/allocator.h"
-#include "tensor/cast_kernels.h"
-#include "tensor/cuda_elementwise.h"
-#include "tensor/cuda_reductions.h"
-#include "tensor/reduction_kernels.h"
+#include "tensor/cpu/cast_kernels.h"
+#include "tensor/cpu/reduction_kernels.h"
+#include "tensor/cuda/cuda_elementwise.h"
+#include "tensor/cuda/cuda_reductions.h"
+#include "tensor/memory/allocator.h"
 
 namespace chunkzero {
 namespace {
@@ -64,8 +66,8 @@ Chunk::Chunk(const ChunkOptions& options, comm::ProcessGroup* group,
   full_ = Storage::CreateUnallocated(capacity * element,
                                      is_holder() ? rest_device_ : device_,
                                      options.storage);
-  if (options.layout == ChunkLayout::kSharded) {
-    shard_ = Storage::CreateUnallocated(shard_size * element, rest_device_,
+  if (const int64_t shard = ShardStorageElements(sharding()); shard > 0) {
+    shard_ = Storage::CreateUnallocated(shard * element, rest_device_,
                                         options.storage);
   }
 }
@@ -74,37 +76,20 @@ void Chunk::RenameGroup(absl::string_view group) {
   name_ = absl::StrCat(group, "#", options_.index);
 }
 
-bool Chunk::HolderMoves() const {
-  return is_holder() && rest_device_ != device_;
+ChunkSharding Chunk::sharding() const {
+  // The capacity as requested: the padded one gives the same shards, except
+  // where padding passes the int64 range.
+  return ChunkSharding{options_.layout, options_.capacity, group_->size(),
+                       group_->rank(), options_.owner};
 }
 
-absl::Status Chunk::ReturnHolderToRest(absl::string_view operation) {
-  CZ_RETURN_IF_ERROR(full_->MoveTo(rest_device_), operation, " chunk ", name_,
-                     ": taking it back to ", rest_device_.ToString());
-  device_to_rest_bytes_ += full_->nbytes();
-  return absl::OkStatus();
-}
-
-int64_t Chunk::shard_begin() const {
-  return options_.layout == ChunkLayout::kSharded ? group_->rank() * shard_size_
-                                                  : 0;
-}
+int64_t Chunk::shard_begin() const { return RankPart(sharding()).first; }
 
 double Chunk::utilisation() const {
   return static_cast<double>(used_) / static_cast<double>(capacity_);
 }
 
-bool Chunk::is_holder() const {
-  switch (options_.layout) {
-    case ChunkLayout::kReplicated:
-      return true;
-    case ChunkLayout::kOwner:
-      return group_->rank() == options_.owner;
-    case ChunkLayout::kSharded:
-      return false;
-  }
-  return false;
-}
+bool Chunk::is_holder() const { return IsHolder(sharding()); }
 
 int64_t Chunk::payload_bytes() const {
   int64_t bytes = full_->allocated() ? full_->nbytes() : 0;
@@ -210,133 +195,19 @@ absl::Status Chunk::CopyOwnPartToShard() {
 
 absl::Status Chunk::Close() {
   if (closed_) return absl::OkStatus();
-  switch (options_.layout) {
-    case ChunkLayout::kReplicated:
-      break;
-    case ChunkLayout::kOwner:
-      if (!is_holder()) {
-        full_->Free();
-        SetAllStates(TensorState::kFree);
-      }
-      break;
-    case ChunkLayout::kSharded:
-      // Appends wrote into the shard; a full buffer exists only if someone
-      // materialised it since (then it holds the latest values).
-      if (full_->allocated()) {
-        CZ_RETURN_IF_ERROR(CopyOwnPartToShard(), "closing chunk ", name_);
-        full_->Free();
-      }
-      SetAllStates(TensorState::kFree);
-      break;
+  if (!is_holder()) {
+    // A sharded rank's appends wrote into the shard; a full buffer exists
+    // only if someone materialised it since (then it holds the latest
+    // values).
+    if (shard_ != nullptr && full_->allocated()) {
+      CZ_RETURN_IF_ERROR(CopyOwnPartToShard(), "closing chunk ", name_);
+    }
+    full_->Free();
+    SetAllStates(TensorState::kFree);
   }
   closed_ = true;
   modified_ = false;
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccess() {
-  if (!closed_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot access chunk ", name_, " before it is closed"));
-  }
-  if (accessed_) return comm::MakeCompletedWork(absl::OkStatus());
-  // A holder's buffer coming from where it rests: on the copy stream when
-  // there is one (the access completes when the copy has, and the owner
-  // broadcasts from the resting copy meanwhile), else right here.
-  std::shared_ptr<HolderCopy> copy;
-  const void* resting = nullptr;
-  if (HolderMoves()) {
-    // The copy thread's copies are ordered against nothing on a GPU (its
-    // compute stream, its current device): there the copy runs here, and
-    // the owner broadcasts from the device, as NCCL needs.
-    if (options_.copy_stream != nullptr && device_.is_host_accessible()) {
-      copy = std::make_shared<HolderCopy>(
-          absl::StrCat("bringing chunk ", name_, " to ", device_.ToString()));
-      absl::StatusOr<const void*> old = full_->MoveToAsync(
-          device_, *options_.copy_stream,
-          [copy] {
-            // The resting copy is freed once this returns: wait for the
-            // collective reading it.
-            copy->issued.WaitForNotification();
-            return copy->collective != nullptr ? copy->collective->Wait()
-                                               : absl::OkStatus();
-          },
-          [copy](absl::Status status) { copy->done.Complete(status); });
-      CZ_RETURN_IF_ERROR(old.status(), "accessing chunk ", name_,
-                         ": bringing it from ", rest_device_.ToString());
-      resting = *old;
-      pending_copy_ = copy->done.MakeWork();
-    } else {
-      CZ_RETURN_IF_ERROR(full_->MoveTo(device_), "accessing chunk ", name_,
-                         ": bringing it from ", rest_device_.ToString());
-    }
-    rest_to_device_bytes_ += full_->nbytes();
-  }
-  if (options_.layout == ChunkLayout::kReplicated) {
-    accessed_ = true;
-    if (copy == nullptr) return comm::MakeCompletedWork(absl::OkStatus());
-    copy->issued.Notify();
-    return copy->done.MakeWork();
-  }
-  absl::Status allocated = full_->Allocate();
-  if (!allocated.ok()) {
-    if (copy != nullptr) copy->issued.Notify();
-    return absl::Status(
-        allocated.code(),
-        absl::StrCat("accessing chunk ", name_, ": ", allocated.message()));
-  }
-  // A shard resting elsewhere comes into its own part of the full buffer,
-  // and the gather runs in place there: one backend sees both buffers on
-  // the device it computes on (NCCL cannot read host memory).
-  char* const own = OwnPart();
-  if (options_.layout == ChunkLayout::kSharded && rest_device_ != device_) {
-    const absl::Status copied =
-        CopyBytes(own, device_, shard_->data(), rest_device_, shard_->nbytes());
-    if (!copied.ok()) {
-      full_->Free();
-      return absl::Status(
-          copied.code(),
-          absl::StrCat("accessing chunk ", name_, ": bringing ",
-                       "its shard from ", rest_device_.ToString(), ": ",
-                       copied.message()));
-    }
-    rest_to_device_bytes_ += shard_->nbytes();
-  }
-  accessed_ = true;
-  for (ChunkTensor& t : tensors_) {
-    if (t.state == TensorState::kFree) t.state = TensorState::kHold;
-  }
-  const comm::MutableBuffer full{full_->data(), static_cast<size_t>(capacity_),
-                                 options_.dtype};
-  if (options_.layout == ChunkLayout::kOwner) {
-    comm::BroadcastOptions opts;
-    opts.root = options_.owner;
-    opts.timeout = options_.comm_timeout;
-    opts.tag = name_;
-    if (copy == nullptr) return group_->Broadcast(full, opts);
-    // The owner sends from its resting copy while the copy stream brings it
-    // to the device.
-    copy->collective = group_->Broadcast(
-        comm::MutableBuffer{const_cast<void*>(resting),
-                            static_cast<size_t>(capacity_), options_.dtype},
-        opts);
-    copy->issued.Notify();
-    return copy->done.MakeWork();
-  }
-  comm::AllGatherOptions opts;
-  opts.timeout = options_.comm_timeout;
-  opts.tag = name_;
-  const void* send = rest_device_ != device_ ? own : shard_->data();
-  return group_->AllGather(
-      comm::ConstBuffer{send, static_cast<size_t>(shard_size_), options_.dtype},
-      full, opts);
-}
-
-absl::Status Chunk::FinishPendingCopy() {
-  if (pending_copy_ == nullptr) return absl::OkStatus();
-  absl::Status status = pending_copy_->Wait();
-  pending_copy_.reset();
-  return status;
 }
 
 Chunk::~Chunk() { FinishPendingCopy().IgnoreError(); }
@@ -357,21 +228,6 @@ void Chunk::DropPayload() {
   accessed_ = false;
   modified_ = false;
   SetAllStates(TensorState::kFree);
-}
-
-absl::Status Chunk::Access() {
-  CZ_ASSIGN_OR_RETURN(std::unique_ptr<comm::Work> work, StartAccess());
-  CZ_RETURN_IF_ERROR(WaitBeforeCompute(*work), "accessing chunk ", name_);
-  return absl::OkStatus();
-}
-
-bool Chunk::ComputeWaitsOnStream() const {
-  return device_ != Device::Cpu() && rest_device_ == device_;
-}
-
-absl::Status Chunk::WaitBeforeCompute(comm::Work& work) const {
-  if (ComputeWaitsOnStream()) return work.WaitOnStream(kComputeStream);
-  return work.Wait();
 }
 
 absl::Status Chunk::StateError(absl::string_view operation,
@@ -413,93 +269,6 @@ bool Chunk::CanReduce() const {
 
 bool Chunk::CanMove() const {
   return StateError("move", Requirement::kNoneBusy).ok();
-}
-
-absl::Status Chunk::Release() {
-  CZ_RETURN_IF_ERROR(FinishPendingCopy(), "releasing chunk ", name_);
-  CZ_RETURN_IF_ERROR(StateError("release", Requirement::kAllHold));
-  if (is_holder()) {
-    if (HolderMoves() && accessed_) {
-      CZ_RETURN_IF_ERROR(ReturnHolderToRest("releasing"));
-    }
-    accessed_ = false;
-    return absl::OkStatus();
-  }
-  accessed_ = false;
-  if (options_.layout == ChunkLayout::kSharded && full_->allocated() &&
-      modified_) {
-    CZ_RETURN_IF_ERROR(CopyOwnPartToShard(), "releasing chunk ", name_);
-    if (rest_device_ != device_) device_to_rest_bytes_ += shard_->nbytes();
-  }
-  full_->Free();
-  modified_ = false;
-  SetAllStates(TensorState::kFree);
-  return absl::OkStatus();
-}
-
-absl::Status Chunk::Reduce(comm::ReduceOp op) {
-  CZ_RETURN_IF_ERROR(FinishPendingCopy(), "reducing chunk ", name_);
-  CZ_RETURN_IF_ERROR(StateError("reduce", Requirement::kAllReadyForReduce));
-  if (!full_->allocated()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot reduce chunk ", name_,
-                     ": it is not materialised on rank ", group_->rank()));
-  }
-  const comm::MutableBuffer full{full_->data(), static_cast<size_t>(capacity_),
-                                 options_.dtype};
-  std::unique_ptr<comm::Work> work;
-  switch (options_.layout) {
-    case ChunkLayout::kReplicated: {
-      comm::AllReduceOptions opts;
-      opts.op = op;
-      opts.timeout = options_.comm_timeout;
-      opts.tag = name_;
-      work = group_->AllReduce(full, opts);
-      break;
-    }
-    case ChunkLayout::kOwner: {
-      comm::ReduceOptions opts;
-      opts.root = options_.owner;
-      opts.op = op;
-      opts.timeout = options_.comm_timeout;
-      opts.tag = name_;
-      work = group_->Reduce(full, is_holder() ? full : comm::MutableBuffer{},
-                            opts);
-      break;
-    }
-    case ChunkLayout::kSharded: {
-      comm::ReduceScatterOptions opts;
-      opts.op = op;
-      opts.timeout = options_.comm_timeout;
-      opts.tag = name_;
-      // A shard resting elsewhere is reduced in place into this rank's
-      // part of the full buffer, then copied out (as in StartAccess).
-      void* recv = rest_device_ != device_ ? OwnPart() : shard_->data();
-      work = group_->ReduceScatter(
-          full,
-          comm::MutableBuffer{recv, static_cast<size_t>(shard_size_),
-                              options_.dtype},
-          opts);
-      break;
-    }
-  }
-  CZ_RETURN_IF_ERROR(WaitBeforeCompute(*work), "reducing chunk ", name_);
-  accessed_ = false;
-  if (is_holder()) {
-    // The reduced grads rest where the parameters do, for the optimizer.
-    if (HolderMoves()) CZ_RETURN_IF_ERROR(ReturnHolderToRest("reducing"));
-    SetAllStates(TensorState::kHold);
-  } else {
-    if (shard_ != nullptr && rest_device_ != device_) {
-      CZ_RETURN_IF_ERROR(CopyOwnPartToShard(), "reducing chunk ", name_,
-                         ": taking its shard to ", rest_device_.ToString());
-      device_to_rest_bytes_ += shard_->nbytes();
-    }
-    full_->Free();
-    SetAllStates(TensorState::kFree);
-  }
-  modified_ = false;
-  return absl::OkStatus();
 }
 
 absl::Status Chunk::MoveTo(Device device) {
@@ -599,7 +368,7 @@ absl::StatusOr<Chunk::SliceTarget> Chunk::TargetForWrite(int i,
   if (full_->allocated()) {
     target = {static_cast<char*>(full_->data()) + t.offset * element,
               full_->device(), 0, t.numel};
-  } else if (options_.layout == ChunkLayout::kSharded) {
+  } else if (shard_ != nullptr) {
     const auto [lo, hi] = ShardRange(i);
     target = {
         static_cast<char*>(shard_->data()) + (lo - shard_begin()) * element,
@@ -665,8 +434,8 @@ absl::StatusOr<bool> Chunk::HasInfOrNan() const {
   };
   if (full_->allocated()) return check(full_->data(), used_);
   if (shard_ == nullptr || !shard_->allocated()) return false;
-  const int64_t n = std::clamp<int64_t>(used_ - shard_begin(), 0, shard_size_);
-  return check(shard_->data(), n);
+  const auto [lo, hi] = UpdateRange(sharding(), used_);
+  return check(shard_->data(), hi - lo);
 }
 
 Tensor Chunk::TensorView(int i) const {
@@ -677,13 +446,11 @@ Tensor Chunk::TensorView(int i) const {
 
 std::pair<int64_t, int64_t> Chunk::ShardRange(int i) const {
   const ChunkTensor& t = tensors_[i];
-  const int64_t lo = std::max(t.offset, shard_begin());
-  const int64_t hi = std::min(t.offset + t.numel, shard_end());
-  return hi > lo ? std::make_pair(lo, hi) : std::make_pair(lo, lo);
+  return IntersectRanges({t.offset, t.offset + t.numel}, RankPart(sharding()));
 }
 
 Tensor Chunk::ShardView(int i) const {
-  if (options_.layout != ChunkLayout::kSharded) {
+  if (shard_ == nullptr) {
     if (is_holder()) return TensorView(i).Flatten();
     return *Tensor::View(full_, 0, {0}, options_.dtype);
   }

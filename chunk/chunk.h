@@ -133,6 +133,9 @@ class Chunk {
   Device device() const { return device_; }
   Device rest_device() const { return rest_device_; }
   int64_t capacity() const { return capacity_; }
+  // Where this rank stands in the chunk's layout, for the rules of
+  // chunk/chunk_layout.h (IsHolder, RankPart, UpdateRange, ...).
+  ChunkSharding sharding() const;
   // Elements per rank for kSharded; capacity() otherwise.
   int64_t shard_size() const { return shard_size_; }
   // This rank's shard as [begin, end) of the full buffer (whole buffer for
@@ -259,9 +262,9 @@ class Chunk {
 
   // Writes `values` (f32, same element count) times `scale` into tensor i's
   // slice as CopyTensorToChunkSlice does, multiplied in f32 and rounded once
-  // to the chunk's dtype (tensor/cast_kernels.h CastScaled), with no
+  // to the chunk's dtype (tensor/cpu/cast_kernels.h CastScaled), with no
   // intermediate tensor: a rank's share of an averaged gradient. On a GPU
-  // the kernel runs there (tensor/cuda_elementwise.h) when `values` is on
+  // the kernel runs there (tensor/cuda/cuda_elementwise.h) when `values` is on
   // the same GPU; between the host and a GPU the product is formed on the
   // host and copied.
   [[nodiscard]] absl::Status WriteTensorScaled(int i, const Tensor& values,

@@ -1,5 +1,6 @@
 #include "chunk/chunk_layout.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +24,92 @@ int64_t PaddedCapacity(ChunkLayout layout, int64_t capacity, int world) {
     return std::numeric_limits<int64_t>::max();
   }
   return padded;
+}
+
+ElementRange IntersectRanges(ElementRange a, ElementRange b) {
+  const int64_t lo = std::max(a.first, b.first);
+  const int64_t hi = std::min(a.second, b.second);
+  return hi > lo ? ElementRange{lo, hi} : ElementRange{lo, lo};
+}
+
+bool IsHolder(const ChunkSharding& p) {
+  switch (p.layout) {
+    case ChunkLayout::kReplicated:
+      return true;
+    case ChunkLayout::kOwner:
+      return p.rank == p.owner;
+    case ChunkLayout::kSharded:
+      return false;
+  }
+  return false;
+}
+
+ElementRange RankPart(const ChunkSharding& p) {
+  const int64_t size = ShardSize(p.layout, p.capacity, p.world);
+  const int64_t begin = p.layout == ChunkLayout::kSharded ? p.rank * size : 0;
+  return {begin, begin + size};
+}
+
+namespace {
+
+// What the rank keeps at rest, as a range of the full buffer: its part,
+// except on a non-owner, which keeps nothing.
+ElementRange RestRange(const ChunkSharding& p) {
+  if (p.layout == ChunkLayout::kOwner && !IsHolder(p)) return {0, 0};
+  return RankPart(p);
+}
+
+}  // namespace
+
+int64_t RestElements(const ChunkSharding& p) {
+  const ElementRange rest = RestRange(p);
+  return rest.second - rest.first;
+}
+
+int64_t ShardStorageElements(const ChunkSharding& p) {
+  return p.layout == ChunkLayout::kSharded
+             ? ShardSize(p.layout, p.capacity, p.world)
+             : 0;
+}
+
+ElementRange UpdateRange(const ChunkSharding& p, int64_t used) {
+  const ElementRange rest = RestRange(p);
+  // A non-owner's empty range stays {0, 0} whatever `used` is.
+  if (rest.first == rest.second) return rest;
+  return IntersectRanges(rest, {0, used});
+}
+
+ElementRange AccountRange(const ChunkSharding& p, int64_t used) {
+  const ElementRange updated = UpdateRange(p, used);
+  if (p.layout != ChunkLayout::kReplicated) return updated;
+  const int64_t n = updated.second - updated.first;
+  return {updated.first + n * p.rank / p.world,
+          updated.first + n * (p.rank + 1) / p.world};
+}
+
+int RoundRobinOwner(int chunk_index, int world) { return chunk_index % world; }
+
+int LeastLoadedOwner(const std::vector<int64_t>& elements_per_rank) {
+  const auto least =
+      std::min_element(elements_per_rank.begin(), elements_per_rank.end());
+  return static_cast<int>(least - elements_per_rank.begin());
+}
+
+double MeanRestFraction(ChunkLayout layout, int world) {
+  return layout == ChunkLayout::kReplicated ? 1.0 : 1.0 / world;
+}
+
+double BusFactorPerStep(ChunkLayout layout, int world) {
+  const double n = world;
+  switch (layout) {
+    case ChunkLayout::kReplicated:
+      return 2 * (n - 1) / n;
+    case ChunkLayout::kOwner:
+      return world > 1 ? 3 : 0;
+    case ChunkLayout::kSharded:
+      return 3 * (n - 1) / n;
+  }
+  return 0;
 }
 
 absl::string_view ChunkLayoutName(ChunkLayout layout) {

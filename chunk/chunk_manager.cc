@@ -185,11 +185,10 @@ absl::StatusOr<Chunk*> ChunkManager::NewChunk(Group& group, int64_t capacity,
 
 int ChunkManager::NextOwner(const Group& group) const {
   if (options_.chunk_size.has_value()) {
-    return static_cast<int>(group.chunks.size() % group_->size());
+    return RoundRobinOwner(static_cast<int>(group.chunks.size()),
+                           group_->size());
   }
-  const auto least = std::min_element(group.elements_per_rank.begin(),
-                                      group.elements_per_rank.end());
-  return static_cast<int>(least - group.elements_per_rank.begin());
+  return LeastLoadedOwner(group.elements_per_rank);
 }
 
 absl::StatusOr<Tensor> ChunkManager::AppendTensor(absl::string_view group_name,

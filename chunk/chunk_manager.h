@@ -70,10 +70,10 @@
 #include "chunk/chunk_residency.h"
 #include "comm/in_flight_tracker.h"
 #include "comm/process_group.h"
-#include "tensor/allocator.h"
-#include "tensor/caching_allocator.h"
 #include "tensor/copy_stream.h"
-#include "tensor/memory_tracker.h"
+#include "tensor/memory/allocator.h"
+#include "tensor/memory/caching_allocator.h"
+#include "tensor/memory/memory_tracker.h"
 
 namespace chunkzero {
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "chunk/chunk_layout.h"
+
 namespace chunkzero {
 namespace {
 
@@ -101,11 +103,8 @@ void ChunkResidency::Releasing(Chunk* chunk) {
   }
   // What resting here adds to the device now: a sharded rank's shard; a
   // holder's buffer is already on it, and a non-owner keeps nothing.
-  const int64_t bytes =
-      chunk->layout() == ChunkLayout::kSharded
-          ? chunk->shard_size() *
-                static_cast<int64_t>(ElementSize(chunk->dtype()))
-          : 0;
+  const int64_t bytes = ShardStorageElements(chunk->sharding()) *
+                        static_cast<int64_t>(ElementSize(chunk->dtype()));
   int64_t room = bytes;  // No limit: always room.
   if (tracker_ != nullptr && tracker_->Limit(device_).has_value()) {
     room = *tracker_->Limit(device_) - tracker_->CurrentTotal(device_);

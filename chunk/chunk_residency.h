@@ -33,7 +33,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "chunk/chunk.h"
 #include "tensor/device.h"
-#include "tensor/memory_tracker.h"
+#include "tensor/memory/memory_tracker.h"
 
 namespace chunkzero {
 

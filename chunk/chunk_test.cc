@@ -11,9 +11,9 @@
 #include "comm/testing/spawn_ranks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tensor/caching_allocator.h"
 #include "tensor/copy_stream.h"
 #include "tensor/half.h"
+#include "tensor/memory/caching_allocator.h"
 
 namespace chunkzero {
 namespace {
@@ -673,6 +673,30 @@ TEST(Chunk, ShardRangeIsTheTensorsPartOfThisRanksShard) {
             *Chunk::Create(Options(ChunkLayout::kOwner, 10), &g);
         AppendAbc(*owner);
         EXPECT_EQ(owner->ShardRange(1), Range(3, 8));  // The whole tensor.
+        return absl::OkStatus();
+      })));
+}
+
+TEST(Chunk, ShardingIsThisRanksPlaceInTheLayout) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(3, [](comm::ProcessGroup& g) -> absl::Status {
+        for (ChunkLayout layout : kLayouts) {
+          // 10 elements: sharded, padded to 12 in shards of 4.
+          std::unique_ptr<Chunk> chunk =
+              *Chunk::Create(Options(layout, 10, DType::kF32, /*owner=*/2), &g);
+          const ChunkSharding p = chunk->sharding();
+          EXPECT_EQ(p.layout, layout);
+          EXPECT_EQ(p.capacity, 10);
+          EXPECT_EQ(p.world, 3);
+          EXPECT_EQ(p.rank, g.rank());
+          EXPECT_EQ(p.owner, 2);
+          // The chunk's own answers are the layout rules'.
+          EXPECT_EQ(chunk->is_holder(), IsHolder(p));
+          EXPECT_EQ(std::make_pair(chunk->shard_begin(), chunk->shard_end()),
+                    RankPart(p));
+          // A new chunk holds what the rank keeps at rest.
+          EXPECT_EQ(chunk->payload_bytes(), RestElements(p) * 4);
+        }
         return absl::OkStatus();
       })));
 }

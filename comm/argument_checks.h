@@ -1,9 +1,11 @@
 // Argument checks and call descriptions shared by every ProcessGroup backend
 // and decorator, so that all of them reject the same calls with the same
-// messages.
+// messages. ProcessGroup's public collectives run the checks before any
+// backend sees a call (process_group.h, ArgumentChecks); backends and
+// decorators use the descriptions.
 //
 //   if (absl::Status s = CheckAllReduceArgs(*this, buffer, options); !s.ok())
-//     return MakeCompletedWork(s);
+//     return MakeCompletedWork(s);  // ProcessGroup::AllReduce
 //   CollectiveCall call = DescribeAllReduce(buffer, options);
 //
 // Each Check* returns OK or InvalidArgument whose message starts with the rank

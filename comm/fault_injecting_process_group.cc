@@ -44,7 +44,7 @@ const FaultPlan::Rule* FaultPlan::Find(int64_t index,
 
 FaultInjectingProcessGroup::FaultInjectingProcessGroup(ProcessGroup& inner,
                                                        FaultPlan plan)
-    : inner_(inner), plan_(std::move(plan)) {}
+    : ForwardingProcessGroup(inner), plan_(std::move(plan)) {}
 
 std::unique_ptr<Work> FaultInjectingProcessGroup::Inject(
     const CollectiveCall& call) {
@@ -64,37 +64,37 @@ std::unique_ptr<Work> FaultInjectingProcessGroup::Inject(
 std::unique_ptr<Work> FaultInjectingProcessGroup::DoBroadcast(
     MutableBuffer buffer, const BroadcastOptions& options) {
   if (auto w = Inject(DescribeBroadcast(buffer, options))) return w;
-  return inner_.Broadcast(buffer, options);
+  return inner().Broadcast(buffer, options);
 }
 
 std::unique_ptr<Work> FaultInjectingProcessGroup::DoReduce(
     ConstBuffer send, MutableBuffer recv, const ReduceOptions& options) {
   if (auto w = Inject(DescribeReduce(send, options))) return w;
-  return inner_.Reduce(send, recv, options);
+  return inner().Reduce(send, recv, options);
 }
 
 std::unique_ptr<Work> FaultInjectingProcessGroup::DoAllReduce(
     MutableBuffer buffer, const AllReduceOptions& options) {
   if (auto w = Inject(DescribeAllReduce(buffer, options))) return w;
-  return inner_.AllReduce(buffer, options);
+  return inner().AllReduce(buffer, options);
 }
 
 std::unique_ptr<Work> FaultInjectingProcessGroup::DoAllGather(
     ConstBuffer send, MutableBuffer recv, const AllGatherOptions& options) {
   if (auto w = Inject(DescribeAllGather(send, options))) return w;
-  return inner_.AllGather(send, recv, options);
+  return inner().AllGather(send, recv, options);
 }
 
 std::unique_ptr<Work> FaultInjectingProcessGroup::DoReduceScatter(
     ConstBuffer send, MutableBuffer recv, const ReduceScatterOptions& options) {
   if (auto w = Inject(DescribeReduceScatter(recv, options))) return w;
-  return inner_.ReduceScatter(send, recv, options);
+  return inner().ReduceScatter(send, recv, options);
 }
 
 std::unique_ptr<Work> FaultInjectingProcessGroup::DoBarrier(
     const BarrierOptions& options) {
   if (auto w = Inject(DescribeBarrier(options))) return w;
-  return inner_.Barrier(options);
+  return inner().Barrier(options);
 }
 
 }  // namespace comm

@@ -31,6 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "comm/forwarding_process_group.h"
 #include "comm/process_group.h"
 
 namespace chunkzero {
@@ -62,7 +63,7 @@ class FaultPlan {
   std::vector<Rule> rules_;
 };
 
-class FaultInjectingProcessGroup final : public ProcessGroup {
+class FaultInjectingProcessGroup final : public ForwardingProcessGroup {
  public:
   FaultInjectingProcessGroup(ProcessGroup& inner, FaultPlan plan);
   FaultInjectingProcessGroup(const FaultInjectingProcessGroup&) = delete;
@@ -71,15 +72,6 @@ class FaultInjectingProcessGroup final : public ProcessGroup {
 
   // Number of calls that entered this decorator so far.
   int64_t calls() const { return next_index_.load(); }
-
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  absl::string_view backend_name() const override {
-    return inner_.backend_name();
-  }
-  bool SupportsDType(DType dtype) const override {
-    return inner_.SupportsDType(dtype);
-  }
 
  protected:
   std::unique_ptr<Work> DoBroadcast(MutableBuffer buffer,
@@ -94,16 +86,15 @@ class FaultInjectingProcessGroup final : public ProcessGroup {
       ConstBuffer send, MutableBuffer recv,
       const ReduceScatterOptions& options) override;
   std::unique_ptr<Work> DoBarrier(const BarrierOptions& options) override;
-  // Forwards (a stall happens on the issuing thread, before the inner
-  // group sees the call, so there is nothing of this decorator to stop).
-  void DoAbort(const absl::Status& cause) override { inner_.Abort(cause); }
+  // DoAbort forwards (a stall happens on the issuing thread, before the
+  // inner group sees the call, so there is nothing of this decorator to
+  // stop).
 
  private:
   // Applies the plan to the next call. Returns a failed Work for a Fail rule
   // (after which the caller must not forward), else nullptr after any stall.
   [[nodiscard]] std::unique_ptr<Work> Inject(const CollectiveCall& call);
 
-  ProcessGroup& inner_;
   const FaultPlan plan_;
   std::atomic<int64_t> next_index_{0};
 };

@@ -35,7 +35,7 @@ int64_t InFlightTracker::in_flight() {
 
 int64_t InFlightTracker::AbortIfInFlight(const absl::Status& cause) {
   const int64_t running = in_flight();
-  if (running > 0) inner_.Abort(cause);
+  if (running > 0) inner().Abort(cause);
   return running;
 }
 
@@ -59,33 +59,33 @@ std::unique_ptr<Work> InFlightTracker::Track(std::unique_ptr<Work> work) {
 
 std::unique_ptr<Work> InFlightTracker::DoBroadcast(
     MutableBuffer buffer, const BroadcastOptions& options) {
-  return Track(inner_.Broadcast(buffer, options));
+  return Track(inner().Broadcast(buffer, options));
 }
 
 std::unique_ptr<Work> InFlightTracker::DoReduce(ConstBuffer send,
                                                 MutableBuffer recv,
                                                 const ReduceOptions& options) {
-  return Track(inner_.Reduce(send, recv, options));
+  return Track(inner().Reduce(send, recv, options));
 }
 
 std::unique_ptr<Work> InFlightTracker::DoAllReduce(
     MutableBuffer buffer, const AllReduceOptions& options) {
-  return Track(inner_.AllReduce(buffer, options));
+  return Track(inner().AllReduce(buffer, options));
 }
 
 std::unique_ptr<Work> InFlightTracker::DoAllGather(
     ConstBuffer send, MutableBuffer recv, const AllGatherOptions& options) {
-  return Track(inner_.AllGather(send, recv, options));
+  return Track(inner().AllGather(send, recv, options));
 }
 
 std::unique_ptr<Work> InFlightTracker::DoReduceScatter(
     ConstBuffer send, MutableBuffer recv, const ReduceScatterOptions& options) {
-  return Track(inner_.ReduceScatter(send, recv, options));
+  return Track(inner().ReduceScatter(send, recv, options));
 }
 
 std::unique_ptr<Work> InFlightTracker::DoBarrier(
     const BarrierOptions& options) {
-  return Track(inner_.Barrier(options));
+  return Track(inner().Barrier(options));
 }
 
 }  // namespace comm

@@ -26,14 +26,16 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "base/mutex.h"
+#include "comm/forwarding_process_group.h"
 #include "comm/process_group.h"
 
 namespace chunkzero {
 namespace comm {
 
-class InFlightTracker final : public ProcessGroup {
+class InFlightTracker final : public ForwardingProcessGroup {
  public:
-  explicit InFlightTracker(ProcessGroup& inner) : inner_(inner) {}
+  explicit InFlightTracker(ProcessGroup& inner)
+      : ForwardingProcessGroup(inner) {}
   InFlightTracker(const InFlightTracker&) = delete;
   InFlightTracker& operator=(const InFlightTracker&) = delete;
 
@@ -45,15 +47,6 @@ class InFlightTracker final : public ProcessGroup {
   // many were in flight; with none, does nothing (the group stays usable).
   // REQUIRES: !cause.ok().
   int64_t AbortIfInFlight(const absl::Status& cause) ABSL_LOCKS_EXCLUDED(mu_);
-
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  absl::string_view backend_name() const override {
-    return inner_.backend_name();
-  }
-  bool SupportsDType(DType dtype) const override {
-    return inner_.SupportsDType(dtype);
-  }
 
  protected:
   std::unique_ptr<Work> DoBroadcast(MutableBuffer buffer,
@@ -68,7 +61,6 @@ class InFlightTracker final : public ProcessGroup {
       ConstBuffer send, MutableBuffer recv,
       const ReduceScatterOptions& options) override;
   std::unique_ptr<Work> DoBarrier(const BarrierOptions& options) override;
-  void DoAbort(const absl::Status& cause) override { inner_.Abort(cause); }
 
  private:
   // Keeps `work` (shared with the handle returned) until it completes.
@@ -77,7 +69,6 @@ class InFlightTracker final : public ProcessGroup {
   // Forgets the collectives that have completed.
   void PruneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  ProcessGroup& inner_;
   Mutex mu_;
   std::deque<std::shared_ptr<Work>> issued_ ABSL_GUARDED_BY(mu_);
 };

@@ -14,9 +14,10 @@
 //  - Argument errors (send/recv count or dtype mismatch, bad root, a dtype the
 //    backend does not support, null data with a nonzero count, a partial
 //    overlap of send and recv) come back as an already-failed Work with
-//    InvalidArgument naming the rank and the op; see argument_checks.h, which
-//    backends call first. Such a call is not issued to the peers, so they
-//    wait for it until their timeout.
+//    InvalidArgument naming the rank and the op; the public collectives
+//    below run those checks (argument_checks.h) once, for every backend,
+//    before its Do* function sees the call. Such a call is not issued to the
+//    peers, so they wait for it until their timeout.
 //  - Reductions are deterministic: the result is the serial reduction in rank
 //    order, ((x0 op x1) op x2) ..., bit for bit, with f16/bf16 accumulated in
 //    f32 and rounded once at the end (see ReduceOp).
@@ -57,44 +58,36 @@ class ProcessGroup {
   // The collectives. Each is non-virtual and [[nodiscard]] so that dropping
   // its Work fails to compile (GCC does not check [[nodiscard]] on calls of
   // virtual functions); backends implement the protected Do* functions.
+  // Each checks its arguments first (see ArgumentChecks below): a call that
+  // fails a check returns an already-failed Work and never reaches Do*.
 
   // Copies root's `buffer` into every other rank's `buffer`.
   [[nodiscard]] std::unique_ptr<Work> Broadcast(
-      MutableBuffer buffer, const BroadcastOptions& options) {
-    return DoBroadcast(buffer, options);
-  }
+      MutableBuffer buffer, const BroadcastOptions& options);
 
   // Reduces every rank's `send` into root's `recv`. `recv` is used at the
   // root only (other ranks may pass {}); at the root it must have send.count
   // elements and may alias `send` exactly (in place).
   [[nodiscard]] std::unique_ptr<Work> Reduce(ConstBuffer send,
                                              MutableBuffer recv,
-                                             const ReduceOptions& options) {
-    return DoReduce(send, recv, options);
-  }
+                                             const ReduceOptions& options);
 
   // Reduces every rank's `buffer` and leaves the result in all of them.
   [[nodiscard]] std::unique_ptr<Work> AllReduce(
-      MutableBuffer buffer, const AllReduceOptions& options) {
-    return DoAllReduce(buffer, options);
-  }
+      MutableBuffer buffer, const AllReduceOptions& options);
 
   // Gathers every rank's `send` (count elements) into `recv` (size() * count
   // elements, rank r's data at offset r * count). In place when `send` is
   // exactly recv's slot for this rank.
   [[nodiscard]] std::unique_ptr<Work> AllGather(
-      ConstBuffer send, MutableBuffer recv, const AllGatherOptions& options) {
-    return DoAllGather(send, recv, options);
-  }
+      ConstBuffer send, MutableBuffer recv, const AllGatherOptions& options);
 
   // Reduces slot r of every rank's `send` (size() * count elements) into
   // rank r's `recv` (count elements). In place when `recv` is exactly send's
   // slot for this rank.
   [[nodiscard]] std::unique_ptr<Work> ReduceScatter(
       ConstBuffer send, MutableBuffer recv,
-      const ReduceScatterOptions& options) {
-    return DoReduceScatter(send, recv, options);
-  }
+      const ReduceScatterOptions& options);
 
   // Completes once every rank has entered the barrier.
   [[nodiscard]] std::unique_ptr<Work> Barrier(const BarrierOptions& options) {
@@ -117,6 +110,23 @@ class ProcessGroup {
   void Abort(const absl::Status& cause) { DoAbort(cause); }
 
  protected:
+  // Where the public collectives check their arguments (argument_checks.h).
+  enum class ArgumentChecks {
+    // Here, once, before the Do* function: it sees valid arguments only.
+    // Every backend.
+    kAtEntry,
+    // Not here: each Do* function sees every call as made. For a decorator
+    // whose Do* functions hand each call to another group's public
+    // collectives, which check it there (so that the message names that
+    // group, and the decorator still sees, counts or reroutes the call), and
+    // for test doubles. A Do* function of such a group must not touch the
+    // buffers of a call itself.
+    kDelegated,
+  };
+
+  ProcessGroup() = default;
+  explicit ProcessGroup(ArgumentChecks checks) : checks_(checks) {}
+
   virtual std::unique_ptr<Work> DoBroadcast(
       MutableBuffer buffer, const BroadcastOptions& options) = 0;
   virtual std::unique_ptr<Work> DoReduce(ConstBuffer send, MutableBuffer recv,
@@ -131,6 +141,9 @@ class ProcessGroup {
       const ReduceScatterOptions& options) = 0;
   virtual std::unique_ptr<Work> DoBarrier(const BarrierOptions& options) = 0;
   virtual void DoAbort(const absl::Status& cause) = 0;
+
+ private:
+  const ArgumentChecks checks_ = ArgumentChecks::kAtEntry;
 };
 
 // Blocking conveniences: issue the collective and wait for it. Each is

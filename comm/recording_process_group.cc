@@ -5,6 +5,7 @@
 
 #include "absl/time/clock.h"
 #include "comm/argument_checks.h"
+#include "comm/forwarding_process_group.h"
 
 namespace chunkzero {
 namespace comm {
@@ -94,10 +95,10 @@ std::unique_ptr<Work> RecordingProcessGroup::Timed(absl::Time issued,
 
 RecordingProcessGroup::RecordingProcessGroup(ProcessGroup& inner,
                                              size_t max_logged_calls)
-    : inner_(inner), max_logged_calls_(max_logged_calls) {}
+    : ForwardingProcessGroup(inner), max_logged_calls_(max_logged_calls) {}
 
 void RecordingProcessGroup::Record(const CollectiveCall& call) {
-  const uint64_t bytes = PayloadBytes(call, inner_.size());
+  const uint64_t bytes = PayloadBytes(call, size());
   MutexLock lock(&mu_);
   if (calls_.size() < max_logged_calls_) {
     calls_.push_back(call);
@@ -121,7 +122,7 @@ RecordingSnapshot RecordingProcessGroup::SnapshotLocked() const {
     s.calls = counts_[k];
     s.payload_bytes = payload_bytes_[k];
     s.bus_bytes = static_cast<double>(payload_bytes_[k]) *
-                  BusBytesFactor(static_cast<CollectiveKind>(k), inner_.size());
+                  BusBytesFactor(static_cast<CollectiveKind>(k), size());
   }
   return snapshot;
 }
@@ -155,42 +156,42 @@ std::unique_ptr<Work> RecordingProcessGroup::DoBroadcast(
     MutableBuffer buffer, const BroadcastOptions& options) {
   Record(DescribeBroadcast(buffer, options));
   const absl::Time issued = absl::Now();
-  return Timed(issued, inner_.Broadcast(buffer, options));
+  return Timed(issued, inner().Broadcast(buffer, options));
 }
 
 std::unique_ptr<Work> RecordingProcessGroup::DoReduce(
     ConstBuffer send, MutableBuffer recv, const ReduceOptions& options) {
   Record(DescribeReduce(send, options));
   const absl::Time issued = absl::Now();
-  return Timed(issued, inner_.Reduce(send, recv, options));
+  return Timed(issued, inner().Reduce(send, recv, options));
 }
 
 std::unique_ptr<Work> RecordingProcessGroup::DoAllReduce(
     MutableBuffer buffer, const AllReduceOptions& options) {
   Record(DescribeAllReduce(buffer, options));
   const absl::Time issued = absl::Now();
-  return Timed(issued, inner_.AllReduce(buffer, options));
+  return Timed(issued, inner().AllReduce(buffer, options));
 }
 
 std::unique_ptr<Work> RecordingProcessGroup::DoAllGather(
     ConstBuffer send, MutableBuffer recv, const AllGatherOptions& options) {
   Record(DescribeAllGather(send, options));
   const absl::Time issued = absl::Now();
-  return Timed(issued, inner_.AllGather(send, recv, options));
+  return Timed(issued, inner().AllGather(send, recv, options));
 }
 
 std::unique_ptr<Work> RecordingProcessGroup::DoReduceScatter(
     ConstBuffer send, MutableBuffer recv, const ReduceScatterOptions& options) {
   Record(DescribeReduceScatter(recv, options));
   const absl::Time issued = absl::Now();
-  return Timed(issued, inner_.ReduceScatter(send, recv, options));
+  return Timed(issued, inner().ReduceScatter(send, recv, options));
 }
 
 std::unique_ptr<Work> RecordingProcessGroup::DoBarrier(
     const BarrierOptions& options) {
   Record(DescribeBarrier(options));
   const absl::Time issued = absl::Now();
-  return Timed(issued, inner_.Barrier(options));
+  return Timed(issued, inner().Barrier(options));
 }
 
 }  // namespace comm

@@ -42,6 +42,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "base/mutex.h"
+#include "comm/forwarding_process_group.h"
 #include "comm/process_group.h"
 
 namespace chunkzero {
@@ -80,7 +81,7 @@ struct RecordingSnapshot {
   CollectiveStats Total() const;
 };
 
-class RecordingProcessGroup final : public ProcessGroup {
+class RecordingProcessGroup final : public ForwardingProcessGroup {
  public:
   explicit RecordingProcessGroup(ProcessGroup& inner,
                                  size_t max_logged_calls = size_t{1} << 20);
@@ -93,15 +94,6 @@ class RecordingProcessGroup final : public ProcessGroup {
   void Reset();
   // Snapshot() and Reset() in one atomic step (for per-step reports).
   RecordingSnapshot SnapshotAndReset();
-
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  absl::string_view backend_name() const override {
-    return inner_.backend_name();
-  }
-  bool SupportsDType(DType dtype) const override {
-    return inner_.SupportsDType(dtype);
-  }
 
  protected:
   std::unique_ptr<Work> DoBroadcast(MutableBuffer buffer,
@@ -116,8 +108,7 @@ class RecordingProcessGroup final : public ProcessGroup {
       ConstBuffer send, MutableBuffer recv,
       const ReduceScatterOptions& options) override;
   std::unique_ptr<Work> DoBarrier(const BarrierOptions& options) override;
-  // Forwards; what is recorded stays as it is.
-  void DoAbort(const absl::Status& cause) override { inner_.Abort(cause); }
+  // DoAbort forwards; what is recorded stays as it is.
 
  private:
   void Record(const CollectiveCall& call) ABSL_LOCKS_EXCLUDED(mu_);
@@ -141,7 +132,6 @@ class RecordingProcessGroup final : public ProcessGroup {
     }
   };
 
-  ProcessGroup& inner_;
   const size_t max_logged_calls_;
   const std::shared_ptr<WaitCounters> waits_ = std::make_shared<WaitCounters>();
   mutable Mutex mu_;

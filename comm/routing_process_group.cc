@@ -3,21 +3,21 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "tensor/cuda_runtime.h"
+#include "tensor/cuda/cuda_runtime.h"
 
 namespace chunkzero {
 namespace comm {
 
 RoutingProcessGroup::RoutingProcessGroup(ProcessGroup* device,
                                          ProcessGroup* host, OnDevice on_device)
-    : device_(device),
-      host_(host),
+    : ForwardingProcessGroup(*host),
+      device_(device),
       on_device_(on_device != nullptr ? std::move(on_device)
                                       : OnDevice(CudaIsDeviceMemory)),
       name_(absl::StrCat(device->backend_name(), "+", host->backend_name())) {}
 
 bool RoutingProcessGroup::SupportsDType(DType dtype) const {
-  return device_->SupportsDType(dtype) && host_->SupportsDType(dtype);
+  return device_->SupportsDType(dtype) && inner().SupportsDType(dtype);
 }
 
 ProcessGroup* RoutingProcessGroup::Route(const void* a, size_t a_count,
@@ -28,7 +28,7 @@ ProcessGroup* RoutingProcessGroup::Route(const void* a, size_t a_count,
     (on_device_(data) ? device : host) += 1;
   }
   if (device > 0 && host > 0) return nullptr;
-  return device > 0 ? device_ : host_;
+  return device > 0 ? device_ : &inner();
 }
 
 std::unique_ptr<Work> RoutingProcessGroup::Mixed(CollectiveKind kind) const {
@@ -69,11 +69,6 @@ std::unique_ptr<Work> RoutingProcessGroup::DoReduceScatter(
   ProcessGroup* group = Route(send.data, send.count, recv.data, recv.count);
   if (group == nullptr) return Mixed(CollectiveKind::kReduceScatter);
   return group->ReduceScatter(send, recv, options);
-}
-
-std::unique_ptr<Work> RoutingProcessGroup::DoBarrier(
-    const BarrierOptions& options) {
-  return host_->Barrier(options);
 }
 
 }  // namespace comm

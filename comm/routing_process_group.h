@@ -15,10 +15,15 @@
 // the same order on every rank. A Barrier goes to the host group.
 //
 // Where a buffer is: `on_device(data)`, by default CudaIsDeviceMemory
-// (tensor/cuda_runtime.h). Buffers with no elements have no say. A call
+// (tensor/cuda/cuda_runtime.h). Buffers with no elements have no say. A call
 // whose buffers are on both sides fails with InvalidArgument naming the
 // rank and the op, without reaching either group (so the peers wait for it
 // until their timeout, as for any argument error).
+//
+// The host group is the inner group of a ForwardingProcessGroup (rank, size
+// and Barrier are its); collectives on device buffers are diverted to the
+// device group. Argument errors are found by whichever inner group gets the
+// call, and name that group (ArgumentChecks::kDelegated).
 //
 // Ownership: does not own the inner groups, which must outlive it and have
 // this group's rank and size. Thread-safety: thread-safe as the inner
@@ -30,12 +35,13 @@
 #include <memory>
 #include <string>
 
+#include "comm/forwarding_process_group.h"
 #include "comm/process_group.h"
 
 namespace chunkzero {
 namespace comm {
 
-class RoutingProcessGroup final : public ProcessGroup {
+class RoutingProcessGroup final : public ForwardingProcessGroup {
  public:
   using OnDevice = std::function<bool(const void* data)>;
 
@@ -43,8 +49,6 @@ class RoutingProcessGroup final : public ProcessGroup {
   RoutingProcessGroup(ProcessGroup* device, ProcessGroup* host,
                       OnDevice on_device = nullptr);
 
-  int rank() const override { return host_->rank(); }
-  int size() const override { return host_->size(); }
   // "<device>+<host>", e.g. "nccl+gloo".
   absl::string_view backend_name() const override { return name_; }
   // A dtype both inner groups support.
@@ -62,11 +66,11 @@ class RoutingProcessGroup final : public ProcessGroup {
   std::unique_ptr<Work> DoReduceScatter(
       ConstBuffer send, MutableBuffer recv,
       const ReduceScatterOptions& options) override;
-  std::unique_ptr<Work> DoBarrier(const BarrierOptions& options) override;
+  // DoBarrier goes to the host group.
   // Aborts both inner groups: a collective in flight may be on either.
   void DoAbort(const absl::Status& cause) override {
     device_->Abort(cause);
-    host_->Abort(cause);
+    inner().Abort(cause);
   }
 
  private:
@@ -78,7 +82,6 @@ class RoutingProcessGroup final : public ProcessGroup {
   std::unique_ptr<Work> Mixed(CollectiveKind kind) const;
 
   ProcessGroup* const device_;
-  ProcessGroup* const host_;
   const OnDevice on_device_;
   const std::string name_;
 };

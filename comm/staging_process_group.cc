@@ -78,7 +78,7 @@ const char* At(const void* base, size_t offset) {
 
 StagingProcessGroup::StagingProcessGroup(ProcessGroup* inner, Device device,
                                          Allocator* staging)
-    : inner_(inner),
+    : ForwardingProcessGroup(*inner, ArgumentChecks::kAtEntry),
       device_(device),
       staging_(staging),
       name_(absl::StrCat(inner->backend_name(), "+staged")) {
@@ -126,7 +126,7 @@ std::unique_ptr<Work> StagingProcessGroup::Enqueue(
 }
 
 void StagingProcessGroup::DoAbort(const absl::Status& cause) {
-  inner_->Abort(cause);
+  inner().Abort(cause);
   // Every inner collective is complete now, so the worker gets through
   // its queue without waiting on a peer.
   MutexLock lock(&mu_);
@@ -171,24 +171,18 @@ void StagingProcessGroup::Finish(Pending& pending) {
 
 std::unique_ptr<Work> StagingProcessGroup::DoBroadcast(
     MutableBuffer buffer, const BroadcastOptions& options) {
-  if (absl::Status s = CheckBroadcastArgs(*this, buffer, options); !s.ok()) {
-    return MakeCompletedWork(s);
-  }
   const CollectiveCall call = DescribeBroadcast(buffer, options);
   auto staged = std::make_shared<Staged>(this);
   absl::StatusOr<void*> host = staged->In(buffer.data, buffer.bytes());
   if (!host.ok()) return Failed(*this, call, host.status());
   staged->copies.push_back({buffer.data, *host, buffer.bytes()});
-  return Enqueue(inner_->Broadcast(
+  return Enqueue(inner().Broadcast(
                      MutableBuffer{*host, buffer.count, buffer.dtype}, options),
                  std::move(staged), call.ToString());
 }
 
 std::unique_ptr<Work> StagingProcessGroup::DoReduce(
     ConstBuffer send, MutableBuffer recv, const ReduceOptions& options) {
-  if (absl::Status s = CheckReduceArgs(*this, send, recv, options); !s.ok()) {
-    return MakeCompletedWork(s);
-  }
   const CollectiveCall call = DescribeReduce(send, options);
   auto staged = std::make_shared<Staged>(this);
   absl::StatusOr<void*> host_send = staged->In(send.data, send.bytes());
@@ -204,32 +198,25 @@ std::unique_ptr<Work> StagingProcessGroup::DoReduce(
     host_recv = MutableBuffer{host, recv.count, recv.dtype};
     staged->copies.push_back({recv.data, host, recv.bytes()});
   }
-  return Enqueue(inner_->Reduce(ConstBuffer{*host_send, send.count, send.dtype},
+  return Enqueue(inner().Reduce(ConstBuffer{*host_send, send.count, send.dtype},
                                 host_recv, options),
                  std::move(staged), call.ToString());
 }
 
 std::unique_ptr<Work> StagingProcessGroup::DoAllReduce(
     MutableBuffer buffer, const AllReduceOptions& options) {
-  if (absl::Status s = CheckAllReduceArgs(*this, buffer, options); !s.ok()) {
-    return MakeCompletedWork(s);
-  }
   const CollectiveCall call = DescribeAllReduce(buffer, options);
   auto staged = std::make_shared<Staged>(this);
   absl::StatusOr<void*> host = staged->In(buffer.data, buffer.bytes());
   if (!host.ok()) return Failed(*this, call, host.status());
   staged->copies.push_back({buffer.data, *host, buffer.bytes()});
-  return Enqueue(inner_->AllReduce(
+  return Enqueue(inner().AllReduce(
                      MutableBuffer{*host, buffer.count, buffer.dtype}, options),
                  std::move(staged), call.ToString());
 }
 
 std::unique_ptr<Work> StagingProcessGroup::DoAllGather(
     ConstBuffer send, MutableBuffer recv, const AllGatherOptions& options) {
-  if (absl::Status s = CheckAllGatherArgs(*this, send, recv, options);
-      !s.ok()) {
-    return MakeCompletedWork(s);
-  }
   const CollectiveCall call = DescribeAllGather(send, options);
   auto staged = std::make_shared<Staged>(this);
   absl::StatusOr<void*> host_recv = staged->In(nullptr, recv.bytes());
@@ -251,7 +238,7 @@ std::unique_ptr<Work> StagingProcessGroup::DoAllGather(
   }
   staged->copies.push_back({recv.data, *host_recv, recv.bytes()});
   return Enqueue(
-      inner_->AllGather(ConstBuffer{host_send, send.count, send.dtype},
+      inner().AllGather(ConstBuffer{host_send, send.count, send.dtype},
                         MutableBuffer{*host_recv, recv.count, recv.dtype},
                         options),
       std::move(staged), call.ToString());
@@ -259,10 +246,6 @@ std::unique_ptr<Work> StagingProcessGroup::DoAllGather(
 
 std::unique_ptr<Work> StagingProcessGroup::DoReduceScatter(
     ConstBuffer send, MutableBuffer recv, const ReduceScatterOptions& options) {
-  if (absl::Status s = CheckReduceScatterArgs(*this, send, recv, options);
-      !s.ok()) {
-    return MakeCompletedWork(s);
-  }
   const CollectiveCall call = DescribeReduceScatter(recv, options);
   auto staged = std::make_shared<Staged>(this);
   absl::StatusOr<void*> host_send = staged->In(send.data, send.bytes());
@@ -277,15 +260,10 @@ std::unique_ptr<Work> StagingProcessGroup::DoReduceScatter(
     host_recv = *fresh;
   }
   staged->copies.push_back({recv.data, host_recv, recv.bytes()});
-  return Enqueue(inner_->ReduceScatter(
+  return Enqueue(inner().ReduceScatter(
                      ConstBuffer{*host_send, send.count, send.dtype},
                      MutableBuffer{host_recv, recv.count, recv.dtype}, options),
                  std::move(staged), call.ToString());
-}
-
-std::unique_ptr<Work> StagingProcessGroup::DoBarrier(
-    const BarrierOptions& options) {
-  return inner_->Barrier(options);  // No data to stage.
 }
 
 }  // namespace comm

@@ -23,7 +23,8 @@
 // cudaHostAlloc zero times).
 //
 // Results are the inner backend's, bit for bit. Argument errors are this
-// group's (argument_checks.h) and reach neither the device nor `inner`;
+// group's (checked at its entry: argument_checks.h, ForwardingProcessGroup)
+// and reach neither the device nor `inner`;
 // a failed copy fails the collective naming the device and the bytes;
 // the inner collective's failure is returned as it is (no copy back).
 //
@@ -43,27 +44,23 @@
 
 #include "absl/base/thread_annotations.h"
 #include "base/mutex.h"
+#include "comm/forwarding_process_group.h"
 #include "comm/process_group.h"
-#include "tensor/allocator.h"
 #include "tensor/device.h"
+#include "tensor/memory/allocator.h"
 
 namespace chunkzero {
 namespace comm {
 
-class StagingProcessGroup final : public ProcessGroup {
+class StagingProcessGroup final : public ForwardingProcessGroup {
  public:
   StagingProcessGroup(ProcessGroup* inner, Device device, Allocator* staging);
   ~StagingProcessGroup() override;
   StagingProcessGroup(const StagingProcessGroup&) = delete;
   StagingProcessGroup& operator=(const StagingProcessGroup&) = delete;
 
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
   // The inner backend's name and "+staged", e.g. "gloo+staged".
   absl::string_view backend_name() const override { return name_; }
-  bool SupportsDType(DType dtype) const override {
-    return inner_->SupportsDType(dtype);
-  }
   Device device() const { return device_; }
 
  protected:
@@ -78,7 +75,7 @@ class StagingProcessGroup final : public ProcessGroup {
   std::unique_ptr<Work> DoReduceScatter(
       ConstBuffer send, MutableBuffer recv,
       const ReduceScatterOptions& options) override;
-  std::unique_ptr<Work> DoBarrier(const BarrierOptions& options) override;
+  // DoBarrier forwards: it has no data to stage.
   // Aborts the inner group, then waits until the worker has finished every
   // collective queued (none copies a result back once its inner collective
   // failed; one that succeeded before the abort finishes its copy).
@@ -100,7 +97,6 @@ class StagingProcessGroup final : public ProcessGroup {
   // completes its Work.
   void Finish(Pending& pending);
 
-  ProcessGroup* const inner_;
   const Device device_;
   Allocator* const staging_;
   const std::string name_;

@@ -18,8 +18,8 @@
 #include "comm/testing/spawn_ranks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tensor/caching_allocator.h"
-#include "tensor/cuda_runtime.h"
+#include "tensor/cuda/cuda_runtime.h"
+#include "tensor/memory/caching_allocator.h"
 
 namespace chunkzero {
 namespace comm {

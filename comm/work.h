@@ -21,7 +21,7 @@
 #include "absl/base/attributes.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "tensor/cuda_handles.h"
+#include "tensor/cuda/cuda_handles.h"
 
 namespace chunkzero {
 namespace comm {

@@ -13,15 +13,15 @@
 #include "base/thread.h"
 #include "comm/agree.h"
 #include "comm/gloo/gloo_process_group.h"
-#include "comm/gloo/rendezvous_store.h"
 #include "comm/inprocess/in_process_group.h"
 #include "comm/nccl/nccl_process_group.h"
+#include "comm/rendezvous/rendezvous_store.h"
 #include "comm/routing_process_group.h"
 #include "comm/staging_process_group.h"
 #include "gloo/rendezvous/hash_store.h"
-#include "tensor/allocator.h"
-#include "tensor/caching_allocator.h"
-#include "tensor/cuda_runtime.h"
+#include "tensor/cuda/cuda_runtime.h"
+#include "tensor/memory/allocator.h"
+#include "tensor/memory/caching_allocator.h"
 
 namespace chunkzero {
 namespace comm {
@@ -209,6 +209,9 @@ class WorldImpl final : public World {
       if (spec_.backend == WorldBackend::kNccl) {
         NcclOptions options;
         options.timeout = spec_.timeout;
+        // NCCL ranks started with different flags fail at the rendezvous
+        // naming the flag, as Gloo's do.
+        options.job_config = spec_.job_config;
         CZ_ASSIGN_OR_RETURN(
             mine.nccl,
             NcclProcessGroup::Create(

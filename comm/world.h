@@ -62,7 +62,7 @@ struct WorldSpec {
   WorldBackend backend = WorldBackend::kInProcess;
   // -1: every rank is a thread of this process (rendezvous in memory);
   // else this process runs rank `rank` only, meeting the others at
-  // `rendezvous` (see comm/gloo/rendezvous_store.h).
+  // `rendezvous` (see comm/rendezvous/rendezvous_store.h).
   int rank = -1;
   std::string rendezvous;
   // How errors name the rendezvous (e.g. the flag that gave it); empty:

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "tensor/axpy_tensor.h"
+#include "tensor/ops/axpy_tensor.h"
 
 namespace chunkzero {
 

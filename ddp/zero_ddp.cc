@@ -12,7 +12,7 @@
 #include "base/status_macros.h"
 #include "comm/process_group.h"
 #include "ddp/zero_ddp_internal.h"
-#include "tensor/axpy_tensor.h"
+#include "tensor/ops/axpy_tensor.h"
 
 namespace chunkzero {
 

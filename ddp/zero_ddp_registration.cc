@@ -11,7 +11,7 @@
 #include "comm/process_group.h"
 #include "ddp/zero_ddp.h"
 #include "ddp/zero_ddp_internal.h"
-#include "tensor/cast_tensor.h"
+#include "tensor/ops/cast_tensor.h"
 
 namespace chunkzero {
 namespace zero_ddp_internal {

@@ -7,9 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "chunk/chunk_layout.h"
 #include "ddp/zero_ddp.h"
 #include "ddp/zero_ddp_internal.h"
-#include "tensor/cast_tensor.h"
+#include "tensor/ops/cast_tensor.h"
 
 namespace chunkzero {
 
@@ -83,8 +84,9 @@ absl::Status ZeroDdp::RestoreParamsFromMasters() {
   for (int i = 0; i < chunks_->num_chunks(param_group_); ++i) {
     Chunk* param = chunks_->chunk(param_group_, i);
     Chunk* master = chunks_->chunk(master_group_, i);
-    if (param->layout() == ChunkLayout::kOwner && !param->is_holder()) continue;
-    // The payload each rank keeps at rest: the shard, or the whole chunk.
+    // The payload each rank keeps at rest: the shard, the whole chunk, or
+    // nothing (a non-owner).
+    if (RestElements(param->sharding()) == 0) continue;
     Tensor to = param->ShardStorageView();
     Tensor from = master->ShardStorageView();
     if (!to.is_materialized() || !from.is_materialized()) continue;

@@ -57,7 +57,7 @@
 #include "engine/engine_options.h"
 #include "engine/step_stats.h"
 #include "optim/zero_optimizer.h"
-#include "tensor/memory_tracker.h"
+#include "tensor/memory/memory_tracker.h"
 #include "tensor/tensor.h"
 
 namespace chunkzero {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "comm/recording_process_group.h"
-#include "tensor/memory_tracker.h"
+#include "tensor/memory/memory_tracker.h"
 
 namespace chunkzero {
 

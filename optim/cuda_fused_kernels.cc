@@ -1,20 +1,19 @@
-// Shared by the CUDA build and the stub: the argument checks, then either
-// the kernels (CHUNKZERO_WITH_CUDA) or Unimplemented.
+// One source for both builds: the argument checks, then the kernels
+// (optim/internal/cuda_fused_kernels_nvcc.h), which without --config=cuda
+// are a stub that returns kNoCuda (Unimplemented here).
 #include "optim/cuda_fused_kernels.h"
 
-#include "absl/strings/str_cat.h"
-#include "optim/internal/fused_step_args.h"
+#include <string>
 
-#if CHUNKZERO_WITH_CUDA
-#include "optim/internal/cuda_fused_kernels.h"
-#endif
+#include "absl/strings/str_cat.h"
+#include "optim/internal/cuda_fused_kernels_nvcc.h"
+#include "optim/internal/fused_step_args.h"
 
 namespace chunkzero {
 namespace {
 
 namespace oi = optim_internal;
 
-#if CHUNKZERO_WITH_CUDA
 oi::cuda::Element ElementOf(DType dtype, const void* array) {
   if (array == nullptr) return oi::cuda::Element::kNone;
   switch (dtype) {
@@ -27,19 +26,14 @@ oi::cuda::Element ElementOf(DType dtype, const void* array) {
   }
 }
 
+// OK, Unimplemented without CUDA, Internal for a failed launch.
 absl::Status Launched(int error, const char* op, size_t n) {
   if (error == 0) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(
-      op, " over ", n, " elements on the GPU: ", oi::cuda::ErrorName(error)));
+  const std::string message = absl::StrCat(
+      op, " over ", n, " elements on the GPU: ", oi::cuda::ErrorName(error));
+  return error == oi::cuda::kNoCuda ? absl::UnimplementedError(message)
+                                    : absl::InternalError(message);
 }
-#else
-absl::Status NoCuda(const char* op, size_t n) {
-  return absl::UnimplementedError(
-      absl::StrCat(op, " over ", n,
-                   " elements on the GPU: this binary was built without "
-                   "--config=cuda"));
-}
-#endif
 
 }  // namespace
 
@@ -54,15 +48,11 @@ absl::Status CudaFusedAdam(const AdamStep& step, float* param, float* exp_avg,
       !status.ok()) {
     return status;
   }
-#if CHUNKZERO_WITH_CUDA
   return Launched(
       oi::cuda::Adam(oi::FoldAdamStep(step), param, exp_avg, exp_avg_sq, grad,
                      ElementOf(grad_dtype, grad), param_out,
                      ElementOf(out_dtype, param_out), n, stream),
       op, n);
-#else
-  return NoCuda(op, n);
-#endif
 }
 
 absl::Status CudaFusedSgd(const SgdStep& step, float* param,
@@ -78,15 +68,11 @@ absl::Status CudaFusedSgd(const SgdStep& step, float* param,
       !status.ok()) {
     return status;
   }
-#if CHUNKZERO_WITH_CUDA
   return Launched(
       oi::cuda::Sgd(c, param, uses_buffer ? momentum_buffer : nullptr, grad,
                     ElementOf(grad_dtype, grad), param_out,
                     ElementOf(out_dtype, param_out), n, stream),
       op, n);
-#else
-  return NoCuda(op, n);
-#endif
 }
 
 absl::Status CudaAccumulateGradAndRestore(float* acc, const void* grad,
@@ -100,14 +86,10 @@ absl::Status CudaAccumulateGradAndRestore(float* acc, const void* grad,
       !status.ok()) {
     return status;
   }
-#if CHUNKZERO_WITH_CUDA
   return Launched(oi::cuda::Accumulate(
                       first, acc, grad, ElementOf(grad_dtype, grad), master,
                       param_out, ElementOf(out_dtype, param_out), n, stream),
                   op, n);
-#else
-  return NoCuda(op, n);
-#endif
 }
 
 }  // namespace chunkzero

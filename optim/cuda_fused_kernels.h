@@ -22,7 +22,7 @@
 
 #include "absl/status/status.h"
 #include "optim/fused_step.h"
-#include "tensor/cuda_handles.h"
+#include "tensor/cuda/cuda_handles.h"
 #include "tensor/dtype.h"
 
 namespace chunkzero {

@@ -9,8 +9,8 @@
 
 #include "gtest/gtest.h"
 #include "optim/fused_kernels.h"
-#include "tensor/cast_kernels.h"
-#include "tensor/cuda_runtime.h"
+#include "tensor/cpu/cast_kernels.h"
+#include "tensor/cuda/cuda_runtime.h"
 
 namespace chunkzero {
 namespace {

@@ -32,7 +32,7 @@
 // f16/bf16 is to nearest even, as in tensor/half.h.
 //
 // Results are bit-identical whichever implementation runs (AVX-512,
-// AVX2+F16C or plain C++, see tensor/cpu_features.h) and however many
+// AVX2+F16C or plain C++, see tensor/cpu/cpu_features.h) and however many
 // threads run it, except for the payload of a NaN made from several NaN
 // inputs. Inf and NaN propagate as IEEE arithmetic says. Arrays of 64K
 // elements or more are split over threads (base/parallel_for.h).
@@ -47,7 +47,7 @@
 
 #include "absl/status/status.h"
 #include "optim/fused_step.h"
-#include "tensor/cpu_features.h"
+#include "tensor/cpu/cpu_features.h"
 #include "tensor/dtype.h"
 
 namespace chunkzero {

@@ -7,22 +7,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "chunk/chunk_layout.h"
 #include "comm/process_group.h"
 #include "optim/cuda_fused_kernels.h"
 #include "optim/fused_kernels.h"
 #include "optim/internal/host_range.h"
 #include "optim/internal/param_staging.h"
-#include "tensor/allocator.h"
-#include "tensor/cast_kernels.h"
-#include "tensor/cuda_reductions.h"
-#include "tensor/reduction_kernels.h"
+#include "tensor/cpu/cast_kernels.h"
+#include "tensor/cpu/reduction_kernels.h"
+#include "tensor/cuda/cuda_reductions.h"
+#include "tensor/memory/allocator.h"
 
 namespace chunkzero {
 namespace {
 
 using optim_internal::CommonGpu;
 using optim_internal::HostRange;
-using optim_internal::Intersect;
 using optim_internal::PayloadAt;
 
 constexpr char kAccumulatorGroup[] = "grad_accum";
@@ -146,8 +146,7 @@ Chunk* ZeroOptimizer::GroupChunk(const std::string& group, int i) const {
 }
 
 std::pair<int64_t, int64_t> ZeroOptimizer::HeldRangeOf(const Chunk* c) {
-  if (c->layout() == ChunkLayout::kOwner && !c->is_holder()) return {0, 0};
-  return Intersect({c->shard_begin(), c->shard_end()}, {0, c->used_elements()});
+  return UpdateRange(c->sharding(), c->used_elements());
 }
 
 std::pair<int64_t, int64_t> ZeroOptimizer::HeldRange(int i) const {
@@ -160,20 +159,16 @@ bool ZeroOptimizer::HoldsAny(const std::string& param, int64_t begin,
       chunks_->Locate(ddp_->master_group(), param);
   if (!where.ok()) return false;
   const int64_t offset = where->chunk->tensor(where->index).offset;
-  const auto [lo, hi] = Intersect(HeldRangeOf(where->chunk),
-                                  {offset + begin, offset + begin + numel});
+  const auto [lo, hi] = IntersectRanges(
+      HeldRangeOf(where->chunk), {offset + begin, offset + begin + numel});
   return lo < hi;
 }
 
 std::pair<int64_t, int64_t> ZeroOptimizer::AccountedRange(int i) const {
-  const std::pair<int64_t, int64_t> held = HeldRange(i);
-  if (ParamChunk(i)->layout() != ChunkLayout::kReplicated) return held;
-  // Every rank holds everything: rank r accounts for the r-th of world
-  // slices, so that sums and saved pieces count each element once.
-  const comm::ProcessGroup& g = chunks_->process_group();
-  const int64_t n = held.second - held.first;
-  return {held.first + n * g.rank() / g.size(),
-          held.first + n * (g.rank() + 1) / g.size()};
+  // Replicated: rank r accounts for the r-th of world slices, so that sums
+  // and saved pieces count each element once.
+  const Chunk* chunk = ParamChunk(i);
+  return AccountRange(chunk->sharding(), chunk->used_elements());
 }
 
 absl::Status ZeroOptimizer::ConsumeBackward(absl::string_view operation) {

@@ -96,10 +96,10 @@
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer_state.h"
-#include "tensor/allocator.h"
-#include "tensor/async_copier.h"
-#include "tensor/caching_allocator.h"
 #include "tensor/device.h"
+#include "tensor/memory/allocator.h"
+#include "tensor/memory/async_copier.h"
+#include "tensor/memory/caching_allocator.h"
 
 namespace chunkzero {
 

@@ -6,14 +6,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "chunk/chunk_layout.h"
 #include "optim/internal/host_range.h"
 #include "optim/zero_optimizer.h"
-#include "tensor/allocator.h"
+#include "tensor/memory/allocator.h"
 
 namespace chunkzero {
 
 using optim_internal::HostRange;
-using optim_internal::Intersect;
 
 OptimizerState ZeroOptimizer::Scalars() const {
   OptimizerState state;
@@ -47,7 +47,8 @@ absl::StatusOr<OptimizerState> ZeroOptimizer::SaveShard() {
       Chunk* chunk = GroupChunk(group, i);
       for (int k = 0; k < chunk->num_tensors(); ++k) {
         const ChunkTensor& t = chunk->tensor(k);
-        const auto [lo, hi] = Intersect(mine, {t.offset, t.offset + t.numel});
+        const auto [lo, hi] =
+            IntersectRanges(mine, {t.offset, t.offset + t.numel});
         if (lo == hi) continue;
         CZ_ASSIGN_OR_RETURN(HostRange held, HostRange::Open(chunk, lo, hi));
         StatePiece piece;
@@ -175,7 +176,8 @@ absl::Status ZeroOptimizer::CheckPieces(const OptimizerState& state,
     Chunk* chunk = GroupChunk(masters, i);
     for (int k = 0; k < chunk->num_tensors(); ++k) {
       const ChunkTensor& t = chunk->tensor(k);
-      const auto [lo, hi] = Intersect(held, {t.offset, t.offset + t.numel});
+      const auto [lo, hi] =
+          IntersectRanges(held, {t.offset, t.offset + t.numel});
       if (lo == hi) continue;
       for (const std::string& s : needed) {
         auto it = index.by_key.find({t.name, s});
@@ -206,10 +208,11 @@ absl::Status ZeroOptimizer::LoadPieces(const OptimizerState& state,
                           HostRange::Open(chunk, held.first, held.second));
       for (int k = 0; k < chunk->num_tensors(); ++k) {
         const ChunkTensor& t = chunk->tensor(k);
-        const auto [lo, hi] = Intersect(held, {t.offset, t.offset + t.numel});
+        const auto [lo, hi] =
+            IntersectRanges(held, {t.offset, t.offset + t.numel});
         if (lo == hi) continue;
         for (const StatePiece* p : index.by_key.at({t.name, state_name})) {
-          const auto [a, b] = Intersect(
+          const auto [a, b] = IntersectRanges(
               {lo, hi},
               {t.offset + p->begin, t.offset + p->begin + p->values.numel()});
           if (a == b) continue;

@@ -5,7 +5,7 @@
 //   uint16_t b = FloatToBFloat16Bits(x);    // round to nearest even
 //
 // These are the reference semantics that every vectorised cast kernel in
-// tensor/kernels must match bit for bit:
+// tensor/cpu (and the GPU casts of tensor/cuda) must match bit for bit:
 //  - f32 -> f16 / bf16 rounds to nearest, ties to even; overflow gives
 //    infinity; f16 subnormals are produced exactly (no flush to zero).
 //  - NaN stays NaN with its sign, is made quiet, and keeps the top payload

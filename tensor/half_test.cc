@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
-#include "tensor/cpu_features.h"
-#include "tensor/kernel_test_util.h"
+#include "tensor/cpu/cpu_features.h"
+#include "tensor/cpu/kernel_test_util.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

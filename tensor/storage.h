@@ -27,10 +27,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "tensor/allocator.h"
 #include "tensor/copy_stream.h"
 #include "tensor/device.h"
-#include "tensor/memory_tracker.h"
+#include "tensor/memory/allocator.h"
+#include "tensor/memory/memory_tracker.h"
 
 namespace chunkzero {
 

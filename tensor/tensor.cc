@@ -5,8 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
-#include "tensor/allocator.h"
 #include "tensor/half.h"
+#include "tensor/memory/allocator.h"
 
 namespace chunkzero {
 namespace {

@@ -18,7 +18,7 @@
 #include "ddp/local_hooks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tensor/memory_tracker.h"
+#include "tensor/memory/memory_tracker.h"
 #include "tests/expect_close.h"
 #include "tests/test_models.h"
 

@@ -22,10 +22,10 @@
 #include "ddp/zero_ddp.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tensor/caching_allocator.h"
-#include "tensor/cuda_runtime.h"
+#include "tensor/cuda/cuda_runtime.h"
 #include "tensor/half.h"
-#include "tensor/memory_tracker.h"
+#include "tensor/memory/caching_allocator.h"
+#include "tensor/memory/memory_tracker.h"
 #include "tests/expect_close.h"
 #include "tests/test_models.h"
 

@@ -149,7 +149,8 @@ struct GlooOptions {
   // What every rank of the job must agree on (flags, shapes), compared at
   // the rendezvous together with the world size: a rank started with other
   // values fails at once, naming the first key that differs, instead of
-  // waiting for ranks that will never come. Keys and values are free text.
+  // waiting for ranks that will never come (comm/rendezvous/job_config.h).
+  // Keys and values are free text.
   std::map<std::string, std::string> job_config;
 };
 

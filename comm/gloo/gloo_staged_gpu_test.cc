@@ -12,8 +12,8 @@
 #include "comm/staging_process_group.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
-#include "tensor/caching_allocator.h"
-#include "tensor/cuda_runtime.h"
+#include "tensor/cuda/cuda_runtime.h"
+#include "tensor/memory/caching_allocator.h"
 
 namespace chunkzero {
 namespace comm {

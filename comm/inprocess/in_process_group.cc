@@ -365,18 +365,12 @@ class InProcessGroup final : public ProcessGroup {
  protected:
   std::unique_ptr<Work> DoBroadcast(MutableBuffer buffer,
                                     const BroadcastOptions& options) override {
-    if (absl::Status s = CheckBroadcastArgs(*this, buffer, options); !s.ok()) {
-      return MakeCompletedWork(std::move(s));
-    }
     return Enqueue({DescribeBroadcast(buffer, options), nullptr, buffer.data},
                    options.timeout);
   }
 
   std::unique_ptr<Work> DoReduce(ConstBuffer send, MutableBuffer recv,
                                  const ReduceOptions& options) override {
-    if (absl::Status s = CheckReduceArgs(*this, send, recv, options); !s.ok()) {
-      return MakeCompletedWork(std::move(s));
-    }
     return Enqueue({DescribeReduce(send, options), send.data,
                     rank_ == options.root ? recv.data : nullptr},
                    options.timeout);
@@ -384,9 +378,6 @@ class InProcessGroup final : public ProcessGroup {
 
   std::unique_ptr<Work> DoAllReduce(MutableBuffer buffer,
                                     const AllReduceOptions& options) override {
-    if (absl::Status s = CheckAllReduceArgs(*this, buffer, options); !s.ok()) {
-      return MakeCompletedWork(std::move(s));
-    }
     return Enqueue(
         {DescribeAllReduce(buffer, options), buffer.data, buffer.data},
         options.timeout);
@@ -394,10 +385,6 @@ class InProcessGroup final : public ProcessGroup {
 
   std::unique_ptr<Work> DoAllGather(ConstBuffer send, MutableBuffer recv,
                                     const AllGatherOptions& options) override {
-    if (absl::Status s = CheckAllGatherArgs(*this, send, recv, options);
-        !s.ok()) {
-      return MakeCompletedWork(std::move(s));
-    }
     return Enqueue({DescribeAllGather(send, options), send.data, recv.data},
                    options.timeout);
   }
@@ -405,10 +392,6 @@ class InProcessGroup final : public ProcessGroup {
   std::unique_ptr<Work> DoReduceScatter(
       ConstBuffer send, MutableBuffer recv,
       const ReduceScatterOptions& options) override {
-    if (absl::Status s = CheckReduceScatterArgs(*this, send, recv, options);
-        !s.ok()) {
-      return MakeCompletedWork(std::move(s));
-    }
     return Enqueue({DescribeReduceScatter(recv, options), send.data, recv.data},
                    options.timeout);
   }

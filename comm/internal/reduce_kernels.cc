@@ -5,7 +5,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "tensor/cast_kernels.h"
+#include "tensor/cpu/cast_kernels.h"
 
 namespace chunkzero {
 namespace comm {

@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/nccl/nccl_api.h"
-#include "tensor/cuda_runtime.h"
-#include "tensor/gpu_memory_runtime.h"
+#include "tensor/cuda/cuda_runtime.h"
+#include "tensor/memory/gpu_memory_runtime.h"
 
 namespace chunkzero {
 namespace comm {

@@ -21,7 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "comm/types.h"
-#include "tensor/cuda_handles.h"
+#include "tensor/cuda/cuda_handles.h"
 #include "tensor/dtype.h"
 
 namespace chunkzero {

@@ -20,7 +20,8 @@
 #include "base/thread.h"
 #include "comm/argument_checks.h"
 #include "comm/internal/deadline.h"
-#include "comm/internal/rendezvous_join.h"
+#include "comm/rendezvous/job_config.h"
+#include "comm/rendezvous/rendezvous_join.h"
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/rendezvous/store.h"
 
@@ -29,7 +30,7 @@ namespace comm {
 namespace nccl_internal {
 namespace {
 
-// Rendezvous keys (comm/internal/rendezvous_join.h). FileStore keys are
+// Rendezvous keys (comm/rendezvous/rendezvous_join.h). FileStore keys are
 // file names: no '/'.
 constexpr char kJoinKeyPrefix[] = "chunkzero_nccl_joined_";
 constexpr char kUniqueIdKey[] = "chunkzero_nccl_unique_id";
@@ -457,18 +458,26 @@ NcclProcessGroup::CreateWithApi(int rank, int size,
   const std::string where =
       absl::StrCat("NcclProcessGroup::Create: rank ", rank, " of ", size);
   // Join, and see every rank join, before NCCL's bootstrap: a rank that
-  // never comes is named.
+  // never comes is named, and with a job config, a rank started otherwise.
   std::string unique_id;
-  if (absl::Status s =
-          comm_internal::AnnounceJoin(store, nccl_internal::kJoinKeyPrefix,
-                                      rank, absl::StrCat(size), where);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s =
-          comm_internal::AwaitJoins(store, nccl_internal::kJoinKeyPrefix, rank,
-                                    size, deadline, options.timeout, where);
-      !s.ok()) {
+  if (options.job_config.empty()) {
+    if (absl::Status s =
+            comm_internal::AnnounceJoin(store, nccl_internal::kJoinKeyPrefix,
+                                        rank, absl::StrCat(size), where);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = comm_internal::AwaitJoins(
+            store, nccl_internal::kJoinKeyPrefix, rank, size, deadline,
+            options.timeout, where);
+        !s.ok()) {
+      return s;
+    }
+  } else if (absl::Status s = comm_internal::AgreeOnJobConfig(
+                 store, nccl_internal::kJoinKeyPrefix, rank, size,
+                 options.job_config, deadline, options.timeout,
+                 "NcclProcessGroup::Create", where);
+             !s.ok()) {
     return s;
   }
   try {
@@ -567,9 +576,6 @@ absl::Status NcclProcessGroup::abort_status() const {
 
 std::unique_ptr<Work> NcclProcessGroup::DoBroadcast(
     MutableBuffer buffer, const BroadcastOptions& options) {
-  if (absl::Status s = CheckBroadcastArgs(*this, buffer, options); !s.ok()) {
-    return MakeCompletedWork(s);
-  }
   NcclCall call{CollectiveKind::kBroadcast,
                 buffer.data,
                 buffer.data,
@@ -584,9 +590,6 @@ std::unique_ptr<Work> NcclProcessGroup::DoBroadcast(
 std::unique_ptr<Work> NcclProcessGroup::DoReduce(ConstBuffer send,
                                                  MutableBuffer recv,
                                                  const ReduceOptions& options) {
-  if (absl::Status s = CheckReduceArgs(*this, send, recv, options); !s.ok()) {
-    return MakeCompletedWork(s);
-  }
   NcclCall call{CollectiveKind::kReduce,
                 send.data,
                 rank_ == options.root ? recv.data : nullptr,
@@ -599,9 +602,6 @@ std::unique_ptr<Work> NcclProcessGroup::DoReduce(ConstBuffer send,
 
 std::unique_ptr<Work> NcclProcessGroup::DoAllReduce(
     MutableBuffer buffer, const AllReduceOptions& options) {
-  if (absl::Status s = CheckAllReduceArgs(*this, buffer, options); !s.ok()) {
-    return MakeCompletedWork(s);
-  }
   NcclCall call{CollectiveKind::kAllReduce,
                 buffer.data,
                 buffer.data,
@@ -615,10 +615,6 @@ std::unique_ptr<Work> NcclProcessGroup::DoAllReduce(
 
 std::unique_ptr<Work> NcclProcessGroup::DoAllGather(
     ConstBuffer send, MutableBuffer recv, const AllGatherOptions& options) {
-  if (absl::Status s = CheckAllGatherArgs(*this, send, recv, options);
-      !s.ok()) {
-    return MakeCompletedWork(s);
-  }
   NcclCall call{CollectiveKind::kAllGather,
                 send.data,
                 recv.data,
@@ -631,10 +627,6 @@ std::unique_ptr<Work> NcclProcessGroup::DoAllGather(
 
 std::unique_ptr<Work> NcclProcessGroup::DoReduceScatter(
     ConstBuffer send, MutableBuffer recv, const ReduceScatterOptions& options) {
-  if (absl::Status s = CheckReduceScatterArgs(*this, send, recv, options);
-      !s.ok()) {
-    return MakeCompletedWork(s);
-  }
   NcclCall call{CollectiveKind::kReduceScatter,
                 send.data,
                 recv.data,

@@ -10,6 +10,9 @@
 //
 // Rendezvous. Every rank sets a join key in the store and waits (up to
 // NcclOptions::timeout) for all others', naming the ranks that do not come;
+// given a NcclOptions::job_config, every rank's must equal this rank's
+// (and the world sizes too), else Create fails at once naming the key and
+// both values, as GlooProcessGroup's does (comm/rendezvous/job_config.h);
 // rank 0 then publishes ncclGetUniqueId's bytes, which the others read, and
 // every rank starts a non-blocking ncclCommInitRankConfig and polls it
 // until it is ready, all within the same timeout; past it the communicator
@@ -17,7 +20,8 @@
 // earlier job's keys is refused (FailedPrecondition). The store is used
 // only inside Create.
 //
-// How a collective runs. Each call checks its arguments (argument_checks.h),
+// How a collective runs. ProcessGroup has checked its arguments
+// (argument_checks.h); each call
 // makes the group's communication stream wait for the compute stream
 // (NcclOptions::compute_stream) without the host waiting, enqueues the NCCL
 // call there (polling the non-blocking communicator until the enqueue has
@@ -61,6 +65,7 @@
 #ifndef CHUNKZERO_COMM_NCCL_NCCL_PROCESS_GROUP_H_
 #define CHUNKZERO_COMM_NCCL_NCCL_PROCESS_GROUP_H_
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -70,7 +75,7 @@
 #include "comm/nccl/nccl_api.h"
 #include "comm/options.h"
 #include "comm/process_group.h"
-#include "tensor/cuda_handles.h"
+#include "tensor/cuda/cuda_handles.h"
 
 namespace gloo {
 namespace rendezvous {
@@ -95,13 +100,21 @@ struct NcclOptions {
   // How often the watchdog looks at pending collectives and at NCCL's
   // asynchronous errors.
   absl::Duration watchdog_interval = absl::Milliseconds(50);
+  // What every rank of the job must agree on (flags, shapes), compared at
+  // the rendezvous together with the world size, as GlooOptions::job_config:
+  // a rank started with other values fails at once, naming the first key
+  // that differs. Empty: nothing is compared (not even the world size).
+  // Keys and values are free text.
+  std::map<std::string, std::string> job_config;
 };
 
 class NcclProcessGroup final : public ProcessGroup {
  public:
   // Joins rank `rank` of `size` on GPU `device_index` through `store` (see
   // "Rendezvous"). Errors: InvalidArgument for a bad rank, size, device or
-  // timeout; FailedPrecondition for a store left over from another job;
+  // timeout; FailedPrecondition for a store left over from another job, or
+  // when a rank's size or options.job_config differs from this rank's
+  // (naming both ranks, the key and the two values);
   // DeadlineExceeded naming the ranks that did not join; Unimplemented in a
   // build without --config=cuda; NCCL's and CUDA's errors otherwise.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<NcclProcessGroup>> Create(

@@ -11,7 +11,7 @@
 #include "comm/nccl/nccl_process_group.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
-#include "tensor/cuda_runtime.h"
+#include "tensor/cuda/cuda_runtime.h"
 
 namespace chunkzero {
 namespace comm {

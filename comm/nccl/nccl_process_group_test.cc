@@ -112,6 +112,52 @@ TEST(NcclProcessGroup, RendezvousGivesEveryRankRankZerosId) {
   EXPECT_THAT(fakes[1]->TakeLog(), Not(Contains("get_unique_id")));
 }
 
+// With a job config, ranks started alike meet; one started otherwise fails
+// every rank at once, naming the key and both values, before NCCL's
+// bootstrap.
+TEST(NcclProcessGroup, RanksStartedWithOtherFlagsFailNamingTheFlag) {
+  constexpr int kSize = 3;
+  for (const bool differ : {false, true}) {
+    SCOPED_TRACE(differ ? "rank 2 differs" : "all alike");
+    gloo::rendezvous::HashStore store;
+    std::vector<absl::Status> statuses(kSize);
+    std::vector<std::unique_ptr<FakeNcclApi>> fakes;
+    for (int r = 0; r < kSize; ++r) {
+      fakes.push_back(std::make_unique<FakeNcclApi>());
+    }
+    std::vector<std::thread> threads;
+    const absl::Time start = absl::Now();
+    for (int r = 0; r < kSize; ++r) {
+      threads.emplace_back([&, r] {
+        NcclOptions options;
+        options.timeout = absl::Seconds(30);
+        options.job_config = {{"--layers", "2"}, {"--seed", "1"}};
+        if (differ && r == 2) options.job_config["--seed"] = "7";
+        statuses[r] = NcclProcessGroup::CreateWithApi(
+                          r, kSize, ForwardTo(fakes[r].get()), store, options)
+                          .status();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+    if (!differ) {
+      for (const absl::Status& s : statuses) EXPECT_TRUE(s.ok()) << s;
+      continue;
+    }
+    for (const absl::Status& s : statuses) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    }
+    EXPECT_EQ(statuses[0].message(),
+              "NcclProcessGroup::Create: rank 2 was started with another "
+              "configuration than rank 0: --seed is 7 on rank 2 but 1 on "
+              "rank 0 (every rank of a job must be started with the same "
+              "flags)");
+    EXPECT_THAT(statuses[2].message(),
+                HasSubstr("--seed is 1 on rank 0 but 7 on rank 2"));
+    EXPECT_THAT(fakes[1]->TakeLog(), Not(Contains(HasSubstr("init_rank"))));
+  }
+}
+
 TEST(NcclProcessGroup, MissingRankIsNamedAtTheDeadline) {
   gloo::rendezvous::HashStore store;
   NcclOptions options;

@@ -7,7 +7,7 @@ using ::testing::_;
 using ::testing::Return;
 
 MockProcessGroup::MockProcessGroup(int rank, int size)
-    : rank_(rank), size_(size) {
+    : ProcessGroup(ArgumentChecks::kDelegated), rank_(rank), size_(size) {
   ON_CALL(*this, SupportsDType(_)).WillByDefault(Return(true));
   ON_CALL(*this, DoBroadcast(_, _)).WillByDefault(ReturnWork(absl::OkStatus()));
   ON_CALL(*this, DoReduce(_, _, _)).WillByDefault(ReturnWork(absl::OkStatus()));

@@ -6,9 +6,12 @@
 //       .WillOnce(ReturnWork(absl::UnavailableError("link down")));
 //
 // Expectations name the Do* functions that ProcessGroup's public collectives
-// call. Defaults (ON_CALL): every collective returns an already-completed OK
-// Work without touching its buffers; SupportsDType returns true. rank(), size()
-// and backend_name() ("mock") are fixed at construction.
+// call. The mock checks no arguments (ProcessGroup::ArgumentChecks::
+// kDelegated): every call reaches its Do* function as made, and the
+// expectations decide. Defaults (ON_CALL): every collective returns an
+// already-completed OK Work without touching its buffers; SupportsDType
+// returns true. rank(), size() and backend_name() ("mock") are fixed at
+// construction.
 // Thread-safety: as GoogleMock (expectations set before use).
 #ifndef CHUNKZERO_COMM_TESTING_MOCK_PROCESS_GROUP_H_
 #define CHUNKZERO_COMM_TESTING_MOCK_PROCESS_GROUP_H_
@@ -18,7 +21,7 @@
 #include "absl/status/status.h"
 #include "comm/process_group.h"
 #include "gmock/gmock.h"
-#include "tensor/cuda_handles.h"
+#include "tensor/cuda/cuda_handles.h"
 
 namespace chunkzero {
 namespace comm_testing {

@@ -1,11 +1,7 @@
 #include "comm/testing/redis_server.h"
 
-#include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,13 +13,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
-#include "base/tcp_probe.h"
+#include "base/redis_server.h"
 #include "comm/testing/free_port.h"
 #include "hiredis/hiredis.h"
-
-extern char** environ;
 
 namespace chunkzero {
 namespace comm_testing {
@@ -58,54 +50,22 @@ absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::StartOnPort(
         "no redis-server on PATH (Debian package redis-server; "
         "tools/setup.sh installs it)");
   }
-  const std::string port_text = absl::StrCat(port);
-  std::vector<std::string> args = {
-      binary,   "--port",    port_text,      "--bind", "127.0.0.1",
-      "--save", "",          "--appendonly", "no",     "--daemonize",
-      "no",     "--logfile", "/dev/null"};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null",
-                                   O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null",
-                                   O_WRONLY, 0);
-  pid_t pid = -1;
-  const int error = posix_spawn(&pid, binary.c_str(), &actions, nullptr,
-                                argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (error != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot start ", binary, ": ", strerror(error)));
-  }
-  std::unique_ptr<RedisServer> server(new RedisServer(pid, port));
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!AcceptsTcpOnLoopback(port)) {
-    if (waitpid(pid, nullptr, WNOHANG) == pid) {
-      server->pid_ = -1;  // Reaped: the destructor must not signal it.
-      return absl::UnavailableError(
-          absl::StrCat(binary, " exited before answering on port ", port));
-    }
-    if (absl::Now() > deadline) {
-      return absl::UnavailableError(
-          absl::StrCat(binary, " did not answer on port ", port));
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return server;
+  RedisServerOptions options;
+  options.binary = binary;
+  options.port = port;
+  options.bind = {"127.0.0.1"};
+  // In the test's process group, as any helper it runs; killed at once.
+  options.new_process_group = false;
+  absl::StatusOr<RedisServerProcess> process =
+      RedisServerProcess::Start(options);
+  if (!process.ok()) return process.status();
+  return std::unique_ptr<RedisServer>(new RedisServer(*std::move(process)));
 }
 
-RedisServer::~RedisServer() {
-  if (pid_ < 0) return;
-  kill(pid_, SIGKILL);
-  kill(pid_, SIGCONT);
-  waitpid(pid_, nullptr, 0);
-}
+RedisServer::~RedisServer() = default;
 
 int64_t RedisServer::KeyCount() const {
-  redisContext* c = redisConnect("127.0.0.1", port_);
+  redisContext* c = redisConnect("127.0.0.1", port());
   if (c == nullptr || c->err != 0) {
     if (c != nullptr) redisFree(c);
     return -1;
@@ -120,7 +80,7 @@ int64_t RedisServer::KeyCount() const {
 }
 
 int64_t RedisServer::MillisecondsToLive(const std::string& key) const {
-  redisContext* c = redisConnect("127.0.0.1", port_);
+  redisContext* c = redisConnect("127.0.0.1", port());
   if (c == nullptr || c->err != 0) {
     if (c != nullptr) redisFree(c);
     return -3;
@@ -135,8 +95,8 @@ int64_t RedisServer::MillisecondsToLive(const std::string& key) const {
   return ms;
 }
 
-void RedisServer::Pause() { kill(pid_, SIGSTOP); }
-void RedisServer::Resume() { kill(pid_, SIGCONT); }
+void RedisServer::Pause() { process_.Pause().IgnoreError(); }
+void RedisServer::Resume() { process_.Resume().IgnoreError(); }
 
 absl::StatusOr<std::unique_ptr<FakeRedisServer>> FakeRedisServer::Start(
     std::vector<Answer> answers) {

@@ -1,5 +1,6 @@
 // RedisServer: a private redis-server for a test, on a free loopback port,
-// stopped (and its data gone) when the object is destroyed.
+// stopped (and its data gone) when the object is destroyed; started by
+// base/redis_server.h, as the launcher's --store=redis is.
 //
 //   absl::StatusOr<std::unique_ptr<RedisServer>> redis = RedisServer::Start();
 //   if (absl::IsNotFound(redis.status())) GTEST_SKIP() << redis.status();
@@ -20,8 +21,6 @@
 #ifndef CHUNKZERO_COMM_TESTING_REDIS_SERVER_H_
 #define CHUNKZERO_COMM_TESTING_REDIS_SERVER_H_
 
-#include <sys/types.h>
-
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -32,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/redis_server.h"
 
 namespace chunkzero {
 namespace comm_testing {
@@ -40,7 +40,9 @@ class RedisServer {
  public:
   // NotFound if no redis-server is installed (Debian's redis-server
   // package, which tools/packages.txt lists); Unavailable if it does not
-  // answer within 10 s.
+  // answer within 10 s (RedisServerProcess::Start's errors). The server is
+  // not tied to the starting thread (no PR_SET_PDEATHSIG): a test may start
+  // it from a thread that ends before it.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<RedisServer>> Start();
   // As Start(), on `port`.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<RedisServer>> StartOnPort(
@@ -50,7 +52,7 @@ class RedisServer {
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
 
-  int port() const { return port_; }
+  int port() const { return process_.port(); }
   // The keys the server holds (DBSIZE), or -1 if it does not answer.
   int64_t KeyCount() const;
   // PTTL of `key`: the milliseconds before it expires, -1 if it never
@@ -60,10 +62,10 @@ class RedisServer {
   void Resume();
 
  private:
-  RedisServer(pid_t pid, int port) : pid_(pid), port_(port) {}
+  explicit RedisServer(RedisServerProcess process)
+      : process_(std::move(process)) {}
 
-  pid_t pid_;  // -1 once reaped.
-  const int port_;
+  RedisServerProcess process_;
 };
 
 class FakeRedisServer {

@@ -3,8 +3,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "models/gpt2/internal/cuda_gpt_kernels.h"
-#include "tensor/cuda_runtime.h"
+#include "models/gpt2/internal/cuda_gpt_kernels_nvcc.h"
+#include "tensor/cuda/cuda_runtime.h"
 
 namespace chunkzero {
 namespace cuda_gpt_kernels {

@@ -11,7 +11,7 @@
 #include "models/gpt2/gpt_kernels.h"
 #include "models/gpt2/testing/compare.h"
 #include "models/gpt2/testing/device_buffers.h"
-#include "tensor/cuda_runtime.h"
+#include "tensor/cuda/cuda_runtime.h"
 #include "tensor/half.h"
 
 namespace chunkzero {

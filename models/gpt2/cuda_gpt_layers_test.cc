@@ -10,9 +10,9 @@
 #include "models/gpt2/gpt_kernels.h"
 #include "models/gpt2/testing/compare.h"
 #include "models/gpt2/testing/device_buffers.h"
-#include "tensor/cuda_runtime.h"
+#include "tensor/cuda/cuda_runtime.h"
 #include "tensor/half.h"
-#include "tensor/memory_tracker.h"
+#include "tensor/memory/memory_tracker.h"
 
 namespace chunkzero {
 namespace cuda_gpt_layers {

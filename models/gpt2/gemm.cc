@@ -14,7 +14,7 @@
 #include "base/parallel_for.h"
 #include "models/gpt2/onednn_matmul.h"
 #include "oneapi/dnnl/dnnl.h"
-#include "tensor/cast_kernels.h"
+#include "tensor/cpu/cast_kernels.h"
 
 namespace chunkzero {
 namespace gemm {

@@ -27,7 +27,7 @@
 #include "models/gpt2/gemm_types.h"
 #include "tensor/device.h"
 #include "tensor/dtype.h"
-#include "tensor/memory_tracker.h"
+#include "tensor/memory/memory_tracker.h"
 
 namespace chunkzero {
 

@@ -4,7 +4,7 @@
 
 #include "models/gpt2/gpt_backend.h"
 #include "models/gpt2/gpt_kernels.h"
-#include "tensor/cast_kernels.h"
+#include "tensor/cpu/cast_kernels.h"
 
 namespace chunkzero {
 namespace {

@@ -7,7 +7,7 @@
 #include "models/gpt2/cuda_gpt_kernels.h"
 #include "models/gpt2/cuda_gpt_layers.h"
 #include "models/gpt2/gpt_backend.h"
-#include "tensor/cuda_runtime.h"
+#include "tensor/cuda/cuda_runtime.h"
 
 namespace chunkzero {
 namespace {

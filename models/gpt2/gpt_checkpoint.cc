@@ -9,8 +9,8 @@
 #include "absl/strings/strip.h"
 #include "base/status_macros.h"
 #include "io/safetensors/safetensors.h"
-#include "tensor/cast_kernels.h"
-#include "tensor/reduction_kernels.h"
+#include "tensor/cpu/cast_kernels.h"
+#include "tensor/cpu/reduction_kernels.h"
 
 namespace chunkzero {
 namespace {

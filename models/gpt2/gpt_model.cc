@@ -1,21 +1,21 @@
+// GptModel's computing: Forward, Backward, the hook scopes around each
+// use of the weights, and the activation and scratch buffers with their
+// memory accounting. The parameters themselves (configuration, Create's
+// initialisation, state dicts) are in gpt_model_parameters.cc.
 #include "models/gpt2/gpt_model.h"
 
-#include <cmath>
 #include <cstring>
-#include <random>
-#include <type_traits>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "tensor/allocator.h"
-#include "tensor/cast_tensor.h"
+#include "tensor/memory/allocator.h"
 #include "tensor/storage.h"
 
 namespace chunkzero {
-
 namespace {
 
 // An array of T in memory of one device, from the registry's allocator.
@@ -55,119 +55,8 @@ class DeviceArray {
   size_t size_ = 0;
 };
 
-// Offsets of a block's parameters from its first one, in declaration order.
-enum BlockParam {
-  kLn1W,
-  kLn1B,
-  kAttnW,
-  kAttnB,
-  kAttnProjW,
-  kAttnProjB,
-  kLn2W,
-  kLn2B,
-  kFcW,
-  kFcB,
-  kMlpProjW,
-  kMlpProjB,
-  kParamsPerBlock,
-};
-
-// N(0, 1) draws: Box-Muller on 53-bit uniforms from mt19937_64, both values
-// of each pair used in turn.
-class NormalSampler {
- public:
-  explicit NormalSampler(uint64_t seed) : rng_(seed) {}
-  double Next() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    // u1 in (0, 1] so that the log is finite; u2 in [0, 1).
-    const double u1 = 1.0 - Uniform();
-    const double u2 = Uniform();
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    constexpr double kTwoPi = 6.283185307179586;
-    spare_ = r * std::sin(kTwoPi * u2);
-    has_spare_ = true;
-    return r * std::cos(kTwoPi * u2);
-  }
-
- private:
-  double Uniform() { return (rng_() >> 11) * 0x1.0p-53; }
-
-  std::mt19937_64 rng_;
-  bool has_spare_ = false;
-  double spare_ = 0;
-};
-
-absl::Status CheckPositive(const char* field, int value) {
-  if (value > 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("GptConfig.", field, " must be positive, got ", value));
-}
-
 }  // namespace
 
-absl::Status GptConfig::Validate() const {
-  CZ_RETURN_IF_ERROR(CheckPositive("layers", layers));
-  CZ_RETURN_IF_ERROR(CheckPositive("d_model", d_model));
-  CZ_RETURN_IF_ERROR(CheckPositive("heads", heads));
-  CZ_RETURN_IF_ERROR(CheckPositive("seq_len", seq_len));
-  CZ_RETURN_IF_ERROR(CheckPositive("vocab", vocab));
-  if (d_model % heads != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GptConfig.d_model (", d_model,
-                     ") must be a multiple of GptConfig.heads (", heads, ")"));
-  }
-  return absl::OkStatus();
-}
-
-std::vector<std::pair<std::string, Shape>> GptParameterShapes(
-    const GptConfig& config) {
-  const int64_t C = config.d_model;
-  std::vector<std::pair<std::string, Shape>> out = {
-      {"wte.weight", {config.vocab, C}}, {"wpe.weight", {config.seq_len, C}}};
-  for (int l = 0; l < config.layers; ++l) {
-    const std::string h = absl::StrCat("h.", l, ".");
-    out.push_back({h + "ln_1.weight", {C}});
-    out.push_back({h + "ln_1.bias", {C}});
-    out.push_back({h + "attn.c_attn.weight", {C, 3 * C}});
-    out.push_back({h + "attn.c_attn.bias", {3 * C}});
-    out.push_back({h + "attn.c_proj.weight", {C, C}});
-    out.push_back({h + "attn.c_proj.bias", {C}});
-    out.push_back({h + "ln_2.weight", {C}});
-    out.push_back({h + "ln_2.bias", {C}});
-    out.push_back({h + "mlp.c_fc.weight", {C, 4 * C}});
-    out.push_back({h + "mlp.c_fc.bias", {4 * C}});
-    out.push_back({h + "mlp.c_proj.weight", {4 * C, C}});
-    out.push_back({h + "mlp.c_proj.bias", {C}});
-  }
-  out.push_back({"ln_f.weight", {C}});
-  out.push_back({"ln_f.bias", {C}});
-  return out;
-}
-
-int64_t GptParameterCount(const GptConfig& config) {
-  int64_t count = 0;
-  for (const auto& [name, shape] : GptParameterShapes(config)) {
-    count += NumElements(shape);
-  }
-  return count;
-}
-
-double GptModelFlopsPerStep(const GptConfig& config, int64_t tokens) {
-  return GptModelFlopsPerStep(config, config.seq_len, tokens);
-}
-
-double GptModelFlopsPerStep(const GptConfig& config, int seq_len,
-                            int64_t tokens) {
-  const double psi = static_cast<double>(GptParameterCount(config));
-  const double attention =
-      12.0 * config.layers * seq_len * static_cast<double>(config.d_model);
-  return (6.0 * psi + attention) * static_cast<double>(tokens);
-}
-
-// What Forward keeps for Backward; per-layer arrays hold L slices.
 // What Forward keeps for Backward, on the backend's device; per-layer
 // arrays hold L slices.
 struct GptModel::Activations {
@@ -213,142 +102,12 @@ GptModel::~GptModel() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
-    const GptConfig& config, uint64_t seed, DType dtype, Device device) {
-  CZ_RETURN_IF_ERROR(config.Validate());
-  std::unique_ptr<GptBackend> backend;
-  if (device == Device::Cpu()) {
-    backend = MakeCpuGptBackend();
-  } else if (device.type() == DeviceType::kCuda) {
-    CZ_ASSIGN_OR_RETURN(backend, MakeCudaGptBackend(device));
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GptModel computes on the cpu or a GPU (cuda:N), not ",
-                     device.ToString()));
-  }
-  std::unique_ptr<GptModel> model(new GptModel(config, std::move(backend)));
-  const int64_t C = config.d_model, L = config.layers;
-  NormalSampler normal(seed);
-  const double proj_std = 0.02 / std::sqrt(2.0 * L);
-  for (auto& [name, shape] : GptParameterShapes(config)) {
-    const absl::string_view n = name;
-    const bool layer_norm = absl::StrContains(n, "ln_");
-    std::vector<float> values(NumElements(shape));
-    if (absl::EndsWith(n, ".bias")) {
-      std::fill(values.begin(), values.end(), 0.0f);
-    } else if (layer_norm) {
-      std::fill(values.begin(), values.end(), 1.0f);
-    } else {
-      // The residual projections (attn.c_proj, mlp.c_proj) are scaled down
-      // so the residual stream's variance does not grow with depth.
-      const double stddev =
-          absl::EndsWith(n, "c_proj.weight") ? proj_std : 0.02;
-      for (float& v : values) v = static_cast<float>(stddev * normal.Next());
-    }
-    CZ_ASSIGN_OR_RETURN(Tensor data, Tensor::FromFloats(values, shape, dtype));
-    if (device != Device::Cpu()) {
-      absl::StatusOr<Tensor> there = data.To(device);
-      CZ_RETURN_IF_ERROR(there.status(), "making parameter '", name, "' on ",
-                         device.ToString());
-      data = *std::move(there);
-    }
-    model->params_.push_back(
-        std::make_unique<Parameter>(name, std::move(data)));
-    model->shapes_.push_back(std::move(shape));
-  }
-
-  // The hook scopes, and the grad buffer sized for the largest.
-  auto scope = [&](std::vector<int> index, unsigned matrices = 0) {
-    ScopeParams s;
-    for (int i : index) s.params.push_back(model->params_[i].get());
-    s.index = std::move(index);
-    s.matrices = matrices;
-    return s;
-  };
-  // Bits 0 and 2: the attention's and the MLP's two weight matrices; wte in
-  // the output projection.
-  constexpr unsigned kFirstAndThird = 0b101;
-  model->embedding_ = scope({0, 1});
-  model->lm_head_ = scope({0}, 0b1);
-  const int last = static_cast<int>(model->params_.size()) - 2;
-  model->ln_f_ = scope({last, last + 1});
-  for (int l = 0; l < L; ++l) {
-    const int b = 2 + l * kParamsPerBlock;
-    model->blocks_.push_back(
-        {scope({b + kLn1W, b + kLn1B}),
-         scope({b + kAttnW, b + kAttnB, b + kAttnProjW, b + kAttnProjB},
-               kFirstAndThird),
-         scope({b + kLn2W, b + kLn2B}),
-         scope({b + kFcW, b + kFcB, b + kMlpProjW, b + kMlpProjB},
-               kFirstAndThird)});
-  }
-  const int64_t block_max = C * 4 * C + 4 * C + 4 * C * C + C;  // mlp
-  const int64_t grads = std::max<int64_t>(
-      block_max, (static_cast<int64_t>(config.vocab) + config.seq_len) * C);
-  CZ_ASSIGN_OR_RETURN(model->grad_buffer_,
-                      Tensor::Empty({grads}, DType::kF32, device));
-  return model;
-}
-
 absl::Status GptModel::set_fused_attention(bool fused) {
   if (fused == backend_->fused_attention()) return absl::OkStatus();
   CZ_RETURN_IF_ERROR(backend_->set_fused_attention(fused));
   // The attention buffers change size: made again at the next Forward.
   acts_->batch = acts_->seq = 0;
   have_forward_ = false;
-  return absl::OkStatus();
-}
-
-std::vector<Parameter*> GptModel::Parameters() {
-  std::vector<Parameter*> out;
-  out.reserve(params_.size());
-  for (auto& p : params_) out.push_back(p.get());
-  return out;
-}
-
-Parameter* GptModel::FindParameter(const std::string& name) {
-  for (auto& p : params_) {
-    if (p->name() == name) return p.get();
-  }
-  return nullptr;
-}
-
-absl::Status GptModel::LoadStateDict(
-    const std::map<std::string, Tensor>& state) {
-  // Check everything before changing anything.
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Parameter& p = *params_[i];
-    auto it = state.find(p.name());
-    if (it == state.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("state dict has no tensor '", p.name(), "'"));
-    }
-    if (it->second.shape() != shapes_[i]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "state dict tensor '", p.name(), "' is ", it->second.DebugString(),
-          ", expected shape ", ShapeToString(shapes_[i])));
-    }
-    if (!it->second.is_materialized()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("state dict tensor '", p.name(), "' has no memory"));
-    }
-    if (!p.data().is_materialized()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("parameter '", p.name(), "' is not materialised"));
-    }
-  }
-  if (state.size() != params_.size()) {
-    for (const auto& [name, tensor] : state) {
-      if (FindParameter(name) == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "state dict tensor '", name, "' is not a GPT-2 parameter"));
-      }
-    }
-  }
-  for (auto& p : params_) {
-    CZ_RETURN_IF_ERROR(CastTensor(p->mutable_data(), state.at(p->name())),
-                       "loading '", p->name(), "'");
-  }
   return absl::OkStatus();
 }
 

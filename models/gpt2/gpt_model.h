@@ -95,7 +95,7 @@
 #include "models/gpt2/gpt_backend.h"
 #include "tensor/device.h"
 #include "tensor/dtype.h"
-#include "tensor/memory_tracker.h"
+#include "tensor/memory/memory_tracker.h"
 #include "tensor/tensor.h"
 
 namespace chunkzero {

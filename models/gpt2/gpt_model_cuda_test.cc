@@ -12,8 +12,8 @@
 #include "gtest/gtest.h"
 #include "models/gpt2/gpt_model.h"
 #include "models/gpt2/testing/compare.h"
-#include "tensor/cuda_runtime.h"
-#include "tensor/memory_tracker.h"
+#include "tensor/cuda/cuda_runtime.h"
+#include "tensor/memory/memory_tracker.h"
 
 namespace chunkzero {
 namespace {

@@ -6,11 +6,17 @@
 //   k.adam(constants, arrays, /*begin=*/0, /*end=*/n);
 //
 // Every table computes bit-identical results (NaN payloads aside). As in
-// tensor/internal/kernel_table.h, the vector code handles whole vectors and
-// hands heads and tails to the scalar helpers below, so the scalar code is
-// both the fallback and the definition. The element math is that of
+// tensor/cpu/internal/kernel_table.h, the vector code handles whole vectors
+// and hands heads and tails to the scalar helpers below, so the scalar code
+// is both the fallback and the definition. The element math is that of
 // optim/fused_kernels.h, over the per-call constants folded once by the
 // caller (AdamConstants, SgdConstants).
+//
+// The per-ISA scheme is the tensor kernels' one: a table is
+// MakeFusedKernelTable<Loops>() over a struct of typed loops; the scalar
+// loops are plain C++ (fused_kernels_scalar.cc), the vector loops are
+// written once (fused_vector_loops.inc) over the primitives of an ISA
+// struct that fused_kernels_<isa>.cc defines with CZ_ISA_TARGET.
 #ifndef CHUNKZERO_OPTIM_INTERNAL_FUSED_KERNEL_TABLE_H_
 #define CHUNKZERO_OPTIM_INTERNAL_FUSED_KERNEL_TABLE_H_
 
@@ -21,8 +27,8 @@
 
 #include "optim/internal/fused_kernels_isa.h"
 #include "optim/internal/fused_math.h"
-#include "tensor/cpu_features.h"
-#include "tensor/internal/kernel_table.h"
+#include "tensor/cpu/cpu_features.h"
+#include "tensor/cpu/internal/kernel_table.h"
 
 namespace chunkzero {
 namespace optim_internal {

@@ -23,7 +23,7 @@
 #include <cstddef>
 
 #include "optim/internal/fused_constants.h"
-#include "tensor/cpu_features.h"
+#include "tensor/cpu/cpu_features.h"
 #include "tensor/dtype.h"
 
 namespace chunkzero {

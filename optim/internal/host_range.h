@@ -15,8 +15,8 @@
 #include "absl/status/statusor.h"
 #include "base/status_macros.h"
 #include "chunk/chunk.h"
-#include "tensor/allocator.h"
 #include "tensor/device.h"
+#include "tensor/memory/allocator.h"
 
 namespace chunkzero {
 namespace optim_internal {
@@ -88,15 +88,6 @@ class HostRange {
   size_t bytes_ = 0;
   mutable std::vector<char> copy_;  // Host copy of a non-host payload.
 };
-
-// The overlap of two element ranges [first, second): empty (lo, lo) when
-// they do not overlap.
-inline std::pair<int64_t, int64_t> Intersect(std::pair<int64_t, int64_t> a,
-                                             std::pair<int64_t, int64_t> b) {
-  const int64_t lo = std::max(a.first, b.first);
-  const int64_t hi = std::min(a.second, b.second);
-  return lo < hi ? std::make_pair(lo, hi) : std::make_pair(lo, lo);
-}
 
 }  // namespace optim_internal
 }  // namespace chunkzero

@@ -11,11 +11,12 @@
 //   ...
 //   CZ_RETURN_IF_ERROR(staging.Finish());
 //
-// Copies run on `copier` (a CUDA stream for a GPU, tensor/async_copier.h)
-// in issue order. Staging memory comes from `host_memory` (pinned, cached)
-// and goes back once its range is back on the device; at most two returned
-// ranges are in flight, so the host holds about three ranges at a time.
-// Internal to optim/. Not thread-safe. Destruction waits for the copies.
+// Copies run on `copier` (a CUDA stream for a GPU,
+// tensor/memory/async_copier.h) in issue order. Staging memory comes from
+// `host_memory` (pinned, cached) and goes back once its range is back on the
+// device; at most two returned ranges are in flight, so the host holds about
+// three ranges at a time. Internal to optim/. Not thread-safe. Destruction
+// waits for the copies.
 #ifndef CHUNKZERO_OPTIM_INTERNAL_PARAM_STAGING_H_
 #define CHUNKZERO_OPTIM_INTERNAL_PARAM_STAGING_H_
 
@@ -27,8 +28,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "chunk/chunk.h"
-#include "tensor/allocator_base.h"
-#include "tensor/async_copier.h"
+#include "tensor/memory/allocator_base.h"
+#include "tensor/memory/async_copier.h"
 
 namespace chunkzero {
 namespace optim_internal {

@@ -7,7 +7,7 @@
 #include "comm/testing/spawn_ranks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tensor/allocator.h"
+#include "tensor/memory/allocator.h"
 
 namespace chunkzero {
 namespace optim_internal {

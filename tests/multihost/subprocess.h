@@ -1,6 +1,7 @@
 // Child processes for the multi-host tests: started with their output in a
 // file, waited for with a deadline, killed (with their process group) when
-// the test ends, and killed when the test dies.
+// the test ends, and killed when the test dies. A thin layer over
+// base/subprocess.h.
 //
 //   absl::StatusOr<Child> child = Child::Start({"ip", "netns", "list"}, log);
 //   absl::StatusOr<int> code = child->Wait(absl::Seconds(30));
@@ -8,13 +9,13 @@
 #ifndef CHUNKZERO_TESTS_MULTIHOST_SUBPROCESS_H_
 #define CHUNKZERO_TESTS_MULTIHOST_SUBPROCESS_H_
 
-#include <sys/types.h>
-
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/subprocess.h"
 
 namespace chunkzero {
 namespace multihost {
@@ -22,27 +23,27 @@ namespace multihost {
 class Child {
  public:
   // Runs argv (argv[0] looked up in $PATH) in a process group of its own,
-  // stdout and stderr appended to `log_path`. Unavailable naming argv[0] if
-  // it cannot be started. The child gets PR_SET_PDEATHSIG=SIGKILL: it dies
-  // with the thread that started it even if this process is SIGKILLed
-  // (what it starts in turn must see to its own, as the launcher does), so
-  // start it from a thread that outlives it.
+  // stdout and stderr appended to `log_path`. Unavailable naming argv[0] (or
+  // the log) and the errno if it cannot be started. The child gets
+  // PR_SET_PDEATHSIG=SIGKILL: it dies with the thread that started it even if
+  // this process is SIGKILLed (what it starts in turn must see to its own, as
+  // the launcher does), so start it from a thread that outlives it.
   static absl::StatusOr<Child> Start(const std::vector<std::string>& argv,
                                      const std::string& log_path);
 
-  Child(Child&& other) noexcept;
+  Child(Child&& other) noexcept = default;
   Child& operator=(Child&&) = delete;
   // Kills the process group (SIGKILL) if it still runs, and reaps it.
-  ~Child();
+  ~Child() = default;
 
   // The exit code (128 + the signal for a killed child) once it has ended;
   // DeadlineExceeded (the child still runs) after `timeout`.
   absl::StatusOr<int> Wait(absl::Duration timeout);
-  bool running() const { return pid_ > 0; }
+  bool running() const { return process_.running(); }
 
  private:
-  explicit Child(pid_t pid) : pid_(pid) {}
-  pid_t pid_;
+  explicit Child(Subprocess process) : process_(std::move(process)) {}
+  Subprocess process_;
 };
 
 // Runs argv to its end (at most `timeout`) and returns its output; an

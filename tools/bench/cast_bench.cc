@@ -28,9 +28,9 @@
 #include "absl/strings/str_cat.h"
 #include "base/parallel_for.h"
 #include "benchmark/benchmark.h"
-#include "tensor/cpu_features.h"
+#include "tensor/cpu/cpu_features.h"
+#include "tensor/cpu/internal/kernels_isa.h"
 #include "tensor/half.h"
-#include "tensor/internal/kernels_isa.h"
 #include "tools/bench/bench_buffers.h"
 
 namespace chunkzero {

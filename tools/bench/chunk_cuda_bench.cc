@@ -26,8 +26,8 @@
 #include "comm/nccl/nccl_process_group.h"
 #include "comm/staging_process_group.h"
 #include "gloo/rendezvous/hash_store.h"
-#include "tensor/caching_allocator.h"
-#include "tensor/cuda_runtime.h"
+#include "tensor/cuda/cuda_runtime.h"
+#include "tensor/memory/caching_allocator.h"
 
 namespace chunkzero {
 namespace {

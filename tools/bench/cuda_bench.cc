@@ -25,9 +25,9 @@
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "optim/cuda_fused_kernels.h"
-#include "tensor/cuda_elementwise.h"
-#include "tensor/cuda_reductions.h"
-#include "tensor/cuda_runtime.h"
+#include "tensor/cuda/cuda_elementwise.h"
+#include "tensor/cuda/cuda_reductions.h"
+#include "tensor/cuda/cuda_runtime.h"
 
 namespace chunkzero {
 namespace {

@@ -29,7 +29,7 @@
 #include "base/parallel_for.h"
 #include "benchmark/benchmark.h"
 #include "models/gpt2/gemm.h"
-#include "tensor/cpu_features.h"
+#include "tensor/cpu/cpu_features.h"
 
 namespace chunkzero {
 namespace {

@@ -56,10 +56,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "benchmark/benchmark.h"
-#include "comm/gloo/bind_address.h"
 #include "comm/gloo/gloo_process_group.h"
-#include "comm/gloo/rendezvous_store.h"
+#include "comm/net/bind_address.h"
 #include "comm/process_group.h"
+#include "comm/rendezvous/rendezvous_store.h"
 #include "tests/multihost/netns_testbed.h"
 #include "tests/multihost/subprocess.h"
 

@@ -29,8 +29,8 @@
 #include "comm/inprocess/in_process_group.h"
 #include "optim/fused_kernels.h"
 #include "optim/internal/param_staging.h"
-#include "tensor/caching_allocator.h"
-#include "tensor/cuda_runtime.h"
+#include "tensor/cuda/cuda_runtime.h"
+#include "tensor/memory/caching_allocator.h"
 
 namespace chunkzero {
 namespace {

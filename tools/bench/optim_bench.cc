@@ -34,7 +34,7 @@
 #include "base/parallel_for.h"
 #include "benchmark/benchmark.h"
 #include "optim/fused_kernels.h"
-#include "tensor/cpu_features.h"
+#include "tensor/cpu/cpu_features.h"
 #include "tensor/half.h"
 #include "tools/bench/bench_buffers.h"
 

@@ -11,8 +11,9 @@
 //  - RANK, WORLD_SIZE: this process's rank and the job's ranks (a
 //    --world_size on the command line must agree);
 //  - the rendezvous: --rendezvous if given, else CHUNKZERO_RENDEZVOUS (any
-//    form of comm/gloo/rendezvous_store.h), else tcp://MASTER_ADDR:MASTER_PORT
-//    (rank 0 hosts the store, as torchrun's rank 0 does);
+//    form of comm/rendezvous/rendezvous_store.h), else
+//    tcp://MASTER_ADDR:MASTER_PORT (rank 0 hosts the store, as torchrun's rank
+//    0 does);
 //  - --backend: gloo unless the command line names one; a command line's
 //    --backend=inproc (every rank a thread of this process) contradicts the
 //    environment and is refused, naming both.

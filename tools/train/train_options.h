@@ -90,7 +90,7 @@ struct TrainOptions {
   // tools/train/launch_environment.h): this process runs only rank `rank`
   // (-1: every rank, as threads), over Gloo, meeting its peers at
   // `rendezvous`: a directory (fresh per job), redis://HOST:PORT/PREFIX or
-  // tcp://HOST:PORT (rank 0 hosts it; comm/gloo/rendezvous_store.h). Only
+  // tcp://HOST:PORT (rank 0 hosts it; comm/rendezvous/rendezvous_store.h). Only
   // rank 0 reports steps and writes the manifest and the export.
   int rank = -1;
   std::string rendezvous;

@@ -9,9 +9,9 @@
 #include "base/status_macros.h"
 #include "base/system_memory.h"
 #include "chunk/chunk_size_search.h"
-#include "comm/gloo/rendezvous_store.h"
-#include "tensor/cuda_runtime.h"
-#include "tensor/reduction_kernels.h"
+#include "comm/rendezvous/rendezvous_store.h"
+#include "tensor/cpu/reduction_kernels.h"
+#include "tensor/cuda/cuda_runtime.h"
 #include "tools/train/train_flags.h"
 
 namespace chunkzero {

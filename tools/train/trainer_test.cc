@@ -24,7 +24,7 @@
 #include "gtest/gtest.h"
 #include "models/gpt2/gpt_model.h"
 #include "nlohmann/json.hpp"
-#include "tensor/cuda_runtime.h"
+#include "tensor/cuda/cuda_runtime.h"
 #include "tools/train/report.h"
 #include "tools/train/train_flags.h"
 #include "tools/train/train_plan.h"

@@ -1,7 +1,7 @@
 // The fused causal attention as nvcc compiles it
 // (models/gpt2/internal/cuda_fused_attention.cu): plain functions over
 // device pointers that enqueue on the legacy default stream and return the
-// launch's cudaError_t (0: success), or kNoCuda (cuda_gpt_kernels.h)
+// launch's cudaError_t (0: success), or kNoCuda (cuda_gpt_kernels_nvcc.h)
 // without --config=cuda. Documented, and wrapped in a Status, by
 // models/gpt2/cuda_gpt_layers.h.
 #ifndef CHUNKZERO_MODELS_GPT2_INTERNAL_CUDA_FUSED_ATTENTION_H_

@@ -1,6 +1,6 @@
 // The fused attention without --config=cuda: kNoCuda.
 #include "models/gpt2/internal/cuda_fused_attention.h"
-#include "models/gpt2/internal/cuda_gpt_kernels.h"
+#include "models/gpt2/internal/cuda_gpt_kernels_nvcc.h"
 
 namespace chunkzero {
 namespace cuda_gpt_internal {

@@ -1,6 +1,6 @@
 // The per-element math of the GPT-2 layers, written once for the CPU
 // kernels (models/gpt2/gpt_kernels.cc) and the CUDA ones
-// (models/gpt2/internal/cuda_gpt_kernels.cu), so the CPU tests cover what
+// (models/gpt2/internal/cuda_gpt_kernels_nvcc.cu), so the CPU tests cover what
 // the GPU runs.
 //
 //   out[i] = gpt_math::Gelu(x[i]);

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tensor/cuda_runtime.h"
+#include "tensor/cuda/cuda_runtime.h"
 
 namespace chunkzero {
 namespace gpt_testing {
