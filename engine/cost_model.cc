@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "chunk/chunk_layout.h"
+
 namespace chunkzero {
 namespace {
 
@@ -30,17 +32,11 @@ int64_t ReplicatedBytesPerParameter(const EngineOptions& o, int micro_batches) {
 
 double ExpectedCommBytesPerStep(const EngineOptions& o, int world_size,
                                 int micro_batches, int64_t parameters) {
-  const double n = world_size;
-  const double c = static_cast<double>(ComputeBytes(o));
-  const double psi = static_cast<double>(parameters);
-  double per_pass;
-  if (o.layout == ChunkLayout::kReplicated) {
-    per_pass = 2 * c * psi * (n - 1) / n;
-  } else if (o.layout == ChunkLayout::kSharded) {
-    per_pass = 3 * c * psi * (n - 1) / n;
-  } else {
-    per_pass = n > 1 ? 3 * c * psi : 0;
-  }
+  // DESIGN.md §7.2: each element crosses the bus BusFactorPerStep times
+  // per pass, in the compute dtype.
+  const double per_pass = BusFactorPerStep(o.layout, world_size) *
+                          static_cast<double>(ComputeBytes(o)) *
+                          static_cast<double>(parameters);
   return per_pass * micro_batches;
 }
 
@@ -48,7 +44,6 @@ ChunkMemory EstimateChunkMemory(const EngineOptions& o,
                                 const ParameterPacking& packing, int world_size,
                                 int micro_batches) {
   const double psi = packing.parameters;
-  const double W = world_size;
   double chunk = packing.largest_tensor;
   double padded = psi;
   if (o.chunk_size.has_value()) {
@@ -76,11 +71,14 @@ ChunkMemory EstimateChunkMemory(const EngineOptions& o,
   // This rank's share at rest, plus the chunks in flight, plus the reduce
   // buffers.
   const double owner_slack = o.layout == ChunkLayout::kOwner ? chunk : 0;
-  m.chunks_at_rest = element * (padded / W + owner_slack);
+  const double at_rest = padded * MeanRestFraction(o.layout, world_size);
+  m.chunks_at_rest = element * (at_rest + owner_slack);
   m.reduce_scratch = 2 * 4 * std::min(padded, chunk);
   m.chunks = m.chunks_at_rest + m.in_flight + m.reduce_scratch;
-  if (o.layout == ChunkLayout::kSharded) m.in_flight_shards = m.in_flight / W;
-  m.optimizer = optimizer_bytes * (padded / W + owner_slack);
+  if (o.layout == ChunkLayout::kSharded) {
+    m.in_flight_shards = m.in_flight * MeanRestFraction(o.layout, world_size);
+  }
+  m.optimizer = optimizer_bytes * (at_rest + owner_slack);
   return m;
 }
 
