@@ -96,9 +96,20 @@ for config in "${configs[@]}"; do
     echo "=== examples: bazel test //... in examples/" >&2
     (cd examples && bazel test --test_summary=short //... 2>&1) | tee "${log}" >&2
     counts="$(python3 tools/count_tests.py "${log}" "$(cd examples && bazel info bazel-testlogs 2>/dev/null)")"
-    (cd examples && bazel shutdown 2>/dev/null)
     rm -f "${log}"
     read -r passed failed skipped <<<"${counts}"
+    # One more case: the examples reach chunkzero through //engine and
+    # //comm:world alone, as a user's model should be able to.
+    direct="$(cd examples && bazel query --output=label \
+      'filter("^@chunkzero//", deps(//..., 1))' 2>/dev/null | sort | xargs)"
+    (cd examples && bazel shutdown 2>/dev/null)
+    if [[ "${direct}" == "@chunkzero//comm:world @chunkzero//engine:engine" ]]; then
+      passed=$((passed + 1))
+    else
+      echo "examples: depend on chunkzero through '${direct}'," \
+        "not @chunkzero//engine and @chunkzero//comm:world alone" >&2
+      failed=$((failed + 1))
+    fi
     echo "examples: ${passed} passed, ${failed} failed, ${skipped} skipped" >&2
     total_passed=$((total_passed + passed))
     total_failed=$((total_failed + failed))

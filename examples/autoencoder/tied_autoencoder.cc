@@ -4,8 +4,6 @@
 #include <random>
 #include <utility>
 
-#include "base/status_macros.h"
-
 namespace autoencoder {
 
 using chunkzero::HookScope;

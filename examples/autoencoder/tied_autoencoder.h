@@ -12,8 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "ddp/param_hooks.h"
-#include "ddp/parameter.h"
+#include "engine/model.h"
 
 namespace autoencoder {
 

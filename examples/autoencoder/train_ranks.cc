@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "autoencoder/tied_autoencoder.h"
-#include "base/status_macros.h"
 #include "comm/world.h"
 #include "engine/engine.h"
+#include "engine/model.h"
 
 namespace autoencoder {
 

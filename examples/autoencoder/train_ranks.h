@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/engine_options.h"
+#include "engine/engine.h"
 
 namespace autoencoder {
 
