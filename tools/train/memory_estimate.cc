@@ -37,6 +37,38 @@ std::string TrainMemoryEstimate::Describe() const {
       FormatBytes(data), " = ", FormatBytes(total()));
 }
 
+double TrainMemoryEstimate::HostBytesPerRank(OffloadPolicy offload,
+                                             bool staged) const {
+  const bool rests_on_host =
+      offload == OffloadPolicy::kParams || offload == OffloadPolicy::kAuto;
+  return model_init + reduce_scratch +
+         (offload != OffloadPolicy::kNone ? optimizer : 0) +
+         (rests_on_host ? chunks_at_rest : 0) + (staged ? in_flight : 0);
+}
+
+std::string TrainMemoryEstimate::DescribeHost(OffloadPolicy offload,
+                                              bool staged) const {
+  const bool rests_on_host =
+      offload == OffloadPolicy::kParams || offload == OffloadPolicy::kAuto;
+  std::string parts =
+      absl::StrCat("model init ", FormatBytes(model_init), ", reduce scratch ",
+                   FormatBytes(reduce_scratch));
+  if (offload != OffloadPolicy::kNone) {
+    absl::StrAppend(&parts, ", offloaded optimizer ", FormatBytes(optimizer));
+  }
+  if (rests_on_host) {
+    absl::StrAppend(&parts, ", chunks at rest ", FormatBytes(chunks_at_rest));
+  }
+  if (staged) {
+    absl::StrAppend(&parts, ", pinned staging ", FormatBytes(in_flight));
+  }
+  return absl::StrCat(ranks_in_process,
+                      ranks_in_process == 1 ? " rank" : " ranks", " x ",
+                      FormatBytes(HostBytesPerRank(offload, staged)),
+                      " on the host (", parts, ") + data ", FormatBytes(data),
+                      " = ", FormatBytes(HostTotal(offload, staged)));
+}
+
 std::string TrainMemoryEstimate::LargestPartFlags() const {
   const std::vector<std::pair<double, const char*>> parts = {
       {model_init * ranks_in_process, "--vocab, --d_model, --layers"},

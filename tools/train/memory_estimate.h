@@ -85,6 +85,21 @@ struct TrainMemoryEstimate {
     return model_init + chunks + optimizer + activations;
   }
   double total() const { return per_rank() * ranks_in_process + data; }
+  // With the compute on a GPU, what one rank keeps in host memory: the
+  // model's initial weights, the reduce scratch, the masters and optimizer
+  // states when offloaded (any --offload but none), the chunks at rest when
+  // the parameters rest on the host (params, auto), and, when the ranks'
+  // collectives are staged through pinned host memory (`staged`: not
+  // NCCL), a pinned copy of the chunks in flight. The rest is on the GPU
+  // (DeviceMemoryNeeded in train_plan.h).
+  double HostBytesPerRank(OffloadPolicy offload, bool staged) const;
+  // HostBytesPerRank for every rank of the process, plus the data.
+  double HostTotal(OffloadPolicy offload, bool staged) const {
+    return HostBytesPerRank(offload, staged) * ranks_in_process + data;
+  }
+  // "2 ranks x 1.20 GiB on the host (model init ..., offloaded optimizer
+  // ...) + data 12 MiB = 2.41 GiB", for a GPU job's host check.
+  std::string DescribeHost(OffloadPolicy offload, bool staged) const;
   // "4 ranks x 1.20 GiB (chunks 0.50 GiB, ...) + data 12 MiB = 4.81 GiB".
   std::string Describe() const;
   // The flags that drive the largest part, for advice: e.g. "--batch,

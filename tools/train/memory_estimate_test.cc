@@ -4,6 +4,8 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/system_memory.h"
 #include "gtest/gtest.h"
 
 namespace chunkzero {
@@ -168,6 +170,34 @@ TEST(TrainMemoryEstimate, DescribeNamesEveryPart) {
             "2 ranks x 30.43 KiB (model init 4.09 KiB, chunks 5.07 KiB, "
             "optimizer 6.14 KiB, activations 15.12 KiB) + data 500 B = "
             "61.35 KiB");
+}
+
+// On a GPU the host keeps the initial weights and the reduce scratch, plus
+// what each offload policy sends there and the pinned staging copies.
+TEST(TrainMemoryEstimate, HostBytesCountOnlyWhatLivesOnTheHost) {
+  absl::StatusOr<TrainMemoryEstimate> e = EstimateTrainMemory(Small());
+  ASSERT_TRUE(e.ok());
+  const double base = e->model_init + e->reduce_scratch;
+  EXPECT_EQ(e->HostBytesPerRank(OffloadPolicy::kNone, false), base);
+  EXPECT_EQ(e->HostBytesPerRank(OffloadPolicy::kNone, true),
+            base + e->in_flight);
+  EXPECT_EQ(e->HostBytesPerRank(OffloadPolicy::kOptimizer, false),
+            base + e->optimizer);
+  for (const OffloadPolicy rests :
+       {OffloadPolicy::kParams, OffloadPolicy::kAuto}) {
+    EXPECT_EQ(e->HostBytesPerRank(rests, true),
+              base + e->optimizer + e->chunks_at_rest + e->in_flight);
+  }
+  EXPECT_EQ(e->HostTotal(OffloadPolicy::kNone, false), 2 * base + e->data);
+  EXPECT_LT(e->HostTotal(OffloadPolicy::kParams, true), e->total());
+  EXPECT_EQ(e->DescribeHost(OffloadPolicy::kOptimizer, true),
+            absl::StrCat(
+                "2 ranks x ", FormatBytes(base + e->optimizer + e->in_flight),
+                " on the host (model init 4.09 KiB, reduce scratch ",
+                FormatBytes(e->reduce_scratch),
+                ", offloaded optimizer 6.14 KiB, pinned staging ",
+                FormatBytes(e->in_flight), ") + data 500 B = ",
+                FormatBytes(e->HostTotal(OffloadPolicy::kOptimizer, true))));
 }
 
 }  // namespace

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -26,7 +29,7 @@ absl::Status Bad(absl::string_view flag, const T& value,
 }
 
 // The flags one by one, and the ones that contradict each other.
-absl::Status CheckOptions(const TrainOptions& o) {
+absl::Status CheckOptions(const TrainOptions& o, const GpuMemoryProbe& probe) {
   // The enumerated options arrive parsed (train_flags.h); a library caller
   // can still pass a value outside its enum. A value is known when its
   // spelling parses back.
@@ -74,7 +77,7 @@ absl::Status CheckOptions(const TrainOptions& o) {
         "--fused_attention runs on GPUs: give --device=cuda too");
   }
   if (o.device == ComputeDevice::kCuda) {
-    const int gpus = CudaDeviceCount();
+    const int gpus = probe.count();
     if (gpus == 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "--device=cuda: no GPU is visible",
@@ -241,21 +244,73 @@ absl::StatusOr<GptCheckpoint> ReadInit(const TrainOptions& o,
   return *std::move(ckpt);
 }
 
+// Whether the ranks' collectives stage device buffers through pinned host
+// memory: on GPUs, every backend but NCCL.
+bool Staged(const TrainOptions& o) {
+  return o.device == ComputeDevice::kCuda && o.backend != Backend::kNccl;
+}
+
+// Refuses a job whose host memory would not hold it: everything, on the
+// CPU; with --device=cuda only what lives on the host (the GPU's share is
+// CheckDeviceMemory's).
 absl::Status CheckMemory(const TrainPlan& plan) {
   const TrainOptions& o = plan.options;
-  const double need = plan.memory.total();
+  const bool gpu = o.device == ComputeDevice::kCuda;
+  const double need =
+      gpu ? plan.memory.HostTotal(o.offload, Staged(o)) : plan.memory.total();
   if (need <= static_cast<double>(plan.memory_available)) {
     return absl::OkStatus();
   }
   return absl::ResourceExhaustedError(absl::StrCat(
-      "this job needs about ", FormatBytes(need), " of memory (",
-      plan.memory.Describe(), ") but ", FormatBytes(plan.memory_available),
+      "this job needs about ", FormatBytes(need),
+      gpu ? " of host memory (" : " of memory (",
+      gpu ? plan.memory.DescribeHost(o.offload, Staged(o))
+          : plan.memory.Describe(),
+      ") but ", FormatBytes(plan.memory_available),
       o.memory_limit_bytes > 0 ? " is its limit" : " is available",
       "; the largest part grows with ", plan.memory.LargestPartFlags(),
       o.rank < 0 && o.world_size > 1
           ? absl::StrCat("; the ", o.world_size,
                          " ranks run as threads of this process (--world_size)")
           : ""));
+}
+
+// The GPU whose free memory leaves the least per rank of this process's
+// ranks on it (rank r on cuda:(local rank or r) mod GPUs, as the train job
+// places them), and that share. Ranks of other processes that share a GPU
+// have not allocated yet, so only this process's count.
+struct GpuShare {
+  int device = 0;
+  int ranks = 0;
+  int64_t free_bytes = 0;
+  double per_rank = 0;
+};
+absl::StatusOr<GpuShare> TightestGpu(const TrainOptions& o,
+                                     const GpuMemoryProbe& probe) {
+  const int gpus = std::max(probe.count(), 1);
+  std::map<int, int> ranks_on;
+  if (o.rank >= 0) {
+    ++ranks_on[(o.local_rank >= 0 ? o.local_rank : o.rank) % gpus];
+  } else {
+    for (int r = 0; r < o.world_size; ++r) {
+      ++ranks_on[(o.local_rank >= 0 ? o.local_rank : r) % gpus];
+    }
+  }
+  std::optional<GpuShare> tightest;
+  for (const auto& [device, ranks] : ranks_on) {
+    absl::StatusOr<int64_t> free_bytes = probe.free_bytes(device);
+    if (!free_bytes.ok()) {
+      return absl::Status(
+          free_bytes.status().code(),
+          absl::StrCat("--device=cuda: the free memory of cuda:", device, ": ",
+                       free_bytes.status().message()));
+    }
+    const double per_rank = static_cast<double>(*free_bytes) / ranks;
+    if (!tightest.has_value() || per_rank < tightest->per_rank) {
+      tightest = GpuShare{device, ranks, *free_bytes, per_rank};
+    }
+  }
+  return *tightest;
 }
 
 // The compute chunks' bytes on the device: all of them but the host's
@@ -291,12 +346,35 @@ int DeviceWeight(OffloadPolicy offload) {
 }
 
 // Refuses a configuration whose compute device would need more than
-// --device_memory_limit, naming the parts and the first lighter
+// --device_memory_limit or, with --device=cuda, more than the GPU has free
+// for each of its ranks, naming the parts and the first lighter
 // configuration that fits.
-absl::Status CheckDeviceMemory(TrainPlan& plan, const TrainMemoryInput& need) {
+absl::Status CheckDeviceMemory(TrainPlan& plan, const TrainMemoryInput& need,
+                               const GpuMemoryProbe& probe) {
   const TrainOptions& o = plan.options;
-  if (o.device_memory_limit == 0) return absl::OkStatus();
-  const double limit = static_cast<double>(o.device_memory_limit);
+  const bool gpu = o.device == ComputeDevice::kCuda;
+  if (o.device_memory_limit == 0 && !gpu) return absl::OkStatus();
+  // Per rank: the flag's limit, and on GPUs the tightest GPU's free memory
+  // shared by its ranks, whichever is smaller.
+  double limit = o.device_memory_limit > 0
+                     ? static_cast<double>(o.device_memory_limit)
+                     : std::numeric_limits<double>::infinity();
+  std::string device = "sim:0";
+  std::string limit_text =
+      absl::StrCat("--device_memory_limit is ", FormatBytes(limit));
+  if (gpu) {
+    CZ_ASSIGN_OR_RETURN(const GpuShare share, TightestGpu(o, probe));
+    device = absl::StrCat("cuda:", share.device);
+    if (share.per_rank < limit) {
+      limit = share.per_rank;
+      limit_text = absl::StrCat(
+          device, " has ", FormatBytes(static_cast<double>(share.free_bytes)),
+          " free",
+          share.ranks > 1 ? absl::StrCat(" for its ", share.ranks, " ranks (",
+                                         FormatBytes(share.per_rank), " each)")
+                          : "");
+    }
+  }
   const double bytes = DeviceMemoryNeeded(plan.memory, o.offload);
   if (bytes <= limit) return absl::OkStatus();
   if (o.offload == OffloadPolicy::kAuto &&
@@ -331,20 +409,29 @@ absl::Status CheckDeviceMemory(TrainPlan& plan, const TrainMemoryInput& need) {
     }
     break;
   }
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "--storage=", ChunkLayoutName(o.storage),
-      " --offload=", OffloadFlagValue(o.offload), " needs about ",
-      FormatBytes(bytes), " per rank on sim:0 (chunks ",
-      FormatBytes(DeviceChunkBytes(plan.memory, o.offload)),
-      o.offload != OffloadPolicy::kNone
-          ? ""
-          : absl::StrCat(", masters and optimizer states ",
-                         FormatBytes(plan.memory.optimizer)),
-      ", activations ", FormatBytes(plan.memory.activations),
-      ") but --device_memory_limit is ", FormatBytes(limit), "; ", advice));
+  return absl::ResourceExhaustedError(
+      absl::StrCat("--storage=", ChunkLayoutName(o.storage),
+                   " --offload=", OffloadFlagValue(o.offload), " needs about ",
+                   FormatBytes(bytes), " per rank on ", device, " (chunks ",
+                   FormatBytes(DeviceChunkBytes(plan.memory, o.offload)),
+                   o.offload != OffloadPolicy::kNone
+                       ? ""
+                       : absl::StrCat(", masters and optimizer states ",
+                                      FormatBytes(plan.memory.optimizer)),
+                   ", activations ", FormatBytes(plan.memory.activations),
+                   ") but ", limit_text, "; ", advice));
 }
 
 }  // namespace
+
+GpuMemoryProbe CudaGpus() {
+  return {[] { return CudaDeviceCount(); },
+          [](int device_index) -> absl::StatusOr<int64_t> {
+            CZ_ASSIGN_OR_RETURN(const CudaMemoryInfo info,
+                                CudaMemGetInfo(device_index));
+            return static_cast<int64_t>(info.free_bytes);
+          }};
+}
 
 double DeviceMemoryNeeded(const TrainMemoryEstimate& e, OffloadPolicy offload) {
   const double chunks = DeviceChunkBytes(e, offload);
@@ -364,8 +451,9 @@ std::map<std::string, std::string> CheckpointConfig(const TrainPlan& plan) {
       {"precision", std::string(PrecisionFlagValue(plan.options.precision))}};
 }
 
-absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options) {
-  CZ_RETURN_IF_ERROR(CheckOptions(options));
+absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options,
+                                       const GpuMemoryProbe& gpus) {
+  CZ_RETURN_IF_ERROR(CheckOptions(options, gpus));
   TrainPlan plan;
   plan.options = options;
   plan.model = options.model;
@@ -502,7 +590,7 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options) {
   }
   // With the chunk size known, so that the advice is for the chunks the
   // run would have.
-  CZ_RETURN_IF_ERROR(CheckDeviceMemory(plan, need));
+  CZ_RETURN_IF_ERROR(CheckDeviceMemory(plan, need, gpus));
   if (!options.resume.empty()) {
     absl::StatusOr<CheckpointMeta> meta = ReadCheckpointMeta(options.resume);
     if (!meta.ok()) {

@@ -14,6 +14,7 @@
 #define CHUNKZERO_TOOLS_TRAIN_TRAIN_PLAN_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -57,21 +58,33 @@ struct TrainPlan {
   int64_t memory_available = 0;  // What it may hold.
 };
 
+// The GPUs as planning sees them: how many are visible and how much memory
+// each has free. CudaGpus() asks the CUDA runtime; tests give fakes.
+struct GpuMemoryProbe {
+  std::function<int()> count;
+  std::function<absl::StatusOr<int64_t>(int device_index)> free_bytes;
+};
+GpuMemoryProbe CudaGpus();
+
 // Checks `options` and plans the job. Errors:
 //  - InvalidArgument naming the flag for a value out of range, a NaN or
 //    Inf hyper-parameter, flags that contradict each other (--init with
 //    --resume, --save_every without --save, --rendezvous without --rank,
 //    ...), a context longer than the --init file's positions, an --init
 //    file holding Inf or NaN, or sizes the kernels cannot index;
-//  - ResourceExhausted when the job needs more memory than it may hold
-//    (TrainOptions::memory_limit_bytes), naming the bytes and the flags
-//    that drive the largest part, or more on the compute device than
-//    TrainOptions::device_memory_limit (DeviceMemoryNeeded), naming the
-//    parts and the first lighter --storage / --offload that fits;
+//  - ResourceExhausted when the job needs more host memory than it may
+//    hold (TrainOptions::memory_limit_bytes), naming the bytes and the
+//    flags that drive the largest part, or more on the compute device than
+//    TrainOptions::device_memory_limit or, with --device=cuda, than the
+//    GPU has free for the ranks on it (DeviceMemoryNeeded), naming the
+//    parts and the first lighter --storage / --offload that fits. With
+//    --device=cuda only what lives on the host counts against host memory
+//    (TrainMemoryEstimate::HostBytesPerRank);
+//  - FailedPrecondition for --device=cuda when `gpus` sees no GPU;
 //  - Unimplemented for --backend=nccl;
 //  - the input files' errors (NotFound, DataLoss, ...), naming the file.
 [[nodiscard]] absl::StatusOr<TrainPlan> PlanTraining(
-    const TrainOptions& options);
+    const TrainOptions& options, const GpuMemoryProbe& gpus = CudaGpus());
 
 // The bytes per rank an estimate puts on the compute device with `offload`:
 // the compute chunks (those in use only when the parameters rest on the
