@@ -1,10 +1,12 @@
 #include "comm/staging_process_group.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "base/thread.h"
 #include "comm/argument_checks.h"
+#include "tensor/cuda/cuda_runtime.h"
 
 namespace chunkzero {
 namespace comm {
@@ -134,6 +136,11 @@ void StagingProcessGroup::DoAbort(const absl::Status& cause) {
 }
 
 void StagingProcessGroup::RunWorker() {
+  // The copies back run on this thread: on the rank's GPU, so that they use
+  // that GPU's context and default stream, not cuda:0's. A GPU that cannot
+  // be selected fails the copies themselves, naming it.
+  std::optional<ScopedCudaDevice> on_gpu;
+  if (device_.type() == DeviceType::kCuda) on_gpu.emplace(device_.index());
   while (true) {
     std::unique_ptr<Pending> pending;
     {

@@ -8,8 +8,14 @@
 namespace chunkzero {
 namespace {
 
+// Every failing call's error is also recorded as the thread's last error.
+// A non-sticky one (a bad argument, an invalid device, memory exhausted)
+// would then be reported by the next kernel launch's check as that
+// kernel's own, so it is cleared here, where it happened; a sticky error
+// (the context is lost) stays whatever is done.
 absl::Status FromCuda(cudaError_t error, const char* what) {
   if (error == cudaSuccess) return absl::OkStatus();
+  cudaGetLastError();
   const absl::StatusCode code = error == cudaErrorMemoryAllocation
                                     ? absl::StatusCode::kResourceExhausted
                                     : absl::StatusCode::kInternal;
@@ -27,6 +33,7 @@ cudaEvent_t Raw(CudaEvent event) {
 absl::Status SetDevice(int device_index) {
   const cudaError_t error = cudaSetDevice(device_index);
   if (error == cudaSuccess) return absl::OkStatus();
+  cudaGetLastError();  // Not sticky: see FromCuda.
   return absl::InternalError(absl::StrCat("cudaSetDevice(", device_index,
                                           "): ", cudaGetErrorString(error)));
 }
@@ -34,12 +41,33 @@ absl::Status SetDevice(int device_index) {
 }  // namespace
 
 ScopedCudaDevice::ScopedCudaDevice(int device_index) {
-  if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+  if (cudaGetDevice(&previous_) != cudaSuccess) {
+    cudaGetLastError();
+    previous_ = -1;
+  }
   status_ = SetDevice(device_index);
 }
 
 ScopedCudaDevice::~ScopedCudaDevice() {
-  if (previous_ >= 0) cudaSetDevice(previous_);
+  if (previous_ >= 0 && cudaSetDevice(previous_) != cudaSuccess) {
+    cudaGetLastError();  // Nothing to report it to; do not leave it behind.
+  }
+}
+
+int CudaCurrentDevice() {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return device;
+}
+
+absl::Status CudaPendingError() {
+  const cudaError_t error = cudaPeekAtLastError();
+  if (error == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat("pending CUDA error: ", cudaGetErrorString(error)));
 }
 
 bool BuiltWithCuda() { return true; }
@@ -50,15 +78,14 @@ int CudaDeviceCount() {
 }
 
 absl::StatusOr<void*> CudaMalloc(int device_index, size_t bytes) {
-  absl::Status status = FromCuda(cudaSetDevice(device_index), "cudaSetDevice");
-  if (!status.ok()) return status;
+  ScopedCudaDevice on_gpu(device_index);
+  if (!on_gpu.status().ok()) return on_gpu.status();
   void* ptr = nullptr;
-  status = FromCuda(cudaMalloc(&ptr, bytes == 0 ? 1 : bytes), "cudaMalloc");
+  // A failure is cleared (FromCuda): the caller may recover (a cache
+  // emptied, a retry).
+  const absl::Status status =
+      FromCuda(cudaMalloc(&ptr, bytes == 0 ? 1 : bytes), "cudaMalloc");
   if (!status.ok()) {
-    // An allocation failure is recorded as the thread's last error; the
-    // caller may recover (a cache emptied, a retry), so clear it lest the
-    // next kernel launch check report it.
-    cudaGetLastError();
     return absl::Status(status.code(),
                         absl::StrCat(status.message(), " (", bytes,
                                      " bytes on cuda:", device_index, ")"));
@@ -67,8 +94,8 @@ absl::StatusOr<void*> CudaMalloc(int device_index, size_t bytes) {
 }
 
 absl::Status CudaFree(int device_index, void* ptr) {
-  absl::Status status = FromCuda(cudaSetDevice(device_index), "cudaSetDevice");
-  if (!status.ok()) return status;
+  ScopedCudaDevice on_gpu(device_index);
+  if (!on_gpu.status().ok()) return on_gpu.status();
   return FromCuda(cudaFree(ptr), "cudaFree");
 }
 
@@ -82,11 +109,12 @@ absl::Status CudaMemcpy(void* dst, const void* src, size_t bytes) {
 namespace chunkzero {
 
 absl::StatusOr<CudaStream> CudaStreamCreate(int device_index) {
-  absl::Status status = SetDevice(device_index);
-  if (!status.ok()) return status;
+  ScopedCudaDevice on_gpu(device_index);
+  if (!on_gpu.status().ok()) return on_gpu.status();
   cudaStream_t stream = nullptr;
-  status = FromCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                    "cudaStreamCreateWithFlags");
+  const absl::Status status =
+      FromCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+               "cudaStreamCreateWithFlags");
   if (!status.ok()) return status;
   return reinterpret_cast<CudaStream>(stream);
 }
@@ -105,10 +133,10 @@ absl::Status CudaStreamWaitEvent(CudaStream stream, CudaEvent event) {
 }
 
 absl::StatusOr<CudaEvent> CudaEventCreate(int device_index, bool timing) {
-  absl::Status status = SetDevice(device_index);
-  if (!status.ok()) return status;
+  ScopedCudaDevice on_gpu(device_index);
+  if (!on_gpu.status().ok()) return on_gpu.status();
   cudaEvent_t event = nullptr;
-  status =
+  const absl::Status status =
       FromCuda(cudaEventCreateWithFlags(
                    &event, timing ? cudaEventDefault : cudaEventDisableTiming),
                "cudaEventCreateWithFlags");
@@ -136,7 +164,9 @@ absl::StatusOr<bool> CudaEventQuery(CudaEvent event) {
   const cudaError_t error = cudaEventQuery(Raw(event));
   if (error == cudaSuccess) return true;
   if (error == cudaErrorNotReady) {
-    cudaGetLastError();  // cudaErrorNotReady is not sticky; clear it.
+    // Not a failure, but some runtimes record it as the last error (PyTorch
+    // clears it too); it is not sticky.
+    cudaGetLastError();
     return false;
   }
   return FromCuda(error, "cudaEventQuery");
@@ -159,8 +189,7 @@ absl::StatusOr<void*> CudaHostAlloc(size_t bytes) {
   const absl::Status status = FromCuda(
       cudaHostAlloc(&ptr, bytes == 0 ? 1 : bytes, cudaHostAllocPortable),
       "cudaHostAlloc");
-  if (!status.ok()) {
-    cudaGetLastError();  // As in CudaMalloc: the caller may recover.
+  if (!status.ok()) {  // Cleared (FromCuda): the caller may recover.
     return absl::Status(status.code(),
                         absl::StrCat(status.message(), " (", bytes,
                                      " bytes of pinned memory)"));
@@ -192,11 +221,11 @@ bool CudaIsDeviceMemory(const void* ptr) {
 }
 
 absl::StatusOr<CudaMemoryInfo> CudaMemGetInfo(int device_index) {
-  absl::Status status = SetDevice(device_index);
-  if (!status.ok()) return status;
+  ScopedCudaDevice on_gpu(device_index);
+  if (!on_gpu.status().ok()) return on_gpu.status();
   CudaMemoryInfo info;
-  status = FromCuda(cudaMemGetInfo(&info.free_bytes, &info.total_bytes),
-                    "cudaMemGetInfo");
+  const absl::Status status = FromCuda(
+      cudaMemGetInfo(&info.free_bytes, &info.total_bytes), "cudaMemGetInfo");
   if (!status.ok()) return status;
   return info;
 }

@@ -7,9 +7,11 @@
 //
 // Built with --config=cuda this links libcudart; otherwise every call returns
 // Unimplemented and CudaDeviceCount() is 0, so the rest of the library builds
-// and tests on machines without CUDA. Thread-safe as the CUDA runtime is;
-// CudaMalloc/CudaFree make `device_index` the calling thread's current
-// device.
+// and tests on machines without CUDA. Thread-safe as the CUDA runtime is.
+// A call given a device_index selects that GPU for itself and restores the
+// calling thread's current GPU before it returns. A call that fails clears
+// the CUDA error it left (unless the context is lost), so that the next
+// kernel launch does not report it as its own.
 #ifndef CHUNKZERO_TENSOR_CUDA_CUDA_RUNTIME_H_
 #define CHUNKZERO_TENSOR_CUDA_CUDA_RUNTIME_H_
 
@@ -26,6 +28,12 @@ bool BuiltWithCuda();
 
 // Number of visible GPUs; 0 without CUDA or without a driver.
 int CudaDeviceCount();
+
+// The calling thread's current GPU; -1 without CUDA or a GPU.
+int CudaCurrentDevice();
+// The error the thread's last CUDA call left behind, without clearing it
+// (OK if none): what the next launch check would report.
+[[nodiscard]] absl::Status CudaPendingError();
 
 // Makes GPU `device_index` the calling thread's current GPU for the scope
 // and restores the previous one after, so that events, streams (the legacy

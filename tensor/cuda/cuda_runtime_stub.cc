@@ -16,6 +16,8 @@ ScopedCudaDevice::~ScopedCudaDevice() {
   (void)previous_;  // No GPU was selected, so none is restored.
 }
 
+int CudaCurrentDevice() { return -1; }
+absl::Status CudaPendingError() { return absl::OkStatus(); }
 bool BuiltWithCuda() { return false; }
 int CudaDeviceCount() { return 0; }
 absl::StatusOr<void*> CudaMalloc(int, size_t) { return NoCuda(); }

@@ -35,6 +35,8 @@ TEST(CudaRuntime, EveryCallIsUnimplementedWithoutCuda) {
   EXPECT_FALSE(CudaIsDeviceMemory(&host));  // Nothing is, without CUDA.
   EXPECT_EQ(CudaMemGetInfo(0).status().code(), unimplemented);
   EXPECT_EQ(ScopedCudaDevice(0).status().code(), unimplemented);
+  EXPECT_EQ(CudaCurrentDevice(), -1);
+  EXPECT_TRUE(CudaPendingError().ok());
   PinnedHostAllocator pinned;
   EXPECT_EQ(pinned.Allocate(16).status().code(), unimplemented);
   CudaMemoryRuntime runtime(0);
@@ -48,6 +50,40 @@ class CudaRuntimeOnGpu : public ::testing::Test {
     if (CudaDeviceCount() == 0) GTEST_SKIP() << "no GPU visible";
   }
 };
+
+// A call given a device selects it for itself only, and a call that fails
+// leaves no error behind for the next launch to report as its own.
+TEST_F(CudaRuntimeOnGpu, CallsRestoreTheDeviceAndClearTheirErrors) {
+  ScopedCudaDevice on_first(0);
+  ASSERT_TRUE(on_first.status().ok()) << on_first.status();
+  const int missing = CudaDeviceCount() + 7;
+  EXPECT_EQ(CudaMalloc(missing, 16).status().code(),
+            absl::StatusCode::kInternal);
+  EXPECT_FALSE(CudaStreamCreate(missing).ok());
+  EXPECT_FALSE(CudaEventCreate(missing).ok());
+  EXPECT_FALSE(CudaMemGetInfo(missing).ok());
+  EXPECT_FALSE(CudaFree(missing, nullptr).ok());
+  EXPECT_EQ(CudaCurrentDevice(), 0);
+  EXPECT_TRUE(CudaPendingError().ok()) << CudaPendingError();
+  // Memory exhausted is ResourceExhausted, cleared for the caller's retry.
+  EXPECT_EQ(CudaMalloc(0, size_t{1} << 60).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(CudaPendingError().ok()) << CudaPendingError();
+  absl::StatusOr<void*> small = CudaMalloc(0, 256);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_TRUE(CudaFree(0, *small).ok());
+  if (CudaDeviceCount() < 2) return;
+  // On another GPU, and back.
+  absl::StatusOr<void*> other = CudaMalloc(1, 256);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(CudaCurrentDevice(), 0);
+  absl::StatusOr<CudaStream> stream = CudaStreamCreate(1);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  EXPECT_EQ(CudaCurrentDevice(), 0);
+  EXPECT_TRUE(CudaStreamDestroy(*stream).ok());
+  EXPECT_TRUE(CudaFree(1, *other).ok());
+  EXPECT_EQ(CudaCurrentDevice(), 0);
+}
 
 // Host -> device -> device -> host through pinned memory on one stream,
 // ordered by the stream alone; an event tells the host when it is done.
