@@ -430,7 +430,8 @@ absl::StatusOr<bool> Chunk::HasInfOrNan() const {
     return where.is_host_accessible()
                ? chunkzero::HasInfOrNan(data, options_.dtype,
                                         static_cast<size_t>(n))
-               : CudaHasInfOrNan(data, options_.dtype, static_cast<size_t>(n));
+               : CudaHasInfOrNan(where.index(), data, options_.dtype,
+                                 static_cast<size_t>(n));
   };
   if (full_->allocated()) return check(full_->data(), used_);
   if (shard_ == nullptr || !shard_->allocated()) return false;

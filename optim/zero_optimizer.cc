@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -310,27 +312,46 @@ absl::Status ZeroOptimizer::AccumulateGrads() {
 }
 
 absl::StatusOr<double> ZeroOptimizer::LocalSumOfSquares(bool from_accumulator) {
-  double sum = 0;
+  // Each chunk's part, then their sum in chunk order (the CPU's and the
+  // GPU's parts are the same bits, so the total does not depend on where a
+  // chunk rests). A GPU's chunks go in one batch: one copy and one wait for
+  // all of them, not one per chunk.
+  std::vector<double> parts(static_cast<size_t>(num_chunks()), 0.0);
+  struct GpuBatch {
+    DType dtype = DType::kF32;
+    std::vector<CudaReductionInput> inputs;
+    std::vector<int> chunk_indices;
+  };
+  std::map<int, GpuBatch> on_gpus;
   for (int i = 0; i < num_chunks(); ++i) {
     const auto [begin, end] = AccountedRange(i);
     if (begin == end) continue;
     Chunk* chunk =
         from_accumulator ? GroupChunk(kAccumulatorGroup, i) : ParamChunk(i);
-    if (CommonGpu({chunk}).has_value()) {
-      absl::StatusOr<double> part =
-          CudaSumOfSquares(PayloadAt(chunk, begin), chunk->dtype(),
-                           static_cast<size_t>(end - begin));
-      CZ_RETURN_IF_ERROR(part.status(), "the grad norm of chunk ",
-                         chunk->name());
-      sum += *part;
+    if (const std::optional<Device> gpu = CommonGpu({chunk}); gpu.has_value()) {
+      GpuBatch& batch = on_gpus[gpu->index()];
+      batch.dtype = chunk->dtype();
+      batch.inputs.push_back(
+          {PayloadAt(chunk, begin), static_cast<size_t>(end - begin)});
+      batch.chunk_indices.push_back(i);
       continue;
     }
     CZ_ASSIGN_OR_RETURN(HostRange grad, HostRange::Open(chunk, begin, end));
-    CZ_ASSIGN_OR_RETURN(double part,
+    CZ_ASSIGN_OR_RETURN(parts[static_cast<size_t>(i)],
                         SumOfSquares(grad.get(), chunk->dtype(),
                                      static_cast<size_t>(end - begin)));
-    sum += part;
   }
+  for (const auto& [device_index, batch] : on_gpus) {
+    absl::StatusOr<std::vector<double>> sums =
+        CudaSumsOfSquares(device_index, batch.dtype, batch.inputs);
+    CZ_RETURN_IF_ERROR(sums.status(), "the grad norm of ", batch.inputs.size(),
+                       " chunks on cuda:", device_index);
+    for (size_t k = 0; k < batch.chunk_indices.size(); ++k) {
+      parts[static_cast<size_t>(batch.chunk_indices[k])] = (*sums)[k];
+    }
+  }
+  double sum = 0;
+  for (const double part : parts) sum += part;
   return sum;
 }
 

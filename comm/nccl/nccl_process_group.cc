@@ -67,12 +67,11 @@ struct PendingOp {
 class Core : public std::enable_shared_from_this<Core> {
  public:
   Core(int rank, std::unique_ptr<NcclApi> api, NcclApi::Comm comm,
-       CudaStream comm_stream, CudaStream compute_stream, void* barrier_word)
+       CudaStream comm_stream, void* barrier_word)
       : rank_(rank),
         api_(std::move(api)),
         comm_(comm),
         comm_stream_(comm_stream),
-        compute_stream_(compute_stream),
         barrier_word_(barrier_word) {}
 
   CudaStream comm_stream() const { return comm_stream_; }
@@ -160,7 +159,6 @@ class Core : public std::enable_shared_from_this<Core> {
   const std::unique_ptr<NcclApi> api_;
   const NcclApi::Comm comm_;
   const CudaStream comm_stream_;
-  const CudaStream compute_stream_;
   void* const barrier_word_;
 
   mutable Mutex mu_;
@@ -243,7 +241,9 @@ std::unique_ptr<Work> Core::IssueLocked(const CollectiveCall& described,
                      "failure: ",
                      abort_status_.message())));
   }
-  absl::Status status = api_->StreamWaitStream(comm_stream_, compute_stream_);
+  // The input was produced on the compute stream (docs/DESIGN.md,
+  // "Streams"): the collective waits for it there, the host does not.
+  absl::Status status = api_->StreamWaitStream(comm_stream_, kComputeStream);
   if (status.ok()) status = api_->Enqueue(comm_, call, comm_stream_);
   if (status.ok()) {
     // A non-blocking communicator may still be enqueueing: NCCL allows no
@@ -532,8 +532,8 @@ NcclProcessGroup::CreateWithApi(int rank, int size,
     return absl::Status(word.status().code(),
                         absl::StrCat(where, ": ", word.status().message()));
   }
-  auto core = std::make_shared<Core>(rank, std::move(api), *comm, *stream,
-                                     options.compute_stream, *word);
+  auto core =
+      std::make_shared<Core>(rank, std::move(api), *comm, *stream, *word);
   absl::StatusOr<std::unique_ptr<nccl_internal::Watchdog>> watchdog =
       nccl_internal::Watchdog::Start(rank, core, options.watchdog_interval);
   if (!watchdog.ok()) {

@@ -23,7 +23,8 @@
 // How a collective runs. ProcessGroup has checked its arguments
 // (argument_checks.h); each call
 // makes the group's communication stream wait for the compute stream
-// (NcclOptions::compute_stream) without the host waiting, enqueues the NCCL
+// (kComputeStream, where every kernel's output is produced) without the
+// host waiting, enqueues the NCCL
 // call there (polling the non-blocking communicator until the enqueue has
 // finished, within the collective's timeout), records an event after it,
 // and returns a Work at once. The
@@ -58,10 +59,6 @@
 // Destruction fails pending Works with Cancelled and aborts the
 // communicator: ncclCommDestroy would wait for every peer to be quiescent,
 // and hang behind a dead one. Works may outlive the group.
-//
-// Known limits: the optimizer and chunk kernels run on the legacy default
-// stream, so leave NcclOptions::compute_stream null until they take a
-// stream.
 #ifndef CHUNKZERO_COMM_NCCL_NCCL_PROCESS_GROUP_H_
 #define CHUNKZERO_COMM_NCCL_NCCL_PROCESS_GROUP_H_
 
@@ -94,9 +91,6 @@ class Watchdog;
 struct NcclOptions {
   // How long Create waits for every rank to join.
   absl::Duration timeout = kDefaultCollectiveTimeout;
-  // The stream whose work each collective waits for before it runs (the
-  // stream that produced its input). Null: the legacy default stream.
-  CudaStream compute_stream = nullptr;
   // How often the watchdog looks at pending collectives and at NCCL's
   // asynchronous errors.
   absl::Duration watchdog_interval = absl::Milliseconds(50);

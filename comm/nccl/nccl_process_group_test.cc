@@ -519,13 +519,13 @@ TEST(NcclProcessGroup, AWatchdogThatCannotStartFailsCreate) {
   EXPECT_THAT(fake.TakeLog(), Contains("abort"));
 }
 
-TEST(NcclProcessGroup, CollectivesWaitForTheGivenComputeStream) {
-  NcclOptions options;
-  options.compute_stream = reinterpret_cast<CudaStream>(uintptr_t{42});
-  Fixture f(options);
+// Every input is produced on the compute stream: each collective's stream
+// waits for it there (stream 0, the legacy default stream) before NCCL.
+TEST(NcclProcessGroup, CollectivesWaitForTheComputeStream) {
+  Fixture f;
   ASSERT_TRUE(Barrier(*f.group).ok());
   EXPECT_THAT(f.fake->TakeLog(),
-              ElementsAre("wait_stream 42", "enqueue Barrier i32 count=1"));
+              ElementsAre("wait_stream 0", "enqueue Barrier i32 count=1"));
 }
 
 TEST(NcclProcessGroup, ManyThreadsIssuingAndWaiting) {

@@ -29,7 +29,7 @@ absl::Status CheckLd(const char* name, int ld, int cols) {
 absl::Status CudaGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
                       float alpha, DeviceMatrix a, DeviceMatrix b, float beta,
                       float* c, int ldc, Precision precision, int batch,
-                      int64_t stride_c) {
+                      int64_t stride_c, CudaStream stream) {
   // The call's description, for errors only: not built on the hot path.
   auto described = [&](const absl::Status& error) {
     return absl::Status(
@@ -56,7 +56,7 @@ absl::Status CudaGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
   if (m == 0 || n == 0) return absl::OkStatus();  // Nothing to write.
   const absl::Status ran =
       gemm_internal::CublasGemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c,
-                                ldc, precision, batch, stride_c);
+                                ldc, precision, batch, stride_c, stream);
   return ran.ok() ? ran : described(ran);
 }
 

@@ -7,8 +7,8 @@
 // row-major C[m, n] = alpha op(A) op(B) + beta C, with `batch` products
 // side by side (matrix i of each operand `stride` elements after matrix
 // i - 1), as the attention's heads need. Every pointer is memory of the
-// current GPU. The products are enqueued on the compute stream
-// (kComputeStream) and the host does not wait for them.
+// current GPU. The products are enqueued on `stream` (the compute stream,
+// kComputeStream, unless given) and the host does not wait for them.
 //
 // Precision. kF32 multiplies f32 values in f32 (SGEMM arithmetic: no TF32,
 // no reduced-precision reductions). kBf16 multiplies bf16 bit patterns
@@ -29,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "models/gpt2/gemm_types.h"
+#include "tensor/cuda/cuda_handles.h"
 
 namespace chunkzero {
 namespace gemm {
@@ -46,7 +47,8 @@ struct DeviceMatrix {
                                     int n, int k, float alpha, DeviceMatrix a,
                                     DeviceMatrix b, float beta, float* c,
                                     int ldc, Precision precision, int batch = 1,
-                                    int64_t stride_c = 0);
+                                    int64_t stride_c = 0,
+                                    CudaStream stream = kComputeStream);
 
 }  // namespace gemm
 }  // namespace chunkzero

@@ -24,104 +24,121 @@ absl::Status LaunchStatus(int error, const char* what) {
 
 absl::Status EmbeddingForward(float* out, const int32_t* tokens,
                               const float* wte, const float* wpe, int B, int T,
-                              int C, int V) {
+                              int C, int V, CudaStream stream) {
   return LaunchStatus(
-      internal::EmbeddingForward(out, tokens, wte, wpe, B * T, T, C, V),
+      internal::EmbeddingForward(out, tokens, wte, wpe, B * T, T, C, V, stream),
       "embedding forward");
 }
 
 absl::Status EmbeddingBackward(float* dwte, float* dwpe, const float* dout,
                                const int32_t* tokens, int B, int T, int C,
-                               int V, int P) {
-  return LaunchStatus(
-      internal::EmbeddingBackward(dwte, dwpe, dout, tokens, B * T, T, C, V, P),
-      "embedding backward");
+                               int V, int P, CudaStream stream) {
+  return LaunchStatus(internal::EmbeddingBackward(dwte, dwpe, dout, tokens,
+                                                  B * T, T, C, V, P, stream),
+                      "embedding backward");
 }
 
 absl::Status LayerNormForward(float* out, float* mean, float* rstd,
                               const float* x, const float* w, const float* b,
-                              int N, int C) {
+                              int N, int C, CudaStream stream) {
   return LaunchStatus(
-      internal::LayerNormForward(out, mean, rstd, x, w, b, N, C),
+      internal::LayerNormForward(out, mean, rstd, x, w, b, N, C, stream),
       "layernorm forward");
 }
 
 absl::Status LayerNormBackward(float* dx, float* dw, float* db,
                                const float* dout, const float* x,
                                const float* w, const float* mean,
-                               const float* rstd, int N, int C) {
-  return LaunchStatus(
-      internal::LayerNormBackward(dx, dw, db, dout, x, w, mean, rstd, N, C),
-      "layernorm backward");
+                               const float* rstd, int N, int C,
+                               CudaStream stream) {
+  return LaunchStatus(internal::LayerNormBackward(dx, dw, db, dout, x, w, mean,
+                                                  rstd, N, C, stream),
+                      "layernorm backward");
 }
 
-absl::Status BroadcastRows(float* out, const float* bias, int N, int C) {
-  return LaunchStatus(internal::BroadcastRows(out, bias, N, C),
+absl::Status BroadcastRows(float* out, const float* bias, int N, int C,
+                           CudaStream stream) {
+  return LaunchStatus(internal::BroadcastRows(out, bias, N, C, stream),
                       "bias broadcast");
 }
 
-absl::Status ColumnSums(float* out, const float* in, int N, int C) {
-  return LaunchStatus(internal::ColumnSums(out, in, N, C), "column sums");
+absl::Status ColumnSums(float* out, const float* in, int N, int C,
+                        CudaStream stream) {
+  return LaunchStatus(internal::ColumnSums(out, in, N, C, stream),
+                      "column sums");
 }
 
-absl::Status GeluForward(float* out, const float* x, size_t n) {
-  return LaunchStatus(internal::GeluForward(out, x, n), "gelu forward");
+absl::Status GeluForward(float* out, const float* x, size_t n,
+                         CudaStream stream) {
+  return LaunchStatus(internal::GeluForward(out, x, n, stream), "gelu forward");
 }
 
 absl::Status GeluBackward(float* dx, const float* x, const float* dout,
-                          size_t n) {
-  return LaunchStatus(internal::GeluBackward(dx, x, dout, n), "gelu backward");
+                          size_t n, CudaStream stream) {
+  return LaunchStatus(internal::GeluBackward(dx, x, dout, n, stream),
+                      "gelu backward");
 }
 
-absl::Status Add(float* out, const float* a, const float* b, size_t n) {
-  return LaunchStatus(internal::Add(out, a, b, n), "add");
+absl::Status Add(float* out, const float* a, const float* b, size_t n,
+                 CudaStream stream) {
+  return LaunchStatus(internal::Add(out, a, b, n, stream), "add");
 }
 
-absl::Status RoundToBf16(uint16_t* out, const float* x, size_t n) {
-  return LaunchStatus(internal::RoundToBf16(out, x, n), "bf16 rounding");
+absl::Status RoundToBf16(uint16_t* out, const float* x, size_t n,
+                         CudaStream stream) {
+  return LaunchStatus(internal::RoundToBf16(out, x, n, stream),
+                      "bf16 rounding");
 }
 
-absl::Status Widen(float* out, const uint16_t* x, DType dtype, size_t n) {
+absl::Status Widen(float* out, const uint16_t* x, DType dtype, size_t n,
+                   CudaStream stream) {
   switch (dtype) {
     case DType::kBF16:
-      return LaunchStatus(internal::WidenBf16(out, x, n), "bf16 widening");
+      return LaunchStatus(internal::WidenBf16(out, x, n, stream),
+                          "bf16 widening");
     case DType::kF16:
-      return LaunchStatus(internal::WidenF16(out, x, n), "f16 widening");
+      return LaunchStatus(internal::WidenF16(out, x, n, stream),
+                          "f16 widening");
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "widening ", DTypeName(dtype), " on the GPU: only bf16 and f16"));
   }
 }
 
-absl::Status Zero(float* x, size_t n) {
-  return LaunchStatus(internal::Zero(x, n), "zeroing");
+absl::Status Zero(float* x, size_t n, CudaStream stream) {
+  return LaunchStatus(internal::Zero(x, n, stream), "zeroing");
 }
 
-absl::Status CausalSoftmax(float* att, size_t rows, int T) {
-  return LaunchStatus(internal::CausalSoftmax(att, rows, T), "causal softmax");
+absl::Status CausalSoftmax(float* att, size_t rows, int T, CudaStream stream) {
+  return LaunchStatus(internal::CausalSoftmax(att, rows, T, stream),
+                      "causal softmax");
 }
 
 absl::Status CausalSoftmaxBackward(float* datt, const float* att, size_t rows,
-                                   int T, float scale) {
+                                   int T, float scale, CudaStream stream) {
   return LaunchStatus(
-      internal::CausalSoftmaxBackward(datt, att, rows, T, scale),
+      internal::CausalSoftmaxBackward(datt, att, rows, T, scale, stream),
       "causal softmax backward");
 }
 
 absl::StatusOr<double> CrossEntropyForward(float* logits,
                                            const int32_t* targets, int N, int V,
-                                           double* row_losses) {
-  if (absl::Status s = LaunchStatus(
-          internal::CrossEntropyForward(logits, targets, N, V, row_losses),
-          "cross-entropy forward");
+                                           double* row_losses,
+                                           CudaStream stream) {
+  if (absl::Status s =
+          LaunchStatus(internal::CrossEntropyForward(logits, targets, N, V,
+                                                     row_losses, stream),
+                       "cross-entropy forward");
       !s.ok()) {
     return s;
   }
   if (N == 0) return 0.0;
+  // The host needs the value: copy on the stream, wait for the stream.
   std::vector<double> losses(N);
-  if (absl::Status s =
-          CudaMemcpy(losses.data(), row_losses, sizeof(double) * N);
-      !s.ok()) {
+  absl::Status s =
+      CudaMemcpyAsync(losses.data(), row_losses, sizeof(double) * N, stream);
+  if (s.ok()) s = CudaStreamSynchronize(stream);
+  if (!s.ok()) {
     return absl::Status(s.code(),
                         absl::StrCat("cross-entropy forward: ",
                                      "reading the row losses: ", s.message()));
@@ -132,10 +149,11 @@ absl::StatusOr<double> CrossEntropyForward(float* logits,
 }
 
 absl::Status CrossEntropyBackward(float* probs, const int32_t* targets,
-                                  float dloss_per_row, int N, int V) {
-  return LaunchStatus(
-      internal::CrossEntropyBackward(probs, targets, dloss_per_row, N, V),
-      "cross-entropy backward");
+                                  float dloss_per_row, int N, int V,
+                                  CudaStream stream) {
+  return LaunchStatus(internal::CrossEntropyBackward(
+                          probs, targets, dloss_per_row, N, V, stream),
+                      "cross-entropy backward");
 }
 
 }  // namespace cuda_gpt_kernels

@@ -27,10 +27,10 @@ const void* At(const void* base, size_t elements, Precision precision) {
 // itself, or its bf16 rounding in scratch slot `slot`.
 absl::StatusOr<const void*> Operand(const float* x, size_t n,
                                     Precision precision, Bf16Scratch& scratch,
-                                    int slot) {
+                                    int slot, CudaStream stream) {
   if (precision != Precision::kBf16) return x;
   CZ_ASSIGN_OR_RETURN(uint16_t * bits, scratch.Get(slot, n));
-  CZ_RETURN_IF_ERROR(cuda_gpt_kernels::RoundToBf16(bits, x, n));
+  CZ_RETURN_IF_ERROR(cuda_gpt_kernels::RoundToBf16(bits, x, n, stream));
   return bits;
 }
 
@@ -38,14 +38,15 @@ absl::StatusOr<const void*> Operand(const float* x, size_t n,
 // else as Operand.
 absl::StatusOr<const void*> WeightOperand(const CudaWeight& w, size_t n,
                                           Precision precision,
-                                          Bf16Scratch& scratch, int slot) {
+                                          Bf16Scratch& scratch, int slot,
+                                          CudaStream stream) {
   if (precision == Precision::kBf16 && w.bf16 != nullptr) return w.bf16;
   if (w.f32 == nullptr) {
     return absl::InvalidArgumentError(
         "a weight matrix with no f32 values (and no bf16 copy for a bf16 "
         "product)");
   }
-  return Operand(w.f32, n, precision, scratch, slot);
+  return Operand(w.f32, n, precision, scratch, slot, stream);
 }
 
 }  // namespace
@@ -83,65 +84,72 @@ size_t Bf16Scratch::bytes() const {
 
 absl::Status MatmulForward(float* out, const float* x, const CudaWeight& w,
                            const float* bias, int N, int IC, int OC,
-                           Precision precision, Bf16Scratch& scratch) {
+                           Precision precision, Bf16Scratch& scratch,
+                           CudaStream stream) {
   float beta = 0.0f;
   if (bias != nullptr) {
-    CZ_RETURN_IF_ERROR(cuda_gpt_kernels::BroadcastRows(out, bias, N, OC));
+    CZ_RETURN_IF_ERROR(
+        cuda_gpt_kernels::BroadcastRows(out, bias, N, OC, stream));
     beta = 1.0f;
   }
-  CZ_ASSIGN_OR_RETURN(const void* xa,
-                      Operand(x, size_t{1} * N * IC, precision, scratch, 0));
-  CZ_ASSIGN_OR_RETURN(const void* wa, WeightOperand(w, size_t{1} * IC * OC,
-                                                    precision, scratch, 1));
+  CZ_ASSIGN_OR_RETURN(const void* xa, Operand(x, size_t{1} * N * IC, precision,
+                                              scratch, 0, stream));
+  CZ_ASSIGN_OR_RETURN(
+      const void* wa,
+      WeightOperand(w, size_t{1} * IC * OC, precision, scratch, 1, stream));
   return CudaGemm(kNo, kNo, N, OC, IC, 1.0f, {xa, IC}, {wa, OC}, beta, out, OC,
-                  precision);
+                  precision, 1, 0, stream);
 }
 
 absl::Status MatmulBackward(float* dx, float* dw, float* dbias,
                             const float* dout, const float* x,
                             const CudaWeight& w, int N, int IC, int OC,
-                            Precision precision, Bf16Scratch& scratch) {
-  CZ_ASSIGN_OR_RETURN(const void* grad,
-                      Operand(dout, size_t{1} * N * OC, precision, scratch, 0));
-  CZ_ASSIGN_OR_RETURN(const void* wa, WeightOperand(w, size_t{1} * IC * OC,
-                                                    precision, scratch, 1));
+                            Precision precision, Bf16Scratch& scratch,
+                            CudaStream stream) {
+  CZ_ASSIGN_OR_RETURN(const void* grad, Operand(dout, size_t{1} * N * OC,
+                                                precision, scratch, 0, stream));
+  CZ_ASSIGN_OR_RETURN(
+      const void* wa,
+      WeightOperand(w, size_t{1} * IC * OC, precision, scratch, 1, stream));
   CZ_RETURN_IF_ERROR(CudaGemm(kNo, kYes, N, IC, OC, 1.0f, {grad, OC}, {wa, OC},
-                              0.0f, dx, IC, precision));
-  CZ_ASSIGN_OR_RETURN(const void* xa,
-                      Operand(x, size_t{1} * N * IC, precision, scratch, 2));
+                              0.0f, dx, IC, precision, 1, 0, stream));
+  CZ_ASSIGN_OR_RETURN(const void* xa, Operand(x, size_t{1} * N * IC, precision,
+                                              scratch, 2, stream));
   CZ_RETURN_IF_ERROR(CudaGemm(kYes, kNo, IC, OC, N, 1.0f, {xa, IC}, {grad, OC},
-                              0.0f, dw, OC, precision));
+                              0.0f, dw, OC, precision, 1, 0, stream));
   if (dbias == nullptr) return absl::OkStatus();
-  return cuda_gpt_kernels::ColumnSums(dbias, dout, N, OC);
+  return cuda_gpt_kernels::ColumnSums(dbias, dout, N, OC, stream);
 }
 
 absl::Status MatmulTransposedForward(float* out, const float* x,
                                      const CudaWeight& w, int N, int IC, int OC,
-                                     Precision precision,
-                                     Bf16Scratch& scratch) {
-  CZ_ASSIGN_OR_RETURN(const void* xa,
-                      Operand(x, size_t{1} * N * IC, precision, scratch, 0));
-  CZ_ASSIGN_OR_RETURN(const void* wa, WeightOperand(w, size_t{1} * OC * IC,
-                                                    precision, scratch, 1));
+                                     Precision precision, Bf16Scratch& scratch,
+                                     CudaStream stream) {
+  CZ_ASSIGN_OR_RETURN(const void* xa, Operand(x, size_t{1} * N * IC, precision,
+                                              scratch, 0, stream));
+  CZ_ASSIGN_OR_RETURN(
+      const void* wa,
+      WeightOperand(w, size_t{1} * OC * IC, precision, scratch, 1, stream));
   return CudaGemm(kNo, kYes, N, OC, IC, 1.0f, {xa, IC}, {wa, IC}, 0.0f, out, OC,
-                  precision);
+                  precision, 1, 0, stream);
 }
 
 absl::Status MatmulTransposedBackward(float* dx, float* dw, const float* dout,
                                       const float* x, const CudaWeight& w,
                                       int N, int IC, int OC,
-                                      Precision precision,
-                                      Bf16Scratch& scratch) {
-  CZ_ASSIGN_OR_RETURN(const void* grad,
-                      Operand(dout, size_t{1} * N * OC, precision, scratch, 0));
-  CZ_ASSIGN_OR_RETURN(const void* wa, WeightOperand(w, size_t{1} * OC * IC,
-                                                    precision, scratch, 1));
+                                      Precision precision, Bf16Scratch& scratch,
+                                      CudaStream stream) {
+  CZ_ASSIGN_OR_RETURN(const void* grad, Operand(dout, size_t{1} * N * OC,
+                                                precision, scratch, 0, stream));
+  CZ_ASSIGN_OR_RETURN(
+      const void* wa,
+      WeightOperand(w, size_t{1} * OC * IC, precision, scratch, 1, stream));
   CZ_RETURN_IF_ERROR(CudaGemm(kNo, kNo, N, IC, OC, 1.0f, {grad, OC}, {wa, IC},
-                              0.0f, dx, IC, precision));
-  CZ_ASSIGN_OR_RETURN(const void* xa,
-                      Operand(x, size_t{1} * N * IC, precision, scratch, 2));
+                              0.0f, dx, IC, precision, 1, 0, stream));
+  CZ_ASSIGN_OR_RETURN(const void* xa, Operand(x, size_t{1} * N * IC, precision,
+                                              scratch, 2, stream));
   return CudaGemm(kYes, kNo, OC, IC, N, 1.0f, {grad, OC}, {xa, IC}, 0.0f, dw,
-                  IC, precision);
+                  IC, precision, 1, 0, stream);
 }
 
 // Per sequence b, the heads are one strided batch: head h's Q, K and V are
@@ -149,31 +157,32 @@ absl::Status MatmulTransposedBackward(float* dx, float* dw, const float* dout,
 // its scores the h-th T x T block of att.
 absl::Status AttentionForward(float* out, float* att, const float* qkv, int B,
                               int T, int C, int NH, Precision precision,
-                              Bf16Scratch& scratch) {
+                              Bf16Scratch& scratch, CudaStream stream) {
   const int hd = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t tt = int64_t{T} * T;
   const size_t rows = size_t{1} * B * T;
-  CZ_ASSIGN_OR_RETURN(const void* q_all,
-                      Operand(qkv, rows * 3 * C, precision, scratch, 0));
+  CZ_ASSIGN_OR_RETURN(const void* q_all, Operand(qkv, rows * 3 * C, precision,
+                                                 scratch, 0, stream));
   for (int b = 0; b < B; ++b) {
     const size_t row0 = size_t{1} * b * T * 3 * C;
-    CZ_RETURN_IF_ERROR(CudaGemm(kNo, kYes, T, T, hd, scale,
-                                {At(q_all, row0, precision), 3 * C, hd},
-                                {At(q_all, row0 + C, precision), 3 * C, hd},
-                                0.0f, att + b * NH * tt, T, precision, NH, tt));
+    CZ_RETURN_IF_ERROR(CudaGemm(
+        kNo, kYes, T, T, hd, scale, {At(q_all, row0, precision), 3 * C, hd},
+        {At(q_all, row0 + C, precision), 3 * C, hd}, 0.0f, att + b * NH * tt, T,
+        precision, NH, tt, stream));
   }
   CZ_RETURN_IF_ERROR(
-      cuda_gpt_kernels::CausalSoftmax(att, size_t{1} * B * NH * T, T));
-  CZ_ASSIGN_OR_RETURN(const void* p_all, Operand(att, size_t{1} * B * NH * tt,
-                                                 precision, scratch, 1));
+      cuda_gpt_kernels::CausalSoftmax(att, size_t{1} * B * NH * T, T, stream));
+  CZ_ASSIGN_OR_RETURN(
+      const void* p_all,
+      Operand(att, size_t{1} * B * NH * tt, precision, scratch, 1, stream));
   for (int b = 0; b < B; ++b) {
     const size_t row0 = size_t{1} * b * T * 3 * C;
     CZ_RETURN_IF_ERROR(
         CudaGemm(kNo, kNo, T, hd, T, 1.0f,
                  {At(p_all, size_t{1} * b * NH * tt, precision), T, tt},
                  {At(q_all, row0 + 2 * C, precision), 3 * C, hd}, 0.0f,
-                 out + size_t{1} * b * T * C, C, precision, NH, hd));
+                 out + size_t{1} * b * T * C, C, precision, NH, hd, stream));
   }
   return absl::OkStatus();
 }
@@ -183,45 +192,46 @@ absl::Status AttentionForward(float* out, float* att, const float* qkv, int B,
 absl::Status AttentionBackward(float* dqkv, float* datt, const float* dout,
                                const float* qkv, const float* att, int B, int T,
                                int C, int NH, Precision precision,
-                               Bf16Scratch& scratch) {
+                               Bf16Scratch& scratch, CudaStream stream) {
   const int hd = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t tt = int64_t{T} * T;
   const size_t rows = size_t{1} * B * T;
   const size_t scores = size_t{1} * B * NH * tt;
-  CZ_ASSIGN_OR_RETURN(const void* q_all,
-                      Operand(qkv, rows * 3 * C, precision, scratch, 0));
+  CZ_ASSIGN_OR_RETURN(const void* q_all, Operand(qkv, rows * 3 * C, precision,
+                                                 scratch, 0, stream));
   CZ_ASSIGN_OR_RETURN(const void* dy_all,
-                      Operand(dout, rows * C, precision, scratch, 1));
+                      Operand(dout, rows * C, precision, scratch, 1, stream));
   CZ_ASSIGN_OR_RETURN(const void* p_all,
-                      Operand(att, scores, precision, scratch, 2));
+                      Operand(att, scores, precision, scratch, 2, stream));
   for (int b = 0; b < B; ++b) {
     const size_t row0 = size_t{1} * b * T * 3 * C;
     const void* dy = At(dy_all, size_t{1} * b * T * C, precision);
     CZ_RETURN_IF_ERROR(CudaGemm(kNo, kYes, T, T, hd, 1.0f, {dy, C, hd},
                                 {At(q_all, row0 + 2 * C, precision), 3 * C, hd},
-                                0.0f, datt + b * NH * tt, T, precision, NH,
-                                tt));
+                                0.0f, datt + b * NH * tt, T, precision, NH, tt,
+                                stream));
     CZ_RETURN_IF_ERROR(CudaGemm(
         kYes, kNo, T, hd, T, 1.0f,
         {At(p_all, size_t{1} * b * NH * tt, precision), T, tt}, {dy, C, hd},
-        0.0f, dqkv + row0 + 2 * C, 3 * C, precision, NH, hd));
+        0.0f, dqkv + row0 + 2 * C, 3 * C, precision, NH, hd, stream));
   }
   CZ_RETURN_IF_ERROR(cuda_gpt_kernels::CausalSoftmaxBackward(
-      datt, att, size_t{1} * B * NH * T, T, scale));
+      datt, att, size_t{1} * B * NH * T, T, scale, stream));
   // Slot 2 again: the products reading P were enqueued before this.
   CZ_ASSIGN_OR_RETURN(const void* ds_all,
-                      Operand(datt, scores, precision, scratch, 2));
+                      Operand(datt, scores, precision, scratch, 2, stream));
   for (int b = 0; b < B; ++b) {
     const size_t row0 = size_t{1} * b * T * 3 * C;
     const DeviceMatrix ds{At(ds_all, size_t{1} * b * NH * tt, precision), T,
                           tt};
     CZ_RETURN_IF_ERROR(CudaGemm(kNo, kNo, T, hd, T, 1.0f, ds,
                                 {At(q_all, row0 + C, precision), 3 * C, hd},
-                                0.0f, dqkv + row0, 3 * C, precision, NH, hd));
-    CZ_RETURN_IF_ERROR(CudaGemm(kYes, kNo, T, hd, T, 1.0f, ds,
-                                {At(q_all, row0, precision), 3 * C, hd}, 0.0f,
-                                dqkv + row0 + C, 3 * C, precision, NH, hd));
+                                0.0f, dqkv + row0, 3 * C, precision, NH, hd,
+                                stream));
+    CZ_RETURN_IF_ERROR(CudaGemm(
+        kYes, kNo, T, hd, T, 1.0f, ds, {At(q_all, row0, precision), 3 * C, hd},
+        0.0f, dqkv + row0 + C, 3 * C, precision, NH, hd, stream));
   }
   return absl::OkStatus();
 }
@@ -242,23 +252,24 @@ absl::Status CheckHeadDim(int C, int NH) {
 
 absl::Status FusedAttentionForward(float* out, float* lse, const float* qkv,
                                    int B, int T, int C, int NH,
-                                   Precision precision) {
+                                   Precision precision, CudaStream stream) {
   CZ_RETURN_IF_ERROR(CheckHeadDim(C, NH));
   return cuda_gpt_kernels::LaunchStatus(
-      cuda_gpt_internal::FusedAttentionForward(out, lse, qkv, B, T, C, NH,
-                                               precision == Precision::kBf16),
+      cuda_gpt_internal::FusedAttentionForward(
+          out, lse, qkv, B, T, C, NH, precision == Precision::kBf16, stream),
       "fused attention forward");
 }
 
 absl::Status FusedAttentionBackward(float* dqkv, float* delta,
                                     const float* dout, const float* qkv,
                                     const float* out, const float* lse, int B,
-                                    int T, int C, int NH, Precision precision) {
+                                    int T, int C, int NH, Precision precision,
+                                    CudaStream stream) {
   CZ_RETURN_IF_ERROR(CheckHeadDim(C, NH));
   return cuda_gpt_kernels::LaunchStatus(
-      cuda_gpt_internal::FusedAttentionBackward(dqkv, delta, dout, qkv, out,
-                                                lse, B, T, C, NH,
-                                                precision == Precision::kBf16),
+      cuda_gpt_internal::FusedAttentionBackward(
+          dqkv, delta, dout, qkv, out, lse, B, T, C, NH,
+          precision == Precision::kBf16, stream),
       "fused attention backward");
 }
 

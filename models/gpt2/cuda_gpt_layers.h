@@ -15,7 +15,8 @@
 // bf16 copy when the layer has one (the param stored in bf16), else it is
 // rounded too.
 //
-// Everything is enqueued on the compute stream without a host wait.
+// Everything is enqueued on `stream` (the compute stream, kComputeStream,
+// unless given) without a host wait; one Bf16Scratch serves one stream.
 // Errors: the failing product's or kernel's Status; scratch allocation
 // failures (ResourceExhausted at a memory cap).
 #ifndef CHUNKZERO_MODELS_GPT2_CUDA_GPT_LAYERS_H_
@@ -29,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "models/gpt2/gemm_types.h"
+#include "tensor/cuda/cuda_handles.h"
 #include "tensor/device.h"
 #include "tensor/storage.h"
 
@@ -73,26 +75,27 @@ using gemm::Precision;
                                          const CudaWeight& w, const float* bias,
                                          int N, int IC, int OC,
                                          Precision precision,
-                                         Bf16Scratch& scratch);
+                                         Bf16Scratch& scratch,
+                                         CudaStream stream = kComputeStream);
 // dx[N, IC] = dout w^T, dw[IC, OC] = x^T dout, dbias = column sums of
 // dout (dbias may be null); all overwritten.
 [[nodiscard]] absl::Status MatmulBackward(float* dx, float* dw, float* dbias,
                                           const float* dout, const float* x,
                                           const CudaWeight& w, int N, int IC,
                                           int OC, Precision precision,
-                                          Bf16Scratch& scratch);
+                                          Bf16Scratch& scratch,
+                                          CudaStream stream = kComputeStream);
 
 // out[N, OC] = x[N, IC] w[OC, IC]^T (the tied output projection).
-[[nodiscard]] absl::Status MatmulTransposedForward(float* out, const float* x,
-                                                   const CudaWeight& w, int N,
-                                                   int IC, int OC,
-                                                   Precision precision,
-                                                   Bf16Scratch& scratch);
+[[nodiscard]] absl::Status MatmulTransposedForward(
+    float* out, const float* x, const CudaWeight& w, int N, int IC, int OC,
+    Precision precision, Bf16Scratch& scratch,
+    CudaStream stream = kComputeStream);
 // dx[N, IC] = dout w, dw[OC, IC] = dout^T x; both overwritten.
 [[nodiscard]] absl::Status MatmulTransposedBackward(
     float* dx, float* dw, const float* dout, const float* x,
     const CudaWeight& w, int N, int IC, int OC, Precision precision,
-    Bf16Scratch& scratch);
+    Bf16Scratch& scratch, CudaStream stream = kComputeStream);
 
 // Causal multi-head self-attention over qkv[N, 3C] (see gpt_kernels.h):
 // scores through batched products per sequence, the masked softmax kept
@@ -100,14 +103,13 @@ using gemm::Precision;
 [[nodiscard]] absl::Status AttentionForward(float* out, float* att,
                                             const float* qkv, int B, int T,
                                             int C, int NH, Precision precision,
-                                            Bf16Scratch& scratch);
+                                            Bf16Scratch& scratch,
+                                            CudaStream stream = kComputeStream);
 // dqkv[N, 3C] overwritten; datt[B, NH, T, T] is scratch.
-[[nodiscard]] absl::Status AttentionBackward(float* dqkv, float* datt,
-                                             const float* dout,
-                                             const float* qkv, const float* att,
-                                             int B, int T, int C, int NH,
-                                             Precision precision,
-                                             Bf16Scratch& scratch);
+[[nodiscard]] absl::Status AttentionBackward(
+    float* dqkv, float* datt, const float* dout, const float* qkv,
+    const float* att, int B, int T, int C, int NH, Precision precision,
+    Bf16Scratch& scratch, CudaStream stream = kComputeStream);
 
 // The same attention fused, keeping no T x T matrix: out[N, C] as
 // AttentionForward's, and lse[B, NH, T] (each query row's log-sum-exp of
@@ -118,16 +120,15 @@ using gemm::Precision;
 // precision q, k, v and dout are rounded to bf16 as the products' operands
 // are; the probabilities stay f32, where the batched path rounds them too.
 // InvalidArgument for a head size above 128.
-[[nodiscard]] absl::Status FusedAttentionForward(float* out, float* lse,
-                                                 const float* qkv, int B, int T,
-                                                 int C, int NH,
-                                                 Precision precision);
+[[nodiscard]] absl::Status FusedAttentionForward(
+    float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+    Precision precision, CudaStream stream = kComputeStream);
 // dqkv[N, 3C] overwritten from dout, qkv and the forward's out and lse;
 // delta[B, NH, T] is scratch.
 [[nodiscard]] absl::Status FusedAttentionBackward(
     float* dqkv, float* delta, const float* dout, const float* qkv,
     const float* out, const float* lse, int B, int T, int C, int NH,
-    Precision precision);
+    Precision precision, CudaStream stream = kComputeStream);
 
 }  // namespace cuda_gpt_layers
 }  // namespace chunkzero

@@ -31,23 +31,24 @@ absl::Status NoKernel(const char* op, DType dtype) {
 }  // namespace
 
 absl::Status CudaCast(void* dst, DType dst_dtype, const void* src,
-                      DType src_dtype, size_t n) {
+                      DType src_dtype, size_t n, CudaStream stream) {
   if (dst_dtype == src_dtype) {
-    return CudaMemcpy(dst, src, n * ElementSize(src_dtype));
+    return CudaMemcpyAsync(dst, src, n * ElementSize(src_dtype), stream);
   }
+  void* const s = stream;
   int error = -1;
   if (src_dtype == DType::kF32 && dst_dtype == DType::kF16) {
     error = cuda_kernels::CastF32ToF16(static_cast<uint16_t*>(dst),
-                                       static_cast<const float*>(src), n);
+                                       static_cast<const float*>(src), n, s);
   } else if (src_dtype == DType::kF32 && dst_dtype == DType::kBF16) {
     error = cuda_kernels::CastF32ToBF16(static_cast<uint16_t*>(dst),
-                                        static_cast<const float*>(src), n);
+                                        static_cast<const float*>(src), n, s);
   } else if (src_dtype == DType::kF16 && dst_dtype == DType::kF32) {
     error = cuda_kernels::CastF16ToF32(static_cast<float*>(dst),
-                                       static_cast<const uint16_t*>(src), n);
+                                       static_cast<const uint16_t*>(src), n, s);
   } else if (src_dtype == DType::kBF16 && dst_dtype == DType::kF32) {
-    error = cuda_kernels::CastBF16ToF32(static_cast<float*>(dst),
-                                        static_cast<const uint16_t*>(src), n);
+    error = cuda_kernels::CastBF16ToF32(
+        static_cast<float*>(dst), static_cast<const uint16_t*>(src), n, s);
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("no GPU cast from ", DTypeName(src_dtype), " to ",
@@ -57,55 +58,63 @@ absl::Status CudaCast(void* dst, DType dst_dtype, const void* src,
 }
 
 absl::Status CudaCastScaled(void* dst, DType dst_dtype, const float* src,
-                            float scale, size_t n) {
+                            float scale, size_t n, CudaStream stream) {
+  void* const s = stream;
   switch (dst_dtype) {
     case DType::kF32:
-      return FromCuda(
-          cuda_kernels::CastScaledF32(static_cast<float*>(dst), src, scale, n),
-          "scaled cast", dst_dtype, n);
+      return FromCuda(cuda_kernels::CastScaledF32(static_cast<float*>(dst), src,
+                                                  scale, n, s),
+                      "scaled cast", dst_dtype, n);
     case DType::kF16:
       return FromCuda(cuda_kernels::CastScaledF16(static_cast<uint16_t*>(dst),
-                                                  src, scale, n),
+                                                  src, scale, n, s),
                       "scaled cast", dst_dtype, n);
     case DType::kBF16:
       return FromCuda(cuda_kernels::CastScaledBF16(static_cast<uint16_t*>(dst),
-                                                   src, scale, n),
+                                                   src, scale, n, s),
                       "scaled cast", dst_dtype, n);
     default:
       return NoKernel("scaled cast", dst_dtype);
   }
 }
 
-absl::Status CudaScale(void* x, DType dtype, float a, size_t n) {
+absl::Status CudaScale(void* x, DType dtype, float a, size_t n,
+                       CudaStream stream) {
+  void* const s = stream;
   switch (dtype) {
     case DType::kF32:
-      return FromCuda(cuda_kernels::ScaleF32(static_cast<float*>(x), a, n),
+      return FromCuda(cuda_kernels::ScaleF32(static_cast<float*>(x), a, n, s),
                       "scale", dtype, n);
     case DType::kF16:
-      return FromCuda(cuda_kernels::ScaleF16(static_cast<uint16_t*>(x), a, n),
-                      "scale", dtype, n);
+      return FromCuda(
+          cuda_kernels::ScaleF16(static_cast<uint16_t*>(x), a, n, s), "scale",
+          dtype, n);
     case DType::kBF16:
-      return FromCuda(cuda_kernels::ScaleBF16(static_cast<uint16_t*>(x), a, n),
-                      "scale", dtype, n);
+      return FromCuda(
+          cuda_kernels::ScaleBF16(static_cast<uint16_t*>(x), a, n, s), "scale",
+          dtype, n);
     default:
       return NoKernel("scale", dtype);
   }
 }
 
-absl::Status CudaAxpy(void* y, DType dtype, float a, const void* x, size_t n) {
+absl::Status CudaAxpy(void* y, DType dtype, float a, const void* x, size_t n,
+                      CudaStream stream) {
+  void* const s = stream;
   switch (dtype) {
     case DType::kF32:
       return FromCuda(cuda_kernels::AxpyF32(static_cast<float*>(y), a,
-                                            static_cast<const float*>(x), n),
+                                            static_cast<const float*>(x), n, s),
                       "axpy", dtype, n);
     case DType::kF16:
-      return FromCuda(cuda_kernels::AxpyF16(static_cast<uint16_t*>(y), a,
-                                            static_cast<const uint16_t*>(x), n),
-                      "axpy", dtype, n);
+      return FromCuda(
+          cuda_kernels::AxpyF16(static_cast<uint16_t*>(y), a,
+                                static_cast<const uint16_t*>(x), n, s),
+          "axpy", dtype, n);
     case DType::kBF16:
       return FromCuda(
           cuda_kernels::AxpyBF16(static_cast<uint16_t*>(y), a,
-                                 static_cast<const uint16_t*>(x), n),
+                                 static_cast<const uint16_t*>(x), n, s),
           "axpy", dtype, n);
     default:
       return NoKernel("axpy", dtype);

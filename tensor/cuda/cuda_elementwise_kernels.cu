@@ -37,26 +37,24 @@ unsigned Blocks(size_t n) {
   return static_cast<unsigned>(wanted < 65535 * 8 ? wanted : 65535 * 8);
 }
 
-// Waits for the legacy default stream only, not the whole device: a
-// collective running on its own stream goes on.
-int Finish() {
-  const cudaError_t launched = cudaGetLastError();
-  if (launched != cudaSuccess) return launched;
-  return cudaStreamSynchronize(0);
-}
+// Reports (and clears, not being sticky) a launch error; never waits: an
+// error while the kernel runs shows at the stream's next synchronisation.
+int Launched() { return cudaGetLastError(); }
 
 template <typename Out, typename In, typename Op>
-int Launch(Out* dst, const In* src, size_t n, Op op) {
+int Launch(Out* dst, const In* src, size_t n, Op op, void* stream) {
   if (n == 0) return cudaSuccess;
-  Map<<<Blocks(n), kThreads>>>(dst, src, n, op);
-  return Finish();
+  Map<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(dst, src,
+                                                                     n, op);
+  return Launched();
 }
 
 template <typename T, typename Op>
-int LaunchUpdate(T* y, const T* x, size_t n, Op op) {
+int LaunchUpdate(T* y, const T* x, size_t n, Op op, void* stream) {
   if (n == 0) return cudaSuccess;
-  Update<<<Blocks(n), kThreads>>>(y, x, n, op);
-  return Finish();
+  Update<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(y, x, n,
+                                                                        op);
+  return Launched();
 }
 
 template <typename D>
@@ -101,49 +99,52 @@ struct FromBFloat16 {
 
 }  // namespace
 
-int CastF32ToF16(uint16_t* dst, const float* src, size_t n) {
-  return Launch(dst, src, n, ToHalf());
+int CastF32ToF16(uint16_t* dst, const float* src, size_t n, void* stream) {
+  return Launch(dst, src, n, ToHalf(), stream);
 }
-int CastF32ToBF16(uint16_t* dst, const float* src, size_t n) {
-  return Launch(dst, src, n, ToBFloat16());
+int CastF32ToBF16(uint16_t* dst, const float* src, size_t n, void* stream) {
+  return Launch(dst, src, n, ToBFloat16(), stream);
 }
-int CastF16ToF32(float* dst, const uint16_t* src, size_t n) {
-  return Launch(dst, src, n, FromHalf());
+int CastF16ToF32(float* dst, const uint16_t* src, size_t n, void* stream) {
+  return Launch(dst, src, n, FromHalf(), stream);
 }
-int CastBF16ToF32(float* dst, const uint16_t* src, size_t n) {
-  return Launch(dst, src, n, FromBFloat16());
-}
-
-int CastScaledF32(float* dst, const float* src, float scale, size_t n) {
-  return Launch(dst, src, n, ScaledTo<elementwise_math::F32>{scale});
-}
-int CastScaledF16(uint16_t* dst, const float* src, float scale, size_t n) {
-  return Launch(dst, src, n, ScaledTo<elementwise_math::F16>{scale});
-}
-int CastScaledBF16(uint16_t* dst, const float* src, float scale, size_t n) {
-  return Launch(dst, src, n, ScaledTo<elementwise_math::BF16>{scale});
+int CastBF16ToF32(float* dst, const uint16_t* src, size_t n, void* stream) {
+  return Launch(dst, src, n, FromBFloat16(), stream);
 }
 
-int ScaleF32(float* x, float a, size_t n) {
+int CastScaledF32(float* dst, const float* src, float scale, size_t n,
+                  void* stream) {
+  return Launch(dst, src, n, ScaledTo<elementwise_math::F32>{scale}, stream);
+}
+int CastScaledF16(uint16_t* dst, const float* src, float scale, size_t n,
+                  void* stream) {
+  return Launch(dst, src, n, ScaledTo<elementwise_math::F16>{scale}, stream);
+}
+int CastScaledBF16(uint16_t* dst, const float* src, float scale, size_t n,
+                   void* stream) {
+  return Launch(dst, src, n, ScaledTo<elementwise_math::BF16>{scale}, stream);
+}
+
+int ScaleF32(float* x, float a, size_t n, void* stream) {
   return LaunchUpdate(x, static_cast<const float*>(nullptr), n,
-                      ScaleBy<elementwise_math::F32>{a});
+                      ScaleBy<elementwise_math::F32>{a}, stream);
 }
-int ScaleF16(uint16_t* x, float a, size_t n) {
+int ScaleF16(uint16_t* x, float a, size_t n, void* stream) {
   return LaunchUpdate(x, static_cast<const uint16_t*>(nullptr), n,
-                      ScaleBy<elementwise_math::F16>{a});
+                      ScaleBy<elementwise_math::F16>{a}, stream);
 }
-int ScaleBF16(uint16_t* x, float a, size_t n) {
+int ScaleBF16(uint16_t* x, float a, size_t n, void* stream) {
   return LaunchUpdate(x, static_cast<const uint16_t*>(nullptr), n,
-                      ScaleBy<elementwise_math::BF16>{a});
+                      ScaleBy<elementwise_math::BF16>{a}, stream);
 }
-int AxpyF32(float* y, float a, const float* x, size_t n) {
-  return LaunchUpdate(y, x, n, AxpyBy<elementwise_math::F32>{a});
+int AxpyF32(float* y, float a, const float* x, size_t n, void* stream) {
+  return LaunchUpdate(y, x, n, AxpyBy<elementwise_math::F32>{a}, stream);
 }
-int AxpyF16(uint16_t* y, float a, const uint16_t* x, size_t n) {
-  return LaunchUpdate(y, x, n, AxpyBy<elementwise_math::F16>{a});
+int AxpyF16(uint16_t* y, float a, const uint16_t* x, size_t n, void* stream) {
+  return LaunchUpdate(y, x, n, AxpyBy<elementwise_math::F16>{a}, stream);
 }
-int AxpyBF16(uint16_t* y, float a, const uint16_t* x, size_t n) {
-  return LaunchUpdate(y, x, n, AxpyBy<elementwise_math::BF16>{a});
+int AxpyBF16(uint16_t* y, float a, const uint16_t* x, size_t n, void* stream) {
+  return LaunchUpdate(y, x, n, AxpyBy<elementwise_math::BF16>{a}, stream);
 }
 
 const char* ErrorName(int error) {

@@ -1,6 +1,11 @@
 // Reductions on the GPU in the CPU's order, so that the results are the
 // same bits (tensor/elementwise_math.h defines the order).
 //
+// Each call enqueues its kernels and the copy of its results to pinned host
+// memory on the caller's stream, into the caller's scratch, and returns at
+// once: no allocation, no host wait (tensor/cuda/cuda_reductions.cc waits
+// on an event, once per batch).
+//
 // SumOfSquares: 16 consecutive threads own one block of kSumBlock elements,
 // thread `lane` summing the squares of elements lane, lane + 16, ... in
 // increasing order (the CPU's lane k % 16), so a half-warp reads 16
@@ -81,73 +86,100 @@ unsigned GridFor(size_t threads) {
   return static_cast<unsigned>(wanted < 65535 * 8 ? wanted : 65535 * 8);
 }
 
-template <typename D>
-int HasInfOrNan(const typename D::T* x, size_t n, bool* result) {
-  *result = false;
-  if (n == 0) return cudaSuccess;
-  int* flag = nullptr;
-  cudaError_t error = cudaMallocAsync(&flag, sizeof(int), 0);
-  if (error != cudaSuccess) return error;
-  error = cudaMemsetAsync(flag, 0, sizeof(int), 0);
-  if (error == cudaSuccess) {
-    FlagInfOrNan<D><<<GridFor(n), kThreads>>>(x, n, flag);
-    error = cudaGetLastError();
-  }
-  int host_flag = 0;
-  if (error == cudaSuccess) {
-    error = cudaMemcpy(&host_flag, flag, sizeof(int), cudaMemcpyDeviceToHost);
-  }
-  const cudaError_t freed = cudaFreeAsync(flag, 0);
-  if (error == cudaSuccess) error = freed;
-  *result = host_flag != 0;
-  return error;
-}
+size_t NumBlocks(size_t n) { return (n + kSumBlock - 1) / kSumBlock; }
 
 template <typename D>
-int SumOfSquares(const typename D::T* x, size_t n, double* result) {
-  *result = 0.0;
-  if (n == 0) return cudaSuccess;
-  const size_t num_blocks = (n + kSumBlock - 1) / kSumBlock;
-  double* sums = nullptr;  // num_blocks block sums, then the total.
-  cudaError_t error =
-      cudaMallocAsync(&sums, (num_blocks + 1) * sizeof(double), 0);
-  if (error != cudaSuccess) return error;
+int EnqueueFlag(const void* x, size_t n, int* device_flag,
+                cudaStream_t stream) {
+  FlagInfOrNan<D><<<GridFor(n), kThreads, 0, stream>>>(
+      static_cast<const typename D::T*>(x), n, device_flag);
+  return cudaGetLastError();
+}
+
+// The block sums of x into block_sums, then their total into *total.
+template <typename D>
+int EnqueueSum(const void* x, size_t n, double* block_sums, double* total,
+               cudaStream_t stream) {
+  const size_t num_blocks = NumBlocks(n);
   const size_t threads = num_blocks * kSumLanes;
   BlockSumsOfSquares<D>
-      <<<static_cast<unsigned>((threads + kThreads - 1) / kThreads),
-         kThreads>>>(x, n, num_blocks, sums);
-  error = cudaGetLastError();
-  if (error == cudaSuccess) {
-    AddInOrder<<<1, kFinalThreads>>>(sums, num_blocks, sums + num_blocks);
-    error = cudaGetLastError();
-  }
-  if (error == cudaSuccess) {
-    error = cudaMemcpy(result, sums + num_blocks, sizeof(double),
-                       cudaMemcpyDeviceToHost);
-  }
-  const cudaError_t freed = cudaFreeAsync(sums, 0);
-  return error == cudaSuccess ? freed : error;
+      <<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads,
+         0, stream>>>(static_cast<const typename D::T*>(x), n, num_blocks,
+                      block_sums);
+  cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess) return error;
+  AddInOrder<<<1, kFinalThreads, 0, stream>>>(block_sums, num_blocks, total);
+  return cudaGetLastError();
 }
 
 }  // namespace
 
-int HasInfOrNanF32(const float* x, size_t n, bool* result) {
-  return HasInfOrNan<elementwise_math::F32>(x, n, result);
+size_t ReductionScratchBytes(size_t largest_n, size_t count) {
+  // count totals, then one input's block sums (the inputs run one after
+  // another on one stream, so they reuse them); at least one int's room
+  // for the overflow flag.
+  return (count + NumBlocks(largest_n)) * sizeof(double) + sizeof(double);
 }
-int HasInfOrNanF16(const uint16_t* x, size_t n, bool* result) {
-  return HasInfOrNan<elementwise_math::F16>(x, n, result);
+
+int EnqueueSumsOfSquares(int dtype, const void* const* xs, const size_t* ns,
+                         size_t count, void* device_scratch,
+                         double* host_results, void* stream) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  double* totals = static_cast<double*>(device_scratch);
+  double* block_sums = totals + count;
+  cudaError_t error = cudaMemsetAsync(totals, 0, count * sizeof(double), s);
+  for (size_t i = 0; i < count && error == cudaSuccess; ++i) {
+    if (ns[i] == 0) continue;  // Its total stays 0.
+    switch (dtype) {
+      case kReduceF32:
+        error = static_cast<cudaError_t>(EnqueueSum<elementwise_math::F32>(
+            xs[i], ns[i], block_sums, totals + i, s));
+        break;
+      case kReduceF16:
+        error = static_cast<cudaError_t>(EnqueueSum<elementwise_math::F16>(
+            xs[i], ns[i], block_sums, totals + i, s));
+        break;
+      default:
+        error = static_cast<cudaError_t>(EnqueueSum<elementwise_math::BF16>(
+            xs[i], ns[i], block_sums, totals + i, s));
+        break;
+    }
+  }
+  if (error == cudaSuccess) {
+    error = cudaMemcpyAsync(host_results, totals, count * sizeof(double),
+                            cudaMemcpyDeviceToHost, s);
+  }
+  if (error != cudaSuccess) cudaGetLastError();  // Not sticky: cleared.
+  return error;
 }
-int HasInfOrNanBF16(const uint16_t* x, size_t n, bool* result) {
-  return HasInfOrNan<elementwise_math::BF16>(x, n, result);
-}
-int SumOfSquaresF32(const float* x, size_t n, double* result) {
-  return SumOfSquares<elementwise_math::F32>(x, n, result);
-}
-int SumOfSquaresF16(const uint16_t* x, size_t n, double* result) {
-  return SumOfSquares<elementwise_math::F16>(x, n, result);
-}
-int SumOfSquaresBF16(const uint16_t* x, size_t n, double* result) {
-  return SumOfSquares<elementwise_math::BF16>(x, n, result);
+
+int EnqueueHasInfOrNan(int dtype, const void* x, size_t n, void* device_scratch,
+                       int* host_flag, void* stream) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  int* flag = static_cast<int*>(device_scratch);
+  cudaError_t error = cudaMemsetAsync(flag, 0, sizeof(int), s);
+  if (error == cudaSuccess && n > 0) {
+    switch (dtype) {
+      case kReduceF32:
+        error = static_cast<cudaError_t>(
+            EnqueueFlag<elementwise_math::F32>(x, n, flag, s));
+        break;
+      case kReduceF16:
+        error = static_cast<cudaError_t>(
+            EnqueueFlag<elementwise_math::F16>(x, n, flag, s));
+        break;
+      default:
+        error = static_cast<cudaError_t>(
+            EnqueueFlag<elementwise_math::BF16>(x, n, flag, s));
+        break;
+    }
+  }
+  if (error == cudaSuccess) {
+    error = cudaMemcpyAsync(host_flag, flag, sizeof(int),
+                            cudaMemcpyDeviceToHost, s);
+  }
+  if (error != cudaSuccess) cudaGetLastError();  // Not sticky: cleared.
+  return error;
 }
 
 }  // namespace cuda_kernels

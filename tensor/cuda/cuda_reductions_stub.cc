@@ -13,12 +13,21 @@ absl::Status NoCuda(const char* op, DType dtype, size_t n) {
 
 }  // namespace
 
-absl::StatusOr<bool> CudaHasInfOrNan(const void*, DType dtype, size_t n) {
-  return NoCuda("HasInfOrNan", dtype, n);
+absl::StatusOr<std::vector<double>> CudaSumsOfSquares(
+    int, DType dtype, absl::Span<const CudaReductionInput> inputs, CudaStream) {
+  size_t n = 0;
+  for (const CudaReductionInput& input : inputs) n += input.n;
+  return NoCuda("SumOfSquares", dtype, n);
 }
 
-absl::StatusOr<double> CudaSumOfSquares(const void*, DType dtype, size_t n) {
+absl::StatusOr<double> CudaSumOfSquares(int, const void*, DType dtype, size_t n,
+                                        CudaStream) {
   return NoCuda("SumOfSquares", dtype, n);
+}
+
+absl::StatusOr<bool> CudaHasInfOrNan(int, const void*, DType dtype, size_t n,
+                                     CudaStream) {
+  return NoCuda("HasInfOrNan", dtype, n);
 }
 
 }  // namespace chunkzero

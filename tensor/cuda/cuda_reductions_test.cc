@@ -68,9 +68,46 @@ TEST_F(CudaReductionsOnGpu, SumOfSquaresEqualsTheCpuBitForBit) {
       const absl::StatusOr<double> cpu = SumOfSquares(x.data(), dtype, n);
       ASSERT_TRUE(cpu.ok());
       const absl::StatusOr<double> gpu =
-          OnGpu(x, [&](void* d) { return CudaSumOfSquares(d, dtype, n); });
+          OnGpu(x, [&](void* d) { return CudaSumOfSquares(0, d, dtype, n); });
       ASSERT_TRUE(gpu.ok()) << gpu.status();
       EXPECT_EQ(Bits(*gpu), Bits(*cpu)) << *gpu << " vs " << *cpu;
+    }
+  }
+}
+
+// A batch gives each input's CPU bits from one copy and one wait, in the
+// inputs' order, empty inputs included; a later, larger batch grows the
+// GPU's scratch and still gives the CPU's bits.
+TEST_F(CudaReductionsOnGpu, ABatchGivesEachInputsSumBitForBit) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    for (const std::vector<size_t>& lengths :
+         {std::vector<size_t>{17, 0, 8193},
+          std::vector<size_t>{3 * 8192 + 5, 1, 0, 1030 * 8192 + 77, 9, 8192}}) {
+      std::vector<std::vector<uint8_t>> host;
+      std::vector<void*> device;
+      std::vector<CudaReductionInput> inputs;
+      for (size_t i = 0; i < lengths.size(); ++i) {
+        host.push_back(Values(lengths[i], dtype, static_cast<uint32_t>(i + 7)));
+        absl::StatusOr<void*> d = CudaMalloc(0, host.back().size());
+        ASSERT_TRUE(d.ok()) << d.status();
+        ASSERT_TRUE(
+            CudaMemcpy(*d, host.back().data(), host.back().size()).ok());
+        device.push_back(*d);
+        inputs.push_back({*d, lengths[i]});
+      }
+      const absl::StatusOr<std::vector<double>> sums =
+          CudaSumsOfSquares(0, dtype, inputs);
+      ASSERT_TRUE(sums.ok()) << sums.status();
+      ASSERT_EQ(sums->size(), lengths.size());
+      for (size_t i = 0; i < lengths.size(); ++i) {
+        const absl::StatusOr<double> cpu =
+            SumOfSquares(host[i].data(), dtype, lengths[i]);
+        ASSERT_TRUE(cpu.ok());
+        EXPECT_EQ(Bits((*sums)[i]), Bits(*cpu)) << "input " << i;
+      }
+      for (void* d : device) EXPECT_TRUE(CudaFree(0, d).ok());
+      EXPECT_TRUE(CudaPendingError().ok()) << CudaPendingError();
     }
   }
 }
@@ -80,8 +117,8 @@ TEST_F(CudaReductionsOnGpu, FindsInfAndNanAnywhere) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     SCOPED_TRACE(DTypeName(dtype));
     const std::vector<uint8_t> finite = Values(n, dtype, 1);
-    EXPECT_FALSE(
-        *OnGpu(finite, [&](void* d) { return CudaHasInfOrNan(d, dtype, n); }));
+    EXPECT_FALSE(*OnGpu(
+        finite, [&](void* d) { return CudaHasInfOrNan(0, d, dtype, n); }));
     const float specials[] = {std::numeric_limits<float>::infinity(),
                               -std::numeric_limits<float>::infinity(),
                               std::numeric_limits<float>::quiet_NaN()};
@@ -92,10 +129,10 @@ TEST_F(CudaReductionsOnGpu, FindsInfAndNanAnywhere) {
         ASSERT_TRUE(
             Cast(x.data() + at * width, dtype, &special, DType::kF32, 1).ok());
         EXPECT_TRUE(
-            *OnGpu(x, [&](void* d) { return CudaHasInfOrNan(d, dtype, n); }))
+            *OnGpu(x, [&](void* d) { return CudaHasInfOrNan(0, d, dtype, n); }))
             << "at " << at;
         const absl::StatusOr<double> sum =
-            OnGpu(x, [&](void* d) { return CudaSumOfSquares(d, dtype, n); });
+            OnGpu(x, [&](void* d) { return CudaSumOfSquares(0, d, dtype, n); });
         ASSERT_TRUE(sum.ok());
         EXPECT_FALSE(std::isfinite(*sum)) << "at " << at;
       }
@@ -106,21 +143,31 @@ TEST_F(CudaReductionsOnGpu, FindsInfAndNanAnywhere) {
 TEST(CudaReductions, SaysWhatItCannotDo) {
   if (!BuiltWithCuda()) {
     const absl::StatusOr<double> sum =
-        CudaSumOfSquares(nullptr, DType::kBF16, 3);
+        CudaSumOfSquares(0, nullptr, DType::kBF16, 3);
     EXPECT_EQ(sum.status().code(), absl::StatusCode::kUnimplemented);
     EXPECT_EQ(sum.status().message(),
               "SumOfSquares of 3 bf16 elements on the GPU: this binary was "
               "built without --config=cuda");
-    EXPECT_EQ(CudaHasInfOrNan(nullptr, DType::kF32, 1).status().code(),
+    EXPECT_EQ(CudaHasInfOrNan(0, nullptr, DType::kF32, 1).status().code(),
               absl::StatusCode::kUnimplemented);
+    const CudaReductionInput inputs[] = {{nullptr, 2}, {nullptr, 5}};
+    EXPECT_EQ(CudaSumsOfSquares(0, DType::kF16, inputs).status().message(),
+              "SumOfSquares of 7 f16 elements on the GPU: this binary was "
+              "built without --config=cuda");
     return;
   }
-  EXPECT_EQ(CudaSumOfSquares(nullptr, DType::kI32, 3).status().message(),
+  EXPECT_EQ(CudaSumOfSquares(0, nullptr, DType::kI32, 3).status().message(),
             "no GPU SumOfSquares for i32 (f32, f16, bf16 only)");
-  EXPECT_EQ(CudaHasInfOrNan(nullptr, DType::kF16, 3).status().message(),
+  EXPECT_EQ(CudaHasInfOrNan(0, nullptr, DType::kF16, 3).status().message(),
             "GPU HasInfOrNan of 3 elements: null array");
   // Nothing to read: no kernel, no GPU needed.
-  EXPECT_EQ(*CudaSumOfSquares(nullptr, DType::kF32, 0), 0.0);
+  EXPECT_EQ(*CudaSumOfSquares(0, nullptr, DType::kF32, 0), 0.0);
+  const CudaReductionInput empty[] = {{nullptr, 0}, {nullptr, 0}};
+  EXPECT_EQ(*CudaSumsOfSquares(0, DType::kBF16, empty),
+            (std::vector<double>{0.0, 0.0}));
+  const CudaReductionInput one_null[] = {{nullptr, 0}, {nullptr, 4}};
+  EXPECT_EQ(CudaSumsOfSquares(0, DType::kBF16, one_null).status().message(),
+            "GPU SumOfSquares of 4 elements: null array");
 }
 
 }  // namespace

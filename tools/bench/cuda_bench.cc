@@ -176,7 +176,8 @@ void BM_CudaSumOfSquares(benchmark::State& state) {
     return;
   }
   RunAgainstCopy(state, 2.0 * n, n, [&] {
-    return CudaSumOfSquares(x.get(), DType::kBF16, n).status();
+    return CudaSumOfSquares(/*device_index=*/0, x.get(), DType::kBF16, n)
+        .status();
   });
 }
 BENCHMARK(BM_CudaSumOfSquares)

@@ -69,8 +69,8 @@ cublasOperation_t Op(gemm::Transpose t) {
 absl::Status CublasGemm(gemm::Transpose trans_a, gemm::Transpose trans_b, int m,
                         int n, int k, float alpha, gemm::DeviceMatrix a,
                         gemm::DeviceMatrix b, float beta, float* c, int ldc,
-                        gemm::Precision precision, int batch,
-                        int64_t stride_c) {
+                        gemm::Precision precision, int batch, int64_t stride_c,
+                        CudaStream stream) {
   int device = 0;
   if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
     return absl::InternalError(
@@ -79,6 +79,14 @@ absl::Status CublasGemm(gemm::Transpose trans_a, gemm::Transpose trans_b, int m,
   thread_local ThreadHandles handles;
   absl::StatusOr<cublasHandle_t> handle = handles.For(device);
   if (!handle.ok()) return handle.status();
+  // The handle is this thread's; the stream is the caller's, set per call
+  // (cheap: cuBLAS only records it).
+  if (absl::Status s = FromCublas(
+          cublasSetStream(*handle, reinterpret_cast<cudaStream_t>(stream)),
+          "cublasSetStream");
+      !s.ok()) {
+    return s;
+  }
   const cudaDataType_t in =
       precision == gemm::Precision::kBf16 ? CUDA_R_16BF : CUDA_R_32F;
   // cuBLAS is column-major: a row-major C is C^T there, and

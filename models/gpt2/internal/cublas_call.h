@@ -13,10 +13,13 @@ namespace chunkzero {
 namespace gemm_internal {
 
 // Row-major arguments, as CudaGemm's; valid.
-[[nodiscard]] absl::Status CublasGemm(
-    gemm::Transpose trans_a, gemm::Transpose trans_b, int m, int n, int k,
-    float alpha, gemm::DeviceMatrix a, gemm::DeviceMatrix b, float beta,
-    float* c, int ldc, gemm::Precision precision, int batch, int64_t stride_c);
+[[nodiscard]] absl::Status CublasGemm(gemm::Transpose trans_a,
+                                      gemm::Transpose trans_b, int m, int n,
+                                      int k, float alpha, gemm::DeviceMatrix a,
+                                      gemm::DeviceMatrix b, float beta,
+                                      float* c, int ldc,
+                                      gemm::Precision precision, int batch,
+                                      int64_t stride_c, CudaStream stream);
 
 }  // namespace gemm_internal
 }  // namespace chunkzero

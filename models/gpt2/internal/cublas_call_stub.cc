@@ -6,7 +6,7 @@ namespace gemm_internal {
 
 absl::Status CublasGemm(gemm::Transpose, gemm::Transpose, int, int, int, float,
                         gemm::DeviceMatrix, gemm::DeviceMatrix, float, float*,
-                        int, gemm::Precision, int, int64_t) {
+                        int, gemm::Precision, int, int64_t, CudaStream) {
   return absl::UnimplementedError(
       "cuBLAS: this binary was built without --config=cuda");
 }

@@ -234,24 +234,29 @@ dim3 Grid(int T, int B, int NH) {
 }  // namespace
 
 int FusedAttentionForward(float* out, float* lse, const float* qkv, int B,
-                          int T, int C, int NH, bool bf16) {
+                          int T, int C, int NH, bool bf16, void* stream) {
   if (B == 0 || T == 0) return cudaSuccess;
   const float scale = 1.0f / sqrtf(static_cast<float>(C / NH));
-  ForwardKernel<<<Grid(T, B, NH), kRows>>>(out, lse, qkv, T, C, NH, scale,
-                                           bf16);
+  ForwardKernel<<<Grid(T, B, NH), kRows, 0,
+                  static_cast<cudaStream_t>(stream)>>>(out, lse, qkv, T, C, NH,
+                                                       scale, bf16);
   return static_cast<int>(cudaGetLastError());
 }
 
 int FusedAttentionBackward(float* dqkv, float* delta, const float* dout,
                            const float* qkv, const float* out, const float* lse,
-                           int B, int T, int C, int NH, bool bf16) {
+                           int B, int T, int C, int NH, bool bf16,
+                           void* stream) {
   if (B == 0 || T == 0) return cudaSuccess;
   const float scale = 1.0f / sqrtf(static_cast<float>(C / NH));
-  DeltaKernel<<<Grid(T, B, NH), kRows>>>(delta, dout, out, T, C, NH);
-  QueryGradKernel<<<Grid(T, B, NH), kRows>>>(dqkv, dout, qkv, lse, delta, T, C,
-                                             NH, scale, bf16);
-  KeyValueGradKernel<<<Grid(T, B, NH), kRows>>>(dqkv, dout, qkv, lse, delta, T,
-                                                C, NH, scale, bf16);
+  DeltaKernel<<<Grid(T, B, NH), kRows, 0, static_cast<cudaStream_t>(stream)>>>(
+      delta, dout, out, T, C, NH);
+  QueryGradKernel<<<Grid(T, B, NH), kRows, 0,
+                    static_cast<cudaStream_t>(stream)>>>(
+      dqkv, dout, qkv, lse, delta, T, C, NH, scale, bf16);
+  KeyValueGradKernel<<<Grid(T, B, NH), kRows, 0,
+                       static_cast<cudaStream_t>(stream)>>>(
+      dqkv, dout, qkv, lse, delta, T, C, NH, scale, bf16);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -1,6 +1,7 @@
 // The fused causal attention as nvcc compiles it
 // (models/gpt2/internal/cuda_fused_attention.cu): plain functions over
-// device pointers that enqueue on the legacy default stream and return the
+// device pointers that enqueue on `stream` (a cudaStream_t; null: the
+// legacy default stream) and return the
 // launch's cudaError_t (0: success), or kNoCuda (cuda_gpt_kernels_nvcc.h)
 // without --config=cuda. Documented, and wrapped in a Status, by
 // models/gpt2/cuda_gpt_layers.h.
@@ -14,10 +15,11 @@ namespace cuda_gpt_internal {
 inline constexpr int kMaxFusedHeadDim = 128;
 
 int FusedAttentionForward(float* out, float* lse, const float* qkv, int B,
-                          int T, int C, int NH, bool bf16);
+                          int T, int C, int NH, bool bf16, void* stream);
 int FusedAttentionBackward(float* dqkv, float* delta, const float* dout,
                            const float* qkv, const float* out, const float* lse,
-                           int B, int T, int C, int NH, bool bf16);
+                           int B, int T, int C, int NH, bool bf16,
+                           void* stream);
 
 }  // namespace cuda_gpt_internal
 }  // namespace chunkzero

@@ -6,12 +6,12 @@ namespace chunkzero {
 namespace cuda_gpt_internal {
 
 int FusedAttentionForward(float*, float*, const float*, int, int, int, int,
-                          bool) {
+                          bool, void*) {
   return kNoCuda;
 }
 int FusedAttentionBackward(float*, float*, const float*, const float*,
-                           const float*, const float*, int, int, int, int,
-                           bool) {
+                           const float*, const float*, int, int, int, int, bool,
+                           void*) {
   return kNoCuda;
 }
 

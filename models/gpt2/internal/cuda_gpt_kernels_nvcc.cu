@@ -330,132 +330,155 @@ __global__ void CrossEntropyBackwardKernel(float* probs, const int32_t* targets,
 }  // namespace
 
 int EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
-                     const float* wpe, int N, int T, int C, int V) {
+                     const float* wpe, int N, int T, int C, int V,
+                     void* stream) {
   const size_t total = static_cast<size_t>(N) * C;
   if (total == 0) return cudaSuccess;
-  EmbeddingForwardKernel<<<Blocks(total), kThreads>>>(out, tokens, wte, wpe,
-                                                      total, T, C, V);
+  EmbeddingForwardKernel<<<Blocks(total), kThreads, 0,
+                           static_cast<cudaStream_t>(stream)>>>(
+      out, tokens, wte, wpe, total, T, C, V);
   return Launched();
 }
 
 int EmbeddingBackward(float* dwte, float* dwpe, const float* dout,
-                      const int32_t* tokens, int N, int T, int C, int V,
-                      int P) {
-  cudaError_t e = cudaMemsetAsync(
-      dwte, 0, sizeof(float) * static_cast<size_t>(V) * C, nullptr);
+                      const int32_t* tokens, int N, int T, int C, int V, int P,
+                      void* stream) {
+  cudaError_t e =
+      cudaMemsetAsync(dwte, 0, sizeof(float) * static_cast<size_t>(V) * C,
+                      static_cast<cudaStream_t>(stream));
   if (e == cudaSuccess) {
     e = cudaMemsetAsync(dwpe, 0, sizeof(float) * static_cast<size_t>(P) * C,
-                        nullptr);
+                        static_cast<cudaStream_t>(stream));
   }
   if (e != cudaSuccess || C == 0) return e;
-  EmbeddingBackwardKernel<<<(C + kThreads - 1) / kThreads, kThreads>>>(
+  EmbeddingBackwardKernel<<<(C + kThreads - 1) / kThreads, kThreads, 0,
+                            static_cast<cudaStream_t>(stream)>>>(
       dwte, dwpe, dout, tokens, N, T, C, V);
   return Launched();
 }
 
 int LayerNormForward(float* out, float* mean, float* rstd, const float* x,
-                     const float* w, const float* b, int N, int C) {
+                     const float* w, const float* b, int N, int C,
+                     void* stream) {
   if (N == 0) return cudaSuccess;
-  LayerNormForwardKernel<<<WarpBlocks(N), kThreads>>>(out, mean, rstd, x, w, b,
-                                                      N, C);
+  LayerNormForwardKernel<<<WarpBlocks(N), kThreads, 0,
+                           static_cast<cudaStream_t>(stream)>>>(out, mean, rstd,
+                                                                x, w, b, N, C);
   return Launched();
 }
 
 int LayerNormBackward(float* dx, float* dw, float* db, const float* dout,
                       const float* x, const float* w, const float* mean,
-                      const float* rstd, int N, int C) {
+                      const float* rstd, int N, int C, void* stream) {
   if (C == 0) return cudaSuccess;
   if (N > 0) {
-    LayerNormBackwardRowsKernel<<<WarpBlocks(N), kThreads>>>(dx, dout, x, w,
-                                                             mean, rstd, N, C);
+    LayerNormBackwardRowsKernel<<<WarpBlocks(N), kThreads, 0,
+                                  static_cast<cudaStream_t>(stream)>>>(
+        dx, dout, x, w, mean, rstd, N, C);
   }
-  LayerNormParamGradKernel<<<ColumnBlocks(C), ColumnThreads()>>>(
+  LayerNormParamGradKernel<<<ColumnBlocks(C), ColumnThreads(), 0,
+                             static_cast<cudaStream_t>(stream)>>>(
       dw, db, dout, x, mean, rstd, N, C);
   return Launched();
 }
 
-int BroadcastRows(float* out, const float* bias, int N, int C) {
+int BroadcastRows(float* out, const float* bias, int N, int C, void* stream) {
   const size_t total = static_cast<size_t>(N) * C;
   if (total == 0) return cudaSuccess;
-  BroadcastRowsKernel<<<Blocks(total), kThreads>>>(out, bias, total, C);
+  BroadcastRowsKernel<<<Blocks(total), kThreads, 0,
+                        static_cast<cudaStream_t>(stream)>>>(out, bias, total,
+                                                             C);
   return Launched();
 }
 
-int ColumnSums(float* out, const float* in, int N, int C) {
+int ColumnSums(float* out, const float* in, int N, int C, void* stream) {
   if (C == 0) return cudaSuccess;
-  ColumnSumsKernel<<<ColumnBlocks(C), ColumnThreads()>>>(out, in, N, C);
+  ColumnSumsKernel<<<ColumnBlocks(C), ColumnThreads(), 0,
+                     static_cast<cudaStream_t>(stream)>>>(out, in, N, C);
   return Launched();
 }
 
-int GeluForward(float* out, const float* x, size_t n) {
+int GeluForward(float* out, const float* x, size_t n, void* stream) {
   if (n == 0) return cudaSuccess;
-  GeluForwardKernel<<<Blocks(n), kThreads>>>(out, x, n);
+  GeluForwardKernel<<<Blocks(n), kThreads, 0,
+                      static_cast<cudaStream_t>(stream)>>>(out, x, n);
   return Launched();
 }
 
-int GeluBackward(float* dx, const float* x, const float* dout, size_t n) {
+int GeluBackward(float* dx, const float* x, const float* dout, size_t n,
+                 void* stream) {
   if (n == 0) return cudaSuccess;
-  GeluBackwardKernel<<<Blocks(n), kThreads>>>(dx, x, dout, n);
+  GeluBackwardKernel<<<Blocks(n), kThreads, 0,
+                       static_cast<cudaStream_t>(stream)>>>(dx, x, dout, n);
   return Launched();
 }
 
-int Add(float* out, const float* a, const float* b, size_t n) {
+int Add(float* out, const float* a, const float* b, size_t n, void* stream) {
   if (n == 0) return cudaSuccess;
-  AddKernel<<<Blocks(n), kThreads>>>(out, a, b, n);
+  AddKernel<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      out, a, b, n);
   return Launched();
 }
 
-int RoundToBf16(uint16_t* out, const float* x, size_t n) {
+int RoundToBf16(uint16_t* out, const float* x, size_t n, void* stream) {
   if (n == 0) return cudaSuccess;
-  RoundToBf16Kernel<<<Blocks(n), kThreads>>>(out, x, n);
+  RoundToBf16Kernel<<<Blocks(n), kThreads, 0,
+                      static_cast<cudaStream_t>(stream)>>>(out, x, n);
   return Launched();
 }
 
-int WidenBf16(float* out, const uint16_t* x, size_t n) {
+int WidenBf16(float* out, const uint16_t* x, size_t n, void* stream) {
   if (n == 0) return cudaSuccess;
-  WidenBf16Kernel<<<Blocks(n), kThreads>>>(out, x, n);
+  WidenBf16Kernel<<<Blocks(n), kThreads, 0,
+                    static_cast<cudaStream_t>(stream)>>>(out, x, n);
   return Launched();
 }
 
-int WidenF16(float* out, const uint16_t* x, size_t n) {
+int WidenF16(float* out, const uint16_t* x, size_t n, void* stream) {
   if (n == 0) return cudaSuccess;
-  WidenF16Kernel<<<Blocks(n), kThreads>>>(out, x, n);
+  WidenF16Kernel<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      out, x, n);
   return Launched();
 }
 
-int Zero(float* x, size_t n) {
-  return cudaMemsetAsync(x, 0, n * sizeof(float), nullptr);
+int Zero(float* x, size_t n, void* stream) {
+  return cudaMemsetAsync(x, 0, n * sizeof(float),
+                         static_cast<cudaStream_t>(stream));
 }
 
-int CausalSoftmax(float* att, size_t rows, int T) {
+int CausalSoftmax(float* att, size_t rows, int T, void* stream) {
   if (rows == 0) return cudaSuccess;
-  CausalSoftmaxKernel<<<WarpBlocks(rows), kThreads>>>(att, rows, T);
+  CausalSoftmaxKernel<<<WarpBlocks(rows), kThreads, 0,
+                        static_cast<cudaStream_t>(stream)>>>(att, rows, T);
   return Launched();
 }
 
 int CausalSoftmaxBackward(float* datt, const float* att, size_t rows, int T,
-                          float scale) {
+                          float scale, void* stream) {
   if (rows == 0) return cudaSuccess;
-  CausalSoftmaxBackwardKernel<<<WarpBlocks(rows), kThreads>>>(datt, att, rows,
-                                                              T, scale);
+  CausalSoftmaxBackwardKernel<<<WarpBlocks(rows), kThreads, 0,
+                                static_cast<cudaStream_t>(stream)>>>(
+      datt, att, rows, T, scale);
   return Launched();
 }
 
 int CrossEntropyForward(float* logits, const int32_t* targets, int N, int V,
-                        double* row_losses) {
+                        double* row_losses, void* stream) {
   if (N == 0) return cudaSuccess;
   const int blocks = N < 65535 * 8 ? N : 65535 * 8;
-  CrossEntropyForwardKernel<<<blocks, kThreads>>>(logits, targets, N, V,
-                                                  row_losses);
+  CrossEntropyForwardKernel<<<blocks, kThreads, 0,
+                              static_cast<cudaStream_t>(stream)>>>(
+      logits, targets, N, V, row_losses);
   return Launched();
 }
 
 int CrossEntropyBackward(float* probs, const int32_t* targets, float dloss,
-                         int N, int V) {
+                         int N, int V, void* stream) {
   const size_t total = static_cast<size_t>(N) * V;
   if (total == 0) return cudaSuccess;
-  CrossEntropyBackwardKernel<<<Blocks(total), kThreads>>>(probs, targets, dloss,
-                                                          total, V);
+  CrossEntropyBackwardKernel<<<Blocks(total), kThreads, 0,
+                               static_cast<cudaStream_t>(stream)>>>(
+      probs, targets, dloss, total, V);
   return Launched();
 }
 
