@@ -9,8 +9,9 @@
 #
 # It builds every test tagged `gpu`, the GPU benchmarks and the train
 # binary (with train_checks.sh and its PyTorch baseline) with
-# --config=cuda --config=opt, our own libraries linked in statically,
-# strips them, and copies beside them each shared library they load except
+# --config=cuda --config=opt, our own libraries linked in statically and
+# an RPATH of $ORIGIN/../lib, strips them, and copies into lib/ each shared
+# library they load except
 # the C library's own, the CUDA driver (libcuda, which comes with the
 # driver) and NCCL and cuBLAS (hundreds of MB; run.sh finds them on the
 # machine, in NVIDIA's Python wheels or the CUDA toolkit). The folder goes
@@ -23,7 +24,12 @@ cd "$(dirname "$0")/../.."
 
 bundle="${1:-gpu_bundle}"
 max_bytes=$((64 * 1024 * 1024))
-flags=(--config=cuda --config=opt --dynamic_mode=off)
+# The RPATH (DT_RPATH, not RUNPATH: it also serves the libraries' own
+# dependencies, and comes before LD_LIBRARY_PATH) lets each binary find the
+# bundle's libraries without a library path that would leak into python3
+# or nvidia-smi on the GPU machine.
+flags=(--config=cuda --config=opt --dynamic_mode=off
+  '--linkopt=-Wl,-rpath,$ORIGIN/../lib' --linkopt=-Wl,--disable-new-dtags)
 
 mapfile -t tests < <(bazel query --noshow_progress \
   'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
@@ -48,6 +54,10 @@ for label in "${tests[@]}" "${benchmarks[@]}" "${programs[@]}"; do
   cp "$bin_dir/$path" "$bundle/bin/$name"
   chmod u+w "$bundle/bin/$name"
   strip "$bundle/bin/$name"
+  if ! readelf -d "$bundle/bin/$name" | grep -q 'RPATH.*\$ORIGIN/\.\./lib'; then
+    echo "bundle.sh: $name has no RPATH \$ORIGIN/../lib" >&2
+    exit 1
+  fi
   case " ${tests[*]} " in
     *" $label "*) echo "$name" >>"$bundle/tests.txt" ;;
     *)
@@ -77,7 +87,7 @@ done | sort -u | while read -r soname path; do
 done
 
 cp tools/gpu/run.sh tools/gpu/train_checks.sh tools/gpu/torch_gpt2_bench.py \
-  "$bundle/"
+  tools/gpu/summarize.py tools/gpu/train_summary.py "$bundle/"
 git rev-parse --short HEAD >"$bundle/commit.txt" 2>/dev/null || true
 tarball="$bundle.tar.gz"
 tar -C "$(dirname "$bundle")" -czf "$tarball" "$(basename "$bundle")"

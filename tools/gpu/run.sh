@@ -2,34 +2,57 @@
 # Runs a GPU bundle made by tools/gpu/bundle.sh, on the GPU machine.
 #
 #   OUT=/results bash gpu_bundle/run.sh      # default OUT: gpu_bundle/out
+#   CHUNKZERO_GPU_ONLY='runtime|parity' OUT=... bash gpu_bundle/run.sh
 #
-# Every GPU test binary runs (2 minutes each at most), then the train job's
-# checks (train_checks.sh: CPU/GPU parity, a capped run, GPT-2 124M against
-# PyTorch; at most 5 minutes, leaving 100 s), then each GPU benchmark (2.5
-# minutes at most), all within a 9-minute budget (CHUNKZERO_GPU_RUN_SECONDS),
-# so the run ends inside the GPU machine's 10-minute command limit. Into
-# $OUT, six files:
-#   summary.json    per test binary: exit code, tests passed, failed and
-#                   skipped (from GoogleTest's JSON); totals; the GPU; the
-#                   benchmark rows' counters.
+# The first run on a lent GPU may be the only one, so everything it learns
+# lands in $OUT as soon as it is known, and a run cut short at any point
+# still returns what it got:
+#   preflight.txt   written before anything else runs: the C library, ldd of
+#                   every binary and which cuBLAS and NCCL they resolve, the
+#                   memory, nvidia-smi, whether python3's torch sees a GPU.
+#   summary.json    rewritten after every binary: per test binary its exit
+#                   code and tests passed, failed and skipped; totals; the
+#                   benchmark rows' counters; the train checks' train.json.
+#   gtest/NAME.json each test binary's GoogleTest JSON.
+#   bench/NAME.json each benchmark's Google Benchmark JSON.
 #   tests.log       every binary's output, in order.
-#   bench.json      every benchmark's Google Benchmark JSON, by binary.
+#   train.json      the train checks' figures, pass lines and exit codes,
+#   train.log       and their output (train_checks.sh), rewritten after
+#                   every run.
 #   nvidia-smi.txt  the GPU and driver as nvidia-smi reports them.
-#   train.json      the train checks' figures and exit codes, and
-#   train.log       their output (train_checks.sh).
-# Exits 0 iff every test binary exited 0 and the summary was written.
 #
-# NCCL and cuBLAS are not in the bundle: they are looked for in NVIDIA's
-# Python wheels (python3 -c 'import nvidia'), then /usr/local/cuda.
+# Order: preflight, the CUDA runtime test, the other GPU tests (60 s each
+# at most), the train checks (what is left but 60 s, 240 s at most), then
+# the benchmarks (60 s each at most), all within CHUNKZERO_GPU_RUN_SECONDS
+# (420 by default), so that a second, targeted call fits in the same 15
+# minutes of device time. CHUNKZERO_GPU_ONLY, an extended regular
+# expression, keeps the test binaries, train checks and benchmarks whose
+# names it matches (the targeted call). Every process runs under
+# `timeout -k 10`: one stuck in a driver call ignores SIGTERM.
+#
+# Exits 0 iff every test binary exited 0, the train checks passed (each
+# run that was not skipped exited 0 and met its correctness line) and the
+# summary was written. Without a GPU every GPU test skips and the train
+# checks that need one are recorded as skipped: the run still exits 0.
+#
+# Libraries: each binary finds the bundle's own (lib/) through its RPATH,
+# $ORIGIN/../lib, so nothing here exports a library path that python3 or
+# nvidia-smi would see. NCCL and cuBLAS are not in the bundle: they are
+# looked for in NVIDIA's Python wheels (python3 -c 'import nvidia'), then
+# /usr/local/cuda, and given to the bundle's binaries alone.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/out}"
-mkdir -p "$out"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+mkdir -p "$out/gtest" "$out/bench"
+budget_end=$((SECONDS + ${CHUNKZERO_GPU_RUN_SECONDS:-420}))
+only="${CHUNKZERO_GPU_ONLY:-}"
+wanted() { [[ -z "$only" || "$1" =~ $only ]]; }
+time_for() {
+  local left=$((budget_end - SECONDS))
+  ((left < $1)) && echo "$left" || echo "$1"
+}
 
-lib_path="$here/lib"
-wheel_libs="$(python3 - <<'PY' 2>/dev/null
+nvidia_libs="$(timeout -k 5 60 python3 - <<'PY' 2>/dev/null
 import glob, os
 try:
     import nvidia
@@ -42,129 +65,131 @@ for root in nvidia.__path__:
 print(":".join(sorted(dirs)))
 PY
 )"
-[[ -n "$wheel_libs" ]] && lib_path="$lib_path:$wheel_libs"
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do
-  [[ -d "$d" ]] && lib_path="$lib_path:$d"
+  [[ -d "$d" ]] && nvidia_libs="${nvidia_libs:+$nvidia_libs:}$d"
 done
-export LD_LIBRARY_PATH="$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-
-nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || echo "nvidia-smi failed" >>"$out/nvidia-smi.txt"
-: >"$out/tests.log"
-status=0
-# The whole run must end within 9 minutes (the GPU machine takes commands
-# of 10): each binary gets at most its cap and what is left of the budget;
-# one that finds too little left is not started, and counts as failed.
-budget_end=$((SECONDS + ${CHUNKZERO_GPU_RUN_SECONDS:-540}))
-time_for() {
-  local left=$((budget_end - SECONDS))
-  ((left < $1)) && echo "$left" || echo "$1"
+# bundled CAP COMMAND...: a bundle binary with NVIDIA's libraries, under
+# the cap. NCCL_DEBUG=WARN makes an NCCL init failure explain itself.
+bundled() {
+  local cap="$1"
+  shift
+  timeout -k 10 "$cap" env \
+    LD_LIBRARY_PATH="$nvidia_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    NCCL_DEBUG="${NCCL_DEBUG:-WARN}" "$@"
 }
-while read -r name; do
+export CHUNKZERO_NVIDIA_LIBS="$nvidia_libs"
+
+# A GPU is there when the driver's device node or nvidia-smi says so; the
+# train checks skip their GPU runs otherwise.
+gpu_present=0
+if [[ -e /dev/nvidia0 ]] || timeout -k 5 20 nvidia-smi -L 2>/dev/null |
+  grep -q '^GPU'; then
+  gpu_present=1
+fi
+
+# ---- Preflight: before anything else, so that a machine on which nothing
+# runs still says why.
+{
+  echo "=== bundle commit: $(cat "$here/commit.txt" 2>/dev/null)"
+  echo "=== date: $(date -u +%FT%TZ)   gpu_present: $gpu_present"
+  echo "=== uname -a"
+  uname -a
+  echo "=== ldd --version"
+  ldd --version 2>&1 | head -1
+  echo "=== the newest GLIBC symbol version the bundle needs"
+  grep -aoh 'GLIBC_2\.[0-9]*' "$here"/bin/* "$here"/lib/* 2>/dev/null |
+    sort -uV | tail -1
+  echo "=== /proc/meminfo"
+  grep -E '^(MemTotal|MemAvailable|SwapTotal):' /proc/meminfo
+  echo "=== nproc: $(nproc)"
+  echo "=== NVIDIA library folders given to the bundle's binaries"
+  echo "${nvidia_libs:-(none found)}" | tr ':' '\n'
+  echo "=== cuBLAS, cuBLASLt, NCCL and CUDA runtime as the train binary resolves them"
+  LD_LIBRARY_PATH="$nvidia_libs" timeout -k 5 20 ldd \
+    "$here/bin/tools_train_train" 2>&1 |
+    grep -E 'libcublas|libcublasLt|libnccl|libcudart|libcuda\.so|not found' ||
+    echo "(none listed)"
+  echo "=== nvidia-smi"
+  timeout -k 5 30 nvidia-smi 2>&1 || echo "nvidia-smi failed or is absent"
+  echo "=== python3: torch"
+  timeout -k 5 90 python3 -c 'import torch; print(torch.__version__, torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2>&1 |
+    tail -3
+  for binary in "$here"/bin/*; do
+    echo "=== ldd $(basename "$binary")"
+    LD_LIBRARY_PATH="$nvidia_libs" timeout -k 5 20 ldd "$binary" 2>&1
+  done
+} >"$out/preflight.txt" 2>&1
+timeout -k 5 30 nvidia-smi >"$out/nvidia-smi.txt" 2>&1 ||
+  echo "nvidia-smi failed or is absent" >>"$out/nvidia-smi.txt"
+
+summarize() {
+  python3 "$here/summarize.py" "$out" "$here" >"$out/summary.line" 2>&1 ||
+    echo "summarize.py failed" >>"$out/tests.log"
+}
+: >"$out/tests.log"
+: >"$out/exit_codes.txt"
+status=0
+summarize
+
+# ---- Test binaries: the CUDA runtime's first (if it fails, nothing else
+# will work, and its failure says why).
+mapfile -t tests < <(grep -x 'tensor_cuda_cuda_runtime_test' "$here/tests.txt"
+  grep -vx 'tensor_cuda_cuda_runtime_test' "$here/tests.txt")
+for name in "${tests[@]}"; do
   [[ -z "$name" ]] && continue
+  wanted "$name" || continue
   echo "=== $name" >>"$out/tests.log"
-  limit=$(time_for 120)
+  limit=$(time_for 60)
   if ((limit < 5)); then
     echo "=== $name not run: the time budget is spent" >>"$out/tests.log"
-    echo "$name 124" >>"$work/exit_codes.txt"
+    echo "$name 124" >>"$out/exit_codes.txt"
     status=1
     continue
   fi
-  timeout "$limit" "$here/bin/$name" --gtest_output="json:$work/$name.json" \
+  bundled "$limit" "$here/bin/$name" --gtest_output="json:$out/gtest/$name.json" \
     >>"$out/tests.log" 2>&1
   rc=$?
-  echo "$name $rc" >>"$work/exit_codes.txt"
+  echo "$name $rc" >>"$out/exit_codes.txt"
   echo "=== $name exit $rc" >>"$out/tests.log"
   ((rc != 0)) && status=1
-done <"$here/tests.txt"
+  summarize
+done
 
-# The train job: its checks get what is left but 100 s, 300 s at most.
-train_seconds=$((budget_end - SECONDS - 100))
-((train_seconds > 300)) && train_seconds=300
+# ---- The train checks: what is left but 60 s, 240 s at most. They rewrite
+# train.json after every run; summarize copies it into summary.json.
+train_seconds=$((budget_end - SECONDS - 60))
+((train_seconds > 240)) && train_seconds=240
 if ((train_seconds >= 30)); then
-  bash "$here/train_checks.sh" "$here" "$out" "$train_seconds" \
+  CHUNKZERO_GPU_PRESENT="$gpu_present" CHUNKZERO_GPU_ONLY="$only" \
+    timeout -k 10 "$((train_seconds + 20))" \
+    bash "$here/train_checks.sh" "$here" "$out" "$train_seconds" \
     >>"$out/tests.log" 2>&1
+  rc=$?
+  echo "=== train checks exit $rc" >>"$out/tests.log"
+  ((rc != 0)) && status=1
 else
   echo "=== train checks not run: the time budget is spent" >>"$out/tests.log"
+  status=1
 fi
+summarize
 
-# Each benchmark's JSON lands in $work; summary.json carries their rows and
-# bench.json all of them.
+# ---- Benchmarks: each one's JSON lands in bench/.
 while read -r name; do
   [[ -z "$name" ]] && continue
+  wanted "$name" || continue
   echo "=== $name" >>"$out/tests.log"
-  limit=$(time_for 150)
+  limit=$(time_for 60)
   if ((limit < 5)); then
     echo "=== $name not run: the time budget is spent" >>"$out/tests.log"
     continue
   fi
-  timeout "$limit" "$here/bin/$name" --benchmark_min_time=0.3 \
-    --benchmark_out="$work/bench_$name.json" --benchmark_out_format=json \
+  bundled "$limit" "$here/bin/$name" --benchmark_min_time=0.2 \
+    --benchmark_out="$out/bench/$name.json" --benchmark_out_format=json \
     >>"$out/tests.log" 2>&1
   echo "=== $name exit $?" >>"$out/tests.log"
+  summarize
 done <"$here/benchmarks.txt"
 
-python3 - "$work" "$out" "$here" <<'PY'
-import json, os, sys
-work, out, here = sys.argv[1:4]
-summary = {"commit": open(os.path.join(here, "commit.txt")).read().strip()
-           if os.path.exists(os.path.join(here, "commit.txt")) else None,
-           "binaries": [], "totals": {"passed": 0, "failed": 0, "skipped": 0}}
-codes = {}
-if os.path.exists(os.path.join(work, "exit_codes.txt")):
-    for line in open(os.path.join(work, "exit_codes.txt")):
-        name, rc = line.split()
-        codes[name] = int(rc)
-for name, rc in codes.items():
-    row = {"name": name, "exit": rc, "passed": 0, "failed": 0, "skipped": 0,
-           "failures": []}
-    path = os.path.join(work, name + ".json")
-    try:
-        suites = json.load(open(path)).get("testsuites", [])
-    except (OSError, ValueError):
-        suites = None
-    if suites is not None:
-        for suite in suites:
-            for test in suite.get("testsuite", []):
-                full = suite["name"] + "." + test["name"]
-                if test.get("result") == "SKIPPED":
-                    row["skipped"] += 1
-                elif test.get("failures"):
-                    row["failed"] += 1
-                    row["failures"].append(full)
-                else:
-                    row["passed"] += 1
-    elif rc != 0:
-        row["failed"] += 1
-        row["failures"].append("(no GoogleTest JSON: crashed or timed out)")
-    for key in ("passed", "failed", "skipped"):
-        summary["totals"][key] += row[key]
-    summary["binaries"].append(row)
-summary["benchmarks"] = []
-everything = {}
-for name in sorted(os.listdir(work)):
-    if not (name.startswith("bench_") and name.endswith(".json")):
-        continue
-    try:
-        data = json.load(open(os.path.join(work, name)))
-    except ValueError:  # Cut short by its timeout.
-        summary["benchmarks"].append(
-            {"name": name, "error_message": "unreadable JSON (timed out?)"})
-        continue
-    everything[name[len("bench_"):-len(".json")]] = data
-    for b in data.get("benchmarks", []):
-        row = {k: b[k] for k in ("name", "label", "real_time", "time_unit")
-               if k in b}
-        for k in ("GB/s", "copy_GB/s", "vs_copy", "overhead", "error_message"):
-            if k in b:
-                row[k] = b[k]
-        summary["benchmarks"].append(row)
-try:
-    summary["train"] = json.load(open(os.path.join(out, "train.json")))
-except (OSError, ValueError):
-    summary["train"] = None
-json.dump(everything, open(os.path.join(out, "bench.json"), "w"), indent=1)
-json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
-t = summary["totals"]
-print(f"{t['passed']} passed, {t['failed']} failed, {t['skipped']} skipped")
-PY
-((status == 0)) && [[ -f "$out/summary.json" ]]
+summarize
+cat "$out/summary.line"
+((status == 0)) && [[ -s "$out/summary.json" ]]
