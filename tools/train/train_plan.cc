@@ -276,8 +276,8 @@ absl::Status CheckMemory(const TrainPlan& plan) {
 }
 
 // The GPU whose free memory leaves the least per rank of this process's
-// ranks on it (rank r on cuda:(local rank or r) mod GPUs, as the train job
-// places them), and that share. Ranks of other processes that share a GPU
+// ranks on it (placed by GpuIndexOfRank, as the train job places them), and
+// that share. Ranks of other processes that share a GPU
 // have not allocated yet, so only this process's count.
 struct GpuShare {
   int device = 0;
@@ -290,11 +290,10 @@ absl::StatusOr<GpuShare> TightestGpu(const TrainOptions& o,
   const int gpus = std::max(probe.count(), 1);
   std::map<int, int> ranks_on;
   if (o.rank >= 0) {
-    ++ranks_on[(o.local_rank >= 0 ? o.local_rank : o.rank) % gpus];
+    ++ranks_on[GpuIndexOfRank(o, o.rank, gpus)];
   } else {
-    for (int r = 0; r < o.world_size; ++r) {
-      ++ranks_on[(o.local_rank >= 0 ? o.local_rank : r) % gpus];
-    }
+    for (int r = 0; r < o.world_size; ++r)
+      ++ranks_on[GpuIndexOfRank(o, r, gpus)];
   }
   std::optional<GpuShare> tightest;
   for (const auto& [device, ranks] : ranks_on) {
@@ -423,6 +422,10 @@ absl::Status CheckDeviceMemory(TrainPlan& plan, const TrainMemoryInput& need,
 }
 
 }  // namespace
+
+int GpuIndexOfRank(const TrainOptions& options, int rank, int gpus) {
+  return (options.local_rank >= 0 ? options.local_rank : rank) % gpus;
+}
 
 GpuMemoryProbe CudaGpus() {
   return {[] { return CudaDeviceCount(); },

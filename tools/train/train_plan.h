@@ -66,6 +66,12 @@ struct GpuMemoryProbe {
 };
 GpuMemoryProbe CudaGpus();
 
+// The GPU rank `rank` computes on, of `gpus` visible (>= 1): its local rank
+// (--local_rank, one rank per process) if given, else its rank, mod the
+// GPUs. The train job places its ranks by this, and planning checks the
+// same GPUs' memory.
+int GpuIndexOfRank(const TrainOptions& options, int rank, int gpus);
+
 // Checks `options` and plans the job. Errors:
 //  - InvalidArgument naming the flag for a value out of range, a NaN or
 //    Inf hyper-parameter, flags that contradict each other (--init with

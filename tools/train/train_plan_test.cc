@@ -156,6 +156,17 @@ TEST(PlanTrainingOnGpus, AProcessRankAsksOnlyItsOwnGpu) {
   EXPECT_EQ(asked, std::vector<int>{1});
 }
 
+// The one placement rule the train job and planning share.
+TEST(PlanTrainingOnGpus, ARanksGpuIsItsLocalRankOrElseItsRankModTheGpus) {
+  TrainOptions o;
+  EXPECT_EQ(GpuIndexOfRank(o, 0, 2), 0);
+  EXPECT_EQ(GpuIndexOfRank(o, 5, 2), 1);
+  EXPECT_EQ(GpuIndexOfRank(o, 5, 1), 0);
+  o.local_rank = 2;
+  EXPECT_EQ(GpuIndexOfRank(o, 5, 4), 2);
+  EXPECT_EQ(GpuIndexOfRank(o, 5, 2), 0);
+}
+
 TEST(PlanTrainingOnGpus, AFlagLimitBelowTheGpuStillBinds) {
   TrainOptions o = Gpt2Small();
   o.batch = 1;

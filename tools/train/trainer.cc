@@ -344,8 +344,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   spec.timeout = absl::Seconds(options.comm_timeout_s);
   if (gpu) {
     for (int r = 0; r < options.world_size; ++r) {
-      const int on_host = options.local_rank >= 0 ? options.local_rank : r;
-      spec.devices.push_back(Device::Cuda(on_host % gpus));
+      spec.devices.push_back(Device::Cuda(GpuIndexOfRank(options, r, gpus)));
     }
     result.compute_device =
         absl::StrCat("cuda (", gpus, gpus == 1 ? " GPU" : " GPUs",
