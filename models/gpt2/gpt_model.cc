@@ -57,20 +57,22 @@ class DeviceArray {
 
 }  // namespace
 
-// What Forward keeps for Backward, on the backend's device; per-layer
-// arrays hold L slices.
+// What Forward keeps for Backward, on the backend's device. Per-slot
+// arrays hold S slices, one per activation slot (NumSlots: a kept block's
+// own, and the one the checkpointed blocks share); res3 holds every
+// block's output, checkpointed or not.
 struct GptModel::Activations {
   using F = DeviceArray<float>;
   int batch = 0, seq = 0;
   DeviceArray<int32_t> tokens, targets;
   F encoded;                       // [N, C]
-  F ln1, ln1_mean, ln1_rstd;       // [L, N, C], [L, N]
-  F qkv;                           // [L, N, 3C]
-  F att;                           // [L, B, NH, T, T]
-  F atty;                          // [L, N, C]
-  F res2;                          // [L, N, C]
-  F ln2, ln2_mean, ln2_rstd;       // [L, N, C], [L, N]
-  F fch, fch_gelu;                 // [L, N, 4C]
+  F ln1, ln1_mean, ln1_rstd;       // [S, N, C], [S, N]
+  F qkv;                           // [S, N, 3C]
+  F att;                           // [S, B, NH, T, T]
+  F atty;                          // [S, N, C]
+  F res2;                          // [S, N, C]
+  F ln2, ln2_mean, ln2_rstd;       // [S, N, C], [S, N]
+  F fch, fch_gelu;                 // [S, N, 4C]
   F res3;                          // [L, N, C] block outputs
   F lnf, lnf_mean, lnf_rstd;       // [N, C], [N]
   F probs;                         // [N, V]
@@ -100,6 +102,21 @@ GptModel::~GptModel() {
   if (tracker_ != nullptr) {
     tracker_->Subtract(device_, MemoryCategory::kActivation, reported_);
   }
+}
+
+absl::Status GptModel::SetActivationCheckpointing(
+    const ActivationCheckpointing& checkpointing) {
+  if (checkpointing.every < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GptModel: activation checkpointing every ", checkpointing.every,
+        " blocks (must be 0, none, or positive)"));
+  }
+  if (checkpointing == checkpointing_) return absl::OkStatus();
+  checkpointing_ = checkpointing;
+  // The slots change: made again at the next Forward.
+  acts_->batch = acts_->seq = 0;
+  have_forward_ = false;
+  return absl::OkStatus();
 }
 
 absl::Status GptModel::set_fused_attention(bool fused) {
@@ -234,52 +251,86 @@ absl::Status GptModel::LayerNormBackward(ParamHooks& hooks,
                      });
 }
 
+int GptModel::NumSlots() const {
+  const int checkpointed = checkpointing_.CheckpointedBlocks(config_.layers);
+  return config_.layers - checkpointed + (checkpointed > 0 ? 1 : 0);
+}
+
+int GptModel::SlotOf(int block) const {
+  // Kept blocks before `block` take the first slots; the shared one is last.
+  if (checkpointing_.Checkpoints(block)) return NumSlots() - 1;
+  return block - checkpointing_.CheckpointedBlocks(block);
+}
+
 template <typename Fn>
 void GptModel::VisitBuffers(int batch, int seq, Fn fn) {
   const size_t L = config_.layers, C = config_.d_model, V = config_.vocab;
+  const size_t S = NumSlots();
   const size_t N = static_cast<size_t>(batch) * seq;
   const size_t att = static_cast<size_t>(
       backend_->AttentionElements(batch, seq, config_.heads));
+  // The checkpointed blocks' slot is the recompute buffer; the rest of the
+  // slot arrays is kept.
+  const bool shared = checkpointing_.enabled();
+  auto slots = [&](auto& buffer, size_t per_slot) {
+    fn(buffer, S * per_slot, BufferRole::kKept, shared ? per_slot : size_t{0});
+  };
   Activations& a = *acts_;
-  fn(a.tokens, N);
-  fn(a.targets, N);
-  fn(a.encoded, N * C);
-  fn(a.ln1, L * N * C);
-  fn(a.ln1_mean, L * N);
-  fn(a.ln1_rstd, L * N);
-  fn(a.qkv, L * N * 3 * C);
-  fn(a.att, L * att);
-  fn(a.atty, L * N * C);
-  fn(a.res2, L * N * C);
-  fn(a.ln2, L * N * C);
-  fn(a.ln2_mean, L * N);
-  fn(a.ln2_rstd, L * N);
-  fn(a.fch, L * N * 4 * C);
-  fn(a.fch_gelu, L * N * 4 * C);
-  fn(a.res3, L * N * C);
-  fn(a.lnf, N * C);
-  fn(a.lnf_mean, N);
-  fn(a.lnf_rstd, N);
-  fn(a.probs, N * V);
-  fn(a.row_losses, N);
+  fn(a.tokens, N, BufferRole::kKept, 0);
+  fn(a.targets, N, BufferRole::kKept, 0);
+  fn(a.encoded, N * C, BufferRole::kKept, 0);
+  slots(a.ln1, N * C);
+  slots(a.ln1_mean, N);
+  slots(a.ln1_rstd, N);
+  slots(a.qkv, N * 3 * C);
+  slots(a.att, att);
+  slots(a.atty, N * C);
+  slots(a.res2, N * C);
+  slots(a.ln2, N * C);
+  slots(a.ln2_mean, N);
+  slots(a.ln2_rstd, N);
+  slots(a.fch, N * 4 * C);
+  slots(a.fch_gelu, N * 4 * C);
+  fn(a.res3, L * N * C, BufferRole::kKept, 0);
+  fn(a.lnf, N * C, BufferRole::kKept, 0);
+  fn(a.lnf_mean, N, BufferRole::kKept, 0);
+  fn(a.lnf_rstd, N, BufferRole::kKept, 0);
+  fn(a.probs, N * V, BufferRole::kKept, 0);
+  fn(a.row_losses, N, BufferRole::kKept, 0);
   Scratch& s = *scratch_;
-  fn(s.dresidual, N * C);
-  fn(s.dln, N * C);
-  fn(s.datty, N * C);
-  fn(s.dqkv, N * 3 * C);
-  fn(s.dfch, N * 4 * C);
-  fn(s.datt, att);
+  fn(s.dresidual, N * C, BufferRole::kScratch, 0);
+  fn(s.dln, N * C, BufferRole::kScratch, 0);
+  fn(s.datty, N * C, BufferRole::kScratch, 0);
+  fn(s.dqkv, N * 3 * C, BufferRole::kScratch, 0);
+  fn(s.dfch, N * 4 * C, BufferRole::kScratch, 0);
+  fn(s.datt, att, BufferRole::kScratch, 0);
+}
+
+GptModel::ActivationBytes GptModel::activation_bytes(int batch, int seq) const {
+  ActivationBytes out;
+  const int checkpointed = checkpointing_.CheckpointedBlocks(config_.layers);
+  // VisitBuffers only names the buffers here; nothing is touched.
+  const_cast<GptModel*>(this)->VisitBuffers(
+      batch, seq, [&](auto& buffer, size_t n, BufferRole role, size_t shared) {
+        if (role != BufferRole::kKept) return;
+        const int64_t element = static_cast<int64_t>(buffer.kElementBytes);
+        out.kept += static_cast<int64_t>(n - shared) * element;
+        out.recompute_buffer += static_cast<int64_t>(shared) * element;
+        out.recomputed += static_cast<int64_t>(shared) * element * checkpointed;
+      });
+  return out;
 }
 
 absl::Status GptModel::ResizeBuffers(int batch, int seq) {
   Activations& a = *acts_;
   if (a.batch == batch && a.seq == seq) return absl::OkStatus();
   int64_t bytes = 0;
-  VisitBuffers(batch, seq, [&](auto& buffer, size_t n) {
+  VisitBuffers(batch, seq, [&](auto& buffer, size_t n, BufferRole, size_t) {
     bytes += static_cast<int64_t>(n * buffer.kElementBytes);
   });
   // The old buffers go first, so that the limit sees only the new ones.
-  VisitBuffers(0, 0, [](auto& buffer, size_t) { buffer.Reset(); });
+  VisitBuffers(
+      0, 0, [](auto& buffer, size_t, BufferRole, size_t) { buffer.Reset(); });
   a.batch = a.seq = 0;
   const int64_t others = workspace_bytes() - buffer_bytes_;
   buffer_bytes_ = 0;
@@ -287,12 +338,13 @@ absl::Status GptModel::ResizeBuffers(int batch, int seq) {
   CZ_RETURN_IF_ERROR(Hold(others + bytes));
   absl::Status made = absl::OkStatus();
   const Device device = backend_->device();
-  VisitBuffers(batch, seq, [&](auto& buffer, size_t n) {
+  VisitBuffers(batch, seq, [&](auto& buffer, size_t n, BufferRole, size_t) {
     if (made.ok()) made = buffer.Allocate(n, device);
   });
   if (!made.ok()) {
     // The device itself ran out before the limit: hold nothing.
-    VisitBuffers(0, 0, [](auto& buffer, size_t) { buffer.Reset(); });
+    VisitBuffers(
+        0, 0, [](auto& buffer, size_t, BufferRole, size_t) { buffer.Reset(); });
     Hold(others).IgnoreError();  // Shrinking always fits.
     return made;
   }
@@ -339,6 +391,57 @@ absl::Status GptModel::set_memory_accounting(MemoryTracker* tracker,
   return absl::OkStatus();
 }
 
+absl::Status GptModel::BlockForward(ParamHooks& hooks, int l) {
+  const GptConfig& cfg = config_;
+  Activations& a = *acts_;
+  const int B = a.batch, T = a.seq, C = cfg.d_model, NH = cfg.heads, N = B * T;
+  const size_t NC = static_cast<size_t>(N) * C;
+  const size_t att_size =
+      static_cast<size_t>(backend_->AttentionElements(B, T, NH));
+  const size_t s = SlotOf(l);
+  const BlockScopes& block = blocks_[l];
+  const float* x = l == 0 ? a.encoded.data() : a.res3.data() + (l - 1) * NC;
+  float* ln1 = a.ln1.data() + s * NC;
+  float* qkv = a.qkv.data() + s * 3 * NC;
+  float* att = a.att.data() + s * att_size;
+  float* atty = a.atty.data() + s * NC;
+  float* res2 = a.res2.data() + s * NC;
+  float* ln2 = a.ln2.data() + s * NC;
+  float* fch = a.fch.data() + s * 4 * NC;
+  float* fch_gelu = a.fch_gelu.data() + s * 4 * NC;
+  float* res3 = a.res3.data() + l * NC;
+  CZ_RETURN_IF_ERROR(RunForward(hooks, block.ln_1, [&](const ScopeWeights& w) {
+    return backend_->LayerNormForward(ln1, a.ln1_mean.data() + s * N,
+                                      a.ln1_rstd.data() + s * N, x, w[0], w[1],
+                                      N, C);
+  }));
+  CZ_RETURN_IF_ERROR(RunForward(hooks, block.attn, [&](const ScopeWeights& w) {
+    CZ_RETURN_IF_ERROR(backend_->MatmulForward(qkv, ln1, w.matrix(0), w[1], N,
+                                               C, 3 * C, matmul_precision_));
+    CZ_RETURN_IF_ERROR(backend_->AttentionForward(atty, att, qkv, B, T, C, NH,
+                                                  matmul_precision_));
+    CZ_RETURN_IF_ERROR(backend_->MatmulForward(res2, atty, w.matrix(2), w[3], N,
+                                               C, C, matmul_precision_));
+    CZ_RETURN_IF_ERROR(backend_->Add(res2, res2, x, NC));
+    return absl::OkStatus();
+  }));
+  CZ_RETURN_IF_ERROR(RunForward(hooks, block.ln_2, [&](const ScopeWeights& w) {
+    return backend_->LayerNormForward(ln2, a.ln2_mean.data() + s * N,
+                                      a.ln2_rstd.data() + s * N, res2, w[0],
+                                      w[1], N, C);
+  }));
+  CZ_RETURN_IF_ERROR(RunForward(hooks, block.mlp, [&](const ScopeWeights& w) {
+    CZ_RETURN_IF_ERROR(backend_->MatmulForward(fch, ln2, w.matrix(0), w[1], N,
+                                               C, 4 * C, matmul_precision_));
+    CZ_RETURN_IF_ERROR(backend_->GeluForward(fch_gelu, fch, 4 * NC));
+    CZ_RETURN_IF_ERROR(backend_->MatmulForward(
+        res3, fch_gelu, w.matrix(2), w[3], N, 4 * C, C, matmul_precision_));
+    CZ_RETURN_IF_ERROR(backend_->Add(res3, res3, res2, NC));
+    return absl::OkStatus();
+  }));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<float> GptModel::Forward(ParamHooks& hooks, int batch, int seq,
                                         absl::Span<const int32_t> tokens,
                                         absl::Span<const int32_t> targets) {
@@ -376,60 +479,15 @@ absl::StatusOr<float> GptModel::Forward(ParamHooks& hooks, int batch, int seq,
   CZ_RETURN_IF_ERROR(CopyBytes(a.targets.data(), device, targets.data(),
                                Device::Cpu(), n_tokens * sizeof(int32_t)),
                      "GptModel::Forward: targets to ", device.ToString());
-  const int B = batch, T = seq, C = cfg.d_model, NH = cfg.heads, V = cfg.vocab,
-            N = B * T;
+  const int B = batch, T = seq, C = cfg.d_model, V = cfg.vocab, N = B * T;
   const size_t NC = static_cast<size_t>(N) * C;
-  const size_t att_size =
-      static_cast<size_t>(backend_->AttentionElements(B, T, NH));
 
   CZ_RETURN_IF_ERROR(RunForward(hooks, embedding_, [&](const ScopeWeights& w) {
     return backend_->EmbeddingForward(a.encoded.data(), a.tokens.data(), w[0],
                                       w[1], B, T, C, V);
   }));
   for (int l = 0; l < cfg.layers; ++l) {
-    const BlockScopes& block = blocks_[l];
-    const float* x = l == 0 ? a.encoded.data() : a.res3.data() + (l - 1) * NC;
-    float* ln1 = a.ln1.data() + l * NC;
-    float* qkv = a.qkv.data() + l * 3 * NC;
-    float* att = a.att.data() + l * att_size;
-    float* atty = a.atty.data() + l * NC;
-    float* res2 = a.res2.data() + l * NC;
-    float* ln2 = a.ln2.data() + l * NC;
-    float* fch = a.fch.data() + l * 4 * NC;
-    float* fch_gelu = a.fch_gelu.data() + l * 4 * NC;
-    float* res3 = a.res3.data() + l * NC;
-    CZ_RETURN_IF_ERROR(
-        RunForward(hooks, block.ln_1, [&](const ScopeWeights& w) {
-          return backend_->LayerNormForward(ln1, a.ln1_mean.data() + l * N,
-                                            a.ln1_rstd.data() + l * N, x, w[0],
-                                            w[1], N, C);
-        }));
-    CZ_RETURN_IF_ERROR(
-        RunForward(hooks, block.attn, [&](const ScopeWeights& w) {
-          CZ_RETURN_IF_ERROR(backend_->MatmulForward(
-              qkv, ln1, w.matrix(0), w[1], N, C, 3 * C, matmul_precision_));
-          CZ_RETURN_IF_ERROR(backend_->AttentionForward(atty, att, qkv, B, T, C,
-                                                        NH, matmul_precision_));
-          CZ_RETURN_IF_ERROR(backend_->MatmulForward(
-              res2, atty, w.matrix(2), w[3], N, C, C, matmul_precision_));
-          CZ_RETURN_IF_ERROR(backend_->Add(res2, res2, x, NC));
-          return absl::OkStatus();
-        }));
-    CZ_RETURN_IF_ERROR(
-        RunForward(hooks, block.ln_2, [&](const ScopeWeights& w) {
-          return backend_->LayerNormForward(ln2, a.ln2_mean.data() + l * N,
-                                            a.ln2_rstd.data() + l * N, res2,
-                                            w[0], w[1], N, C);
-        }));
-    CZ_RETURN_IF_ERROR(RunForward(hooks, block.mlp, [&](const ScopeWeights& w) {
-      CZ_RETURN_IF_ERROR(backend_->MatmulForward(fch, ln2, w.matrix(0), w[1], N,
-                                                 C, 4 * C, matmul_precision_));
-      CZ_RETURN_IF_ERROR(backend_->GeluForward(fch_gelu, fch, 4 * NC));
-      CZ_RETURN_IF_ERROR(backend_->MatmulForward(
-          res3, fch_gelu, w.matrix(2), w[3], N, 4 * C, C, matmul_precision_));
-      CZ_RETURN_IF_ERROR(backend_->Add(res3, res3, res2, NC));
-      return absl::OkStatus();
-    }));
+    CZ_RETURN_IF_ERROR(BlockForward(hooks, l));
   }
   const float* last = a.res3.data() + (cfg.layers - 1) * NC;
   CZ_RETURN_IF_ERROR(RunForward(hooks, ln_f_, [&](const ScopeWeights& w) {
@@ -483,16 +541,21 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
                                        a.lnf_mean.data(), a.lnf_rstd.data()));
   // dres holds d(loss)/d(block output), then, in place, d/d(block input).
   for (int l = cfg.layers - 1; l >= 0; --l) {
+    // A checkpointed block's activations come back first: its forward
+    // again, from its kept input, into the shared slot.
+    if (checkpointing_.Checkpoints(l))
+      CZ_RETURN_IF_ERROR(BlockForward(hooks, l));
+    const size_t slot = SlotOf(l);
     const BlockScopes& block = blocks_[l];
     const float* x = l == 0 ? a.encoded.data() : a.res3.data() + (l - 1) * NC;
-    const float* ln1 = a.ln1.data() + l * NC;
-    const float* qkv = a.qkv.data() + l * 3 * NC;
-    const float* att = a.att.data() + l * att_size;
-    const float* atty = a.atty.data() + l * NC;
-    const float* res2 = a.res2.data() + l * NC;
-    const float* ln2 = a.ln2.data() + l * NC;
-    const float* fch = a.fch.data() + l * 4 * NC;
-    const float* fch_gelu = a.fch_gelu.data() + l * 4 * NC;
+    const float* ln1 = a.ln1.data() + slot * NC;
+    const float* qkv = a.qkv.data() + slot * 3 * NC;
+    const float* att = a.att.data() + slot * att_size;
+    const float* atty = a.atty.data() + slot * NC;
+    const float* res2 = a.res2.data() + slot * NC;
+    const float* ln2 = a.ln2.data() + slot * NC;
+    const float* fch = a.fch.data() + slot * 4 * NC;
+    const float* fch_gelu = a.fch_gelu.data() + slot * 4 * NC;
     // res3 = res2 + c_proj(gelu(c_fc(ln2))).
     CZ_RETURN_IF_ERROR(RunBackward(
         hooks, block.mlp, /*read_weights=*/true,
@@ -508,8 +571,8 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
           return absl::OkStatus();
         }));
     CZ_RETURN_IF_ERROR(LayerNormBackward(hooks, block.ln_2, dres, dln, res2,
-                                         a.ln2_mean.data() + l * N,
-                                         a.ln2_rstd.data() + l * N));
+                                         a.ln2_mean.data() + slot * N,
+                                         a.ln2_rstd.data() + slot * N));
     // res2 = x + c_proj(attention(c_attn(ln1))).
     CZ_RETURN_IF_ERROR(
         RunBackward(hooks, block.attn, /*read_weights=*/true,
@@ -526,8 +589,8 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
                       return absl::OkStatus();
                     }));
     CZ_RETURN_IF_ERROR(LayerNormBackward(hooks, block.ln_1, dres, dln, x,
-                                         a.ln1_mean.data() + l * N,
-                                         a.ln1_rstd.data() + l * N));
+                                         a.ln1_mean.data() + slot * N,
+                                         a.ln1_rstd.data() + slot * N));
   }
   // encoded = wte[tokens] + wpe[positions]: no weights read.
   CZ_RETURN_IF_ERROR(RunBackward(hooks, embedding_, /*read_weights=*/false,

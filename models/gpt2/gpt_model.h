@@ -71,6 +71,18 @@
 // attention) plus N V floats of probabilities; they and
 // the scratch buffers are reused across steps while B and T stay the same,
 // and made again, exactly as large as needed, when they change.
+//
+// Activation checkpointing (SetActivationCheckpointing): a checkpointed
+// block keeps only its output (N C floats, the next block's input) from
+// Forward; its other activations (15 N C + 4 N + NH T^2 B floats) live in
+// one buffer all checkpointed blocks share. Backward runs a checkpointed
+// block's forward again, through the same forward scopes and hooks as the
+// first (its parameters are used again: gathered again when sharded),
+// into that buffer, right before the block's backward scopes. It is the
+// same computation on the same inputs (same kernels, same thread split),
+// so the recomputed activations, and so every grad and loss, are the same
+// bits as without checkpointing. The recomputed forward hands no grads:
+// each parameter still gets one HandGrad per backward use.
 // set_memory_accounting reports them (and the model's other working
 // buffers) to a MemoryTracker, whose device limit then caps them.
 //
@@ -91,6 +103,7 @@
 #include "absl/types/span.h"
 #include "ddp/param_hooks.h"
 #include "ddp/parameter.h"
+#include "engine/activation_checkpointing.h"
 #include "models/gpt2/gemm.h"
 #include "models/gpt2/gpt_backend.h"
 #include "tensor/device.h"
@@ -138,7 +151,7 @@ double GptModelFlopsPerStep(const GptConfig& config, int64_t tokens);
 double GptModelFlopsPerStep(const GptConfig& config, int seq_len,
                             int64_t tokens);
 
-class GptModel final : public Module {
+class GptModel final : public Module, public ActivationCheckpointable {
  public:
   // A model with freshly initialised parameters stored as `dtype`, drawn as
   // GPT-2 / nanoGPT does: every matmul weight, wte and wpe ~ N(0, 0.02),
@@ -178,6 +191,28 @@ class GptModel final : public Module {
   // buffers are made again; a pending Backward is dropped.
   [[nodiscard]] absl::Status set_fused_attention(bool fused);
   bool fused_attention() const { return backend_->fused_attention(); }
+  // Which blocks keep only their output and run their forward again in
+  // Backward (see Memory above). Takes effect at the next Forward, whose
+  // buffers are made again; a pending Backward is dropped.
+  // InvalidArgument for a negative `every`.
+  [[nodiscard]] absl::Status SetActivationCheckpointing(
+      const ActivationCheckpointing& checkpointing) override;
+  ActivationCheckpointing activation_checkpointing() const {
+    return checkpointing_;
+  }
+  // The activations of one Forward of `batch` x `seq` tokens, in bytes:
+  // `kept` from Forward to Backward (every block's output, the kept blocks'
+  // activations, the embeddings, final LayerNorm and probabilities),
+  // `recomputed` produced again in Backward (the checkpointed blocks'),
+  // `recompute_buffer` the one buffer those are recomputed into (part of
+  // workspace_bytes(), not of `kept`). Backward's scratch, the grad and
+  // widened-weight buffers are in neither.
+  struct ActivationBytes {
+    int64_t kept = 0;
+    int64_t recomputed = 0;
+    int64_t recompute_buffer = 0;
+  };
+  ActivationBytes activation_bytes(int batch, int seq) const;
   std::vector<Parameter*> Parameters() override;
   // The parameter called `name` (as listed above), or nullptr.
   Parameter* FindParameter(const std::string& name);
@@ -250,6 +285,14 @@ class GptModel final : public Module {
   // the backend reads it or not of its shape.
   [[nodiscard]] absl::Status Weights(const ScopeParams& scope,
                                      ScopeWeights* out);
+  // Block `l`'s forward (its four forward scopes), from its input (the
+  // embeddings or block l - 1's output) into its activation slot and its
+  // output. The first Forward and Backward's recomputation run this.
+  [[nodiscard]] absl::Status BlockForward(ParamHooks& hooks, int l);
+  // Activation slots: the kept blocks' own, then (if any block is
+  // checkpointed) the one the checkpointed blocks share.
+  int NumSlots() const;
+  int SlotOf(int block) const;
   // One forward use: PreForward, fn(weights as in Weights), PostForward.
   [[nodiscard]] absl::Status RunForward(
       ParamHooks& hooks, const ScopeParams& scope,
@@ -269,8 +312,13 @@ class GptModel final : public Module {
   // again, exactly as large as needed, when the shape changes), within the
   // accounting's limit, on the backend's device.
   [[nodiscard]] absl::Status ResizeBuffers(int batch, int seq);
-  // Calls fn(buffer, elements) for every activation and scratch array and
-  // its size for `batch` x `seq`.
+  // What an array of VisitBuffers is for: activations Forward keeps for
+  // Backward (the recompute buffer among them), or Backward's scratch.
+  enum class BufferRole { kKept, kScratch };
+  // Calls fn(buffer, elements, role, shared) for every activation and
+  // scratch array and its size for `batch` x `seq`; `shared` is how many
+  // of the elements are the checkpointed blocks' slot (the recompute
+  // buffer), 0 for arrays without slots or without checkpointing.
   template <typename Fn>
   void VisitBuffers(int batch, int seq, Fn fn);
   // Reports `bytes` held for computing (the new workspace_bytes()) to the
@@ -281,6 +329,7 @@ class GptModel final : public Module {
   GptConfig config_;
   const std::unique_ptr<GptBackend> backend_;
   gemm::Precision matmul_precision_ = gemm::Precision::kF32;
+  ActivationCheckpointing checkpointing_;
   std::vector<std::unique_ptr<Parameter>> params_;  // Declaration order.
   std::vector<Shape> shapes_;                       // params_' shapes.
   ScopeParams embedding_, lm_head_, ln_f_;

@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/gpt2/gemm.h"
+#include "models/gpt2/recording_hooks.h"
 
 namespace chunkzero {
 namespace {
@@ -25,50 +26,6 @@ using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 
 using Values = std::map<std::string, std::vector<float>>;
-
-// Logs every hook call ("PreForward wte.weight,wpe.weight"), keeps each
-// HandGrad's values in order, and checks the order like LocalHooks.
-class RecordingHooks final : public ParamHooks {
- public:
-  absl::Status PreForward(absl::Span<Parameter* const> params) override {
-    Log("PreForward", params);
-    return order_.PreForward(params);
-  }
-  absl::Status PostForward(absl::Span<Parameter* const> params) override {
-    Log("PostForward", params);
-    return order_.PostForward(params);
-  }
-  absl::Status PreBackward(absl::Span<Parameter* const> params) override {
-    Log("PreBackward", params);
-    return order_.PreBackward(params);
-  }
-  absl::Status PostBackward(absl::Span<Parameter* const> params) override {
-    Log("PostBackward", params);
-    return order_.PostBackward(params);
-  }
-  absl::Status HandGrad(Parameter& param, const Tensor& grad) override {
-    calls.push_back("HandGrad " + param.name());
-    EXPECT_EQ(grad.dtype(), DType::kF32);
-    EXPECT_EQ(grad.shape(), param.shape()) << param.name();
-    grads[param.name()].push_back(*grad.ToFloats());
-    return order_.Grad(param);
-  }
-  void RecordDeferredError(absl::Status status) override {
-    ADD_FAILURE() << status;
-  }
-  absl::Status EndStep() { return order_.EndStep(); }
-
-  std::vector<std::string> calls;
-  std::map<std::string, std::vector<std::vector<float>>> grads;
-
- private:
-  void Log(const char* call, absl::Span<Parameter* const> params) {
-    std::vector<std::string> names;
-    for (const Parameter* p : params) names.push_back(p->name());
-    calls.push_back(absl::StrCat(call, " ", absl::StrJoin(names, ",")));
-  }
-  HookOrder order_;
-};
 
 std::map<std::string, Tensor> ToState(GptModel& model, const Values& values,
                                       DType dtype = DType::kF32) {
