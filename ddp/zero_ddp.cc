@@ -29,11 +29,13 @@ absl::Status ZeroDdp::Use(absl::Span<Parameter* const> params) {
     if (auto it = prefetching_.find(chunk); it != prefetching_.end()) {
       // Prefetched: a hit if the gather is already done.
       if (it->second->IsCompleted()) ++counters_.prefetch_hits;
+      if (schedule_.recomputing()) ++counters_.recompute_accesses;
       absl::Status done = chunk->WaitBeforeCompute(*it->second);
       prefetching_.erase(it);
       CZ_RETURN_IF_ERROR(done, "prefetching chunk ", chunk->name());
     } else if (!chunk->is_accessed()) {
       ++counters_.chunk_accesses;
+      if (schedule_.recomputing()) ++counters_.recompute_accesses;
       CZ_RETURN_IF_ERROR(chunks_->AccessChunk(chunk));
     }
     CZ_RETURN_IF_ERROR(
@@ -73,6 +75,38 @@ std::vector<Chunk*> ZeroDdp::ChunksAhead(absl::Span<Parameter* const> params,
   return ahead;
 }
 
+std::vector<Chunk*> ZeroDdp::ScheduledChunksAhead(
+    absl::Span<Parameter* const> params, int count) const {
+  std::vector<Chunk*> current, ahead;
+  for (Parameter* p : params) {
+    current.push_back(params_[index_of_.at(p)].where.chunk);
+  }
+  for (const StepSchedule::Op& op : schedule_.Ahead()) {
+    for (int i : op.params) {
+      if (static_cast<int>(ahead.size()) >= count) return ahead;
+      Chunk* chunk = params_[i].where.chunk;
+      if (!params_[i].registered ||
+          std::find(current.begin(), current.end(), chunk) != current.end() ||
+          std::find(ahead.begin(), ahead.end(), chunk) != ahead.end()) {
+        continue;
+      }
+      ahead.push_back(chunk);
+    }
+  }
+  return ahead;
+}
+
+absl::StatusOr<std::vector<int>> ZeroDdp::Indices(
+    absl::Span<Parameter* const> params) {
+  std::vector<int> indices;
+  indices.reserve(params.size());
+  for (Parameter* p : params) {
+    CZ_ASSIGN_OR_RETURN(ParamInfo * info, Info(*p));
+    indices.push_back(static_cast<int>(info - params_.data()));
+  }
+  return indices;
+}
+
 bool ZeroDdp::AnyConditional(absl::Span<Parameter* const> params) const {
   for (Parameter* p : params) {
     if (params_[index_of_.at(p)].conditional) return true;
@@ -85,12 +119,19 @@ absl::Status ZeroDdp::Prefetch(absl::Span<Parameter* const> params,
   // An op that only some ranks run must not start collectives (prefetch)
   // or change what is materialised (release): the others would diverge.
   if (AnyConditional(params)) return absl::OkStatus();
-  for (Chunk* chunk : ChunksAhead(params, direction, options_.max_prefetch)) {
+  std::vector<Chunk*> ahead;
+  if (schedule_.following()) {
+    ahead = ScheduledChunksAhead(params, options_.max_prefetch);
+  } else if (schedule_.recomputing()) {
+    // Without a schedule nothing says which scope comes next.
+    return absl::OkStatus();
+  } else {
+    ahead = ChunksAhead(params, direction, options_.max_prefetch);
+  }
+  for (Chunk* chunk : ahead) {
     if (chunk->is_accessed()) continue;
     // In backward, a chunk already reduced this step needs no gather.
-    if (direction < 0 && reduced_[ChunkIndex(chunk)]) {
-      continue;
-    }
+    if (in_backward_ && reduced_[ChunkIndex(chunk)]) continue;
     CZ_ASSIGN_OR_RETURN(std::unique_ptr<comm::Work> work,
                         chunks_->StartAccessChunk(chunk));
     ++counters_.chunk_accesses;
@@ -192,15 +233,33 @@ absl::Status ZeroDdp::EndFirstForward() {
 absl::Status ZeroDdp::ReleaseLazily(absl::Span<Parameter* const> params,
                                     int direction) {
   if (AnyConditional(params)) return absl::OkStatus();  // See Prefetch.
-  // Keep the chunk of the parameter that follows this op in the direction
-  // of travel (often this op's own chunk: the next layer most likely needs
-  // it), the chunks in the prefetch window and any still being gathered.
-  const int edge = Edge(params, direction);
-  std::vector<Chunk*> keep =
-      ChunksAhead(params, direction, options_.max_prefetch);
-  const int next = edge + direction;
-  if (next >= 0 && next < static_cast<int>(order_.size())) {
-    keep.push_back(params_[order_[next]].where.chunk);
+  std::vector<Chunk*> keep;
+  if (schedule_.following()) {
+    // The next scope's chunks and the prefetch window.
+    absl::Span<const StepSchedule::Op> ahead = schedule_.Ahead();
+    if (!ahead.empty()) {
+      for (int i : ahead.front().params) {
+        keep.push_back(params_[i].where.chunk);
+      }
+    }
+    std::vector<Chunk*> window =
+        ScheduledChunksAhead(params, options_.max_prefetch);
+    keep.insert(keep.end(), window.begin(), window.end());
+  } else if (schedule_.recomputing()) {
+    // Without a schedule: a recomputed block's chunks stay for its
+    // backward, whose scopes release them.
+    return absl::OkStatus();
+  } else {
+    // Keep the chunk of the parameter that follows this op in the
+    // direction of travel (often this op's own chunk: the next layer most
+    // likely needs it), the chunks in the prefetch window and any still
+    // being gathered.
+    const int edge = Edge(params, direction);
+    keep = ChunksAhead(params, direction, options_.max_prefetch);
+    const int next = edge + direction;
+    if (next >= 0 && next < static_cast<int>(order_.size())) {
+      keep.push_back(params_[order_[next]].where.chunk);
+    }
   }
   for (const auto& [chunk, work] : prefetching_) keep.push_back(chunk);
   keep.insert(keep.end(), pinned_.begin(), pinned_.end());
@@ -208,7 +267,19 @@ absl::Status ZeroDdp::ReleaseLazily(absl::Span<Parameter* const> params,
 }
 
 absl::Status ZeroDdp::PreForward(absl::Span<Parameter* const> params) {
+  CZ_ASSIGN_OR_RETURN(std::vector<int> indices, Indices(params));
+  for (int i : indices) {
+    if (params_[i].grad_in_slice) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "parameter '", params_[i].param->name(),
+          "' is used by a forward scope after its grad was written into its "
+          "chunk slice in this step (grad reuse: the slice holds the grad, "
+          "not the weights); a recomputed forward must run before the "
+          "backward scopes that hand its grads"));
+    }
+  }
   CZ_RETURN_IF_ERROR(hook_order_.PreForward(params));
+  schedule_.Begin(StepSchedule::kForward, std::move(indices));
   for (Parameter* p : params) {
     CZ_ASSIGN_OR_RETURN(ParamInfo * info, Info(*p));
     if (!in_backward_) ++info->forward_uses;
@@ -236,7 +307,9 @@ absl::Status ZeroDdp::PostForward(absl::Span<Parameter* const> params) {
 }
 
 absl::Status ZeroDdp::PreBackward(absl::Span<Parameter* const> params) {
+  CZ_ASSIGN_OR_RETURN(std::vector<int> indices, Indices(params));
   CZ_RETURN_IF_ERROR(hook_order_.PreBackward(params));
+  schedule_.Begin(StepSchedule::kBackward, std::move(indices));
   if (!in_backward_) {
     in_backward_ = true;
     if (!registered_) {
@@ -324,6 +397,7 @@ absl::Status ZeroDdp::WriteGrad(ParamInfo& info, const Tensor& grad32) {
   }
   CZ_RETURN_IF_ERROR(chunk.WriteTensorScaled(info.where.index, grad32, scale),
                      "writing the grad of '", info.param->name(), "'");
+  info.grad_in_slice = true;
   return chunk.SetTensorState(info.where.index, TensorState::kReadyForReduce);
 }
 
@@ -382,6 +456,31 @@ absl::Status ZeroDdp::CheckUnusedAgreement() {
       "; set find_unused_parameters to reduce the missing grads as zeros"));
 }
 
+absl::Status ZeroDdp::AdoptSchedule(std::vector<StepSchedule::Op> ran) {
+  // Every rank must follow the same schedule, or their prefetches would
+  // issue different collectives: adopt it only where all ranks ran alike.
+  // A step without recomputation keeps the order rules, which already
+  // foresee it; the agreement runs anyway, as no rank knows alone whether
+  // another recomputed.
+  comm::ProcessGroup& group = chunks_->process_group();
+  const std::vector<int64_t> mine = {
+      static_cast<int64_t>(StepSchedule::Fingerprint(ran))};
+  std::vector<int64_t> all(group.size());
+  comm::AllGatherOptions options;
+  options.timeout = chunks_->options().comm_timeout;
+  options.tag = "step schedule agreement";
+  CZ_RETURN_IF_ERROR(comm::AllGather(group, comm::ConstBuffer::Of(mine),
+                                     comm::MutableBuffer::Of(all), options),
+                     "agreeing on the schedule of step 1");
+  for (int64_t theirs : all) {
+    if (theirs != mine[0]) return absl::OkStatus();
+  }
+  if (!StepSchedule::Recomputes(ran)) return absl::OkStatus();
+  schedule_.Adopt(std::move(ran));
+  SetUseSchedule();
+  return absl::OkStatus();
+}
+
 void ZeroDdp::ClearGrads() {
   for (ParamInfo& info : params_) info.param->set_grad(Tensor());
 }
@@ -422,6 +521,8 @@ absl::Status ZeroDdp::FinishBackward() {
   }
   prefetching_.clear();
   if (status.ok()) status = CheckUnusedAgreement();
+  std::vector<StepSchedule::Op> ran = schedule_.EndStep();
+  if (status.ok() && steps_ == 0) status = AdoptSchedule(std::move(ran));
   absl::Status order = hook_order_.EndStep();
   if (status.ok() && !deferred_.empty()) status = deferred_.front();
   if (status.ok()) status = order;
@@ -433,6 +534,7 @@ absl::Status ZeroDdp::FinishBackward() {
     info.forward_uses = 0;
     info.grads = 0;
     info.had_grad = false;
+    info.grad_in_slice = false;
     info.pending = Tensor();
   }
   deferred_.clear();

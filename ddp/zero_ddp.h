@@ -63,6 +63,27 @@
 // fails on every rank (the grads check, or a mismatch of the chunk-tagged
 // collectives), never hangs and never exchanges the wrong chunk.
 //
+// Activation recomputation: a model may run forward scopes again inside
+// backward (a checkpointed block's forward, right before its backward
+// scopes). Such a scope accesses its chunks again (gathered again when
+// sharded, brought back when offloaded) and marks its tensors COMPUTE, then
+// HOLD, as the first forward did; it counts as no forward use, so grads
+// are still written once per backward use. A forward scope on a parameter
+// whose grad is already in its slice (grad reuse: the slice no longer
+// holds the weights) fails the step, naming the parameter.
+//
+// The schedule: each step records its scopes in the order they ran
+// (ddp/step_schedule.h), recomputed ones included. At the end of step 1
+// the ranks compare their recordings (one i64 all-gather, once per job);
+// if every rank ran the same scopes and they recompute, later steps follow
+// that schedule: a scope gathers ahead the chunks of the scopes that come
+// next, lazy release keeps the next scope's chunks, and the auto residency
+// plans with the chunk uses it implies. Without a schedule (step 1, no
+// recomputation, ranks that ran different scopes, or a step that leaves
+// the schedule) the rules above apply: forward in registration order,
+// backward in reverse, and a recomputed scope neither gathers ahead nor
+// releases (its chunks wait for the block's backward).
+//
 // FinishBackward reduces the chunks left: grads that never arrived on this
 // rank are zeros. Then the ranks compare which parameters had grads: one
 // that had grads on some ranks but not others fails the step on every rank,
@@ -92,6 +113,7 @@
 #include "ddp/hook_order.h"
 #include "ddp/param_hooks.h"
 #include "ddp/parameter.h"
+#include "ddp/step_schedule.h"
 
 namespace chunkzero {
 
@@ -125,6 +147,9 @@ struct StepCounters {
   // Step 1 without a given order: rounds of the agreement on which
   // declaration-order chunks are materialised (see above).
   int agreement_rounds = 0;
+  // Chunks materialised again for forward scopes inside backward
+  // (activation recomputation): accessed there, or gathered ahead for one.
+  int recompute_accesses = 0;
 };
 
 class ZeroDdp final : public ParamHooks {
@@ -214,6 +239,8 @@ class ZeroDdp final : public ParamHooks {
     Tensor initial;            // f32 values from rank 0, until registration.
     bool had_grad = false;     // This step.
     bool conditional = false;  // Step 1 used it on some ranks only.
+    // This step's grad is in the slice (grad reuse): no weights there.
+    bool grad_in_slice = false;
   };
 
   ZeroDdp(ChunkManager* chunks, const ZeroDdpOptions& options,
@@ -250,8 +277,9 @@ class ZeroDdp final : public ParamHooks {
   // `order` (indices into params_); `unused` get copies of their own.
   [[nodiscard]] absl::Status Repack(const std::vector<int>& order,
                                     const std::vector<int>& unused);
-  // Tells the ChunkManager the order of one step's chunk uses (forward in
-  // registration order, backward in reverse), for its auto residency.
+  // Tells the ChunkManager the order of one step's chunk uses, for its auto
+  // residency: the schedule's, or without one forward in registration
+  // order and backward in reverse.
   void SetUseSchedule();
   // Accesses the chunks of `params` and moves them to COMPUTE.
   [[nodiscard]] absl::Status Use(absl::Span<Parameter* const> params);
@@ -270,6 +298,18 @@ class ZeroDdp final : public ParamHooks {
                                   int direction, int count);
   [[nodiscard]] absl::Status Prefetch(absl::Span<Parameter* const> params,
                                       int direction);
+  // Following the schedule: up to `count` distinct chunks of the scopes
+  // after the current one, in the order they are used, except the chunks
+  // of `params`.
+  std::vector<Chunk*> ScheduledChunksAhead(absl::Span<Parameter* const> params,
+                                           int count) const;
+  // Indices into params_ of `params`; InvalidArgument naming one that is
+  // not the model's.
+  [[nodiscard]] absl::StatusOr<std::vector<int>> Indices(
+      absl::Span<Parameter* const> params);
+  // End of step 1: adopts the scopes it ran as the schedule if every rank
+  // ran the same (collective).
+  [[nodiscard]] absl::Status AdoptSchedule(std::vector<StepSchedule::Op> ran);
   int ChunkIndex(const Chunk* chunk) const;
   bool IsPinned(int chunk_index) const;
   // True if any of `params` is conditional: such an op neither prefetches
@@ -317,6 +357,8 @@ class ZeroDdp final : public ParamHooks {
   std::map<Chunk*, std::unique_ptr<comm::Work>> prefetching_;
   StepCounters counters_;
   StepCounters last_counters_;
+  // The scopes of this step, and the schedule adopted after step 1.
+  StepSchedule schedule_;
 };
 
 }  // namespace chunkzero

@@ -101,8 +101,21 @@ absl::StatusOr<std::unique_ptr<ZeroDdp>> ZeroDdp::Create(
 }
 
 void ZeroDdp::SetUseSchedule() {
-  // Forward uses the chunks in registration order, backward in reverse.
   std::vector<Chunk*> uses;
+  if (!schedule_.adopted().empty()) {
+    // The scopes as they ran, recomputed ones included.
+    for (const StepSchedule::Op& op : schedule_.adopted()) {
+      for (int i : op.params) {
+        Chunk* chunk = params_[i].where.chunk;
+        if (chunk != nullptr && (uses.empty() || uses.back() != chunk)) {
+          uses.push_back(chunk);
+        }
+      }
+    }
+    chunks_->SetUseSchedule(std::move(uses));
+    return;
+  }
+  // Forward uses the chunks in registration order, backward in reverse.
   for (int i : order_) {
     Chunk* chunk = params_[i].where.chunk;
     if (uses.empty() || uses.back() != chunk) uses.push_back(chunk);
