@@ -37,6 +37,19 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     comm::ProcessGroup& group, Module& model, const EngineOptions& options,
     MemoryTracker* tracker) {
   CZ_ASSIGN_OR_RETURN(const Placement placement, PlaceMemory(options));
+  // The model learns which blocks recompute before its first forward; one
+  // that cannot recompute is refused only when asked to.
+  if (auto* checkpointable = dynamic_cast<ActivationCheckpointable*>(&model)) {
+    CZ_RETURN_IF_ERROR(checkpointable->SetActivationCheckpointing(
+                           options.activation_checkpointing),
+                       "EngineOptions::activation_checkpointing");
+  } else if (options.activation_checkpointing.enabled()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "EngineOptions::activation_checkpointing is ",
+        options.activation_checkpointing.ToString(),
+        ", but the model does not recompute its blocks (it does not "
+        "implement ActivationCheckpointable)"));
+  }
   std::unique_ptr<Engine> engine(
       new Engine(group, options, placement, tracker));
   if (placement.limited.has_value()) {
@@ -75,6 +88,7 @@ absl::StatusOr<StepMetrics> Engine::Step(int micro_batches,
   const absl::Time start = absl::Now();
   absl::Duration forward_time, backward_time, optimizer_time;
   double loss = 0;
+  int recompute_accesses = 0;
   for (int m = 0; m < micro_batches; ++m) {
     absl::Time t = absl::Now();
     CZ_ASSIGN_OR_RETURN(const double l, forward(*ddp_, m));
@@ -84,6 +98,7 @@ absl::StatusOr<StepMetrics> Engine::Step(int micro_batches,
     CZ_RETURN_IF_ERROR(
         backward(*ddp_, m, static_cast<float>(optimizer_->loss_scale())));
     CZ_RETURN_IF_ERROR(ddp_->FinishBackward());
+    recompute_accesses += ddp_->last_step_counters().recompute_accesses;
     backward_time += absl::Now() - t;
     if (m + 1 < micro_batches) {
       t = absl::Now();
@@ -136,6 +151,7 @@ absl::StatusOr<StepMetrics> Engine::Step(int micro_batches,
   m.backward_s = Seconds(backward_time);
   m.optimizer_s = Seconds(optimizer_time);
   m.comm_wait_s = Seconds(comm.blocked);
+  m.recompute_accesses = recompute_accesses;
   for (const std::vector<int64_t>& f : figures) {
     m.ranks.push_back(DecodeRankStepMetrics(f));
   }

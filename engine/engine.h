@@ -25,6 +25,13 @@
 // each use's f32 gradient over with HandGrad, its loss seeded with
 // `loss_scale`. Nothing here knows what the model computes.
 //
+// Activation checkpointing (EngineOptions::activation_checkpointing) is
+// the model's to apply: Create hands the option to a model that implements
+// ActivationCheckpointable (engine/activation_checkpointing.h), whose
+// recomputed forward then runs through the same hooks inside backward; the
+// ZeroDdp gathers the chunks again for it and, from step 2, prefetches by
+// the schedule step 1 ran (ddp/zero_ddp.h).
+//
 // Create is collective: every rank calls it with the same options and a
 // model with the same parameters; rank 0's values win (they are broadcast).
 // Load any starting weights into the model before Create. From then on the
@@ -77,7 +84,8 @@ class Engine {
   // engine's chunks (and a model that reports to it) hold, and carries the
   // device memory limit; null: the engine keeps its own. InvalidArgument
   // for options PlaceMemory refuses or ZeroDdp/ZeroOptimizer refuse (an
-  // empty model, duplicate parameter names, bad optimizer options),
+  // empty model, duplicate parameter names, bad optimizer options) and for
+  // activation checkpointing the model cannot apply,
   // ResourceExhausted when the chunks do not fit the device limit.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Engine>> Create(
       comm::ProcessGroup& group, Module& model, const EngineOptions& options,

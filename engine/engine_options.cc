@@ -41,6 +41,12 @@ absl::StatusOr<Placement> PlaceMemory(const EngineOptions& options) {
         absl::StrCat("EngineOptions::max_prefetch is ", options.max_prefetch,
                      " (0: gather each chunk when its op needs it)"));
   }
+  if (options.activation_checkpointing.every < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("EngineOptions::activation_checkpointing.every is ",
+                     options.activation_checkpointing.every,
+                     " (0: no block checkpointed; K: blocks 0, K, 2K, ...)"));
+  }
   if (options.comm_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("EngineOptions::comm_timeout is ",

@@ -24,6 +24,7 @@
 #include "chunk/chunk_layout.h"
 #include "chunk/chunk_manager.h"
 #include "comm/options.h"
+#include "engine/activation_checkpointing.h"
 #include "optim/zero_optimizer.h"
 #include "tensor/device.h"
 #include "tensor/dtype.h"
@@ -57,6 +58,10 @@ struct EngineOptions {
   int max_prefetch = 1;
   std::vector<std::string> first_use_order;
   bool find_unused_parameters = false;
+  // Which of the model's blocks recompute their activations in backward
+  // (engine/activation_checkpointing.h); anything but none needs a model
+  // that implements ActivationCheckpointable.
+  ActivationCheckpointing activation_checkpointing;
   // The optimizer; its `offload` field is ignored (`offload` above rules).
   ZeroOptimizerOptions optimizer;
   // How long a collective may wait for the other ranks.
@@ -77,7 +82,8 @@ struct Placement {
 // InvalidArgument naming the option for a combination that cannot be
 // placed: an offload policy or a device memory limit with `device` the
 // host, a negative limit or chunk size, a compute dtype other than f16,
-// bf16 or f32, a negative max_prefetch, a timeout that is not positive.
+// bf16 or f32, a negative max_prefetch or checkpointing interval, a timeout
+// that is not positive.
 [[nodiscard]] absl::StatusOr<Placement> PlaceMemory(
     const EngineOptions& options);
 

@@ -8,6 +8,8 @@
 //    gradient is handed over with `HandGrad` (docs/DESIGN.md §5, §10);
 //  - `Tensor` (tensor/tensor.h): a parameter's data, in the compute dtype,
 //    and the gradients handed over;
+//  - `ActivationCheckpointable` (engine/activation_checkpointing.h): a model
+//    that can recompute its blocks' activations in backward implements it;
 //  - CZ_RETURN_IF_ERROR and CZ_ASSIGN_OR_RETURN (base/status_macros.h), the
 //    macros the hooks' absl::Status results are checked with.
 //
@@ -19,9 +21,10 @@
 #ifndef CHUNKZERO_ENGINE_MODEL_H_
 #define CHUNKZERO_ENGINE_MODEL_H_
 
-#include "base/status_macros.h"  // IWYU pragma: export
-#include "ddp/param_hooks.h"     // IWYU pragma: export
-#include "ddp/parameter.h"       // IWYU pragma: export
-#include "tensor/tensor.h"       // IWYU pragma: export
+#include "base/status_macros.h"               // IWYU pragma: export
+#include "ddp/param_hooks.h"                  // IWYU pragma: export
+#include "ddp/parameter.h"                    // IWYU pragma: export
+#include "engine/activation_checkpointing.h"  // IWYU pragma: export
+#include "tensor/tensor.h"                    // IWYU pragma: export
 
 #endif  // CHUNKZERO_ENGINE_MODEL_H_

@@ -55,6 +55,14 @@ struct StepMetrics {
   // Rank 0's time in forward, backward (FinishBackward included), the
   // optimizer (AccumulateGrads included) and blocked in collectives.
   double forward_s = 0, backward_s = 0, optimizer_s = 0, comm_wait_s = 0;
+  // Rank 0's chunks materialised again for recomputed forward scopes
+  // (activation checkpointing), over the step's micro-batches.
+  int recompute_accesses = 0;
+  // The model's activations of one micro-batch: kept from forward to
+  // backward, and produced again in backward. Only the model knows them:
+  // Engine::Step leaves 0.
+  int64_t activation_kept_bytes = 0;
+  int64_t activation_recomputed_bytes = 0;
   std::vector<RankStepMetrics> ranks;
 };
 

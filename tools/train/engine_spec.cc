@@ -13,6 +13,7 @@ EngineOptions EngineOptionsFromFlags(const TrainOptions& o) {
   e.offload = o.offload;
   e.device_memory_limit = o.device_memory_limit;
   e.max_prefetch = o.max_prefetch;
+  e.activation_checkpointing = o.activation_checkpointing;
   e.comm_timeout = absl::Seconds(o.comm_timeout_s);
   e.optimizer.kind = o.optimizer;
   if (o.weight_decay >= 0) e.optimizer.weight_decay = o.weight_decay;

@@ -26,6 +26,7 @@ TEST(EngineOptionsFromFlags, CarriesWhatTheFlagsDecide) {
   o.clip = 0.5;
   o.max_prefetch = 3;
   o.comm_timeout_s = 12;
+  o.activation_checkpointing.every = 2;
   const EngineOptions e = EngineOptionsFromFlags(o);
   EXPECT_EQ(e.layout, ChunkLayout::kOwner);
   EXPECT_EQ(e.precision, DType::kBF16);
@@ -34,6 +35,7 @@ TEST(EngineOptionsFromFlags, CarriesWhatTheFlagsDecide) {
   EXPECT_EQ(e.optimizer.max_grad_norm, 0.5);
   EXPECT_EQ(e.max_prefetch, 3);
   EXPECT_EQ(e.comm_timeout, absl::Seconds(12));
+  EXPECT_EQ(e.activation_checkpointing.every, 2);
   o.weight_decay = -1;  // PyTorch's default: left to the optimizer.
   EXPECT_FALSE(EngineOptionsFromFlags(o).optimizer.weight_decay.has_value());
 }

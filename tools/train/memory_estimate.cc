@@ -135,14 +135,19 @@ absl::StatusOr<TrainMemoryEstimate> EstimateTrainMemory(
   e.in_flight_shards = chunks.in_flight_shards;
   e.optimizer = chunks.optimizer;
 
-  // models/gpt2/gpt_model.cc's buffers, in floats: per block 16 N C + 4 N +
-  // B NH T^2; embeddings and the final LayerNorm 2 N C + 2 N; the N x V
+  // models/gpt2/gpt_model.cc's buffers, in floats: per block its output
+  // N C, and per activation slot 15 N C + 4 N + B NH T^2 (a slot for each
+  // block kept, one for all checkpointed blocks to recompute into);
+  // embeddings and the final LayerNorm 2 N C + 2 N; the N x V
   // probabilities; backward scratch 10 N C + B NH T^2; the grad and widened
   // weight buffers, each the largest scope's parameters. Plus the batch.
   // The fused attention keeps B NH T (a log-sum-exp per query row, and as
   // much backward scratch) where the batched one keeps B NH T^2.
   const double attention = in.fused_attention ? B * H * T : B * H * T * T;
-  const double floats = L * (16 * N * C + 4 * N + attention) +
+  const int checkpointed =
+      in.activation_checkpointing.CheckpointedBlocks(static_cast<int>(L));
+  const double slots = L - checkpointed + (checkpointed > 0 ? 1 : 0);
+  const double floats = L * N * C + slots * (15 * N * C + 4 * N + attention) +
                         (2 * N * C + 2 * N) + N * V + (10 * N * C + attention) +
                         2 * std::max(block, (V + P) * C);
   e.activations = 4 * floats + 4 * (2 * N) * 2;

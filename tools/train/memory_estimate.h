@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "chunk/chunk_layout.h"
+#include "engine/activation_checkpointing.h"
 #include "models/gpt2/gpt_model.h"
 #include "optim/zero_optimizer.h"
 #include "tensor/dtype.h"
@@ -48,6 +49,9 @@ struct TrainMemoryInput {
   // The fused attention (--fused_attention): B NH T floats per block where
   // the batched one keeps B NH T^2.
   bool fused_attention = false;
+  // Checkpointed blocks keep only their output (--activation_checkpointing)
+  // and share one buffer their activations are recomputed into.
+  ActivationCheckpointing activation_checkpointing;
   int64_t data_bytes = 0;  // The token file's size (built-in text: 0).
   bool data_is_uint16 = false;
 };

@@ -213,6 +213,21 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
       100.0 * check.peak /
           (static_cast<double>(ReplicatedBytesPerParameter(o)) * r.parameters),
       k, check.ratio, check.ratio <= 1.05 ? "met" : "NOT MET");
+  const StepMetrics& last = r.steps.back();
+  if (o.activation_checkpointing.enabled()) {
+    absl::StrAppendFormat(
+        &s,
+        "  activations per micro-batch: %s kept, %s recomputed in backward "
+        "(--activation_checkpointing=%s; rank 0 materialised %d chunks "
+        "again for it in the last step)\n",
+        Bytes(static_cast<double>(last.activation_kept_bytes)),
+        Bytes(static_cast<double>(last.activation_recomputed_bytes)),
+        o.activation_checkpointing.ToString(), last.recompute_accesses);
+  } else {
+    absl::StrAppendFormat(
+        &s, "  activations per micro-batch: %s kept for backward\n",
+        Bytes(static_cast<double>(last.activation_kept_bytes)));
+  }
 
   // Traffic: the mean over the steps after the first.
   const size_t from = r.steps.size() > 1 ? 1 : 0;

@@ -99,6 +99,9 @@ TrainResult Synthetic(int64_t peak, int64_t at_rest) {
     m.loss = 4 - step;
     m.step_time_s = 0.5;
     m.tokens_per_s = 100;
+    m.activation_kept_bytes = 3 << 20;
+    m.activation_recomputed_bytes = 5 << 20;
+    m.recompute_accesses = 4;
     m.ranks.resize(2);
     m.ranks[0].peak_total_bytes = peak - 10;
     m.ranks[1].peak_total_bytes = peak;
@@ -153,7 +156,21 @@ TEST(FormatSummaryTest, TargetMet) {
                            "memory for collectives from 1 MiB): 2.9 KiB;"));
   EXPECT_THAT(s, HasSubstr("(ratio 1.000:"));
   EXPECT_THAT(s, HasSubstr("Speed: 0.500 s per step, 100 tokens/s"));
+  EXPECT_THAT(s, HasSubstr("  activations per micro-batch: 3.00 MiB kept for "
+                           "backward\n"));
   EXPECT_EQ(s.back(), '\n');
+}
+
+TEST(FormatSummaryTest, ShowsActivationsKeptAndRecomputed) {
+  TrainOptions o = TwoRanks();
+  o.activation_checkpointing.every = 2;
+  EXPECT_THAT(
+      FormatSummary(o, Synthetic(9000, 7000)),
+      HasSubstr("  activations per micro-batch: 3.00 MiB kept, 5.00 MiB "
+                "recomputed in backward "
+                "(--activation_checkpointing=every:2; rank 0 "
+                "materialised 4 chunks again for it in the last "
+                "step)\n"));
 }
 
 TEST(FormatSummaryTest, NamesBf16Matmuls) {

@@ -37,18 +37,22 @@ std::string StepMetricsJson(const StepMetrics& m) {
                                  ",\"h2d_bytes\":", r.h2d_bytes,
                                  ",\"d2h_bytes\":", r.d2h_bytes, "}"));
   }
-  return absl::StrCat("{\"step\":", m.step, ",\"loss\":", JsonNumber(m.loss),
-                      ",\"lr\":", JsonNumber(m.lr),
-                      ",\"loss_scale\":", JsonNumber(m.loss_scale),
-                      ",\"skipped\":", m.skipped ? "true" : "false",
-                      ",\"grad_norm\":", JsonNumber(m.grad_norm),
-                      ",\"step_time_s\":", JsonNumber(m.step_time_s),
-                      ",\"tokens_per_s\":", JsonNumber(m.tokens_per_s),
-                      ",\"time_s\":{\"forward\":", JsonNumber(m.forward_s),
-                      ",\"backward\":", JsonNumber(m.backward_s),
-                      ",\"optimizer\":", JsonNumber(m.optimizer_s),
-                      ",\"comm_wait\":", JsonNumber(m.comm_wait_s),
-                      "},\"ranks\":[", absl::StrJoin(ranks, ","), "]}");
+  return absl::StrCat(
+      "{\"step\":", m.step, ",\"loss\":", JsonNumber(m.loss),
+      ",\"lr\":", JsonNumber(m.lr),
+      ",\"loss_scale\":", JsonNumber(m.loss_scale),
+      ",\"skipped\":", m.skipped ? "true" : "false",
+      ",\"grad_norm\":", JsonNumber(m.grad_norm),
+      ",\"step_time_s\":", JsonNumber(m.step_time_s),
+      ",\"tokens_per_s\":", JsonNumber(m.tokens_per_s),
+      ",\"time_s\":{\"forward\":", JsonNumber(m.forward_s),
+      ",\"backward\":", JsonNumber(m.backward_s),
+      ",\"optimizer\":", JsonNumber(m.optimizer_s),
+      ",\"comm_wait\":", JsonNumber(m.comm_wait_s),
+      "},\"activations\":{\"kept_bytes\":", m.activation_kept_bytes,
+      ",\"recomputed_bytes\":", m.activation_recomputed_bytes,
+      "},\"recompute_accesses\":", m.recompute_accesses, ",\"ranks\":[",
+      absl::StrJoin(ranks, ","), "]}");
 }
 
 }  // namespace chunkzero

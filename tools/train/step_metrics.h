@@ -13,7 +13,8 @@ namespace chunkzero {
 
 // The metrics as one line of JSON with the keys scripts read: step, loss,
 // lr, loss_scale, skipped, grad_norm, step_time_s, tokens_per_s, time_s
-// {forward, backward, optimizer, comm_wait}, ranks [{peak_bytes,
+// {forward, backward, optimizer, comm_wait}, activations {kept_bytes,
+// recomputed_bytes}, recompute_accesses, ranks [{peak_bytes,
 // comm_bytes, device_peak_bytes, host_peak_bytes, h2d_bytes, d2h_bytes}].
 // A non-finite number (a skipped step's grad norm) is null.
 std::string StepMetricsJson(const StepMetrics& m);

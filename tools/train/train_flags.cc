@@ -127,6 +127,15 @@ absl::StatusOr<ParamOrder> ParseParamOrderFlag(absl::string_view value) {
   return Bad("param_order", value, "want layers or record");
 }
 
+absl::StatusOr<ActivationCheckpointing> ParseActivationCheckpointingFlag(
+    absl::string_view value) {
+  absl::StatusOr<ActivationCheckpointing> parsed =
+      ActivationCheckpointing::Parse(value);
+  if (parsed.ok()) return parsed;
+  return Bad("activation_checkpointing", value,
+             "want none, layers or every:K (K a positive integer)");
+}
+
 absl::string_view ParamOrderFlagValue(ParamOrder order) {
   switch (order) {
     case ParamOrder::kLayers:

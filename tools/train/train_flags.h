@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "chunk/chunk_layout.h"
+#include "engine/activation_checkpointing.h"
 #include "optim/zero_optimizer.h"
 #include "tensor/dtype.h"
 #include "tools/train/train_options.h"
@@ -52,6 +53,10 @@ absl::string_view OffloadFlagValue(OffloadPolicy offload);
 [[nodiscard]] absl::StatusOr<ParamOrder> ParseParamOrderFlag(
     absl::string_view value);
 absl::string_view ParamOrderFlagValue(ParamOrder order);
+
+// --activation_checkpointing: "none", "layers" or "every:K".
+[[nodiscard]] absl::StatusOr<ActivationCheckpointing>
+ParseActivationCheckpointingFlag(absl::string_view value);
 
 // A byte count for --`flag`: digits, then optionally a binary unit (K, M,
 // G, T or KiB, MiB, GiB, TiB: powers of 1024), e.g. "1073741824", "512MiB",

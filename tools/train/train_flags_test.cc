@@ -30,6 +30,9 @@ TEST(TrainFlags, EveryValueRoundTrips) {
   for (ParamOrder o : {ParamOrder::kLayers, ParamOrder::kRecord}) {
     EXPECT_EQ(*ParseParamOrderFlag(ParamOrderFlagValue(o)), o);
   }
+  for (const char* ac : {"none", "layers", "every:3"}) {
+    EXPECT_EQ(ParseActivationCheckpointingFlag(ac)->ToString(), ac);
+  }
   EXPECT_EQ(*ParseStorageFlag("owner"), ChunkLayout::kOwner);
   EXPECT_EQ(*ParseOptimizerFlag("sgd"), OptimizerKind::kSgd);
 }
@@ -60,6 +63,11 @@ TEST(TrainFlags, UnknownValuesNameTheFlagAndWhatItTakes) {
                 "--offload=disk: want none, optimizer, params or auto"},
            Case{ParseParamOrderFlag("random").status(),
                 "--param_order=random: want layers or record"},
+           Case{ParseActivationCheckpointingFlag("every:0").status(),
+                "--activation_checkpointing=every:0: want none, layers or "
+                "every:K (K a positive integer)"},
+           Case{ParseActivationCheckpointingFlag("all").status(),
+                "--activation_checkpointing=all: want none"},
            Case{ParseStorageFlag("x").status(), "--storage: "},
            Case{ParseOptimizerFlag("").status(), "--optimizer: "},
        }) {

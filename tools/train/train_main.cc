@@ -91,6 +91,13 @@ ABSL_FLAG(std::string, device_memory_limit, "0",
           "sim:0, and a layout that cannot fit is refused before step 1.");
 ABSL_FLAG(int, max_prefetch, kDefaults.max_prefetch,
           "Chunks gathered ahead of use.");
+ABSL_FLAG(std::string, activation_checkpointing,
+          kDefaults.activation_checkpointing.ToString(),
+          "none: keep every block's activations for backward; layers: keep "
+          "only each block's output and run the block's forward again just "
+          "before its backward (less memory, one more forward per step); "
+          "every:K: the same for blocks 0, K, 2K, ... The losses are the "
+          "same bits either way.");
 ABSL_FLAG(bool, fused_attention, kDefaults.fused_attention,
           "With --device=cuda: the attention fused, keeping a log-sum-exp per "
           "query row instead of the T x T probabilities (less memory; simple "
@@ -180,6 +187,9 @@ absl::Status ParseEnumFlags(chunkzero::TrainOptions* o) {
       o->offload, chunkzero::ParseOffloadFlag(absl::GetFlag(FLAGS_offload)));
   CZ_ASSIGN_OR_RETURN(o->param_order, chunkzero::ParseParamOrderFlag(
                                           absl::GetFlag(FLAGS_param_order)));
+  CZ_ASSIGN_OR_RETURN(o->activation_checkpointing,
+                      chunkzero::ParseActivationCheckpointingFlag(
+                          absl::GetFlag(FLAGS_activation_checkpointing)));
   CZ_ASSIGN_OR_RETURN(
       o->device_memory_limit,
       chunkzero::ParseByteCountFlag("device_memory_limit",

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "chunk/chunk_layout.h"
+#include "engine/activation_checkpointing.h"
 #include "models/gpt2/gpt_model.h"
 #include "optim/zero_optimizer.h"
 #include "tensor/dtype.h"
@@ -85,6 +86,9 @@ struct TrainOptions {
   int max_prefetch = 1;
   // The fused attention on GPUs (--fused_attention): no T x T matrix kept.
   bool fused_attention = false;
+  // Blocks that keep only their input and recompute their activations in
+  // backward (--activation_checkpointing).
+  ActivationCheckpointing activation_checkpointing;
   // One rank per process (tools/train/launch.sh starts them through
   // //tools/launch:launch, or a cluster launcher through the environment,
   // tools/train/launch_environment.h): this process runs only rank `rank`

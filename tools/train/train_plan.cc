@@ -149,6 +149,11 @@ absl::Status CheckOptions(const TrainOptions& o, const GpuMemoryProbe& probe) {
     return Bad("chunk_size", o.chunk_size, "want -1 (search), 0 or a size");
   }
   if (o.max_prefetch < 0) return Bad("max_prefetch", o.max_prefetch, ">= 0");
+  if (o.activation_checkpointing.every < 0) {
+    return Bad("activation_checkpointing",
+               absl::StrCat("every:", o.activation_checkpointing.every),
+               "want every:K with K >= 1, or none");
+  }
   // NaN compares false with everything, so these are written to fail on it.
   const struct {
     const char* flag;
@@ -519,6 +524,7 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options,
   need.chunk_size = options.chunk_size;
   need.max_prefetch = options.max_prefetch;
   need.fused_attention = options.fused_attention;
+  need.activation_checkpointing = options.activation_checkpointing;
   if (!options.tokens.empty()) {
     CZ_ASSIGN_OR_RETURN(need.data_bytes, FileSize("tokens", options.tokens));
     need.data_is_uint16 = true;

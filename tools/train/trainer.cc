@@ -206,6 +206,10 @@ class RankRunner {
       m.steps = o_.steps;
       m.tokens_per_s = static_cast<double>(o_.batch) * plan_.seq_len *
                        o_.world_size * o_.grad_accum / m.step_time_s;
+      const GptModel::ActivationBytes activations =
+          model_->activation_bytes(o_.batch, plan_.seq_len);
+      m.activation_kept_bytes = activations.kept;
+      m.activation_recomputed_bytes = activations.recomputed;
       result_->steps.push_back(m);
       if (on_step_) reported = on_step_(m);
     }

@@ -610,8 +610,18 @@ Json ParseJson(const std::string& text) {
 }
 
 std::vector<std::string> TopLevelKeys() {
-  return {"step",      "loss",        "lr",           "loss_scale", "skipped",
-          "grad_norm", "step_time_s", "tokens_per_s", "time_s",     "ranks"};
+  return {"step",
+          "loss",
+          "lr",
+          "loss_scale",
+          "skipped",
+          "grad_norm",
+          "step_time_s",
+          "tokens_per_s",
+          "time_s",
+          "activations",
+          "recompute_accesses",
+          "ranks"};
 }
 
 TEST(StepMetricsJsonTest, SyntheticMetricsExactly) {
@@ -629,6 +639,9 @@ TEST(StepMetricsJsonTest, SyntheticMetricsExactly) {
   m.backward_s = 0.03125;
   m.optimizer_s = 0.015625;
   m.comm_wait_s = 0.5;
+  m.activation_kept_bytes = 1024;
+  m.activation_recomputed_bytes = 3072;
+  m.recompute_accesses = 5;
   m.ranks.resize(2);
   m.ranks[0].peak_bytes = {{"param", 100}, {"master", 200}};
   m.ranks[0].peak_total_bytes = 300;
@@ -643,7 +656,9 @@ TEST(StepMetricsJsonTest, SyntheticMetricsExactly) {
             "\"skipped\":true,\"grad_norm\":0.75,\"step_time_s\":0.125,"
             "\"tokens_per_s\":4096,\"time_s\":{\"forward\":0.0625,"
             "\"backward\":0.03125,\"optimizer\":0.015625,\"comm_wait\":0.5},"
-            "\"ranks\":[{\"peak_bytes\":{\"master\":200,\"param\":100},"
+            "\"activations\":{\"kept_bytes\":1024,\"recomputed_bytes\":3072},"
+            "\"recompute_accesses\":5,\"ranks\":[{\"peak_bytes\":{\"master\":"
+            "200,\"param\":100},"
             "\"comm_bytes\":{\"all_gather\":12,\"reduce_scatter\":6},"
             "\"device_peak_bytes\":40,\"host_peak_bytes\":260,"
             "\"h2d_bytes\":8,\"d2h_bytes\":4},"
@@ -669,6 +684,9 @@ TEST(StepMetricsJsonTest, SyntheticMetricsExactly) {
   EXPECT_EQ(time.at("backward").get<double>(), 0.03125);
   EXPECT_EQ(time.at("optimizer").get<double>(), 0.015625);
   EXPECT_EQ(time.at("comm_wait").get<double>(), 0.5);
+  EXPECT_EQ(j.at("activations").at("kept_bytes").get<double>(), 1024);
+  EXPECT_EQ(j.at("activations").at("recomputed_bytes").get<double>(), 3072);
+  EXPECT_EQ(j.at("recompute_accesses").get<double>(), 5);
   ASSERT_EQ(j.at("ranks").size(), 2u);
   const Json& r0 = j.at("ranks").at(0);
   EXPECT_EQ(Keys(r0), (std::vector<std::string>{
