@@ -10,8 +10,8 @@ void StepSchedule::Begin(Kind kind, std::vector<int> params) {
   if (kind == kBackward) in_backward_ = true;
   recomputing_ = kind == kForward && in_backward_;
   recording_.push_back(Op{kind, std::move(params)});
-  if (following_ &&
-      (position >= adopted_.size() || !(adopted_[position] == recording_.back()))) {
+  if (following_ && (position >= adopted_.size() ||
+                     !(adopted_[position] == recording_.back()))) {
     following_ = false;
   }
 }
@@ -47,6 +47,15 @@ uint64_t StepSchedule::Fingerprint(absl::Span<const Op> ops) {
     for (int p : op.params) mix(static_cast<uint64_t>(static_cast<int64_t>(p)));
   }
   return hash;
+}
+
+size_t StepSchedule::UntilNextRecompute(absl::Span<const Op> ops) {
+  bool backward = false;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind == kBackward) backward = true;
+    if (ops[i].kind == kForward && backward) return i;
+  }
+  return ops.size();
 }
 
 bool StepSchedule::Recomputes(absl::Span<const Op> ops) {

@@ -63,6 +63,11 @@ class StepSchedule {
   // True if `ops` has a forward scope after a backward one (activation
   // recomputation): only such a step needs a schedule to prefetch well.
   static bool Recomputes(absl::Span<const Op> ops);
+  // How many of `ops` come before the first forward scope that follows a
+  // backward one among them (the next recomputation); ops.size() if none.
+  // Seen from a recomputed scope: the rest of its recomputation and the
+  // backward that uses what it recomputed.
+  static size_t UntilNextRecompute(absl::Span<const Op> ops);
 
  private:
   std::vector<Op> adopted_;

@@ -110,5 +110,22 @@ TEST(StepScheduleTest, RecomputesOnlyWithAForwardScopeAfterABackwardOne) {
   EXPECT_FALSE(StepSchedule::Recomputes({{StepSchedule::kBackward, {0}}}));
 }
 
+TEST(StepScheduleTest, UntilNextRecomputeSpansTheRecomputationAndItsBackward) {
+  // Two blocks, both checkpointed: forward {0} {1}; backward {1}... as
+  // RecomputeStep, with block 1 recomputed too.
+  const std::vector<Op> ops = {{StepSchedule::kForward, {1}},
+                               {StepSchedule::kBackward, {1}},
+                               {StepSchedule::kForward, {0}},
+                               {StepSchedule::kBackward, {0}}};
+  EXPECT_EQ(StepSchedule::UntilNextRecompute(ops), 2u);
+  EXPECT_EQ(
+      StepSchedule::UntilNextRecompute(absl::MakeConstSpan(ops).subspan(1)),
+      1u);
+  EXPECT_EQ(
+      StepSchedule::UntilNextRecompute(absl::MakeConstSpan(ops).subspan(2)),
+      2u);
+  EXPECT_EQ(StepSchedule::UntilNextRecompute({}), 0u);
+}
+
 }  // namespace
 }  // namespace chunkzero

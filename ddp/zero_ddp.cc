@@ -235,11 +235,27 @@ absl::Status ZeroDdp::ReleaseLazily(absl::Span<Parameter* const> params,
   if (AnyConditional(params)) return absl::OkStatus();  // See Prefetch.
   std::vector<Chunk*> keep;
   if (schedule_.following()) {
-    // The next scope's chunks and the prefetch window.
+    // The next scope's chunks and the prefetch window; in backward, also
+    // the chunks the last recomputation used that the scopes up to the
+    // next one use again: a recomputed block's chunks stay from its
+    // recomputed forward through its backward (one block's, as without a
+    // schedule), and no other chunk stays longer than without recompute.
     absl::Span<const StepSchedule::Op> ahead = schedule_.Ahead();
     if (!ahead.empty()) {
       for (int i : ahead.front().params) {
         keep.push_back(params_[i].where.chunk);
+      }
+    }
+    if (in_backward_) {
+      const size_t span = StepSchedule::UntilNextRecompute(ahead);
+      for (const StepSchedule::Op& op : ahead.first(span)) {
+        for (int i : op.params) {
+          Chunk* chunk = params_[i].where.chunk;
+          if (std::find(recomputed_.begin(), recomputed_.end(), chunk) !=
+              recomputed_.end()) {
+            keep.push_back(chunk);
+          }
+        }
       }
     }
     std::vector<Chunk*> window =
@@ -280,6 +296,18 @@ absl::Status ZeroDdp::PreForward(absl::Span<Parameter* const> params) {
   }
   CZ_RETURN_IF_ERROR(hook_order_.PreForward(params));
   schedule_.Begin(StepSchedule::kForward, std::move(indices));
+  if (schedule_.recomputing()) {
+    // A recomputation after backward scopes starts afresh.
+    if (!recomputing_before_) recomputed_.clear();
+    for (Parameter* p : params) {
+      Chunk* chunk = params_[index_of_.at(p)].where.chunk;
+      if (std::find(recomputed_.begin(), recomputed_.end(), chunk) ==
+          recomputed_.end()) {
+        recomputed_.push_back(chunk);
+      }
+    }
+  }
+  recomputing_before_ = schedule_.recomputing();
   for (Parameter* p : params) {
     CZ_ASSIGN_OR_RETURN(ParamInfo * info, Info(*p));
     if (!in_backward_) ++info->forward_uses;
@@ -310,6 +338,7 @@ absl::Status ZeroDdp::PreBackward(absl::Span<Parameter* const> params) {
   CZ_ASSIGN_OR_RETURN(std::vector<int> indices, Indices(params));
   CZ_RETURN_IF_ERROR(hook_order_.PreBackward(params));
   schedule_.Begin(StepSchedule::kBackward, std::move(indices));
+  recomputing_before_ = false;
   if (!in_backward_) {
     in_backward_ = true;
     if (!registered_) {
@@ -538,6 +567,8 @@ absl::Status ZeroDdp::FinishBackward() {
     info.pending = Tensor();
   }
   deferred_.clear();
+  recomputed_.clear();
+  recomputing_before_ = false;
   in_backward_ = false;
   step_started_ = false;
   ++steps_;

@@ -359,6 +359,10 @@ class ZeroDdp final : public ParamHooks {
   StepCounters last_counters_;
   // The scopes of this step, and the schedule adopted after step 1.
   StepSchedule schedule_;
+  // The chunks of the latest run of recomputed scopes (kept for the
+  // backward after it), and whether the latest scope was recomputed.
+  std::vector<Chunk*> recomputed_;
+  bool recomputing_before_ = false;
 };
 
 }  // namespace chunkzero

@@ -45,9 +45,9 @@ TEST(ActivationCheckpointingTest, EveryKCheckpointsBlocksZeroKTwoK) {
 }
 
 TEST(ActivationCheckpointingTest, RejectsAnythingElseQuotingIt) {
-  for (const char* text : {"", "all", "every:", "every:0", "every:-2",
-                           "every:+2", "every: 2", "every:2x", "Layers",
-                           "every:99999999999"}) {
+  for (const char* text :
+       {"", "all", "every:", "every:0", "every:-2", "every:+2", "every: 2",
+        "every:2x", "Layers", "every:99999999999"}) {
     const auto parsed = ActivationCheckpointing::Parse(text);
     ASSERT_FALSE(parsed.ok()) << text;
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);

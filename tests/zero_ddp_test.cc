@@ -937,5 +937,32 @@ TEST(ZeroDdp, HookMisuseFailsTheStep) {
       })));
 }
 
+// A forward scope after a parameter's grad is in its slice (grad reuse:
+// the slice holds the grad, no longer the weights) fails, naming it; a
+// recomputed forward must come before the backward that hands its grads.
+TEST(ZeroDdp, ForwardAfterTheGradIsWrittenFailsNamingTheParameter) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {
+        std::unique_ptr<TestModel> model =
+            MakeTestModel(TestModelKind::kMlp, 1);
+        MemoryTracker tracker;
+        ChunkManager chunks(&g, ChunkManagerOptions(), &tracker);
+        CZ_ASSIGN_OR_RETURN(
+            std::unique_ptr<ZeroDdp> ddp,
+            ZeroDdp::Create(model.get(), &chunks, ZeroDdpOptions()));
+        CZ_RETURN_IF_ERROR(
+            model->Forward(*ddp, MakeBatch(*model, 2, 3), 0).status());
+        CZ_RETURN_IF_ERROR(model->Backward(*ddp));
+        std::vector<Parameter*> fc1 = {model->Parameters()[0],
+                                       model->Parameters()[1]};
+        const absl::Status late = ddp->PreForward(fc1);
+        EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition);
+        EXPECT_THAT(std::string(late.message()),
+                    HasSubstr("parameter 'fc1.weight' is used by a forward "
+                              "scope after its grad was written"));
+        return absl::OkStatus();
+      })));
+}
+
 }  // namespace
 }  // namespace chunkzero

@@ -44,8 +44,8 @@ struct Pass {
 };
 
 // Two steps of two shapes (buffers made again in between), no optimizer.
-Pass TwoSteps(DType dtype, gemm::Precision precision, ActivationCheckpointing ac,
-         int layers) {
+Pass TwoSteps(DType dtype, gemm::Precision precision,
+              ActivationCheckpointing ac, int layers) {
   auto model = *GptModel::Create(TinyConfig(layers), 17, dtype);
   model->set_matmul_precision(precision);
   EXPECT_TRUE(model->SetActivationCheckpointing(ac).ok());
@@ -53,9 +53,8 @@ Pass TwoSteps(DType dtype, gemm::Precision precision, ActivationCheckpointing ac
   RecordingHooks hooks;
   for (auto [batch, seq] : {std::pair{2, 5}, std::pair{1, 6}}) {
     const int n = batch * seq;
-    absl::StatusOr<float> loss =
-        model->Forward(hooks, batch, seq, Tokens(n, 11, batch),
-                       Tokens(n, 11, batch + 3));
+    absl::StatusOr<float> loss = model->Forward(
+        hooks, batch, seq, Tokens(n, 11, batch), Tokens(n, 11, batch + 3));
     EXPECT_TRUE(loss.ok()) << loss.status();
     pass.losses.push_back(*loss);
     EXPECT_TRUE(model->Backward(hooks, 2.0f).ok());
@@ -77,11 +76,10 @@ TEST(GptRecomputeTest, SameBitsAsKeepingInEveryPrecision) {
                         Case{DType::kBF16, gemm::Precision::kBf16}}) {
     const Pass plain = TwoSteps(c.dtype, c.precision, {}, 3);
     for (int every : {1, 2, 3, 7}) {
-      SCOPED_TRACE(absl::StrCat(DTypeName(c.dtype),
-                                c.precision == gemm::Precision::kBf16
-                                    ? " bf16 products"
-                                    : "",
-                                " every:", every));
+      SCOPED_TRACE(absl::StrCat(
+          DTypeName(c.dtype),
+          c.precision == gemm::Precision::kBf16 ? " bf16 products" : "",
+          " every:", every));
       const Pass checkpointed =
           TwoSteps(c.dtype, c.precision, ActivationCheckpointing{every}, 3);
       EXPECT_THAT(checkpointed.losses, ElementsAreArray(plain.losses));
@@ -99,7 +97,7 @@ TEST(GptRecomputeTest, SameBitsAsKeepingInEveryPrecision) {
 // once per backward use, as without checkpointing.
 TEST(GptRecomputeTest, CheckpointedBlockRunsItsForwardScopesAgainInBackward) {
   const Pass pass = TwoSteps(DType::kF32, gemm::Precision::kF32,
-                        ActivationCheckpointing{2}, 2);
+                             ActivationCheckpointing{2}, 2);
   auto block = [](int l) {
     const std::string h = absl::StrCat("h.", l, ".");
     return std::vector<std::string>{

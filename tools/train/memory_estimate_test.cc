@@ -66,6 +66,21 @@ TEST(EstimateTrainMemory, TheFusedAttentionKeepsARowPerQuery) {
             4 * (1120 - 48 + 144 + 128 + 704 - 48 + 1744) + 4 * 16 * 2);
 }
 
+// A checkpointed block keeps its output (N C = 64 floats); its other
+// activations, 15 N C + 4 N + B NH T^2 = 960 + 32 + 64 floats, live in the
+// one slot the checkpointed blocks share.
+TEST(EstimateTrainMemory, CheckpointedBlocksShareOneActivationSlot) {
+  TrainMemoryInput in = Small();
+  in.model.layers = 3;
+  const double none = EstimateTrainMemory(in)->activations;
+  in.activation_checkpointing.every = 1;  // 3 blocks, 1 slot.
+  EXPECT_EQ(EstimateTrainMemory(in)->activations, none - 4 * 2 * 1056);
+  in.activation_checkpointing.every = 2;  // Blocks 0 and 2 share a slot.
+  EXPECT_EQ(EstimateTrainMemory(in)->activations, none - 4 * 1 * 1056);
+  in.activation_checkpointing.every = 5;  // Block 0 alone: its own slot.
+  EXPECT_EQ(EstimateTrainMemory(in)->activations, none);
+}
+
 TEST(EstimateTrainMemory, ReplicatedHoldsEverythingOnEveryRank) {
   TrainMemoryInput in = Small();
   in.layout = ChunkLayout::kReplicated;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
 #include "base/status_macros.h"
@@ -386,8 +387,12 @@ absl::Status CheckDeviceMemory(TrainPlan& plan, const TrainMemoryInput& need,
     plan.auto_rests_on_host = true;
     return absl::OkStatus();
   }
-  std::string advice =
-      "no layout fits: lower --batch or --seq_len, or raise the limit";
+  const bool can_checkpoint = !o.activation_checkpointing.enabled();
+  std::string advice = absl::StrCat(
+      "no layout fits: lower --batch or --seq_len, ",
+      can_checkpoint ? "recompute activations (--activation_checkpointing), "
+                     : "",
+      "or raise the limit");
   const struct {
     ChunkLayout layout;
     OffloadPolicy offload;
@@ -412,6 +417,15 @@ absl::Status CheckDeviceMemory(TrainPlan& plan, const TrainMemoryInput& need,
       absl::StrAppend(&advice, " --offload=", OffloadFlagValue(offload));
     }
     break;
+  }
+  // No lighter layout fits: recomputing the blocks' activations may.
+  if (can_checkpoint && absl::StartsWith(advice, "no layout fits")) {
+    TrainMemoryInput checkpointed = need;
+    checkpointed.activation_checkpointing.every = 1;
+    absl::StatusOr<TrainMemoryEstimate> e = EstimateTrainMemory(checkpointed);
+    if (e.ok() && DeviceMemoryNeeded(*e, o.offload) <= limit) {
+      advice = "try --activation_checkpointing=layers";
+    }
   }
   return absl::ResourceExhaustedError(
       absl::StrCat("--storage=", ChunkLayoutName(o.storage),
