@@ -1023,8 +1023,15 @@ TEST(TrainerTest, ALayoutPastTheDeviceLimitIsRefusedWithAdvice) {
   replicated.device_memory_limit = 1024;
   EXPECT_THAT(std::string(RunTraining(replicated, nullptr).status().message()),
               EndsWith("but --device_memory_limit is 1.00 KiB; no layout "
-                       "fits: lower --batch or --seq_len, or raise the "
-                       "limit"));
+                       "fits: lower --batch or --seq_len, recompute "
+                       "activations (--activation_checkpointing), or raise "
+                       "the limit"));
+  // Already recomputing: that advice is not given again.
+  replicated.activation_checkpointing.every = 1;
+  EXPECT_THAT(std::string(RunTraining(replicated, nullptr).status().message()),
+              EndsWith("no layout fits: lower --batch or --seq_len, or raise "
+                       "the limit"));
+  replicated.activation_checkpointing.every = 0;
   replicated.device_memory_limit = -1;
   EXPECT_EQ(RunTraining(replicated, nullptr).status().message(),
             "--device_memory_limit=-1: want >= 0 (0: no limit)");
