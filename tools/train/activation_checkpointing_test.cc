@@ -146,8 +146,8 @@ TEST(ActivationCheckpointingTest, RecomputeMaterialisesEachBlockOnceMore) {
   const TrainResult plain = Train(o);
   // wte: 256 x 32 f16 elements, half of them gathered from the other rank.
   const int64_t wte_gather = 256 * 32 * 2 / 2;
-  for (const auto& [ac, blocks] :
-       std::vector<std::pair<std::string, int>>{{"layers", 3}, {"every:2", 2}}) {
+  for (const auto& [ac, blocks] : std::vector<std::pair<std::string, int>>{
+           {"layers", 3}, {"every:2", 2}}) {
     SCOPED_TRACE(ac);
     const TrainResult r = Train(With(o, ac));
     ASSERT_EQ(r.steps.size(), 3u);
