@@ -108,17 +108,20 @@ absl::Status MatmulBackward(float* dx, float* dw, float* dbias,
                             CudaStream stream) {
   CZ_ASSIGN_OR_RETURN(const void* grad, Operand(dout, size_t{1} * N * OC,
                                                 precision, scratch, 0, stream));
-  CZ_ASSIGN_OR_RETURN(
-      const void* wa,
-      WeightOperand(w, size_t{1} * IC * OC, precision, scratch, 1, stream));
-  CZ_RETURN_IF_ERROR(CudaGemm(kNo, kYes, N, IC, OC, 1.0f, {grad, OC}, {wa, OC},
-                              0.0f, dx, IC, precision, 1, 0, stream));
+  // dw and dbias first: dx may overwrite x (the model's dfch in place).
   CZ_ASSIGN_OR_RETURN(const void* xa, Operand(x, size_t{1} * N * IC, precision,
                                               scratch, 2, stream));
   CZ_RETURN_IF_ERROR(CudaGemm(kYes, kNo, IC, OC, N, 1.0f, {xa, IC}, {grad, OC},
                               0.0f, dw, OC, precision, 1, 0, stream));
-  if (dbias == nullptr) return absl::OkStatus();
-  return cuda_gpt_kernels::ColumnSums(dbias, dout, N, OC, stream);
+  if (dbias != nullptr) {
+    CZ_RETURN_IF_ERROR(
+        cuda_gpt_kernels::ColumnSums(dbias, dout, N, OC, stream));
+  }
+  CZ_ASSIGN_OR_RETURN(
+      const void* wa,
+      WeightOperand(w, size_t{1} * IC * OC, precision, scratch, 1, stream));
+  return CudaGemm(kNo, kYes, N, IC, OC, 1.0f, {grad, OC}, {wa, OC}, 0.0f, dx,
+                  IC, precision, 1, 0, stream);
 }
 
 absl::Status MatmulTransposedForward(float* out, const float* x,

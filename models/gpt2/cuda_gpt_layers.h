@@ -78,7 +78,8 @@ using gemm::Precision;
                                          Bf16Scratch& scratch,
                                          CudaStream stream = kComputeStream);
 // dx[N, IC] = dout w^T, dw[IC, OC] = x^T dout, dbias = column sums of
-// dout (dbias may be null); all overwritten.
+// dout (dbias may be null); all overwritten. dx may be x itself: dw and
+// dbias are enqueued first.
 [[nodiscard]] absl::Status MatmulBackward(float* dx, float* dw, float* dbias,
                                           const float* dout, const float* x,
                                           const CudaWeight& w, int N, int IC,

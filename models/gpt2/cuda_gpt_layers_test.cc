@@ -121,11 +121,12 @@ CpuAttention RunCpuAttention(const std::vector<float>& qkv,
   CpuAttention r{std::vector<float>(N * C),
                  std::vector<float>(size_t{1} * B * NH * T * T),
                  std::vector<float>(N * 3 * C)};
-  std::vector<float> datt(r.att.size());
+  std::vector<float> datt(size_t{1} * T * T);
   gpt_kernels::AttentionForward(r.out.data(), r.att.data(), qkv.data(), B, T, C,
                                 NH, precision);
-  gpt_kernels::AttentionBackward(r.dqkv.data(), datt.data(), dout.data(),
-                                 qkv.data(), r.att.data(), B, T, C, NH,
+  std::vector<float> used_up = r.att;  // The backward writes over it.
+  gpt_kernels::AttentionBackward(r.dqkv.data(), datt.data(), 1, dout.data(),
+                                 qkv.data(), used_up.data(), B, T, C, NH,
                                  precision);
   return r;
 }

@@ -61,17 +61,29 @@ class GptBackend {
   // keeps lse[B, NH, T] where the batched attention keeps the
   // probabilities att[B, NH, T, T], and its backward takes the forward's
   // output and a delta[B, NH, T] scratch where the batched one takes
-  // datt[B, NH, T, T]. AttentionElements says how many floats each needs.
+  // datt (AttentionScratchElements). AttentionElements says how many floats
+  // att needs.
   virtual bool fused_attention() const = 0;
   // Chooses the attention: InvalidArgument for the fused one on the CPU,
   // which has only the batched one.
   [[nodiscard]] virtual absl::Status set_fused_attention(bool fused) = 0;
-  // Floats of att (and of datt) per sequence batch: B NH T^2 batched,
-  // B NH T fused.
+  // Floats of att per sequence batch: B NH T^2 batched, B NH T fused.
   int64_t AttentionElements(int B, int T, int NH) const {
     const int64_t rows = int64_t{B} * NH * T;
     return fused_attention() ? rows : rows * T;
   }
+  // Floats of AttentionBackward's datt when `threads` threads may run it:
+  // the CPU's T x T + 3 T C / NH per head computed at once, for
+  // min(threads, B NH) heads; a GPU's AttentionElements (every head at
+  // once).
+  virtual int64_t AttentionScratchElements(int B, int T, int C, int NH,
+                                           int threads) const {
+    return AttentionElements(B, T, NH);
+  }
+  // Whether AttentionBackward may write dqkv over qkv and read dout from
+  // `out` itself (the CPU's, which does not read `out`), so that Backward
+  // needs no buffers of its own for them.
+  virtual bool AttentionBackwardInPlace() const { return false; }
 
   virtual absl::Status EmbeddingForward(float* out, const int32_t* tokens,
                                         const float* wte, const float* wpe,
@@ -105,11 +117,15 @@ class GptBackend {
   virtual absl::Status AttentionForward(float* out, float* att,
                                         const float* qkv, int B, int T, int C,
                                         int NH, Precision precision) = 0;
-  // `out` is the forward's output (the fused attention reads it).
+  // `out` is the forward's output (the fused attention reads it). `att`
+  // may be used up (the CPU writes the scores' grads over it); datt holds
+  // datt_elements floats, at least AttentionScratchElements for some
+  // thread count.
   virtual absl::Status AttentionBackward(float* dqkv, float* datt,
+                                         int64_t datt_elements,
                                          const float* dout, const float* qkv,
-                                         const float* att, const float* out,
-                                         int B, int T, int C, int NH,
+                                         float* att, const float* out, int B,
+                                         int T, int C, int NH,
                                          Precision precision) = 0;
   virtual absl::Status GeluForward(float* out, const float* x, size_t n) = 0;
   virtual absl::Status GeluBackward(float* dx, const float* x,

@@ -1,7 +1,9 @@
 // The CPU GptBackend: models/gpt2/gpt_kernels.h as it is.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
 #include "models/gpt2/gpt_backend.h"
 #include "models/gpt2/gpt_kernels.h"
 #include "tensor/cpu/cast_kernels.h"
@@ -85,11 +87,28 @@ class CpuGptBackend final : public GptBackend {
     k::AttentionForward(out, att, qkv, B, T, C, NH, precision);
     return absl::OkStatus();
   }
-  absl::Status AttentionBackward(float* dqkv, float* datt, const float* dout,
-                                 const float* qkv, const float* att,
-                                 const float*, int B, int T, int C, int NH,
+  int64_t AttentionScratchElements(int B, int T, int C, int NH,
+                                   int threads) const override {
+    return std::min<int64_t>(int64_t{B} * NH, std::max(1, threads)) *
+           static_cast<int64_t>(k::AttentionBackwardScratchPerHead(T, C, NH));
+  }
+  bool AttentionBackwardInPlace() const override { return true; }
+  absl::Status AttentionBackward(float* dqkv, float* datt,
+                                 int64_t datt_elements, const float* dout,
+                                 const float* qkv, float* att, const float*,
+                                 int B, int T, int C, int NH,
                                  Precision precision) override {
-    k::AttentionBackward(dqkv, datt, dout, qkv, att, B, T, C, NH, precision);
+    const int64_t block =
+        static_cast<int64_t>(k::AttentionBackwardScratchPerHead(T, C, NH));
+    if (datt_elements < block) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("AttentionBackward: datt holds ", datt_elements,
+                       " floats, less than one head's ", block));
+    }
+    const int64_t heads =
+        std::min<int64_t>(datt_elements / block, int64_t{B} * NH);
+    k::AttentionBackward(dqkv, datt, static_cast<int>(heads), dout, qkv, att, B,
+                         T, C, NH, precision);
     return absl::OkStatus();
   }
   absl::Status GeluForward(float* out, const float* x, size_t n) override {

@@ -105,10 +105,16 @@ class CudaGptBackend final : public GptBackend {
     return layers::AttentionForward(out, att, qkv, B, T, C, NH, precision,
                                     *scratch_);
   }
-  absl::Status AttentionBackward(float* dqkv, float* datt, const float* dout,
-                                 const float* qkv, const float* att,
-                                 const float* out, int B, int T, int C, int NH,
+  absl::Status AttentionBackward(float* dqkv, float* datt,
+                                 int64_t datt_elements, const float* dout,
+                                 const float* qkv, float* att, const float* out,
+                                 int B, int T, int C, int NH,
                                  Precision precision) override {
+    if (datt_elements < AttentionElements(B, T, NH)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("AttentionBackward: datt holds ", datt_elements,
+                       " floats, less than ", AttentionElements(B, T, NH)));
+    }
     const ScopedCudaDevice on(device_.index());
     if (fused_attention_) {  // att: the log-sum-exps; datt: the deltas.
       return layers::FusedAttentionBackward(dqkv, datt, dout, qkv, out, att, B,

@@ -224,17 +224,16 @@ GPT_KERNEL void CausalSoftmaxRows(size_t begin, size_t end, float* att, int T) {
   }
 }
 
-// datt rows (dP on entry) become dS = P * (dP - <P, dP>) * scale.
-GPT_KERNEL void CausalSoftmaxBackwardRows(size_t begin, size_t end, float* datt,
-                                          const float* att, int T,
-                                          float scale) {
-  for (size_t r = begin; r < end; ++r) {
-    const int t = static_cast<int>(r % T);
-    const float* p = att + r * T;
-    float* d = datt + r * T;
-    const float dot = Dot(p, d, t + 1);
-    for (int s = 0; s <= t; ++s) d[s] = p[s] * (d[s] - dot) * scale;
-    for (int s = t + 1; s < T; ++s) d[s] = 0;
+// Rows r0..r1 of one head: p (P on entry) becomes dS = P * (dP - <P, dP>)
+// * scale, dP read from dp; T columns each, zero above the diagonal.
+GPT_KERNEL void CausalSoftmaxBackwardRows(int r0, int r1, float* p,
+                                          const float* dp, int T, float scale) {
+  for (int t = r0; t < r1; ++t) {
+    float* pr = p + static_cast<size_t>(t) * T;
+    const float* d = dp + static_cast<size_t>(t) * T;
+    const float dot = Dot(pr, d, t + 1);
+    for (int s = 0; s <= t; ++s) pr[s] = pr[s] * (d[s] - dot) * scale;
+    for (int s = t + 1; s < T; ++s) pr[s] = 0;
   }
 }
 
@@ -358,8 +357,7 @@ void MatmulBackward(float* dx, float* dw, float* dbias, const float* dout,
                     const float* x, const WeightMatrix& w, int N, int IC,
                     int OC, gemm::Precision precision) {
   const gemm::Operand grad = GradOperand(dout, N, OC, precision);
-  Gemm(kNo, kYes, N, IC, OC, 1.0f, grad, w.Operand(OC, precision), 0.0f, dx, IC,
-       precision);
+  // dw and dbias first: dx may overwrite x (the model's dfch in place).
   Gemm(kYes, kNo, IC, OC, N, 1.0f, gemm::Operand(x, IC), grad, 0.0f, dw, OC,
        precision);
   if (dbias != nullptr) {
@@ -367,6 +365,8 @@ void MatmulBackward(float* dx, float* dw, float* dbias, const float* dout,
       ColumnSums(c0, c1, dbias, dout, N, OC);
     });
   }
+  Gemm(kNo, kYes, N, IC, OC, 1.0f, grad, w.Operand(OC, precision), 0.0f, dx, IC,
+       precision);
 }
 
 void MatmulTransposedForward(float* out, const float* x, const WeightMatrix& w,
@@ -429,33 +429,52 @@ void AttentionForward(float* out, float* att, const float* qkv, int B, int T,
 // From S = Q K^T * scale, P = softmax(S), Y = P V:
 //   dP = dY V^T, dV = P^T dY, dS = P * (dP - rowsum(P * dP)) (times scale
 //   here, folding in the score scale), dQ = dS K, dK = dS^T Q.
-// Each head writes only its own columns of dqkv and its own datt block, so
-// the heads run in parallel like the forward's.
-void AttentionBackward(float* dqkv, float* datt, const float* dout,
-                       const float* qkv, const float* att, int B, int T, int C,
-                       int NH, gemm::Precision precision) {
+// dS overwrites P (dV, the last reader of P, comes first), so the T x T
+// scratch is dP alone: one block per head computed at once, with the
+// head's dQ, dK, dV next to it, copied into dqkv once the head is done (so
+// dqkv may be qkv). The heads are cut into datt_heads contiguous runs, one
+// block each, run in parallel; each head writes only its own columns, so
+// the split changes no bits.
+void AttentionBackward(float* dqkv, float* datt, int datt_heads,
+                       const float* dout, const float* qkv, float* att, int B,
+                       int T, int C, int NH, gemm::Precision precision) {
   const int hd = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const size_t tt = static_cast<size_t>(T) * T;
-  ParallelFor(static_cast<size_t>(B) * NH, 1, [&](size_t begin, size_t end) {
-    for (size_t bh = begin; bh < end; ++bh) {
-      const size_t b = bh / NH, h = bh % NH;
-      const size_t row0 = b * T;
-      const float* dy = dout + row0 * C + h * hd;
-      const float* q = qkv + row0 * 3 * C + h * hd;
-      const float* v = q + 2 * C;
-      float* dq = dqkv + row0 * 3 * C + h * hd;
-      const float* p = att + bh * tt;
-      float* ds = datt + bh * tt;
-      GemmOnThisThread(kNo, kYes, T, T, hd, 1.0f, dy, C, v, 3 * C, 0.0f, ds, T,
-                       precision);
-      GemmOnThisThread(kYes, kNo, T, hd, T, 1.0f, p, T, dy, C, 0.0f, dq + 2 * C,
-                       3 * C, precision);
-      CausalSoftmaxBackwardRows(bh * T, (bh + 1) * T, datt, att, T, scale);
-      GemmOnThisThread(kNo, kNo, T, hd, T, 1.0f, ds, T, q + C, 3 * C, 0.0f, dq,
-                       3 * C, precision);
-      GemmOnThisThread(kYes, kNo, T, hd, T, 1.0f, ds, T, q, 3 * C, 0.0f, dq + C,
-                       3 * C, precision);
+  const size_t block = AttentionBackwardScratchPerHead(T, C, NH);
+  const size_t heads = static_cast<size_t>(B) * NH;
+  const size_t runs =
+      std::min(heads, static_cast<size_t>(std::max(1, datt_heads)));
+  ParallelFor(runs, 1, [&](size_t begin, size_t end) {
+    for (size_t run = begin; run < end; ++run) {
+      float* dp = datt + run * block;
+      float* dhead = dp + tt;  // [T, 3 hd]: dQ, dK, dV side by side.
+      for (size_t bh = run * heads / runs; bh < (run + 1) * heads / runs;
+           ++bh) {
+        const size_t b = bh / NH, h = bh % NH;
+        const size_t row0 = b * T;
+        const float* dy = dout + row0 * C + h * hd;
+        const float* q = qkv + row0 * 3 * C + h * hd;
+        const float* v = q + 2 * C;
+        float* p = att + bh * tt;
+        GemmOnThisThread(kNo, kYes, T, T, hd, 1.0f, dy, C, v, 3 * C, 0.0f, dp,
+                         T, precision);
+        GemmOnThisThread(kYes, kNo, T, hd, T, 1.0f, p, T, dy, C, 0.0f,
+                         dhead + 2 * hd, 3 * hd, precision);
+        CausalSoftmaxBackwardRows(0, T, p, dp, T, scale);
+        GemmOnThisThread(kNo, kNo, T, hd, T, 1.0f, p, T, q + C, 3 * C, 0.0f,
+                         dhead, 3 * hd, precision);
+        GemmOnThisThread(kYes, kNo, T, hd, T, 1.0f, p, T, q, 3 * C, 0.0f,
+                         dhead + hd, 3 * hd, precision);
+        float* dq = dqkv + row0 * 3 * C + h * hd;
+        for (int t = 0; t < T; ++t) {
+          for (int part = 0; part < 3; ++part) {
+            std::memcpy(dq + static_cast<size_t>(t) * 3 * C + part * C,
+                        dhead + static_cast<size_t>(t) * 3 * hd + part * hd,
+                        sizeof(float) * hd);
+          }
+        }
+      }
     }
   });
 }

@@ -75,6 +75,7 @@ void MatmulForward(float* out, const float* x, const WeightMatrix& w,
                    gemm::Precision precision = gemm::Precision::kF32);
 // From out = x w + b: dx[N, IC] = dout w^T, dw[IC, OC] = x^T dout,
 // dbias[OC] = column sums of dout; all overwritten. `dbias` may be null.
+// dx may be x itself: dw and dbias are made before dx is written.
 void MatmulBackward(float* dx, float* dw, float* dbias, const float* dout,
                     const float* x, const WeightMatrix& w, int N, int IC,
                     int OC, gemm::Precision precision = gemm::Precision::kF32);
@@ -105,11 +106,23 @@ void Add(float* out, const float* a, const float* b, size_t n);
 void AttentionForward(float* out, float* att, const float* qkv, int B, int T,
                       int C, int NH,
                       gemm::Precision precision = gemm::Precision::kF32);
-// dqkv[N, 3C] overwritten; datt[B, NH, T, T] is scratch.
-void AttentionBackward(float* dqkv, float* datt, const float* dout,
-                       const float* qkv, const float* att, int B, int T, int C,
-                       int NH,
+// dqkv[N, 3C] overwritten; it may be qkv itself (each head's grads are
+// written once the head is done), and dout is not read after the last
+// head. `att` (the forward's probabilities) is used up: it receives the
+// scores' grads. datt is scratch of datt_heads blocks of
+// AttentionBackwardScratchPerHead floats (at least 1; more than B NH are
+// not used), one per head computed at once: datt_heads = the threads that
+// may run it is the fastest, and the result is the same bits for any
+// datt_heads.
+void AttentionBackward(float* dqkv, float* datt, int datt_heads,
+                       const float* dout, const float* qkv, float* att, int B,
+                       int T, int C, int NH,
                        gemm::Precision precision = gemm::Precision::kF32);
+// The scratch of one head computed at once: dP (T x T) and the head's
+// dQ, dK, dV (T x 3 C / NH).
+inline size_t AttentionBackwardScratchPerHead(int T, int C, int NH) {
+  return static_cast<size_t>(T) * T + static_cast<size_t>(T) * 3 * (C / NH);
+}
 
 // Softmax cross-entropy over logits[N, V], in place: logits become the
 // probabilities, and row_losses[N] the rows' -log p[target]. Returns their

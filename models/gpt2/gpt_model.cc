@@ -11,6 +11,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
+#include "base/parallel_for.h"
 #include "base/status_macros.h"
 #include "tensor/memory/allocator.h"
 #include "tensor/storage.h"
@@ -83,10 +84,12 @@ struct GptModel::Activations {
 struct GptModel::Scratch {
   DeviceArray<float> dresidual;  // [N, C]
   DeviceArray<float> dln;        // [N, C]
-  DeviceArray<float> datty;      // [N, C]
-  DeviceArray<float> dqkv;       // [N, 3C]
-  DeviceArray<float> dfch;       // [N, 4C]
-  DeviceArray<float> datt;       // [B, NH, T, T]
+  // [N, C] and [N, 3C], unless the backend's attention backward works in
+  // place (GptBackend::AttentionBackwardInPlace).
+  DeviceArray<float> datty;
+  DeviceArray<float> dqkv;
+  // AttentionBackward's scratch: on the CPU a T x T block per thread.
+  DeviceArray<float> datt;
 };
 
 struct GptModel::WidenBuffer : DeviceArray<float> {};
@@ -137,15 +140,16 @@ struct GptModel::ScopeWeights {
   const uint16_t* bf16[kMaxScopeParams] = {};
 };
 
-absl::Status GptModel::Weights(const ScopeParams& scope, ScopeWeights* out) {
+absl::Status GptModel::Weights(const ScopeParams& scope, int first, int count,
+                               ScopeWeights* out) {
   const bool bf16_products = matmul_precision_ == gemm::Precision::kBf16;
   // A bf16 parameter that bf16 products read as bits and nothing else reads.
-  auto bits_only = [&](size_t i) {
+  auto bits_only = [&](int i) {
     return bf16_products && (scope.matrices >> i & 1u) != 0 &&
            scope.params[i]->data().dtype() == DType::kBF16;
   };
   size_t widen = 0;
-  for (size_t i = 0; i < scope.index.size(); ++i) {
+  for (int i = first; i < first + count; ++i) {
     const Parameter& p = *scope.params[i];
     const Tensor& data = p.data();
     if (!data.is_materialized() || !backend_->Reads(data.device())) {
@@ -161,13 +165,13 @@ absl::Status GptModel::Weights(const ScopeParams& scope, ScopeWeights* out) {
     }
     if (data.dtype() != DType::kF32 && !bits_only(i)) widen += data.numel();
   }
-  // Grows once to the largest 16-bit scope, then is reused.
+  // Grows once to the largest 16-bit group, then is reused.
   if (widen_->size() < widen) {
     const int64_t held = workspace_bytes();
     const int64_t grown =
         held + static_cast<int64_t>((widen - widen_->size()) * sizeof(float));
     CZ_RETURN_IF_ERROR(Hold(grown), "widening the weights of parameter '",
-                       scope.params[0]->name(), "'");
+                       scope.params[first]->name(), "'");
     const absl::Status made = widen_->Allocate(widen, backend_->device());
     if (!made.ok()) {
       Hold(held - static_cast<int64_t>(widen_->size() * sizeof(float)))
@@ -175,17 +179,18 @@ absl::Status GptModel::Weights(const ScopeParams& scope, ScopeWeights* out) {
       return absl::Status(
           made.code(),
           absl::StrCat("widening the weights of parameter '",
-                       scope.params[0]->name(), "': ", made.message()));
+                       scope.params[first]->name(), "': ", made.message()));
     }
   }
   size_t offset = 0;
-  for (size_t i = 0; i < scope.index.size(); ++i) {
+  for (int i = first; i < first + count; ++i) {
     const Tensor& data = scope.params[i]->data();
+    const int at = i - first;
     if (bf16_products && data.dtype() == DType::kBF16) {
-      out->bf16[i] = static_cast<const uint16_t*>(data.raw_data());
+      out->bf16[at] = static_cast<const uint16_t*>(data.raw_data());
     }
     if (data.dtype() == DType::kF32) {
-      out->f32[i] = data.data<float>();
+      out->f32[at] = data.data<float>();
       continue;
     }
     if (bits_only(i)) continue;
@@ -193,20 +198,95 @@ absl::Status GptModel::Weights(const ScopeParams& scope, ScopeWeights* out) {
     CZ_RETURN_IF_ERROR(
         backend_->Widen(dst, data.raw_data(), data.dtype(), data.numel()),
         "widening parameter '", scope.params[i]->name(), "'");
-    out->f32[i] = dst;
+    out->f32[at] = dst;
     offset += data.numel();
   }
   return absl::OkStatus();
 }
 
+// One use of a scope's parameters, a group at a time (see ScopeAccess in
+// gpt_model.h).
+class GptModel::ScopeAccess {
+ public:
+  ScopeAccess(GptModel& model, ParamHooks& hooks, const ScopeParams& scope)
+      : model_(model), hooks_(hooks), scope_(scope) {}
+
+  absl::StatusOr<ScopeWeights> Weights(int first, int count) {
+    CZ_RETURN_IF_ERROR(CheckRange(first, count));
+    ScopeWeights w;
+    CZ_RETURN_IF_ERROR(model_.Weights(scope_, first, count, &w));
+    return w;
+  }
+
+  absl::StatusOr<ScopeGrads> Grads(int first, int count) {
+    CZ_RETURN_IF_ERROR(CheckRange(first, count));
+    ScopeGrads g;
+    for (int i = first; i < first + count; ++i) {
+      CZ_ASSIGN_OR_RETURN(Tensor view,
+                          model_.grad_buffer_.ViewRange(
+                              offset_, model_.shapes_[scope_.index[i]]));
+      offset_ += view.numel();
+      g.g[i - first] = view.data<float>();
+      pending_.push_back({scope_.params[i], std::move(view)});
+    }
+    return g;
+  }
+
+  absl::Status Hand() {
+    for (auto& [param, grad] : pending_) {
+      CZ_RETURN_IF_ERROR(hooks_.HandGrad(*param, grad));
+    }
+    pending_.clear();
+    offset_ = 0;
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status CheckRange(int first, int count) const {
+    if (first < 0 || count < 1 ||
+        first + count > static_cast<int>(scope_.params.size())) {
+      return absl::InternalError(
+          absl::StrCat("GptModel: parameters [", first, ", ", first + count,
+                       ") of a scope of ", scope_.params.size()));
+    }
+    return absl::OkStatus();
+  }
+
+  GptModel& model_;
+  ParamHooks& hooks_;
+  const ScopeParams& scope_;
+  std::vector<std::pair<Parameter*, Tensor>> pending_;
+  int64_t offset_ = 0;
+};
+
+absl::Status GptModel::RunForwardByGroup(
+    ParamHooks& hooks, const ScopeParams& scope,
+    absl::FunctionRef<absl::Status(ScopeAccess& s)> fn) {
+  CZ_ASSIGN_OR_RETURN(HookScope hook_scope,
+                      HookScope::Forward(hooks, scope.params));
+  ScopeAccess access(*this, hooks, scope);
+  CZ_RETURN_IF_ERROR(fn(access));
+  return hook_scope.Exit();
+}
+
 absl::Status GptModel::RunForward(
     ParamHooks& hooks, const ScopeParams& scope,
     absl::FunctionRef<absl::Status(const ScopeWeights& w)> fn) {
+  const int n = static_cast<int>(scope.params.size());
+  return RunForwardByGroup(hooks, scope, [&](ScopeAccess& s) -> absl::Status {
+    CZ_ASSIGN_OR_RETURN(const ScopeWeights w, s.Weights(0, n));
+    return fn(w);
+  });
+}
+
+absl::Status GptModel::RunBackwardByGroup(
+    ParamHooks& hooks, const ScopeParams& scope,
+    absl::FunctionRef<absl::Status(ScopeAccess& s)> fn) {
   CZ_ASSIGN_OR_RETURN(HookScope hook_scope,
-                      HookScope::Forward(hooks, scope.params));
-  ScopeWeights w;
-  CZ_RETURN_IF_ERROR(Weights(scope, &w));
-  CZ_RETURN_IF_ERROR(fn(w));
+                      HookScope::Backward(hooks, scope.params));
+  ScopeAccess access(*this, hooks, scope);
+  CZ_RETURN_IF_ERROR(fn(access));
+  CZ_RETURN_IF_ERROR(access.Hand());
   return hook_scope.Exit();
 }
 
@@ -214,28 +294,17 @@ absl::Status GptModel::RunBackward(
     ParamHooks& hooks, const ScopeParams& scope, bool read_weights,
     absl::FunctionRef<absl::Status(const ScopeWeights& w, float* const* g)>
         fn) {
-  CZ_ASSIGN_OR_RETURN(HookScope hook_scope,
-                      HookScope::Backward(hooks, scope.params));
-  ScopeWeights w;
-  if (read_weights) CZ_RETURN_IF_ERROR(Weights(scope, &w));
-  // The grads: f32 views of grad_buffer_, one after another.
-  std::vector<Tensor> grads;
-  float* g[kMaxScopeParams];
-  int64_t offset = 0;
-  for (int i : scope.index) {
-    CZ_ASSIGN_OR_RETURN(Tensor view,
-                        grad_buffer_.ViewRange(offset, shapes_[i]));
-    offset += view.numel();
-    g[grads.size()] = view.data<float>();
-    grads.push_back(std::move(view));
-  }
-  CZ_RETURN_IF_ERROR(fn(w, g));
-  // Only now, with every read of the weights done: under ZeroDdp a grad
-  // may overwrite its parameter's storage.
-  for (size_t i = 0; i < grads.size(); ++i) {
-    CZ_RETURN_IF_ERROR(hooks.HandGrad(*scope.params[i], grads[i]));
-  }
-  return hook_scope.Exit();
+  const int n = static_cast<int>(scope.params.size());
+  return RunBackwardByGroup(hooks, scope, [&](ScopeAccess& s) -> absl::Status {
+    ScopeWeights w;
+    if (read_weights) {
+      CZ_ASSIGN_OR_RETURN(w, s.Weights(0, n));
+    }
+    CZ_ASSIGN_OR_RETURN(const ScopeGrads g, s.Grads(0, n));
+    // Handed by RunBackward after fn, with every read of the weights done:
+    // under ZeroDdp a grad may overwrite its parameter's storage.
+    return fn(w, g.g);
+  });
 }
 
 absl::Status GptModel::LayerNormBackward(ParamHooks& hooks,
@@ -269,6 +338,11 @@ void GptModel::VisitBuffers(int batch, int seq, Fn fn) {
   const size_t N = static_cast<size_t>(batch) * seq;
   const size_t att = static_cast<size_t>(
       backend_->AttentionElements(batch, seq, config_.heads));
+  const size_t datt = static_cast<size_t>(backend_->AttentionScratchElements(
+      batch, seq, config_.d_model, config_.heads, threads_));
+  // A backend whose attention backward works in place needs no datty and
+  // dqkv: they go over atty and qkv.
+  const size_t own = backend_->AttentionBackwardInPlace() ? 0 : 1;
   // The checkpointed blocks' slot is the recompute buffer; the rest of the
   // slot arrays is kept.
   const bool shared = checkpointing_.enabled();
@@ -300,10 +374,9 @@ void GptModel::VisitBuffers(int batch, int seq, Fn fn) {
   Scratch& s = *scratch_;
   fn(s.dresidual, N * C, BufferRole::kScratch, 0);
   fn(s.dln, N * C, BufferRole::kScratch, 0);
-  fn(s.datty, N * C, BufferRole::kScratch, 0);
-  fn(s.dqkv, N * 3 * C, BufferRole::kScratch, 0);
-  fn(s.dfch, N * 4 * C, BufferRole::kScratch, 0);
-  fn(s.datt, att, BufferRole::kScratch, 0);
+  fn(s.datty, own * N * C, BufferRole::kScratch, 0);
+  fn(s.dqkv, own * N * 3 * C, BufferRole::kScratch, 0);
+  fn(s.datt, datt, BufferRole::kScratch, 0);
 }
 
 GptModel::ActivationBytes GptModel::activation_bytes(int batch, int seq) const {
@@ -324,6 +397,7 @@ GptModel::ActivationBytes GptModel::activation_bytes(int batch, int seq) const {
 absl::Status GptModel::ResizeBuffers(int batch, int seq) {
   Activations& a = *acts_;
   if (a.batch == batch && a.seq == seq) return absl::OkStatus();
+  threads_ = GetParallelThreads();
   int64_t bytes = 0;
   VisitBuffers(batch, seq, [&](auto& buffer, size_t n, BufferRole, size_t) {
     bytes += static_cast<int64_t>(n * buffer.kElementBytes);
@@ -415,29 +489,34 @@ absl::Status GptModel::BlockForward(ParamHooks& hooks, int l) {
                                       a.ln1_rstd.data() + s * N, x, w[0], w[1],
                                       N, C);
   }));
-  CZ_RETURN_IF_ERROR(RunForward(hooks, block.attn, [&](const ScopeWeights& w) {
-    CZ_RETURN_IF_ERROR(backend_->MatmulForward(qkv, ln1, w.matrix(0), w[1], N,
+  // The attention's and the MLP's two matmuls read their weights one pair
+  // at a time, so that only one pair is widened at once.
+  CZ_RETURN_IF_ERROR(RunForwardByGroup(hooks, block.attn, [&](ScopeAccess& s) {
+    CZ_ASSIGN_OR_RETURN(const ScopeWeights in, s.Weights(0, 2));
+    CZ_RETURN_IF_ERROR(backend_->MatmulForward(qkv, ln1, in.matrix(0), in[1], N,
                                                C, 3 * C, matmul_precision_));
     CZ_RETURN_IF_ERROR(backend_->AttentionForward(atty, att, qkv, B, T, C, NH,
                                                   matmul_precision_));
-    CZ_RETURN_IF_ERROR(backend_->MatmulForward(res2, atty, w.matrix(2), w[3], N,
-                                               C, C, matmul_precision_));
-    CZ_RETURN_IF_ERROR(backend_->Add(res2, res2, x, NC));
-    return absl::OkStatus();
+    CZ_ASSIGN_OR_RETURN(const ScopeWeights proj, s.Weights(2, 2));
+    CZ_RETURN_IF_ERROR(backend_->MatmulForward(
+        res2, atty, proj.matrix(0), proj[1], N, C, C, matmul_precision_));
+    return backend_->Add(res2, res2, x, NC);
   }));
   CZ_RETURN_IF_ERROR(RunForward(hooks, block.ln_2, [&](const ScopeWeights& w) {
     return backend_->LayerNormForward(ln2, a.ln2_mean.data() + s * N,
                                       a.ln2_rstd.data() + s * N, res2, w[0],
                                       w[1], N, C);
   }));
-  CZ_RETURN_IF_ERROR(RunForward(hooks, block.mlp, [&](const ScopeWeights& w) {
-    CZ_RETURN_IF_ERROR(backend_->MatmulForward(fch, ln2, w.matrix(0), w[1], N,
+  CZ_RETURN_IF_ERROR(RunForwardByGroup(hooks, block.mlp, [&](ScopeAccess& s) {
+    CZ_ASSIGN_OR_RETURN(const ScopeWeights fc, s.Weights(0, 2));
+    CZ_RETURN_IF_ERROR(backend_->MatmulForward(fch, ln2, fc.matrix(0), fc[1], N,
                                                C, 4 * C, matmul_precision_));
     CZ_RETURN_IF_ERROR(backend_->GeluForward(fch_gelu, fch, 4 * NC));
-    CZ_RETURN_IF_ERROR(backend_->MatmulForward(
-        res3, fch_gelu, w.matrix(2), w[3], N, 4 * C, C, matmul_precision_));
-    CZ_RETURN_IF_ERROR(backend_->Add(res3, res3, res2, NC));
-    return absl::OkStatus();
+    CZ_ASSIGN_OR_RETURN(const ScopeWeights proj, s.Weights(2, 2));
+    CZ_RETURN_IF_ERROR(backend_->MatmulForward(res3, fch_gelu, proj.matrix(0),
+                                               proj[1], N, 4 * C, C,
+                                               matmul_precision_));
+    return backend_->Add(res3, res3, res2, NC);
   }));
   return absl::OkStatus();
 }
@@ -515,14 +594,15 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
   have_forward_ = false;
   const GptConfig& cfg = config_;
   Activations& a = *acts_;
-  Scratch& s = *scratch_;
+  Scratch& sc = *scratch_;
+  const bool in_place = backend_->AttentionBackwardInPlace();
   const int B = a.batch, T = a.seq, C = cfg.d_model, NH = cfg.heads,
             V = cfg.vocab, N = B * T;
   const size_t NC = static_cast<size_t>(N) * C;
   const size_t att_size =
       static_cast<size_t>(backend_->AttentionElements(B, T, NH));
-  float* dres = s.dresidual.data();
-  float* dln = s.dln.data();
+  float* dres = sc.dresidual.data();
+  float* dln = sc.dln.data();
 
   // logits = lnf wte^T, loss = mean over rows of the row losses.
   CZ_RETURN_IF_ERROR(RunBackward(
@@ -549,45 +629,58 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
     const BlockScopes& block = blocks_[l];
     const float* x = l == 0 ? a.encoded.data() : a.res3.data() + (l - 1) * NC;
     const float* ln1 = a.ln1.data() + slot * NC;
-    const float* qkv = a.qkv.data() + slot * 3 * NC;
-    const float* att = a.att.data() + slot * att_size;
-    const float* atty = a.atty.data() + slot * NC;
+    // The attention's and the MLP's activations are used up: Backward
+    // writes their grads over them (no second Backward).
+    float* qkv = a.qkv.data() + slot * 3 * NC;
+    float* att = a.att.data() + slot * att_size;
+    float* atty = a.atty.data() + slot * NC;
+    float* datty = in_place ? atty : sc.datty.data();
+    float* dqkv = in_place ? qkv : sc.dqkv.data();
     const float* res2 = a.res2.data() + slot * NC;
     const float* ln2 = a.ln2.data() + slot * NC;
-    const float* fch = a.fch.data() + slot * 4 * NC;
-    const float* fch_gelu = a.fch_gelu.data() + slot * 4 * NC;
-    // res3 = res2 + c_proj(gelu(c_fc(ln2))).
-    CZ_RETURN_IF_ERROR(RunBackward(
-        hooks, block.mlp, /*read_weights=*/true,
-        [&](const ScopeWeights& w, float* const* g) {
-          float* dfch = s.dfch.data();
+    float* fch = a.fch.data() + slot * 4 * NC;
+    float* fch_gelu = a.fch_gelu.data() + slot * 4 * NC;
+    // res3 = res2 + c_proj(gelu(c_fc(ln2))), a pair of weights at a time:
+    // c_proj's grads are handed before c_fc's weights are read. d(gelu
+    // output) goes over the gelu output (MatmulBackward makes dw first),
+    // d(c_fc output) over the c_fc output.
+    CZ_RETURN_IF_ERROR(
+        RunBackwardByGroup(hooks, block.mlp, [&](ScopeAccess& s) {
+          CZ_ASSIGN_OR_RETURN(const ScopeWeights proj, s.Weights(2, 2));
+          CZ_ASSIGN_OR_RETURN(const ScopeGrads gp, s.Grads(2, 2));
           CZ_RETURN_IF_ERROR(backend_->MatmulBackward(
-              dfch, g[2], g[3], dres, fch_gelu, w.matrix(2), N, 4 * C, C,
-              matmul_precision_));
-          CZ_RETURN_IF_ERROR(backend_->GeluBackward(dfch, fch, dfch, 4 * NC));
+              fch_gelu, gp.g[0], gp.g[1], dres, fch_gelu, proj.matrix(0), N,
+              4 * C, C, matmul_precision_));
+          CZ_RETURN_IF_ERROR(s.Hand());
           CZ_RETURN_IF_ERROR(
-              backend_->MatmulBackward(dln, g[0], g[1], dfch, ln2, w.matrix(0),
-                                       N, C, 4 * C, matmul_precision_));
-          return absl::OkStatus();
+              backend_->GeluBackward(fch, fch, fch_gelu, 4 * NC));
+          CZ_ASSIGN_OR_RETURN(const ScopeWeights fc, s.Weights(0, 2));
+          CZ_ASSIGN_OR_RETURN(const ScopeGrads gf, s.Grads(0, 2));
+          return backend_->MatmulBackward(dln, gf.g[0], gf.g[1], fch, ln2,
+                                          fc.matrix(0), N, C, 4 * C,
+                                          matmul_precision_);
         }));
     CZ_RETURN_IF_ERROR(LayerNormBackward(hooks, block.ln_2, dres, dln, res2,
                                          a.ln2_mean.data() + slot * N,
                                          a.ln2_rstd.data() + slot * N));
-    // res2 = x + c_proj(attention(c_attn(ln1))).
+    // res2 = x + c_proj(attention(c_attn(ln1))), c_proj's pair first.
     CZ_RETURN_IF_ERROR(
-        RunBackward(hooks, block.attn, /*read_weights=*/true,
-                    [&](const ScopeWeights& w, float* const* g) {
-                      CZ_RETURN_IF_ERROR(backend_->MatmulBackward(
-                          s.datty.data(), g[2], g[3], dres, atty, w.matrix(2),
-                          N, C, C, matmul_precision_));
-                      CZ_RETURN_IF_ERROR(backend_->AttentionBackward(
-                          s.dqkv.data(), s.datt.data(), s.datty.data(), qkv,
-                          att, atty, B, T, C, NH, matmul_precision_));
-                      CZ_RETURN_IF_ERROR(backend_->MatmulBackward(
-                          dln, g[0], g[1], s.dqkv.data(), ln1, w.matrix(0), N,
-                          C, 3 * C, matmul_precision_));
-                      return absl::OkStatus();
-                    }));
+        RunBackwardByGroup(hooks, block.attn, [&](ScopeAccess& s) {
+          CZ_ASSIGN_OR_RETURN(const ScopeWeights proj, s.Weights(2, 2));
+          CZ_ASSIGN_OR_RETURN(const ScopeGrads gp, s.Grads(2, 2));
+          CZ_RETURN_IF_ERROR(backend_->MatmulBackward(
+              datty, gp.g[0], gp.g[1], dres, atty, proj.matrix(0), N, C, C,
+              matmul_precision_));
+          CZ_RETURN_IF_ERROR(s.Hand());
+          CZ_RETURN_IF_ERROR(backend_->AttentionBackward(
+              dqkv, sc.datt.data(), static_cast<int64_t>(sc.datt.size()), datty,
+              qkv, att, atty, B, T, C, NH, matmul_precision_));
+          CZ_ASSIGN_OR_RETURN(const ScopeWeights in, s.Weights(0, 2));
+          CZ_ASSIGN_OR_RETURN(const ScopeGrads gi, s.Grads(0, 2));
+          return backend_->MatmulBackward(dln, gi.g[0], gi.g[1], dqkv, ln1,
+                                          in.matrix(0), N, C, 3 * C,
+                                          matmul_precision_);
+        }));
     CZ_RETURN_IF_ERROR(LayerNormBackward(hooks, block.ln_1, dres, dln, x,
                                          a.ln1_mean.data() + slot * N,
                                          a.ln1_rstd.data() + slot * N));

@@ -278,13 +278,14 @@ class GptModel final : public Module, public ActivationCheckpointable {
     ScopeParams ln_1, attn, ln_2, mlp;
   };
 
-  // The values of `scope`'s parameters (out for scope.index[i] at i): f32
-  // data in place, 16-bit data widened into widen_; with bf16 products,
-  // bf16 data also as its bits, and a bf16 weight matrix only as its bits.
-  // FailedPrecondition naming a parameter that is not materialised where
-  // the backend reads it or not of its shape.
-  [[nodiscard]] absl::Status Weights(const ScopeParams& scope,
-                                     ScopeWeights* out);
+  // The values of `scope`'s parameters first .. first + count - 1 (out at
+  // i - first): f32 data in place, 16-bit data widened into widen_ (what an
+  // earlier call widened is gone); with bf16 products, bf16 data also as
+  // its bits, and a bf16 weight matrix only as its bits. FailedPrecondition
+  // naming a parameter that is not materialised where the backend reads it
+  // or not of its shape.
+  [[nodiscard]] absl::Status Weights(const ScopeParams& scope, int first,
+                                     int count, ScopeWeights* out);
   // Block `l`'s forward (its four forward scopes), from its input (the
   // embeddings or block l - 1's output) into its activation slot and its
   // output. The first Forward and Backward's recomputation run this.
@@ -293,13 +294,37 @@ class GptModel final : public Module, public ActivationCheckpointable {
   // checkpointed) the one the checkpointed blocks share.
   int NumSlots() const;
   int SlotOf(int block) const;
-  // One forward use: PreForward, fn(weights as in Weights), PostForward.
+  // f32 grad buffers of a group of a scope's parameters (g[i] for the
+  // group's i-th), views of grad_buffer_.
+  struct ScopeGrads {
+    float* g[kMaxScopeParams] = {};
+  };
+  // Inside one use of a scope: the weights and grads of a group of its
+  // parameters at a time (a weight matrix and its bias), so that the
+  // widened weights and the grads of one group, not of the whole scope,
+  // are held at once. Weights(first, count) widens that group (what was
+  // widened before is gone); Grads(first, count) gives its grad buffers
+  // after those not yet handed; Hand() hands every grad asked for since
+  // the last Hand, in that order, and frees their buffers. A group's grads
+  // are handed once every read of its weights is done: under ZeroDdp a
+  // grad may overwrite its parameter's storage. Defined in gpt_model.cc.
+  class ScopeAccess;
+  // One forward use: PreForward, fn(access), PostForward.
+  [[nodiscard]] absl::Status RunForwardByGroup(
+      ParamHooks& hooks, const ScopeParams& scope,
+      absl::FunctionRef<absl::Status(ScopeAccess& s)> fn);
+  // The same with the whole scope as one group: fn(weights as in Weights).
   [[nodiscard]] absl::Status RunForward(
       ParamHooks& hooks, const ScopeParams& scope,
       absl::FunctionRef<absl::Status(const ScopeWeights& w)> fn);
-  // One backward use: PreBackward, fn(weights, grads) where g[i] is the f32
-  // grad buffer of scope.params[i] for fn to fill (w is all null unless
-  // `read_weights`), then HandGrad of each in order, then PostBackward.
+  // One backward use: PreBackward, fn(access), the grads not yet handed
+  // handed in order, PostBackward.
+  [[nodiscard]] absl::Status RunBackwardByGroup(
+      ParamHooks& hooks, const ScopeParams& scope,
+      absl::FunctionRef<absl::Status(ScopeAccess& s)> fn);
+  // The same with the whole scope as one group: fn(weights, grads) where
+  // g[i] is the f32 grad buffer of scope.params[i] for fn to fill (w is all
+  // null unless `read_weights`), then HandGrad of each in order.
   [[nodiscard]] absl::Status RunBackward(
       ParamHooks& hooks, const ScopeParams& scope, bool read_weights,
       absl::FunctionRef<absl::Status(const ScopeWeights& w, float* const* g)>
@@ -340,8 +365,10 @@ class GptModel final : public Module, public ActivationCheckpointable {
   std::unique_ptr<WidenBuffer> widen_;
   std::unique_ptr<Activations> acts_;
   std::unique_ptr<Scratch> scratch_;
-  // f32 on the backend's device, big enough for the largest scope's grads.
+  // f32 on the backend's device, big enough for the largest group's grads.
   Tensor grad_buffer_;
+  // The threads the buffers were made for (AttentionScratchElements).
+  int threads_ = 1;
   bool have_forward_ = false;
   int64_t buffer_bytes_ = 0;  // Of the activation and scratch vectors.
   // Where workspace_bytes() are reported, and how many are.

@@ -175,7 +175,7 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
     model->shapes_.push_back(std::move(shape));
   }
 
-  // The hook scopes, and the grad buffer sized for the largest.
+  // The hook scopes, and the grad buffer sized for the largest group.
   auto scope = [&](std::vector<int> index, unsigned matrices = 0) {
     ScopeParams s;
     for (int i : index) s.params.push_back(model->params_[i].get());
@@ -200,9 +200,11 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
          scope({b + kFcW, b + kFcB, b + kMlpProjW, b + kMlpProjB},
                kFirstAndThird)});
   }
-  const int64_t block_max = C * 4 * C + 4 * C + 4 * C * C + C;  // mlp
+  // The largest group whose grads are held at once: c_fc's weight and
+  // bias, or the embedding's wte and wpe.
+  const int64_t fc_pair = C * 4 * C + 4 * C;
   const int64_t grads = std::max<int64_t>(
-      block_max, (static_cast<int64_t>(config.vocab) + config.seq_len) * C);
+      fc_pair, (static_cast<int64_t>(config.vocab) + config.seq_len) * C);
   CZ_ASSIGN_OR_RETURN(model->grad_buffer_,
                       Tensor::Empty({grads}, DType::kF32, device));
   return model;

@@ -1,5 +1,6 @@
 #include "models/gpt2/gpt_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -345,7 +346,12 @@ TEST(GptModelTest, HookSequenceOfOneLayerModel) {
   for (const std::string& s :
        {std::string("wte.weight"), lnf, mlp, ln2, attn, ln1, emb}) {
     expected.push_back("PreBackward " + s);
-    for (absl::string_view name : absl::StrSplit(s, ',')) {
+    std::vector<std::string> names = absl::StrSplit(s, ',');
+    // The attention's and the MLP's output projection come first: their
+    // grads are handed before the input projection's weights are read.
+    if (names.size() == 4)
+      std::rotate(names.begin(), names.begin() + 2, names.end());
+    for (const std::string& name : names) {
       expected.push_back(absl::StrCat("HandGrad ", name));
     }
     expected.push_back("PostBackward " + s);
@@ -612,33 +618,38 @@ TEST(GptConfigTest, ValidateNamesTheField) {
 }
 
 // TinyConfig (L 2, C 8, NH 2, P 6, V 11): the grad buffer holds the largest
-// scope's grads, the MLP's 8*32 + 32 + 32*8 + 8 = 552 floats (2208 B). For
-// batch B x seq T (N = B T, A = B NH T^2) the activations are 4 N int32
-// bytes twice, 8 N for the f64 row losses, and floats: per block 16 N C + 4 N
-// + A, plus N C (embedding), N C + 2 N (ln_f) and N V (probabilities);
-// Backward's scratch 10 N C + A.
-int64_t TinyBufferBytes(int B, int T) {
+// group's grads, c_fc's weight and bias, 8*32 + 32 = 288 floats (1152 B;
+// the embedding's wte and wpe are (11 + 6) * 8 = 136). For batch B x seq T
+// (N = B T, A = B NH T^2) the activations are 4 N int32 bytes twice, 8 N
+// for the f64 row losses, and floats: per block 16 N C + 4 N + A, plus N C
+// (embedding), N C + 2 N (ln_f) and N V (probabilities); Backward's scratch
+// 2 N C, and per thread (at most B NH of them) the attention's T x T + 3 T
+// C / NH (its datty and dqkv go over atty and qkv on the CPU).
+int64_t TinyBufferBytes(int B, int T, int threads) {
   const int64_t L = 2, C = 8, NH = 2, V = 11, N = B * T, A = B * NH * T * T;
-  const int64_t floats = L * (16 * N * C + 4 * N + A) + N * C + N * C + 2 * N +
-                         N * V + 10 * N * C + A;
+  const int64_t floats =
+      L * (16 * N * C + 4 * N + A) + N * C + N * C + 2 * N + N * V + 2 * N * C +
+      std::min<int64_t>(threads, B * NH) * (T * T + 3 * T * C / NH);
   return 4 * N * 2 + 8 * N + 4 * floats;
 }
 
 TEST(GptModelTest, WorkspaceIsReportedAndCappedByTheDeviceLimit) {
+  const ScopedParallelThreads one(1);  // One T x T attention block.
   const Device sim = Device::Simulated(0);
   MemoryTracker tracker, other;  // Outlive the model, which reports to them.
   auto model = *GptModel::Create(TinyConfig(), 3);
   auto unaccounted = *GptModel::Create(TinyConfig(), 3);
-  EXPECT_EQ(TinyBufferBytes(2, 3), 9480);
-  EXPECT_EQ(model->workspace_bytes(), 2208);
+  EXPECT_EQ(TinyBufferBytes(2, 3, 1), 7980);
+  EXPECT_EQ(TinyBufferBytes(2, 3, 3), 8340);
+  EXPECT_EQ(model->workspace_bytes(), 1152);
   ASSERT_TRUE(model->set_memory_accounting(&tracker, sim).ok());
-  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 2208);
+  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 1152);
   const std::vector<int32_t> tokens = RandomTokens(6, 11, 2);
   LocalHooks hooks;
   absl::StatusOr<float> loss = model->Forward(hooks, 2, 3, tokens, tokens);
   ASSERT_TRUE(loss.ok()) << loss.status();
-  EXPECT_EQ(model->workspace_bytes(), 2208 + 9480);
-  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 2208 + 9480);
+  EXPECT_EQ(model->workspace_bytes(), 1152 + 7980);
+  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 1152 + 7980);
   ASSERT_TRUE(model->Backward(hooks).ok());
   ASSERT_TRUE(hooks.EndStep().ok());
   // Accounting never changes the arithmetic.
@@ -646,8 +657,21 @@ TEST(GptModelTest, WorkspaceIsReportedAndCappedByTheDeviceLimit) {
   EXPECT_EQ(*unaccounted->Forward(plain, 2, 3, tokens, tokens), *loss);
   // A smaller shape holds exactly its own buffers.
   ASSERT_TRUE(model->Forward(hooks, 1, 3, {1, 2, 3}, {2, 3, 4}).ok());
-  EXPECT_EQ(TinyBufferBytes(1, 3), 4740);
-  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 2208 + 4740);
+  EXPECT_EQ(TinyBufferBytes(1, 3, 1), 4080);
+  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 1152 + 4080);
+  ASSERT_TRUE(model->Backward(hooks).ok());
+  ASSERT_TRUE(hooks.EndStep().ok());
+  // More threads: a T x T block for each (made at the next shape).
+  {
+    SetParallelThreadsForTesting(3);  // Whatever the cores here.
+    const ScopedParallelThreads three(3);
+    ASSERT_TRUE(model->Forward(hooks, 2, 3, tokens, tokens).ok());
+    EXPECT_EQ(model->workspace_bytes(), 1152 + 8340);
+    ASSERT_TRUE(model->Backward(hooks).ok());
+    ASSERT_TRUE(hooks.EndStep().ok());
+    SetParallelThreadsForTesting(0);
+  }
+  ASSERT_TRUE(model->Forward(hooks, 1, 3, {1, 2, 3}, {2, 3, 4}).ok());
   ASSERT_TRUE(model->Backward(hooks).ok());
   ASSERT_TRUE(hooks.EndStep().ok());
 
@@ -656,16 +680,16 @@ TEST(GptModelTest, WorkspaceIsReportedAndCappedByTheDeviceLimit) {
   absl::Status refused = model->Forward(hooks, 2, 3, tokens, tokens).status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(refused.message(),
-            "sim:0: cannot hold 9.26 KiB more of activation: 2.16 KiB of its "
-            "7.81 KiB device memory limit are held (activation 2.16 KiB); "
+            "sim:0: cannot hold 7.79 KiB more of activation: 1.12 KiB of its "
+            "7.81 KiB device memory limit are held (activation 1.12 KiB); "
             "GptModel::Forward: activations for batch 2 x seq 3");
-  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 2208);
-  EXPECT_EQ(tracker.Peak(sim, MemoryCategory::kActivation), 2208 + 9480);
+  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 1152);
+  EXPECT_EQ(tracker.Peak(sim, MemoryCategory::kActivation), 1152 + 8340);
   EXPECT_EQ(model->Backward(hooks).code(),
             absl::StatusCode::kFailedPrecondition);
   tracker.ClearLimit(sim);
   ASSERT_TRUE(model->Forward(hooks, 2, 3, tokens, tokens).ok());
-  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 2208 + 9480);
+  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 1152 + 7980);
   ASSERT_TRUE(model->Backward(hooks).ok());
   ASSERT_TRUE(hooks.EndStep().ok());
 
@@ -673,30 +697,50 @@ TEST(GptModelTest, WorkspaceIsReportedAndCappedByTheDeviceLimit) {
   other.SetLimit(Device::Cpu(), 100);
   EXPECT_EQ(model->set_memory_accounting(&other, Device::Cpu()).code(),
             absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 2208 + 9480);
+  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 1152 + 7980);
   other.ClearLimit(Device::Cpu());
   ASSERT_TRUE(model->set_memory_accounting(&other, Device::Cpu()).ok());
   EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 0);
   EXPECT_EQ(other.Current(Device::Cpu(), MemoryCategory::kActivation),
-            2208 + 9480);
+            1152 + 7980);
   model.reset();
   EXPECT_EQ(other.Current(Device::Cpu(), MemoryCategory::kActivation), 0);
 }
 
-// 16-bit parameters are widened to f32 for the kernels; that buffer is
-// part of the workspace too.
+// 16-bit parameters are widened to f32 for the kernels, a group (a weight
+// matrix and its bias, or wte and wpe) at a time; that buffer is part of
+// the workspace too. With bf16 products a bf16 weight matrix is read as
+// its bits: only its bias, the LayerNorms and the embedding are widened.
 TEST(GptModelTest, WidenedWeightsAreReported) {
+  const ScopedParallelThreads one(1);
   const Device sim = Device::Simulated(0);
-  MemoryTracker tracker;  // Outlives the model, which reports to it.
-  auto model = *GptModel::Create(TinyConfig(), 3, DType::kF16);
-  ASSERT_TRUE(model->set_memory_accounting(&tracker, sim).ok());
-  LocalHooks hooks;
   const std::vector<int32_t> tokens = RandomTokens(6, 11, 2);
-  ASSERT_TRUE(model->Forward(hooks, 2, 3, tokens, tokens).ok());
-  // The largest 16-bit scope is the MLP's 552 values.
-  EXPECT_EQ(model->workspace_bytes(), 2208 + 9480 + 2208);
-  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation),
-            model->workspace_bytes());
+  struct Case {
+    DType dtype;
+    gemm::Precision products;
+    int64_t widened_floats;
+  } cases[] = {
+      {DType::kF32, gemm::Precision::kF32, 0},
+      // c_fc's 8 x 32 weight and 32 biases.
+      {DType::kF16, gemm::Precision::kF32, 288},
+      {DType::kBF16, gemm::Precision::kF32, 288},
+      // wte and wpe, (11 + 6) x 8, the largest group not read as bits.
+      {DType::kBF16, gemm::Precision::kBf16, 136},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(DTypeName(c.dtype));
+    MemoryTracker tracker;  // Outlives the model, which reports to it.
+    auto model = *GptModel::Create(TinyConfig(), 3, c.dtype);
+    model->set_matmul_precision(c.products);
+    ASSERT_TRUE(model->set_memory_accounting(&tracker, sim).ok());
+    LocalHooks hooks;
+    ASSERT_TRUE(model->Forward(hooks, 2, 3, tokens, tokens).ok());
+    ASSERT_TRUE(model->Backward(hooks).ok());
+    ASSERT_TRUE(hooks.EndStep().ok());
+    EXPECT_EQ(model->workspace_bytes(), 1152 + 7980 + 4 * c.widened_floats);
+    EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation),
+              model->workspace_bytes());
+  }
 }
 
 TEST(GptModelTest, BadInputsAreErrors) {
