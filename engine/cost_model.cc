@@ -1,6 +1,7 @@
 #include "engine/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "chunk/chunk_layout.h"
 
@@ -58,9 +59,18 @@ ChunkMemory EstimateChunkMemory(const EngineOptions& o,
       ModelBytesPerParameter(o, micro_batches) - ComputeBytes(o));
   ChunkMemory m;
   // ZeroDdp's peak in chunks gathered at once, as measured for every
-  // max_prefetch from 0 to 6 (tools/train's memory_estimate_test checks the
-  // bound against the train job's own accounting).
-  const double most_in_flight = 2.0 * o.max_prefetch + 3;
+  // max_prefetch from 0 to 6 (tools/train's memory_estimate_test and
+  // estimate_bound_test check the bound against the train job's own
+  // accounting). Recomputation keeps a checkpointed block's chunks from its
+  // forward again to its backward: the chunks a block spans, plus
+  // max_prefetch + 2, then.
+  double most_in_flight = 2.0 * o.max_prefetch + 3;
+  if (o.activation_checkpointing.enabled()) {
+    const double block_chunks =
+        std::ceil(std::max(packing.block_parameters, 1.0) / chunk);
+    most_in_flight =
+        std::max(most_in_flight, o.max_prefetch + 2.0 + block_chunks);
+  }
   m.in_flight = std::min(padded, most_in_flight * chunk) * element;
   if (o.layout == ChunkLayout::kReplicated) {
     m.chunks = element * padded;
@@ -70,8 +80,17 @@ ChunkMemory EstimateChunkMemory(const EngineOptions& o,
   }
   // This rank's share at rest, plus the chunks in flight, plus the reduce
   // buffers.
-  const double owner_slack = o.layout == ChunkLayout::kOwner ? chunk : 0;
-  const double at_rest = padded * MeanRestFraction(o.layout, world_size);
+  // Owners are given whole chunks, least loaded first: with a known packing
+  // of equal chunks the busiest rank owns ceil(chunks / ranks) of them,
+  // else at most one chunk more than its share.
+  double owner_slack = o.layout == ChunkLayout::kOwner ? chunk : 0;
+  double at_rest = padded * MeanRestFraction(o.layout, world_size);
+  if (o.layout == ChunkLayout::kOwner && o.chunk_size.has_value() &&
+      packing.num_chunks > 0) {
+    owner_slack = 0;
+    at_rest =
+        std::ceil(static_cast<double>(packing.num_chunks) / world_size) * chunk;
+  }
   m.chunks_at_rest = element * (at_rest + owner_slack);
   m.reduce_scratch = 2 * 4 * std::min(padded, chunk);
   m.chunks = m.chunks_at_rest + m.in_flight + m.reduce_scratch;

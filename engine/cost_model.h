@@ -41,6 +41,10 @@ struct ParameterPacking {
   // than the parameters fill (a packing of tensors that do not divide the
   // chunk size can exceed that by far).
   int64_t num_chunks = 0;
+  // The parameters of the largest block a recomputation uses again
+  // (options.activation_checkpointing): its chunks stay from the
+  // recomputed forward to the block's backward.
+  double block_parameters = 0;
 };
 
 // One rank's chunk-related bytes.

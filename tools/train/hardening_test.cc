@@ -557,16 +557,6 @@ TrainOptions PaddedChunks() {
   return o;
 }
 
-int64_t DevicePeak(const TrainResult& r) {
-  int64_t peak = 0;
-  for (const StepMetrics& step : r.steps) {
-    for (const RankStepMetrics& rank : step.ranks) {
-      peak = std::max(peak, rank.peak_device_bytes);
-    }
-  }
-  return peak;
-}
-
 // The planner refuses a layout whose device estimate passes the limit, so
 // a run capped at its estimate must never need more: before, with
 // --max_prefetch=3 the estimate counted 6 chunks in flight where 8 were,

@@ -120,11 +120,13 @@ absl::StatusOr<TrainMemoryEstimate> EstimateTrainMemory(
   engine.precision = in.dtype;
   engine.max_prefetch = in.max_prefetch;
   engine.optimizer.kind = in.optimizer;
+  engine.activation_checkpointing = in.activation_checkpointing;
   if (in.chunk_size > 0) engine.chunk_size = in.chunk_size;
   if (in.chunk_size < 0) engine.chunk_size = static_cast<int64_t>(largest);
   ParameterPacking packing;
   packing.parameters = psi;
   packing.largest_tensor = largest;
+  packing.block_parameters = block;
   if (in.chunk_size > 0) packing.num_chunks = in.num_chunks;
   const ChunkMemory chunks =
       EstimateChunkMemory(engine, packing, in.world_size, in.grad_accum);
@@ -135,22 +137,41 @@ absl::StatusOr<TrainMemoryEstimate> EstimateTrainMemory(
   e.in_flight_shards = chunks.in_flight_shards;
   e.optimizer = chunks.optimizer;
 
-  // models/gpt2/gpt_model.cc's buffers, in floats: per block its output
-  // N C, and per activation slot 15 N C + 4 N + B NH T^2 (a slot for each
-  // block kept, one for all checkpointed blocks to recompute into);
+  // models/gpt2/gpt_model.cc's buffers, in floats, exactly: per block its
+  // output N C, and per activation slot 15 N C + 4 N + B NH T^2 (a slot for
+  // each block kept, one for all checkpointed blocks to recompute into);
   // embeddings and the final LayerNorm 2 N C + 2 N; the N x V
-  // probabilities; backward scratch 10 N C + B NH T^2; the grad and widened
-  // weight buffers, each the largest scope's parameters. Plus the batch.
-  // The fused attention keeps B NH T (a log-sum-exp per query row, and as
-  // much backward scratch) where the batched one keeps B NH T^2.
+  // probabilities. Backward's scratch: dresidual and dln, 2 N C, and the
+  // attention's: on the CPU a T^2 + 3 T C / NH block per thread (for at
+  // most B NH heads), its dqkv and datty in place; on a GPU 4 N C for
+  // those and B NH T^2. The grad buffer holds the largest group's grads
+  // (c_fc's weight and bias, or wte and wpe); the widened weights the
+  // largest 16-bit group that is not read as bf16 bits (none for f32; with
+  // bf16 products only the embedding's wte and wpe). Plus the batch:
+  // tokens and targets (int32) and the row losses (f64). The fused
+  // attention keeps B NH T (a log-sum-exp per query row, and as much
+  // backward scratch) where the batched one keeps B NH T^2.
   const double attention = in.fused_attention ? B * H * T : B * H * T * T;
   const int checkpointed =
       in.activation_checkpointing.CheckpointedBlocks(static_cast<int>(L));
   const double slots = L - checkpointed + (checkpointed > 0 ? 1 : 0);
+  const double threads = std::max(1, in.threads_per_rank);
+  const double scratch = 2 * N * C + (in.gpu ? 4 * N * C + attention
+                                             : std::min(threads, B * H) *
+                                                   (T * T + 3 * T * (C / H)));
+  const double fc_pair = 4 * C * C + 4 * C;
+  const double embedding = (V + P) * C;
+  const double grads = std::max(fc_pair, embedding);
+  const double widened = in.dtype == DType::kF32    ? 0
+                         : in.dtype == DType::kBF16 ? embedding
+                                                    : grads;
+  // The tied wte's grads from the output layer, which ZeroDdp sums in f32
+  // until the embedding's come (its weights are still needed).
+  const double tied_grad = V * C;
   const double floats = L * N * C + slots * (15 * N * C + 4 * N + attention) +
-                        (2 * N * C + 2 * N) + N * V + (10 * N * C + attention) +
-                        2 * std::max(block, (V + P) * C);
-  e.activations = 4 * floats + 4 * (2 * N) * 2;
+                        (2 * N * C + 2 * N) + N * V + scratch + grads +
+                        widened + tied_grad;
+  e.activations = 4 * floats + 4 * (2 * N) + 8 * N;
 
   // The file's bytes, read whole, and the int32 ids made of them.
   const double bytes = static_cast<double>(in.data_bytes);

@@ -52,6 +52,12 @@ struct TrainMemoryInput {
   // Checkpointed blocks keep only their output (--activation_checkpointing)
   // and share one buffer their activations are recomputed into.
   ActivationCheckpointing activation_checkpointing;
+  // The threads each rank computes on (ParallelThreadsShare), and whether
+  // the model computes on a GPU: the CPU's attention backward keeps a
+  // scratch block per thread and works in place, a GPU's keeps B NH T^2
+  // (or B NH T fused) and its own dqkv and datty.
+  int threads_per_rank = 1;
+  bool gpu = false;
   int64_t data_bytes = 0;  // The token file's size (built-in text: 0).
   bool data_is_uint16 = false;
 };

@@ -45,25 +45,50 @@ TEST(EstimateTrainMemory, ShardedFiguresWorkedOutByHand) {
   EXPECT_EQ(e->in_flight_shards, 2096 / 2);  // Their shards, 2 ranks.
   EXPECT_EQ(e->optimizer, 12 * 524);  // Master 4 + exp_avg 4 + exp_avg_sq 4.
   // Floats: block 16 N C + 4 N + B NH T^2 = 1024 + 32 + 64; embeddings and
-  // ln_f 2 N C + 2 N = 144; probabilities N V = 128; backward 10 N C +
-  // B NH T^2 = 704; grad and widen buffers 2 * 872. Plus 2 N ids twice.
-  EXPECT_EQ(e->activations, 4 * (1120 + 144 + 128 + 704 + 1744) + 4 * 16 * 2);
+  // ln_f 2 N C + 2 N = 144; probabilities N V = 128; backward 2 N C + one
+  // thread's attention block T^2 + 3 T C / NH = 128 + 64; grad and widen
+  // buffers, c_fc's weight and bias, 2 * 288; the tied wte's f32 grad
+  // V C = 128. Plus 2 N int32 ids and N f64 row losses.
+  EXPECT_EQ(e->activations,
+            4 * (1120 + 144 + 128 + 192 + 576 + 128) + 4 * 16 + 8 * 8);
   EXPECT_EQ(e->data, 100 + 400);  // The bytes and their int32 ids.
-  EXPECT_EQ(e->per_rank(), 4192 + 5192 + 6288 + 15488);
-  EXPECT_EQ(e->total(), 2 * 31160 + 500);
+  EXPECT_EQ(e->per_rank(), 4192 + 5192 + 6288 + 9280);
+  EXPECT_EQ(e->total(), 2 * 24952 + 500);
   EXPECT_EQ(e->LargestPartFlags(),
             "--batch, --seq_len, --vocab, --d_model, --layers");
 }
 
-// The fused attention keeps B NH T = 16 floats per block, and as many for
-// the backward, where the batched one keeps B NH T^2 = 64 of each.
+// On a GPU the backward keeps its own dqkv and datty (4 N C) and the
+// attention's B NH T^2 = 64 floats; the fused attention keeps B NH T = 16
+// floats per block, and as many for the backward.
 TEST(EstimateTrainMemory, TheFusedAttentionKeepsARowPerQuery) {
   TrainMemoryInput in = Small();
-  in.fused_attention = true;
+  in.gpu = true;
   absl::StatusOr<TrainMemoryEstimate> e = EstimateTrainMemory(in);
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_EQ(e->activations,
-            4 * (1120 - 48 + 144 + 128 + 704 - 48 + 1744) + 4 * 16 * 2);
+            4 * (1120 + 144 + 128 + (128 + 256 + 64) + 576 + 128) + 128);
+  in.fused_attention = true;
+  e = EstimateTrainMemory(in);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->activations,
+            4 * (1120 - 48 + 144 + 128 + (128 + 256 + 16) + 576 + 128) + 128);
+}
+
+// Each thread of a rank keeps one attention block (T^2 + 3 T C / NH = 64
+// floats), for at most B NH = 4 heads at once.
+TEST(EstimateTrainMemory, TheCpuAttentionKeepsABlockPerThread) {
+  TrainMemoryInput in = Small();
+  absl::StatusOr<TrainMemoryEstimate> one = EstimateTrainMemory(in);
+  ASSERT_TRUE(one.ok());
+  in.threads_per_rank = 3;
+  absl::StatusOr<TrainMemoryEstimate> three = EstimateTrainMemory(in);
+  ASSERT_TRUE(three.ok());
+  EXPECT_EQ(three->activations - one->activations, 4 * 2 * 64);
+  in.threads_per_rank = 64;
+  absl::StatusOr<TrainMemoryEstimate> many = EstimateTrainMemory(in);
+  ASSERT_TRUE(many.ok());
+  EXPECT_EQ(many->activations - one->activations, 4 * 3 * 64);
 }
 
 // A checkpointed block keeps its output (N C = 64 floats); its other
@@ -182,9 +207,9 @@ TEST(TrainMemoryEstimate, DescribeNamesEveryPart) {
   absl::StatusOr<TrainMemoryEstimate> e = EstimateTrainMemory(Small());
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->Describe(),
-            "2 ranks x 30.43 KiB (model init 4.09 KiB, chunks 5.07 KiB, "
-            "optimizer 6.14 KiB, activations 15.12 KiB) + data 500 B = "
-            "61.35 KiB");
+            "2 ranks x 24.37 KiB (model init 4.09 KiB, chunks 5.07 KiB, "
+            "optimizer 6.14 KiB, activations 9.06 KiB) + data 500 B = "
+            "49.22 KiB");
 }
 
 // On a GPU the host keeps the initial weights and the reduce scratch, plus

@@ -224,17 +224,6 @@ BENCHMARK(BM_Bf16VsF32)
     ->Iterations(2)
     ->Unit(benchmark::kMillisecond);
 
-// The largest device peak of any rank in any step.
-int64_t DevicePeak(const TrainResult& r) {
-  int64_t peak = 0;
-  for (const StepMetrics& m : r.steps) {
-    for (const RankStepMetrics& rank : m.ranks) {
-      peak = std::max(peak, rank.peak_device_bytes);
-    }
-  }
-  return peak;
-}
-
 // Arg: the capped run's offload, --offload=params (0) or auto (1).
 void BM_CappedVsUncapped(benchmark::State& state) {
   TrainOptions uncapped;

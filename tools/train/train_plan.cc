@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
+#include "base/parallel_for.h"
 #include "base/status_macros.h"
 #include "base/system_memory.h"
 #include "chunk/chunk_size_search.h"
@@ -539,6 +540,10 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options,
   need.max_prefetch = options.max_prefetch;
   need.fused_attention = options.fused_attention;
   need.activation_checkpointing = options.activation_checkpointing;
+  // As RunTraining shares the cores out.
+  need.threads_per_rank = ParallelThreadsShare(
+      options.rank >= 0 ? options.core_sharing_ranks : options.world_size);
+  need.gpu = options.device == ComputeDevice::kCuda;
   if (!options.tokens.empty()) {
     CZ_ASSIGN_OR_RETURN(need.data_bytes, FileSize("tokens", options.tokens));
     need.data_is_uint16 = true;

@@ -292,6 +292,16 @@ absl::StatusOr<std::string> ListenAddress(const TrainOptions& options) {
 
 }  // namespace
 
+int64_t DevicePeak(const TrainResult& result) {
+  int64_t peak = 0;
+  for (const StepMetrics& step : result.steps) {
+    for (const RankStepMetrics& rank : step.ranks) {
+      peak = std::max(peak, rank.peak_device_bytes);
+    }
+  }
+  return peak;
+}
+
 gemm::Precision MatmulPrecision(DType precision) {
   return precision == DType::kBF16 ? gemm::Precision::kBf16
                                    : gemm::Precision::kF32;

@@ -102,6 +102,10 @@ using StepCallback = std::function<absl::Status(const StepMetrics&)>;
 // kernels that oneDNN 2.6 does not have for matmuls).
 gemm::Precision MatmulPrecision(DType precision);
 
+// The largest device peak of any rank in any step of `result` (0 when
+// nothing was computed for a device).
+int64_t DevicePeak(const TrainResult& result);
+
 [[nodiscard]] absl::StatusOr<TrainResult> RunTraining(
     const TrainOptions& options, const StepCallback& on_step);
 
