@@ -23,7 +23,6 @@
 namespace chunkzero {
 namespace {
 
-
 // Three shapes where different parts dominate: activations (long context),
 // parameters and optimizer states (wide, short context), and many small
 // chunks per block.
@@ -74,10 +73,10 @@ TEST(EstimateBound, EveryLayoutPrecisionOffloadAndCheckpointing) {
           // The precisions in turn, so that each meets every other choice.
           const DType dtypes[] = {DType::kF16, DType::kBF16, DType::kF32};
           o.precision = dtypes[variant++ % 3];
-          SCOPED_TRACE(absl::StrCat(
-              "shape ", shape_index, " ", ChunkLayoutName(layout), " ",
-              OffloadFlagValue(offload), " every ", every, " ",
-              DTypeName(o.precision)));
+          SCOPED_TRACE(absl::StrCat("shape ", shape_index, " ",
+                                    ChunkLayoutName(layout), " ",
+                                    OffloadFlagValue(offload), " every ", every,
+                                    " ", DTypeName(o.precision)));
           ExpectTight(o);
         }
       }
