@@ -88,7 +88,8 @@ struct GptModel::Scratch {
   // place (GptBackend::AttentionBackwardInPlace).
   DeviceArray<float> datty;
   DeviceArray<float> dqkv;
-  // AttentionBackward's scratch: on the CPU a T x T block per thread.
+  // AttentionBackward's scratch (GptBackend::AttentionScratchElements): on
+  // the CPU a T x T block and a head's dQ, dK, dV per thread.
   DeviceArray<float> datt;
 };
 
