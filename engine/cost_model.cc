@@ -65,9 +65,9 @@ ChunkMemory EstimateChunkMemory(const EngineOptions& o,
   // forward again to its backward: the chunks a block spans, plus
   // max_prefetch + 2, then.
   double most_in_flight = 2.0 * o.max_prefetch + 3;
+  const double block_chunks =
+      std::ceil(std::max(packing.block_parameters, 1.0) / chunk);
   if (o.activation_checkpointing.enabled()) {
-    const double block_chunks =
-        std::ceil(std::max(packing.block_parameters, 1.0) / chunk);
     most_in_flight =
         std::max(most_in_flight, o.max_prefetch + 2.0 + block_chunks);
   }
@@ -93,7 +93,32 @@ ChunkMemory EstimateChunkMemory(const EngineOptions& o,
   }
   m.chunks_at_rest = element * (at_rest + owner_slack);
   m.reduce_scratch = 2 * 4 * std::min(padded, chunk);
-  m.chunks = m.chunks_at_rest + m.in_flight + m.reduce_scratch;
+  // What is gathered on top of the chunks at rest. An owner computes on
+  // its own chunks where they rest, so only the others' count; with
+  // round-robin owners of equal chunks (a known packing) a rank owns at
+  // least floor(m / ranks) of any m consecutive chunks. The chunks in
+  // flight are consecutive in use order: 2 max_prefetch + 2 of them plus
+  // the tied weight's chunk (the first) around the output layer, and a
+  // checkpointed block's chunks with max_prefetch + 2 more while it is
+  // computed again.
+  double gathered = m.in_flight;
+  if (o.layout == ChunkLayout::kOwner && o.chunk_size.has_value() &&
+      packing.num_chunks > 0) {
+    const double n = static_cast<double>(packing.num_chunks);
+    const auto others = [&](double consecutive) {
+      consecutive = std::min(consecutive, n);
+      return consecutive - std::floor(consecutive / world_size);
+    };
+    const double tied = world_size > 1 ? 1 : 0;  // Rank 0 owns it.
+    double chunks_gathered = others(2.0 * o.max_prefetch + 2) + tied;
+    if (o.activation_checkpointing.enabled()) {
+      chunks_gathered = std::max(chunks_gathered,
+                                 others(o.max_prefetch + 2.0 + block_chunks));
+    }
+    gathered = std::min({most_in_flight, chunks_gathered, others(n)}) * chunk *
+               element;
+  }
+  m.chunks = m.chunks_at_rest + gathered + m.reduce_scratch;
   if (o.layout == ChunkLayout::kSharded) {
     m.in_flight_shards = m.in_flight * MeanRestFraction(o.layout, world_size);
   }

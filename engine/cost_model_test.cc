@@ -81,5 +81,41 @@ TEST(EstimateChunkMemory, OneChunkPerTensorPadsNothing) {
   EXPECT_DOUBLE_EQ(m.optimizer, 12 * (500 + 300));
 }
 
+TEST(EstimateChunkMemory, OwnerGathersOnlyOthersChunks) {
+  EngineOptions o = Options(DType::kF16, OptimizerKind::kAdamW);
+  o.layout = ChunkLayout::kOwner;
+  o.chunk_size = 100;
+  o.max_prefetch = 1;
+  ParameterPacking packing;
+  packing.parameters = 950;
+  packing.largest_tensor = 100;
+  packing.num_chunks = 10;
+  packing.block_parameters = 350;  // Spans ceil(3.5) = 4 chunks.
+  ChunkMemory m = EstimateChunkMemory(o, packing, 2, 1);
+  // 5 owned chunks rest; 2p + 3 = 5 in flight, of which 4 are consecutive
+  // (2 of them owned) plus the tied weight's: 3 gathered.
+  EXPECT_DOUBLE_EQ(m.chunks_at_rest, 2 * 500);
+  EXPECT_DOUBLE_EQ(m.in_flight, 2 * 500);
+  EXPECT_DOUBLE_EQ(m.reduce_scratch, 2 * 4 * 100);
+  EXPECT_DOUBLE_EQ(m.chunks, 2 * 500 + 2 * 300 + 800);
+
+  // Recomputing a block: p + 2 + 4 = 7 in flight, all consecutive, 4 of
+  // them another rank's (7 - floor(7 / 2)).
+  o.activation_checkpointing.every = 1;
+  m = EstimateChunkMemory(o, packing, 2, 1);
+  EXPECT_DOUBLE_EQ(m.in_flight, 2 * 700);
+  EXPECT_DOUBLE_EQ(m.chunks, 2 * 500 + 2 * 400 + 800);
+
+  // Three ranks: 4 owned rest on the busiest; of 7 consecutive at least 2
+  // are this rank's, so 5 are gathered.
+  m = EstimateChunkMemory(o, packing, 3, 1);
+  EXPECT_DOUBLE_EQ(m.chunks_at_rest, 2 * 400);
+  EXPECT_DOUBLE_EQ(m.chunks, 2 * 400 + 2 * 500 + 800);
+
+  // One rank owns everything and gathers nothing.
+  m = EstimateChunkMemory(o, packing, 1, 1);
+  EXPECT_DOUBLE_EQ(m.chunks, 2 * 1000 + 0 + 800);
+}
+
 }  // namespace
 }  // namespace chunkzero

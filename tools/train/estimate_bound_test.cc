@@ -2,11 +2,7 @@
 // what the train job then holds, and a tight one: never below the measured
 // device peak (a run capped at its estimate fits), never above 1.15 x it
 // (a cap the run fits is not refused), across the layouts, precisions,
-// offload modes, activation checkpointing and prefetch depths. The owner
-// layout's estimate is looser (within 1.5 x): it counts every chunk in
-// flight as gathered, though a rank computes on the chunks it owns in
-// place, and which ranks own the chunks in flight at the peak is not
-// known before the packing runs.
+// offload modes, activation checkpointing and prefetch depths.
 // (--offload=auto is left out: its chunks rest on the device while there
 // is room, so its peak is whatever the cap allows, and hardening_test
 // checks that it accepts every cap --offload=params accepts.)
@@ -53,7 +49,7 @@ void ExpectTight(const TrainOptions& o) {
   const double peak = static_cast<double>(DevicePeak(*r));
   ASSERT_GT(peak, 0);
   EXPECT_GE(estimate, peak);
-  EXPECT_LE(estimate, (o.storage == ChunkLayout::kOwner ? 1.5 : 1.15) * peak);
+  EXPECT_LE(estimate, 1.15 * peak);
 }
 
 TEST(EstimateBound, EveryLayoutPrecisionOffloadAndCheckpointing) {
@@ -85,17 +81,29 @@ TEST(EstimateBound, EveryLayoutPrecisionOffloadAndCheckpointing) {
   }
 }
 
+// Sharded chunks offloaded (every chunk in flight comes to the device), and
+// owned chunks resting on the device (only the others' are gathered).
 TEST(EstimateBound, EveryPrefetchDepthWithRecomputation) {
+  const struct {
+    ChunkLayout layout;
+    OffloadPolicy offload;
+  } placements[] = {{ChunkLayout::kSharded, OffloadPolicy::kParams},
+                    {ChunkLayout::kOwner, OffloadPolicy::kOptimizer}};
   for (const TrainOptions& shape : Shapes()) {
-    for (int prefetch : {0, 1, 2, 4}) {
-      for (int every : {0, 1}) {
-        TrainOptions o = shape;
-        o.offload = OffloadPolicy::kParams;
-        o.max_prefetch = prefetch;
-        o.activation_checkpointing.every = every;
-        SCOPED_TRACE(absl::StrCat("d_model ", o.model.d_model, " prefetch ",
-                                  prefetch, " every ", every));
-        ExpectTight(o);
+    for (const auto& placement : placements) {
+      for (int prefetch : {0, 1, 2, 4}) {
+        for (int every : {0, 1}) {
+          TrainOptions o = shape;
+          o.storage = placement.layout;
+          o.offload = placement.offload;
+          o.max_prefetch = prefetch;
+          o.activation_checkpointing.every = every;
+          SCOPED_TRACE(absl::StrCat("d_model ", o.model.d_model, " ",
+                                    ChunkLayoutName(o.storage), " ",
+                                    OffloadFlagValue(o.offload), " prefetch ",
+                                    prefetch, " every ", every));
+          ExpectTight(o);
+        }
       }
     }
   }
