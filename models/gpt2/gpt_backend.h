@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "models/common/parameter_scopes.h"
 #include "models/gpt2/gemm_types.h"
 #include "tensor/device.h"
 #include "tensor/dtype.h"
@@ -31,25 +32,16 @@
 
 namespace chunkzero {
 
-class GptBackend {
+class GptBackend : public WeightReader {
  public:
   using Precision = gemm::Precision;
 
-  // A weight matrix: its f32 values, and its bf16 bit patterns when its
-  // parameter is stored in bf16 (else null). bf16 products read the bits
-  // when present (f32 may then be null); f32 products read the values.
-  struct Weight {
-    const float* f32 = nullptr;
-    const uint16_t* bf16 = nullptr;
-  };
+  // A weight matrix as the products read it (models/common).
+  using Weight = MatrixWeight;
 
-  virtual ~GptBackend() = default;
-
-  // Where the layers compute: Device::Cpu(), or cuda:N.
-  virtual Device device() const = 0;
-  // Whether the layers can read a tensor on `device` in place (the CPU
-  // backend: any host-accessible device; a CUDA backend: its GPU).
-  virtual bool Reads(Device device) const = 0;
+  // WeightReader: the layers compute on Device::Cpu() or cuda:N, and read
+  // in place any host-accessible memory (the CPU backend) or their GPU's
+  // (a CUDA backend).
   // Where the backend's own working memory (a GPU's bf16 scratch) is
   // counted, as MemoryCategory::kActivation on device(); nullptr: nowhere.
   // Drops that memory (it grows back as the products need it).
@@ -144,9 +136,6 @@ class GptBackend {
                                             int V) = 0;
   // x[n] = 0.
   virtual absl::Status Zero(float* x, size_t n) = 0;
-  // out[n] = the f32 value of x[n], a parameter of `dtype` (f16 or bf16).
-  virtual absl::Status Widen(float* out, const void* x, DType dtype,
-                             size_t n) = 0;
 };
 
 // The layers of models/gpt2/gpt_kernels.h on the CPU.

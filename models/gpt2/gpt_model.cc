@@ -13,50 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "base/parallel_for.h"
 #include "base/status_macros.h"
-#include "tensor/memory/allocator.h"
+#include "models/common/device_array.h"
 #include "tensor/storage.h"
 
 namespace chunkzero {
-namespace {
-
-// An array of T in memory of one device, from the registry's allocator.
-// The model reports these bytes itself (GptModel::Hold), so the storage
-// reports nowhere. Host memory starts zeroed, as the std::vectors it
-// replaces did.
-template <typename T>
-class DeviceArray {
- public:
-  T* data() const {
-    return storage_ == nullptr ? nullptr : static_cast<T*>(storage_->data());
-  }
-  size_t size() const { return size_; }
-  static constexpr size_t kElementBytes = sizeof(T);
-
-  // n elements on `device` in place of what was held.
-  absl::Status Allocate(size_t n, Device device) {
-    Reset();
-    if (n == 0) return absl::OkStatus();
-    absl::StatusOr<std::shared_ptr<Storage>> made =
-        Storage::Create(n * sizeof(T), device);
-    if (!made.ok()) return made.status();
-    storage_ = *std::move(made);
-    if (device.is_host_accessible()) {
-      std::memset(storage_->data(), 0, n * sizeof(T));
-    }
-    size_ = n;
-    return absl::OkStatus();
-  }
-  void Reset() {
-    storage_.reset();
-    size_ = 0;
-  }
-
- private:
-  std::shared_ptr<Storage> storage_;
-  size_t size_ = 0;
-};
-
-}  // namespace
 
 // What Forward keeps for Backward, on the backend's device. Per-slot
 // arrays hold S slices, one per activation slot (NumSlots: a kept block's
@@ -93,20 +53,14 @@ struct GptModel::Scratch {
   DeviceArray<float> datt;
 };
 
-struct GptModel::WidenBuffer : DeviceArray<float> {};
-
 GptModel::GptModel(const GptConfig& config, std::unique_ptr<GptBackend> backend)
     : config_(config),
       backend_(std::move(backend)),
-      widen_(std::make_unique<WidenBuffer>()),
+      scopes_("GptModel", backend_.get()),
       acts_(std::make_unique<Activations>()),
       scratch_(std::make_unique<Scratch>()) {}
 
-GptModel::~GptModel() {
-  if (tracker_ != nullptr) {
-    tracker_->Subtract(device_, MemoryCategory::kActivation, reported_);
-  }
-}
+GptModel::~GptModel() = default;
 
 absl::Status GptModel::SetActivationCheckpointing(
     const ActivationCheckpointing& checkpointing) {
@@ -132,193 +86,17 @@ absl::Status GptModel::set_fused_attention(bool fused) {
   return absl::OkStatus();
 }
 
-struct GptModel::ScopeWeights {
-  // f32 values (null for a bits-only matrix, see Weights).
-  const float* operator[](int i) const { return f32[i]; }
-  GptBackend::Weight matrix(int i) const { return {f32[i], bf16[i]}; }
-
-  const float* f32[kMaxScopeParams] = {};
-  const uint16_t* bf16[kMaxScopeParams] = {};
-};
-
-absl::Status GptModel::Weights(const ScopeParams& scope, int first, int count,
-                               ScopeWeights* out) {
-  const bool bf16_products = matmul_precision_ == gemm::Precision::kBf16;
-  // A bf16 parameter that bf16 products read as bits and nothing else reads.
-  auto bits_only = [&](int i) {
-    return bf16_products && (scope.matrices >> i & 1u) != 0 &&
-           scope.params[i]->data().dtype() == DType::kBF16;
-  };
-  size_t widen = 0;
-  for (int i = first; i < first + count; ++i) {
-    const Parameter& p = *scope.params[i];
-    const Tensor& data = p.data();
-    if (!data.is_materialized() || !backend_->Reads(data.device())) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "parameter '", p.name(), "' is not materialised where the model ",
-          "computes (", backend_->device().ToString(),
-          "): ", data.DebugString()));
-    }
-    if (data.shape() != shapes_[scope.index[i]]) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "parameter '", p.name(), "' is ", data.DebugString(),
-          ", expected shape ", ShapeToString(shapes_[scope.index[i]])));
-    }
-    if (data.dtype() != DType::kF32 && !bits_only(i)) widen += data.numel();
-  }
-  // Grows once to the largest 16-bit group, then is reused.
-  if (widen_->size() < widen) {
-    const int64_t held = workspace_bytes();
-    const int64_t grown =
-        held + static_cast<int64_t>((widen - widen_->size()) * sizeof(float));
-    CZ_RETURN_IF_ERROR(Hold(grown), "widening the weights of parameter '",
-                       scope.params[first]->name(), "'");
-    const absl::Status made = widen_->Allocate(widen, backend_->device());
-    if (!made.ok()) {
-      Hold(held - static_cast<int64_t>(widen_->size() * sizeof(float)))
-          .IgnoreError();  // Shrinking always fits.
-      return absl::Status(
-          made.code(),
-          absl::StrCat("widening the weights of parameter '",
-                       scope.params[first]->name(), "': ", made.message()));
-    }
-  }
-  size_t offset = 0;
-  for (int i = first; i < first + count; ++i) {
-    const Tensor& data = scope.params[i]->data();
-    const int at = i - first;
-    if (bf16_products && data.dtype() == DType::kBF16) {
-      out->bf16[at] = static_cast<const uint16_t*>(data.raw_data());
-    }
-    if (data.dtype() == DType::kF32) {
-      out->f32[at] = data.data<float>();
-      continue;
-    }
-    if (bits_only(i)) continue;
-    float* dst = widen_->data() + offset;
-    CZ_RETURN_IF_ERROR(
-        backend_->Widen(dst, data.raw_data(), data.dtype(), data.numel()),
-        "widening parameter '", scope.params[i]->name(), "'");
-    out->f32[at] = dst;
-    offset += data.numel();
-  }
-  return absl::OkStatus();
-}
-
-// One use of a scope's parameters, a group at a time (see ScopeAccess in
-// gpt_model.h).
-class GptModel::ScopeAccess {
- public:
-  ScopeAccess(GptModel& model, ParamHooks& hooks, const ScopeParams& scope)
-      : model_(model), hooks_(hooks), scope_(scope) {}
-
-  absl::StatusOr<ScopeWeights> Weights(int first, int count) {
-    CZ_RETURN_IF_ERROR(CheckRange(first, count));
-    ScopeWeights w;
-    CZ_RETURN_IF_ERROR(model_.Weights(scope_, first, count, &w));
-    return w;
-  }
-
-  absl::StatusOr<ScopeGrads> Grads(int first, int count) {
-    CZ_RETURN_IF_ERROR(CheckRange(first, count));
-    ScopeGrads g;
-    for (int i = first; i < first + count; ++i) {
-      CZ_ASSIGN_OR_RETURN(Tensor view,
-                          model_.grad_buffer_.ViewRange(
-                              offset_, model_.shapes_[scope_.index[i]]));
-      offset_ += view.numel();
-      g.g[i - first] = view.data<float>();
-      pending_.push_back({scope_.params[i], std::move(view)});
-    }
-    return g;
-  }
-
-  absl::Status Hand() {
-    for (auto& [param, grad] : pending_) {
-      CZ_RETURN_IF_ERROR(hooks_.HandGrad(*param, grad));
-    }
-    pending_.clear();
-    offset_ = 0;
-    return absl::OkStatus();
-  }
-
- private:
-  absl::Status CheckRange(int first, int count) const {
-    if (first < 0 || count < 1 ||
-        first + count > static_cast<int>(scope_.params.size())) {
-      return absl::InternalError(
-          absl::StrCat("GptModel: parameters [", first, ", ", first + count,
-                       ") of a scope of ", scope_.params.size()));
-    }
-    return absl::OkStatus();
-  }
-
-  GptModel& model_;
-  ParamHooks& hooks_;
-  const ScopeParams& scope_;
-  std::vector<std::pair<Parameter*, Tensor>> pending_;
-  int64_t offset_ = 0;
-};
-
-absl::Status GptModel::RunForwardByGroup(
-    ParamHooks& hooks, const ScopeParams& scope,
-    absl::FunctionRef<absl::Status(ScopeAccess& s)> fn) {
-  CZ_ASSIGN_OR_RETURN(HookScope hook_scope,
-                      HookScope::Forward(hooks, scope.params));
-  ScopeAccess access(*this, hooks, scope);
-  CZ_RETURN_IF_ERROR(fn(access));
-  return hook_scope.Exit();
-}
-
-absl::Status GptModel::RunForward(
-    ParamHooks& hooks, const ScopeParams& scope,
-    absl::FunctionRef<absl::Status(const ScopeWeights& w)> fn) {
-  const int n = static_cast<int>(scope.params.size());
-  return RunForwardByGroup(hooks, scope, [&](ScopeAccess& s) -> absl::Status {
-    CZ_ASSIGN_OR_RETURN(const ScopeWeights w, s.Weights(0, n));
-    return fn(w);
-  });
-}
-
-absl::Status GptModel::RunBackwardByGroup(
-    ParamHooks& hooks, const ScopeParams& scope,
-    absl::FunctionRef<absl::Status(ScopeAccess& s)> fn) {
-  CZ_ASSIGN_OR_RETURN(HookScope hook_scope,
-                      HookScope::Backward(hooks, scope.params));
-  ScopeAccess access(*this, hooks, scope);
-  CZ_RETURN_IF_ERROR(fn(access));
-  CZ_RETURN_IF_ERROR(access.Hand());
-  return hook_scope.Exit();
-}
-
-absl::Status GptModel::RunBackward(
-    ParamHooks& hooks, const ScopeParams& scope, bool read_weights,
-    absl::FunctionRef<absl::Status(const ScopeWeights& w, float* const* g)>
-        fn) {
-  const int n = static_cast<int>(scope.params.size());
-  return RunBackwardByGroup(hooks, scope, [&](ScopeAccess& s) -> absl::Status {
-    ScopeWeights w;
-    if (read_weights) {
-      CZ_ASSIGN_OR_RETURN(w, s.Weights(0, n));
-    }
-    CZ_ASSIGN_OR_RETURN(const ScopeGrads g, s.Grads(0, n));
-    // Handed by RunBackward after fn, with every read of the weights done:
-    // under ZeroDdp a grad may overwrite its parameter's storage.
-    return fn(w, g.g);
-  });
-}
-
-absl::Status GptModel::LayerNormBackward(ParamHooks& hooks,
-                                         const ScopeParams& scope, float* dx,
-                                         const float* dout, const float* x,
-                                         const float* mean, const float* rstd) {
+absl::Status GptModel::LayerNormBackward(ParamHooks& hooks, const Scope& scope,
+                                         float* dx, const float* dout,
+                                         const float* x, const float* mean,
+                                         const float* rstd) {
   const int N = acts_->batch * acts_->seq;
-  return RunBackward(hooks, scope, /*read_weights=*/true,
-                     [&](const ScopeWeights& w, float* const* g) {
-                       return backend_->LayerNormBackward(dx, g[0], g[1], dout,
-                                                          x, w[0], mean, rstd,
-                                                          N, config_.d_model);
-                     });
+  return scopes_.RunBackward(hooks, scope, /*read_weights=*/true,
+                             [&](const ScopeWeights& w, float* const* g) {
+                               return backend_->LayerNormBackward(
+                                   dx, g[0], g[1], dout, x, w[0], mean, rstd, N,
+                                   config_.d_model);
+                             });
 }
 
 int GptModel::NumSlots() const {
@@ -407,10 +185,8 @@ absl::Status GptModel::ResizeBuffers(int batch, int seq) {
   VisitBuffers(
       0, 0, [](auto& buffer, size_t, BufferRole, size_t) { buffer.Reset(); });
   a.batch = a.seq = 0;
-  const int64_t others = workspace_bytes() - buffer_bytes_;
-  buffer_bytes_ = 0;
-  CZ_RETURN_IF_ERROR(Hold(others));
-  CZ_RETURN_IF_ERROR(Hold(others + bytes));
+  CZ_RETURN_IF_ERROR(scopes_.HoldBuffers(0));
+  CZ_RETURN_IF_ERROR(scopes_.HoldBuffers(bytes));
   absl::Status made = absl::OkStatus();
   const Device device = backend_->device();
   VisitBuffers(batch, seq, [&](auto& buffer, size_t n, BufferRole, size_t) {
@@ -420,49 +196,20 @@ absl::Status GptModel::ResizeBuffers(int batch, int seq) {
     // The device itself ran out before the limit: hold nothing.
     VisitBuffers(
         0, 0, [](auto& buffer, size_t, BufferRole, size_t) { buffer.Reset(); });
-    Hold(others).IgnoreError();  // Shrinking always fits.
+    scopes_.HoldBuffers(0).IgnoreError();  // Shrinking always fits.
     return made;
   }
-  buffer_bytes_ = bytes;
   a.batch = batch;
   a.seq = seq;
   return absl::OkStatus();
 }
 
-int64_t GptModel::workspace_bytes() const {
-  return buffer_bytes_ + static_cast<int64_t>(grad_buffer_.nbytes()) +
-         static_cast<int64_t>(widen_->size() * sizeof(float));
-}
-
-absl::Status GptModel::Hold(int64_t bytes) {
-  if (tracker_ != nullptr) {
-    if (bytes > reported_) {
-      CZ_RETURN_IF_ERROR(tracker_->TryAdd(device_, MemoryCategory::kActivation,
-                                          bytes - reported_));
-    } else if (bytes < reported_) {
-      tracker_->Subtract(device_, MemoryCategory::kActivation,
-                         reported_ - bytes);
-    }
-  }
-  reported_ = bytes;
-  return absl::OkStatus();
-}
+int64_t GptModel::workspace_bytes() const { return scopes_.workspace_bytes(); }
 
 absl::Status GptModel::set_memory_accounting(MemoryTracker* tracker,
                                              Device device) {
-  const int64_t held = workspace_bytes();
-  if (tracker != nullptr) {
-    CZ_RETURN_IF_ERROR(
-        tracker->TryAdd(device, MemoryCategory::kActivation, held),
-        "GptModel: the working buffers it holds");
-  }
-  if (tracker_ != nullptr) {
-    tracker_->Subtract(device_, MemoryCategory::kActivation, reported_);
-  }
+  CZ_RETURN_IF_ERROR(scopes_.set_memory_accounting(tracker, device));
   backend_->set_scratch_accounting(tracker);
-  tracker_ = tracker;
-  device_ = device;
-  reported_ = held;
   return absl::OkStatus();
 }
 
@@ -485,40 +232,44 @@ absl::Status GptModel::BlockForward(ParamHooks& hooks, int l) {
   float* fch = a.fch.data() + s * 4 * NC;
   float* fch_gelu = a.fch_gelu.data() + s * 4 * NC;
   float* res3 = a.res3.data() + l * NC;
-  CZ_RETURN_IF_ERROR(RunForward(hooks, block.ln_1, [&](const ScopeWeights& w) {
-    return backend_->LayerNormForward(ln1, a.ln1_mean.data() + s * N,
-                                      a.ln1_rstd.data() + s * N, x, w[0], w[1],
-                                      N, C);
-  }));
+  CZ_RETURN_IF_ERROR(
+      scopes_.RunForward(hooks, block.ln_1, [&](const ScopeWeights& w) {
+        return backend_->LayerNormForward(ln1, a.ln1_mean.data() + s * N,
+                                          a.ln1_rstd.data() + s * N, x, w[0],
+                                          w[1], N, C);
+      }));
   // The attention's and the MLP's two matmuls read their weights one pair
   // at a time, so that only one pair is widened at once.
-  CZ_RETURN_IF_ERROR(RunForwardByGroup(hooks, block.attn, [&](ScopeAccess& s) {
-    CZ_ASSIGN_OR_RETURN(const ScopeWeights in, s.Weights(0, 2));
-    CZ_RETURN_IF_ERROR(backend_->MatmulForward(qkv, ln1, in.matrix(0), in[1], N,
-                                               C, 3 * C, matmul_precision_));
-    CZ_RETURN_IF_ERROR(backend_->AttentionForward(atty, att, qkv, B, T, C, NH,
-                                                  matmul_precision_));
-    CZ_ASSIGN_OR_RETURN(const ScopeWeights proj, s.Weights(2, 2));
-    CZ_RETURN_IF_ERROR(backend_->MatmulForward(
-        res2, atty, proj.matrix(0), proj[1], N, C, C, matmul_precision_));
-    return backend_->Add(res2, res2, x, NC);
-  }));
-  CZ_RETURN_IF_ERROR(RunForward(hooks, block.ln_2, [&](const ScopeWeights& w) {
-    return backend_->LayerNormForward(ln2, a.ln2_mean.data() + s * N,
-                                      a.ln2_rstd.data() + s * N, res2, w[0],
-                                      w[1], N, C);
-  }));
-  CZ_RETURN_IF_ERROR(RunForwardByGroup(hooks, block.mlp, [&](ScopeAccess& s) {
-    CZ_ASSIGN_OR_RETURN(const ScopeWeights fc, s.Weights(0, 2));
-    CZ_RETURN_IF_ERROR(backend_->MatmulForward(fch, ln2, fc.matrix(0), fc[1], N,
-                                               C, 4 * C, matmul_precision_));
-    CZ_RETURN_IF_ERROR(backend_->GeluForward(fch_gelu, fch, 4 * NC));
-    CZ_ASSIGN_OR_RETURN(const ScopeWeights proj, s.Weights(2, 2));
-    CZ_RETURN_IF_ERROR(backend_->MatmulForward(res3, fch_gelu, proj.matrix(0),
-                                               proj[1], N, 4 * C, C,
-                                               matmul_precision_));
-    return backend_->Add(res3, res3, res2, NC);
-  }));
+  CZ_RETURN_IF_ERROR(
+      scopes_.RunForwardByGroup(hooks, block.attn, [&](ScopeAccess& s) {
+        CZ_ASSIGN_OR_RETURN(const ScopeWeights in, s.Weights(0, 2));
+        CZ_RETURN_IF_ERROR(backend_->MatmulForward(
+            qkv, ln1, in.matrix(0), in[1], N, C, 3 * C, matmul_precision_));
+        CZ_RETURN_IF_ERROR(backend_->AttentionForward(atty, att, qkv, B, T, C,
+                                                      NH, matmul_precision_));
+        CZ_ASSIGN_OR_RETURN(const ScopeWeights proj, s.Weights(2, 2));
+        CZ_RETURN_IF_ERROR(backend_->MatmulForward(
+            res2, atty, proj.matrix(0), proj[1], N, C, C, matmul_precision_));
+        return backend_->Add(res2, res2, x, NC);
+      }));
+  CZ_RETURN_IF_ERROR(
+      scopes_.RunForward(hooks, block.ln_2, [&](const ScopeWeights& w) {
+        return backend_->LayerNormForward(ln2, a.ln2_mean.data() + s * N,
+                                          a.ln2_rstd.data() + s * N, res2, w[0],
+                                          w[1], N, C);
+      }));
+  CZ_RETURN_IF_ERROR(
+      scopes_.RunForwardByGroup(hooks, block.mlp, [&](ScopeAccess& s) {
+        CZ_ASSIGN_OR_RETURN(const ScopeWeights fc, s.Weights(0, 2));
+        CZ_RETURN_IF_ERROR(backend_->MatmulForward(
+            fch, ln2, fc.matrix(0), fc[1], N, C, 4 * C, matmul_precision_));
+        CZ_RETURN_IF_ERROR(backend_->GeluForward(fch_gelu, fch, 4 * NC));
+        CZ_ASSIGN_OR_RETURN(const ScopeWeights proj, s.Weights(2, 2));
+        CZ_RETURN_IF_ERROR(
+            backend_->MatmulForward(res3, fch_gelu, proj.matrix(0), proj[1], N,
+                                    4 * C, C, matmul_precision_));
+        return backend_->Add(res3, res3, res2, NC);
+      }));
   return absl::OkStatus();
 }
 
@@ -562,23 +313,27 @@ absl::StatusOr<float> GptModel::Forward(ParamHooks& hooks, int batch, int seq,
   const int B = batch, T = seq, C = cfg.d_model, V = cfg.vocab, N = B * T;
   const size_t NC = static_cast<size_t>(N) * C;
 
-  CZ_RETURN_IF_ERROR(RunForward(hooks, embedding_, [&](const ScopeWeights& w) {
-    return backend_->EmbeddingForward(a.encoded.data(), a.tokens.data(), w[0],
-                                      w[1], B, T, C, V);
-  }));
+  CZ_RETURN_IF_ERROR(
+      scopes_.RunForward(hooks, embedding_, [&](const ScopeWeights& w) {
+        return backend_->EmbeddingForward(a.encoded.data(), a.tokens.data(),
+                                          w[0], w[1], B, T, C, V);
+      }));
   for (int l = 0; l < cfg.layers; ++l) {
     CZ_RETURN_IF_ERROR(BlockForward(hooks, l));
   }
   const float* last = a.res3.data() + (cfg.layers - 1) * NC;
-  CZ_RETURN_IF_ERROR(RunForward(hooks, ln_f_, [&](const ScopeWeights& w) {
-    return backend_->LayerNormForward(a.lnf.data(), a.lnf_mean.data(),
-                                      a.lnf_rstd.data(), last, w[0], w[1], N,
-                                      C);
-  }));
-  CZ_RETURN_IF_ERROR(RunForward(hooks, lm_head_, [&](const ScopeWeights& w) {
-    return backend_->MatmulTransposedForward(
-        a.probs.data(), a.lnf.data(), w.matrix(0), N, C, V, matmul_precision_);
-  }));
+  CZ_RETURN_IF_ERROR(
+      scopes_.RunForward(hooks, ln_f_, [&](const ScopeWeights& w) {
+        return backend_->LayerNormForward(a.lnf.data(), a.lnf_mean.data(),
+                                          a.lnf_rstd.data(), last, w[0], w[1],
+                                          N, C);
+      }));
+  CZ_RETURN_IF_ERROR(
+      scopes_.RunForward(hooks, lm_head_, [&](const ScopeWeights& w) {
+        return backend_->MatmulTransposedForward(a.probs.data(), a.lnf.data(),
+                                                 w.matrix(0), N, C, V,
+                                                 matmul_precision_);
+      }));
   CZ_ASSIGN_OR_RETURN(const double loss, backend_->CrossEntropyForward(
                                              a.probs.data(), a.targets.data(),
                                              N, V, a.row_losses.data()));
@@ -606,7 +361,7 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
   float* dln = sc.dln.data();
 
   // logits = lnf wte^T, loss = mean over rows of the row losses.
-  CZ_RETURN_IF_ERROR(RunBackward(
+  CZ_RETURN_IF_ERROR(scopes_.RunBackward(
       hooks, lm_head_, /*read_weights=*/true,
       [&](const ScopeWeights& w, float* const* g) {
         CZ_RETURN_IF_ERROR(backend_->CrossEntropyBackward(
@@ -646,7 +401,7 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
     // output) goes over the gelu output (MatmulBackward makes dw first),
     // d(c_fc output) over the c_fc output.
     CZ_RETURN_IF_ERROR(
-        RunBackwardByGroup(hooks, block.mlp, [&](ScopeAccess& s) {
+        scopes_.RunBackwardByGroup(hooks, block.mlp, [&](ScopeAccess& s) {
           CZ_ASSIGN_OR_RETURN(const ScopeWeights proj, s.Weights(2, 2));
           CZ_ASSIGN_OR_RETURN(const ScopeGrads gp, s.Grads(2, 2));
           CZ_RETURN_IF_ERROR(backend_->MatmulBackward(
@@ -666,7 +421,7 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
                                          a.ln2_rstd.data() + slot * N));
     // res2 = x + c_proj(attention(c_attn(ln1))), c_proj's pair first.
     CZ_RETURN_IF_ERROR(
-        RunBackwardByGroup(hooks, block.attn, [&](ScopeAccess& s) {
+        scopes_.RunBackwardByGroup(hooks, block.attn, [&](ScopeAccess& s) {
           CZ_ASSIGN_OR_RETURN(const ScopeWeights proj, s.Weights(2, 2));
           CZ_ASSIGN_OR_RETURN(const ScopeGrads gp, s.Grads(2, 2));
           CZ_RETURN_IF_ERROR(backend_->MatmulBackward(
@@ -687,12 +442,12 @@ absl::Status GptModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
                                          a.ln1_rstd.data() + slot * N));
   }
   // encoded = wte[tokens] + wpe[positions]: no weights read.
-  CZ_RETURN_IF_ERROR(RunBackward(hooks, embedding_, /*read_weights=*/false,
-                                 [&](const ScopeWeights&, float* const* g) {
-                                   return backend_->EmbeddingBackward(
-                                       g[0], g[1], dres, a.tokens.data(), B, T,
-                                       C, V, cfg.seq_len);
-                                 }));
+  CZ_RETURN_IF_ERROR(scopes_.RunBackward(
+      hooks, embedding_, /*read_weights=*/false,
+      [&](const ScopeWeights&, float* const* g) {
+        return backend_->EmbeddingBackward(g[0], g[1], dres, a.tokens.data(), B,
+                                           T, C, V, cfg.seq_len);
+      }));
   return absl::OkStatus();
 }
 

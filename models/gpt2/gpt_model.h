@@ -104,6 +104,7 @@
 #include "ddp/param_hooks.h"
 #include "ddp/parameter.h"
 #include "engine/activation_checkpointing.h"
+#include "models/common/parameter_scopes.h"
 #include "models/gpt2/gemm.h"
 #include "models/gpt2/gpt_backend.h"
 #include "tensor/device.h"
@@ -183,6 +184,7 @@ class GptModel final : public Module, public ActivationCheckpointable {
   // softmax, the loss and the grads handed to the hooks stay f32.
   void set_matmul_precision(gemm::Precision precision) {
     matmul_precision_ = precision;
+    scopes_.set_bf16_products(precision == gemm::Precision::kBf16);
   }
   gemm::Precision matmul_precision() const { return matmul_precision_; }
   // The fused attention on a GPU (GptBackend::set_fused_attention): no
@@ -263,29 +265,14 @@ class GptModel final : public Module, public ActivationCheckpointable {
 
   GptModel(const GptConfig& config, std::unique_ptr<GptBackend> backend);
 
-  // One hook scope: indices into params_ and the matching pointers.
-  struct ScopeParams {
-    std::vector<int> index;
-    std::vector<Parameter*> params;
-    // Bit i set: params[i] is a weight matrix that only feeds matrix
-    // products (Weights need not widen it for bf16 products).
-    unsigned matrices = 0;
-  };
-  // A scope's weights as its kernels read them (defined in gpt_model.cc).
-  struct ScopeWeights;
-  static constexpr int kMaxScopeParams = 4;
+  using Scope = ParameterScopes::Scope;
+  using ScopeWeights = ParameterScopes::GroupWeights;
+  using ScopeGrads = ParameterScopes::GroupGrads;
+  using ScopeAccess = ParameterScopes::Access;
   struct BlockScopes {
-    ScopeParams ln_1, attn, ln_2, mlp;
+    Scope ln_1, attn, ln_2, mlp;
   };
 
-  // The values of `scope`'s parameters first .. first + count - 1 (out at
-  // i - first): f32 data in place, 16-bit data widened into widen_ (what an
-  // earlier call widened is gone); with bf16 products, bf16 data also as
-  // its bits, and a bf16 weight matrix only as its bits. FailedPrecondition
-  // naming a parameter that is not materialised where the backend reads it
-  // or not of its shape.
-  [[nodiscard]] absl::Status Weights(const ScopeParams& scope, int first,
-                                     int count, ScopeWeights* out);
   // Block `l`'s forward (its four forward scopes), from its input (the
   // embeddings or block l - 1's output) into its activation slot and its
   // output. The first Forward and Backward's recomputation run this.
@@ -294,44 +281,9 @@ class GptModel final : public Module, public ActivationCheckpointable {
   // checkpointed) the one the checkpointed blocks share.
   int NumSlots() const;
   int SlotOf(int block) const;
-  // f32 grad buffers of a group of a scope's parameters (g[i] for the
-  // group's i-th), views of grad_buffer_.
-  struct ScopeGrads {
-    float* g[kMaxScopeParams] = {};
-  };
-  // Inside one use of a scope: the weights and grads of a group of its
-  // parameters at a time (a weight matrix and its bias), so that the
-  // widened weights and the grads of one group, not of the whole scope,
-  // are held at once. Weights(first, count) widens that group (what was
-  // widened before is gone); Grads(first, count) gives its grad buffers
-  // after those not yet handed; Hand() hands every grad asked for since
-  // the last Hand, in that order, and frees their buffers. A group's grads
-  // are handed once every read of its weights is done: under ZeroDdp a
-  // grad may overwrite its parameter's storage. Defined in gpt_model.cc.
-  class ScopeAccess;
-  // One forward use: PreForward, fn(access), PostForward.
-  [[nodiscard]] absl::Status RunForwardByGroup(
-      ParamHooks& hooks, const ScopeParams& scope,
-      absl::FunctionRef<absl::Status(ScopeAccess& s)> fn);
-  // The same with the whole scope as one group: fn(weights as in Weights).
-  [[nodiscard]] absl::Status RunForward(
-      ParamHooks& hooks, const ScopeParams& scope,
-      absl::FunctionRef<absl::Status(const ScopeWeights& w)> fn);
-  // One backward use: PreBackward, fn(access), the grads not yet handed
-  // handed in order, PostBackward.
-  [[nodiscard]] absl::Status RunBackwardByGroup(
-      ParamHooks& hooks, const ScopeParams& scope,
-      absl::FunctionRef<absl::Status(ScopeAccess& s)> fn);
-  // The same with the whole scope as one group: fn(weights, grads) where
-  // g[i] is the f32 grad buffer of scope.params[i] for fn to fill (w is all
-  // null unless `read_weights`), then HandGrad of each in order.
-  [[nodiscard]] absl::Status RunBackward(
-      ParamHooks& hooks, const ScopeParams& scope, bool read_weights,
-      absl::FunctionRef<absl::Status(const ScopeWeights& w, float* const* g)>
-          fn);
   // The backward of a LayerNorm scope: dx += d/dx, grads handed over.
   [[nodiscard]] absl::Status LayerNormBackward(
-      ParamHooks& hooks, const ScopeParams& scope, float* dx, const float* dout,
+      ParamHooks& hooks, const Scope& scope, float* dx, const float* dout,
       const float* x, const float* mean, const float* rstd);
   // Makes the activations and scratch for `batch` x `seq` (all of them
   // again, exactly as large as needed, when the shape changes), within the
@@ -346,35 +298,21 @@ class GptModel final : public Module, public ActivationCheckpointable {
   // buffer), 0 for arrays without slots or without checkpointing.
   template <typename Fn>
   void VisitBuffers(int batch, int seq, Fn fn);
-  // Reports `bytes` held for computing (the new workspace_bytes()) to the
-  // tracker: ResourceExhausted, with nothing changed, if the growth does not
-  // fit under its limit.
-  [[nodiscard]] absl::Status Hold(int64_t bytes);
 
   GptConfig config_;
   const std::unique_ptr<GptBackend> backend_;
   gemm::Precision matmul_precision_ = gemm::Precision::kF32;
   ActivationCheckpointing checkpointing_;
-  std::vector<std::unique_ptr<Parameter>> params_;  // Declaration order.
-  std::vector<Shape> shapes_;                       // params_' shapes.
-  ScopeParams embedding_, lm_head_, ln_f_;
+  // The parameters (declaration order), their hook scopes and the
+  // working memory's accounting; reads weights through backend_.
+  ParameterScopes scopes_;
+  Scope embedding_, lm_head_, ln_f_;
   std::vector<BlockScopes> blocks_;
-  // Widened 16-bit weights of one scope (a DeviceArray<float>, defined in
-  // gpt_model.cc, on the backend's device).
-  struct WidenBuffer;
-  std::unique_ptr<WidenBuffer> widen_;
   std::unique_ptr<Activations> acts_;
   std::unique_ptr<Scratch> scratch_;
-  // f32 on the backend's device, big enough for the largest group's grads.
-  Tensor grad_buffer_;
   // The threads the buffers were made for (AttentionScratchElements).
   int threads_ = 1;
   bool have_forward_ = false;
-  int64_t buffer_bytes_ = 0;  // Of the activation and scratch vectors.
-  // Where workspace_bytes() are reported, and how many are.
-  MemoryTracker* tracker_ = nullptr;
-  Device device_ = Device::Cpu();
-  int64_t reported_ = 0;
 };
 
 }  // namespace chunkzero

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,8 +12,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "models/common/normal_sampler.h"
 #include "models/gpt2/gpt_model.h"
-#include "tensor/ops/cast_tensor.h"
 
 namespace chunkzero {
 namespace {
@@ -34,34 +33,6 @@ enum BlockParam {
   kMlpProjW,
   kMlpProjB,
   kParamsPerBlock,
-};
-
-// N(0, 1) draws: Box-Muller on 53-bit uniforms from mt19937_64, both values
-// of each pair used in turn.
-class NormalSampler {
- public:
-  explicit NormalSampler(uint64_t seed) : rng_(seed) {}
-  double Next() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    // u1 in (0, 1] so that the log is finite; u2 in [0, 1).
-    const double u1 = 1.0 - Uniform();
-    const double u2 = Uniform();
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    constexpr double kTwoPi = 6.283185307179586;
-    spare_ = r * std::sin(kTwoPi * u2);
-    has_spare_ = true;
-    return r * std::cos(kTwoPi * u2);
-  }
-
- private:
-  double Uniform() { return (rng_() >> 11) * 0x1.0p-53; }
-
-  std::mt19937_64 rng_;
-  bool has_spare_ = false;
-  double spare_ = 0;
 };
 
 absl::Status CheckPositive(const char* field, int value) {
@@ -170,25 +141,19 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
                          device.ToString());
       data = *std::move(there);
     }
-    model->params_.push_back(
-        std::make_unique<Parameter>(name, std::move(data)));
-    model->shapes_.push_back(std::move(shape));
+    model->scopes_.Add(name, std::move(data));
   }
 
   // The hook scopes, and the grad buffer sized for the largest group.
   auto scope = [&](std::vector<int> index, unsigned matrices = 0) {
-    ScopeParams s;
-    for (int i : index) s.params.push_back(model->params_[i].get());
-    s.index = std::move(index);
-    s.matrices = matrices;
-    return s;
+    return model->scopes_.MakeScope(std::move(index), matrices);
   };
   // Bits 0 and 2: the attention's and the MLP's two weight matrices; wte in
   // the output projection.
   constexpr unsigned kFirstAndThird = 0b101;
   model->embedding_ = scope({0, 1});
   model->lm_head_ = scope({0}, 0b1);
-  const int last = static_cast<int>(model->params_.size()) - 2;
+  const int last = model->scopes_.size() - 2;
   model->ln_f_ = scope({last, last + 1});
   for (int l = 0; l < L; ++l) {
     const int b = 2 + l * kParamsPerBlock;
@@ -205,62 +170,19 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   const int64_t fc_pair = C * 4 * C + 4 * C;
   const int64_t grads = std::max<int64_t>(
       fc_pair, (static_cast<int64_t>(config.vocab) + config.seq_len) * C);
-  CZ_ASSIGN_OR_RETURN(model->grad_buffer_,
-                      Tensor::Empty({grads}, DType::kF32, device));
+  CZ_RETURN_IF_ERROR(model->scopes_.MakeGradBuffer(grads));
   return model;
 }
 
-std::vector<Parameter*> GptModel::Parameters() {
-  std::vector<Parameter*> out;
-  out.reserve(params_.size());
-  for (auto& p : params_) out.push_back(p.get());
-  return out;
-}
+std::vector<Parameter*> GptModel::Parameters() { return scopes_.Parameters(); }
 
 Parameter* GptModel::FindParameter(const std::string& name) {
-  for (auto& p : params_) {
-    if (p->name() == name) return p.get();
-  }
-  return nullptr;
+  return scopes_.Find(name);
 }
 
 absl::Status GptModel::LoadStateDict(
     const std::map<std::string, Tensor>& state) {
-  // Check everything before changing anything.
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Parameter& p = *params_[i];
-    auto it = state.find(p.name());
-    if (it == state.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("state dict has no tensor '", p.name(), "'"));
-    }
-    if (it->second.shape() != shapes_[i]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "state dict tensor '", p.name(), "' is ", it->second.DebugString(),
-          ", expected shape ", ShapeToString(shapes_[i])));
-    }
-    if (!it->second.is_materialized()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("state dict tensor '", p.name(), "' has no memory"));
-    }
-    if (!p.data().is_materialized()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("parameter '", p.name(), "' is not materialised"));
-    }
-  }
-  if (state.size() != params_.size()) {
-    for (const auto& [name, tensor] : state) {
-      if (FindParameter(name) == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "state dict tensor '", name, "' is not a GPT-2 parameter"));
-      }
-    }
-  }
-  for (auto& p : params_) {
-    CZ_RETURN_IF_ERROR(CastTensor(p->mutable_data(), state.at(p->name())),
-                       "loading '", p->name(), "'");
-  }
-  return absl::OkStatus();
+  return scopes_.LoadStateDict(state, "GPT-2");
 }
 
 }  // namespace chunkzero

@@ -13,9 +13,9 @@
 #include "ddp/hook_order.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/common/recording_hooks.h"
 #include "models/gpt2/gemm.h"
 #include "models/gpt2/gpt_model.h"
-#include "models/gpt2/recording_hooks.h"
 
 namespace chunkzero {
 namespace {

@@ -1,9 +1,9 @@
-// RecordingHooks: ParamHooks for the model's tests. Logs every hook call
+// RecordingHooks: ParamHooks for models' tests. Logs every hook call
 // ("PreForward wte.weight,wpe.weight"), keeps each HandGrad's values by
 // parameter in the order handed, and checks the order as LocalHooks does
 // (ddp/hook_order.h).
-#ifndef CHUNKZERO_MODELS_GPT2_RECORDING_HOOKS_H_
-#define CHUNKZERO_MODELS_GPT2_RECORDING_HOOKS_H_
+#ifndef CHUNKZERO_MODELS_COMMON_RECORDING_HOOKS_H_
+#define CHUNKZERO_MODELS_COMMON_RECORDING_HOOKS_H_
 
 #include <map>
 #include <string>
@@ -63,4 +63,4 @@ class RecordingHooks final : public ParamHooks {
 
 }  // namespace chunkzero
 
-#endif  // CHUNKZERO_MODELS_GPT2_RECORDING_HOOKS_H_
+#endif  // CHUNKZERO_MODELS_COMMON_RECORDING_HOOKS_H_
