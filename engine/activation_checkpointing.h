@@ -41,6 +41,18 @@ struct ActivationCheckpointing {
   int CheckpointedBlocks(int blocks) const {
     return every > 0 && blocks > 0 ? (blocks + every - 1) / every : 0;
   }
+  // Activation slots a model of `blocks` blocks keeps: one per kept block,
+  // and one that every checkpointed block recomputes into.
+  int Slots(int blocks) const {
+    const int checkpointed = CheckpointedBlocks(blocks);
+    return blocks - checkpointed + (checkpointed > 0 ? 1 : 0);
+  }
+  // Block `block`'s slot: the kept blocks before it take the first slots,
+  // the shared one is the last.
+  int SlotOf(int block, int blocks) const {
+    if (Checkpoints(block)) return Slots(blocks) - 1;
+    return block - CheckpointedBlocks(block);
+  }
   // "none", "layers" or "every:K": what Parse reads back.
   std::string ToString() const;
 

@@ -44,6 +44,19 @@ TEST(ActivationCheckpointingTest, EveryKCheckpointsBlocksZeroKTwoK) {
   EXPECT_FALSE(ac.Checkpoints(-3));
 }
 
+TEST(ActivationCheckpointingTest, KeptBlocksOwnSlotsCheckpointedShareOne) {
+  // every:3 over 8 blocks: 0, 3, 6 share slot 5; 1 2 4 5 7 take 0..4.
+  const ActivationCheckpointing ac{3};
+  EXPECT_EQ(ac.Slots(8), 6);
+  std::vector<int> slots;
+  for (int block = 0; block < 8; ++block) slots.push_back(ac.SlotOf(block, 8));
+  EXPECT_EQ(slots, (std::vector<int>{5, 0, 1, 5, 2, 3, 5, 4}));
+  EXPECT_EQ(ActivationCheckpointing{}.Slots(4), 4);
+  EXPECT_EQ(ActivationCheckpointing{}.SlotOf(2, 4), 2);
+  EXPECT_EQ(ActivationCheckpointing{1}.Slots(4), 1);
+  EXPECT_EQ(ActivationCheckpointing{1}.SlotOf(3, 4), 0);
+}
+
 TEST(ActivationCheckpointingTest, RejectsAnythingElseQuotingIt) {
   for (const char* text :
        {"", "all", "every:", "every:0", "every:-2", "every:+2", "every: 2",

@@ -99,15 +99,10 @@ absl::Status GptModel::LayerNormBackward(ParamHooks& hooks, const Scope& scope,
                              });
 }
 
-int GptModel::NumSlots() const {
-  const int checkpointed = checkpointing_.CheckpointedBlocks(config_.layers);
-  return config_.layers - checkpointed + (checkpointed > 0 ? 1 : 0);
-}
+int GptModel::NumSlots() const { return checkpointing_.Slots(config_.layers); }
 
 int GptModel::SlotOf(int block) const {
-  // Kept blocks before `block` take the first slots; the shared one is last.
-  if (checkpointing_.Checkpoints(block)) return NumSlots() - 1;
-  return block - checkpointing_.CheckpointedBlocks(block);
+  return checkpointing_.SlotOf(block, config_.layers);
 }
 
 template <typename Fn>
