@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/parallel_for.h"
+#include "models/common/lane_reductions.h"
 #include "models/gpt2/gemm.h"
 #include "models/gpt2/internal/gpt_math.h"
 
@@ -42,34 +43,9 @@ using gemm::GemmOnThisThread;
 constexpr gemm::Transpose kNo = gemm::Transpose::kNo;
 constexpr gemm::Transpose kYes = gemm::Transpose::kYes;
 
-// Reductions keep kLanes partial results so the compiler can vectorise
-// them without reassociating (which it may not do for floats): lane j sums
-// elements j, j + kLanes, ...; the lanes are then added in order.
-constexpr int kLanes = 16;
-
-inline float Sum(const float* x, int n) {
-  float acc[kLanes] = {};
-  int i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) acc[j] += x[i + j];
-  }
-  float s = 0;
-  for (; i < n; ++i) s += x[i];
-  for (int j = 0; j < kLanes; ++j) s += acc[j];
-  return s;
-}
-
-inline float Dot(const float* a, const float* b, int n) {
-  float acc[kLanes] = {};
-  int i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) acc[j] += a[i + j] * b[i + j];
-  }
-  float s = 0;
-  for (; i < n; ++i) s += a[i] * b[i];
-  for (int j = 0; j < kLanes; ++j) s += acc[j];
-  return s;
-}
+using lane_reductions::Dot;
+using lane_reductions::kLanes;
+using lane_reductions::Sum;
 
 inline float Max(const float* x, int n) {
   float acc[kLanes];
