@@ -16,9 +16,18 @@
 #define CHUNKZERO_MODELS_LLAMA_LLAMA_KERNELS_H_
 
 #include <cstddef>
+#include <cstdint>
 
 namespace chunkzero {
 namespace llama_kernels {
+
+// out[N, C] = wte[tokens[n]]. REQUIRES: tokens in [0, V).
+void EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
+                      int N, int C);
+// dwte[V, C] = the dout rows added up at their tokens, in row order
+// (overwritten).
+void EmbeddingBackward(float* dwte, const float* dout, const int32_t* tokens,
+                       int N, int C, int V);
 
 // out[N, C] = x * rstd * w per row, rstd[n] = 1 / sqrt(mean(x^2) + eps)
 // (saved for the backward). out may not alias x.

@@ -158,6 +158,21 @@ TEST(GroupedQueryHeads, ExpandRepeatsKvHeadsAndReduceIsItsTranspose) {
   EXPECT_NEAR(lhs, rhs, 1e-5);
 }
 
+TEST(Embedding, GathersRowsAndScattersGradsInRowOrder) {
+  const int N = 4, C = 3, V = 5;
+  const std::vector<int32_t> tokens = {2, 0, 2, 4};
+  const std::vector<float> wte = Random(V * C, 16), dout = Random(N * C, 17);
+  std::vector<float> out(N * C), dwte(V * C, 9);
+  EmbeddingForward(out.data(), tokens.data(), wte.data(), N, C);
+  EXPECT_EQ(out[2 * C + 1], wte[2 * C + 1]);
+  EXPECT_EQ(out[3 * C], wte[4 * C]);
+  EmbeddingBackward(dwte.data(), dout.data(), tokens.data(), N, C, V);
+  EXPECT_EQ(dwte[2 * C + 1], dout[1] + dout[2 * C + 1]);
+  EXPECT_EQ(dwte[0], dout[C]);
+  EXPECT_EQ(dwte[1 * C + 2], 0.0f);  // Token 1 is not in the batch.
+  EXPECT_EQ(dwte[4 * C + 2], dout[3 * C + 2]);
+}
+
 TEST(LlamaKernels, SameBitsForAnyThreadCount) {
   const int N = 300, C = 96;
   const std::vector<float> x = Random(N * C, 13), w = Random(C, 14),

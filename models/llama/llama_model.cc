@@ -1,0 +1,464 @@
+// LlamaModel's computing: Forward, Backward, the hook scopes around each use
+// of the weights, and the activation and scratch buffers. The parameters
+// (configuration, initialisation, state dicts) are in
+// llama_model_parameters.cc.
+#include "models/llama/llama_model.h"
+
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/parallel_for.h"
+#include "base/status_macros.h"
+#include "models/common/device_array.h"
+#include "models/gpt2/gpt_kernels.h"
+#include "models/llama/llama_kernels.h"
+
+namespace chunkzero {
+namespace {
+
+namespace gk = gpt_kernels;
+namespace lk = llama_kernels;
+
+gk::WeightMatrix Matrix(MatrixWeight w) { return {w.f32, w.bf16}; }
+
+}  // namespace
+
+// What Forward keeps for Backward. Per-slot arrays hold one slice per
+// activation slot (ActivationCheckpointing::Slots); res3 every layer's
+// output.
+struct LlamaModel::Activations {
+  using F = DeviceArray<float>;
+  int batch = 0, seq = 0;
+  DeviceArray<int32_t> tokens, targets;
+  F rope_cos, rope_sin;  // [T, hd / 2]
+  F embedded;            // [N, C]
+  F xn1, rstd1;          // [S, N, C], [S, N]
+  F qkv;                 // [S, N, 3 Ch], q and k rotated, kv heads repeated
+  F att;                 // [S, B, NH, T, T]
+  F atty;                // [S, N, Ch]
+  F res2;                // [S, N, C]
+  F xn2, rstd2;          // [S, N, C], [S, N]
+  F gate, up, gated;     // [S, N, F]
+  F res3;                // [L, N, C] layer outputs
+  F xnf, rstdf;          // [N, C], [N]
+  F probs;               // [N, V]
+  DeviceArray<double> row_losses;  // [N]
+};
+
+// Working buffers shared by all layers: Forward's q, k, v before the heads
+// are expanded, and Backward's.
+struct LlamaModel::Scratch {
+  DeviceArray<float> q, k, v;  // [N, Ch], [N, Ckv], [N, Ckv]; also dq dk dv
+  DeviceArray<float> dres, dln, dsum;  // [N, C]
+  DeviceArray<float> dgated;           // [N, F]
+  DeviceArray<float> datty;            // [N, Ch]
+  DeviceArray<float> datt;             // The attention backward's, per thread.
+};
+
+LlamaModel::LlamaModel(const LlamaConfig& config)
+    : config_(config),
+      scopes_("LlamaModel", &reader_),
+      acts_(std::make_unique<Activations>()),
+      scratch_(std::make_unique<Scratch>()) {}
+
+LlamaModel::~LlamaModel() = default;
+
+void LlamaModel::set_matmul_precision(gemm::Precision precision) {
+  matmul_precision_ = precision;
+  scopes_.set_bf16_products(precision == gemm::Precision::kBf16);
+}
+
+absl::Status LlamaModel::SetActivationCheckpointing(
+    const ActivationCheckpointing& checkpointing) {
+  if (checkpointing.every < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LlamaModel: activation checkpointing every ", checkpointing.every,
+        " layers (must be 0, none, or positive)"));
+  }
+  if (checkpointing == checkpointing_) return absl::OkStatus();
+  checkpointing_ = checkpointing;
+  acts_->batch = acts_->seq = 0;  // The slots change: made again.
+  have_forward_ = false;
+  return absl::OkStatus();
+}
+
+template <typename Fn>
+void LlamaModel::VisitBuffers(int batch, int seq, Fn fn) {
+  const LlamaConfig& c = config_;
+  const size_t L = c.layers, C = c.d_model, V = c.vocab, F = c.ffn;
+  const size_t hd = c.resolved_head_dim();
+  const size_t ch = c.heads * hd, ckv = c.kv_heads * hd;
+  const size_t S = checkpointing_.Slots(c.layers);
+  const size_t N = static_cast<size_t>(batch) * seq;
+  const size_t att = N * c.heads * seq;
+  // The attention backward's scratch: a T x T block and a head's dQ, dK,
+  // dV per thread computing at once.
+  const size_t datt_heads = std::min<size_t>(
+      std::max(threads_, 1), static_cast<size_t>(batch) * c.heads);
+  const size_t datt =
+      batch == 0 ? 0
+                 : datt_heads * gk::AttentionBackwardScratchPerHead(
+                                    seq, static_cast<int>(ch), c.heads);
+  const bool shared = checkpointing_.enabled();
+  auto slots = [&](auto& buffer, size_t per_slot) {
+    fn(buffer, S * per_slot, BufferRole::kKept, shared ? per_slot : size_t{0});
+  };
+  Activations& a = *acts_;
+  fn(a.tokens, N, BufferRole::kKept, 0);
+  fn(a.targets, N, BufferRole::kKept, 0);
+  fn(a.rope_cos, seq * hd / 2, BufferRole::kKept, 0);
+  fn(a.rope_sin, seq * hd / 2, BufferRole::kKept, 0);
+  fn(a.embedded, N * C, BufferRole::kKept, 0);
+  slots(a.xn1, N * C);
+  slots(a.rstd1, N);
+  slots(a.qkv, N * 3 * ch);
+  slots(a.att, att);
+  slots(a.atty, N * ch);
+  slots(a.res2, N * C);
+  slots(a.xn2, N * C);
+  slots(a.rstd2, N);
+  slots(a.gate, N * F);
+  slots(a.up, N * F);
+  slots(a.gated, N * F);
+  fn(a.res3, L * N * C, BufferRole::kKept, 0);
+  fn(a.xnf, N * C, BufferRole::kKept, 0);
+  fn(a.rstdf, N, BufferRole::kKept, 0);
+  fn(a.probs, N * V, BufferRole::kKept, 0);
+  fn(a.row_losses, N, BufferRole::kKept, 0);
+  Scratch& s = *scratch_;
+  fn(s.q, N * ch, BufferRole::kScratch, 0);
+  fn(s.k, N * ckv, BufferRole::kScratch, 0);
+  fn(s.v, N * ckv, BufferRole::kScratch, 0);
+  fn(s.dres, N * C, BufferRole::kScratch, 0);
+  fn(s.dln, N * C, BufferRole::kScratch, 0);
+  fn(s.dsum, N * C, BufferRole::kScratch, 0);
+  fn(s.dgated, N * F, BufferRole::kScratch, 0);
+  fn(s.datty, N * ch, BufferRole::kScratch, 0);
+  fn(s.datt, datt, BufferRole::kScratch, 0);
+}
+
+LlamaModel::ActivationBytes LlamaModel::activation_bytes(int batch,
+                                                         int seq) const {
+  ActivationBytes out;
+  const int checkpointed = checkpointing_.CheckpointedBlocks(config_.layers);
+  // VisitBuffers only names the buffers here; nothing is touched.
+  const_cast<LlamaModel*>(this)->VisitBuffers(
+      batch, seq, [&](auto& buffer, size_t n, BufferRole role, size_t shared) {
+        if (role != BufferRole::kKept) return;
+        const int64_t element = static_cast<int64_t>(buffer.kElementBytes);
+        out.kept += static_cast<int64_t>(n - shared) * element;
+        out.recompute_buffer += static_cast<int64_t>(shared) * element;
+        out.recomputed += static_cast<int64_t>(shared) * element * checkpointed;
+      });
+  return out;
+}
+
+absl::Status LlamaModel::ResizeBuffers(int batch, int seq) {
+  Activations& a = *acts_;
+  if (a.batch == batch && a.seq == seq) return absl::OkStatus();
+  threads_ = GetParallelThreads();
+  int64_t bytes = 0;
+  VisitBuffers(batch, seq, [&](auto& buffer, size_t n, BufferRole, size_t) {
+    bytes += static_cast<int64_t>(n * buffer.kElementBytes);
+  });
+  // The old buffers go first, so that the limit sees only the new ones.
+  VisitBuffers(
+      0, 0, [](auto& buffer, size_t, BufferRole, size_t) { buffer.Reset(); });
+  a.batch = a.seq = 0;
+  CZ_RETURN_IF_ERROR(scopes_.HoldBuffers(0));
+  CZ_RETURN_IF_ERROR(scopes_.HoldBuffers(bytes));
+  absl::Status made = absl::OkStatus();
+  VisitBuffers(batch, seq, [&](auto& buffer, size_t n, BufferRole, size_t) {
+    if (made.ok()) made = buffer.Allocate(n, Device::Cpu());
+  });
+  if (!made.ok()) {
+    VisitBuffers(
+        0, 0, [](auto& buffer, size_t, BufferRole, size_t) { buffer.Reset(); });
+    scopes_.HoldBuffers(0).IgnoreError();  // Shrinking always fits.
+    return made;
+  }
+  lk::RopeTables(a.rope_cos.data(), a.rope_sin.data(), seq,
+                 config_.resolved_head_dim(), config_.rope_theta);
+  a.batch = batch;
+  a.seq = seq;
+  return absl::OkStatus();
+}
+
+int64_t LlamaModel::workspace_bytes() const {
+  return scopes_.workspace_bytes();
+}
+
+absl::Status LlamaModel::set_memory_accounting(MemoryTracker* tracker,
+                                               Device device) {
+  return scopes_.set_memory_accounting(tracker, device);
+}
+
+absl::Status LlamaModel::RmsNormBackward(ParamHooks& hooks, const Scope& scope,
+                                         float* dx, const float* dout,
+                                         const float* x, const float* rstd) {
+  const int N = acts_->batch * acts_->seq;
+  return scopes_.RunBackward(hooks, scope, /*read_weights=*/true,
+                             [&](const ScopeWeights& w, float* const* g) {
+                               lk::RmsNormBackward(dx, g[0], dout, x, w[0],
+                                                   rstd, N, config_.d_model);
+                               return absl::OkStatus();
+                             });
+}
+
+absl::Status LlamaModel::LayerForward(ParamHooks& hooks, int l) {
+  const LlamaConfig& c = config_;
+  Activations& a = *acts_;
+  Scratch& sc = *scratch_;
+  const int B = a.batch, T = a.seq, N = B * T, C = c.d_model, F = c.ffn;
+  const int NH = c.heads, KV = c.kv_heads, hd = c.resolved_head_dim();
+  const int ch = NH * hd, ckv = KV * hd;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const size_t NC = static_cast<size_t>(N) * C;
+  const size_t s = checkpointing_.SlotOf(l, c.layers);
+  const LayerScopes& layer = layers_[l];
+  const gemm::Precision p = matmul_precision_;
+  const float* x = l == 0 ? a.embedded.data() : a.res3.data() + (l - 1) * NC;
+  float* xn1 = a.xn1.data() + s * NC;
+  float* rstd1 = a.rstd1.data() + s * N;
+  float* qkv = a.qkv.data() + s * N * 3 * static_cast<size_t>(ch);
+  float* att = a.att.data() + s * static_cast<size_t>(N) * NH * T;
+  float* atty = a.atty.data() + s * N * static_cast<size_t>(ch);
+  float* res2 = a.res2.data() + s * NC;
+  float* xn2 = a.xn2.data() + s * NC;
+  float* rstd2 = a.rstd2.data() + s * N;
+  const size_t NF = static_cast<size_t>(N) * F;
+  float* gate = a.gate.data() + s * NF;
+  float* up = a.up.data() + s * NF;
+  float* gated = a.gated.data() + s * NF;
+  float* res3 = a.res3.data() + l * NC;
+
+  CZ_RETURN_IF_ERROR(
+      scopes_.RunForward(hooks, layer.input_norm, [&](const ScopeWeights& w) {
+        lk::RmsNormForward(xn1, rstd1, x, w[0], N, C, eps);
+        return absl::OkStatus();
+      }));
+  CZ_RETURN_IF_ERROR(scopes_.RunForwardByGroup(
+      hooks, layer.attn, [&](ScopeAccess& access) -> absl::Status {
+        CZ_ASSIGN_OR_RETURN(const ScopeWeights in, access.Weights(0, 3));
+        gk::MatmulTransposedForward(sc.q.data(), xn1, Matrix(in.matrix(0)), N,
+                                    C, ch, p);
+        gk::MatmulTransposedForward(sc.k.data(), xn1, Matrix(in.matrix(1)), N,
+                                    C, ckv, p);
+        gk::MatmulTransposedForward(sc.v.data(), xn1, Matrix(in.matrix(2)), N,
+                                    C, ckv, p);
+        lk::RopeForward(sc.q.data(), a.rope_cos.data(), a.rope_sin.data(), N, T,
+                        NH, hd);
+        lk::RopeForward(sc.k.data(), a.rope_cos.data(), a.rope_sin.data(), N, T,
+                        KV, hd);
+        lk::ExpandQkv(qkv, sc.q.data(), sc.k.data(), sc.v.data(), N, NH, KV,
+                      hd);
+        gk::AttentionForward(atty, att, qkv, B, T, ch, NH, p);
+        CZ_ASSIGN_OR_RETURN(const ScopeWeights o, access.Weights(3, 1));
+        gk::MatmulTransposedForward(res2, atty, Matrix(o.matrix(0)), N, ch, C,
+                                    p);
+        gk::Add(res2, res2, x, NC);
+        return absl::OkStatus();
+      }));
+  CZ_RETURN_IF_ERROR(
+      scopes_.RunForward(hooks, layer.post_norm, [&](const ScopeWeights& w) {
+        lk::RmsNormForward(xn2, rstd2, res2, w[0], N, C, eps);
+        return absl::OkStatus();
+      }));
+  CZ_RETURN_IF_ERROR(scopes_.RunForwardByGroup(
+      hooks, layer.mlp, [&](ScopeAccess& access) -> absl::Status {
+        CZ_ASSIGN_OR_RETURN(const ScopeWeights in, access.Weights(0, 2));
+        gk::MatmulTransposedForward(gate, xn2, Matrix(in.matrix(0)), N, C, F,
+                                    p);
+        gk::MatmulTransposedForward(up, xn2, Matrix(in.matrix(1)), N, C, F, p);
+        lk::SwiGluForward(gated, gate, up, NF);
+        CZ_ASSIGN_OR_RETURN(const ScopeWeights down, access.Weights(2, 1));
+        gk::MatmulTransposedForward(res3, gated, Matrix(down.matrix(0)), N, F,
+                                    C, p);
+        gk::Add(res3, res3, res2, NC);
+        return absl::OkStatus();
+      }));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<float> LlamaModel::Forward(ParamHooks& hooks, int batch, int seq,
+                                          absl::Span<const int32_t> tokens,
+                                          absl::Span<const int32_t> targets) {
+  have_forward_ = false;
+  const LlamaConfig& c = config_;
+  if (batch <= 0 || seq <= 0 || seq > c.seq_len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LlamaModel::Forward: batch ", batch, " x seq ", seq,
+                     " (seq must be in [1, ", c.seq_len, "])"));
+  }
+  const size_t n_tokens = static_cast<size_t>(batch) * seq;
+  if (tokens.size() != n_tokens || targets.size() != n_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LlamaModel::Forward: ", tokens.size(), " tokens and ", targets.size(),
+        " targets for batch ", batch, " x seq ", seq));
+  }
+  for (size_t i = 0; i < n_tokens; ++i) {
+    for (auto [what, values] :
+         {std::pair{"token", tokens}, std::pair{"target", targets}}) {
+      if (values[i] < 0 || values[i] >= c.vocab) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "LlamaModel::Forward: ", what, " ", values[i], " at [", i / seq,
+            ", ", i % seq, "] is outside the vocabulary [0, ", c.vocab, ")"));
+      }
+    }
+  }
+  CZ_RETURN_IF_ERROR(ResizeBuffers(batch, seq),
+                     "LlamaModel::Forward: activations for batch ", batch,
+                     " x seq ", seq);
+  Activations& a = *acts_;
+  std::copy(tokens.begin(), tokens.end(), a.tokens.data());
+  std::copy(targets.begin(), targets.end(), a.targets.data());
+  const int N = batch * seq, C = c.d_model, V = c.vocab;
+  const size_t NC = static_cast<size_t>(N) * C;
+
+  CZ_RETURN_IF_ERROR(
+      scopes_.RunForward(hooks, embedding_, [&](const ScopeWeights& w) {
+        lk::EmbeddingForward(a.embedded.data(), a.tokens.data(), w[0], N, C);
+        return absl::OkStatus();
+      }));
+  for (int l = 0; l < c.layers; ++l) {
+    CZ_RETURN_IF_ERROR(LayerForward(hooks, l));
+  }
+  const float* last = a.res3.data() + (c.layers - 1) * NC;
+  CZ_RETURN_IF_ERROR(
+      scopes_.RunForward(hooks, norm_, [&](const ScopeWeights& w) {
+        lk::RmsNormForward(a.xnf.data(), a.rstdf.data(), last, w[0], N, C,
+                           static_cast<float>(c.rms_norm_eps));
+        return absl::OkStatus();
+      }));
+  CZ_RETURN_IF_ERROR(
+      scopes_.RunForward(hooks, lm_head_, [&](const ScopeWeights& w) {
+        gk::MatmulTransposedForward(a.probs.data(), a.xnf.data(),
+                                    Matrix(w.matrix(0)), N, C, V,
+                                    matmul_precision_);
+        return absl::OkStatus();
+      }));
+  const double loss = gk::CrossEntropyForward(a.probs.data(), a.targets.data(),
+                                              N, V, a.row_losses.data());
+  have_forward_ = true;
+  return static_cast<float>(loss);
+}
+
+absl::Status LlamaModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
+  if (!have_forward_) {
+    return absl::FailedPreconditionError(
+        "LlamaModel::Backward without a Forward since the last Backward");
+  }
+  // The probabilities become dlogits in place: no second Backward.
+  have_forward_ = false;
+  const LlamaConfig& c = config_;
+  Activations& a = *acts_;
+  Scratch& sc = *scratch_;
+  const int B = a.batch, T = a.seq, N = B * T, C = c.d_model, F = c.ffn,
+            V = c.vocab;
+  const int NH = c.heads, KV = c.kv_heads, hd = c.resolved_head_dim();
+  const int ch = NH * hd, ckv = KV * hd;
+  const size_t NC = static_cast<size_t>(N) * C;
+  const size_t NF = static_cast<size_t>(N) * F;
+  const gemm::Precision p = matmul_precision_;
+  const int datt_heads = static_cast<int>(
+      sc.datt.size() / gk::AttentionBackwardScratchPerHead(T, ch, NH));
+  float* dres = sc.dres.data();
+  float* dln = sc.dln.data();
+  float* dsum = sc.dsum.data();
+
+  CZ_RETURN_IF_ERROR(scopes_.RunBackward(
+      hooks, lm_head_, /*read_weights=*/true,
+      [&](const ScopeWeights& w, float* const* g) {
+        gk::CrossEntropyBackward(a.probs.data(), a.targets.data(),
+                                 loss_grad_scale / N, N, V);
+        gk::MatmulTransposedBackward(dln, g[0], a.probs.data(), a.xnf.data(),
+                                     Matrix(w.matrix(0)), N, C, V, p);
+        return absl::OkStatus();
+      }));
+  std::fill(dres, dres + NC, 0.0f);
+  const float* last = a.res3.data() + (c.layers - 1) * NC;
+  CZ_RETURN_IF_ERROR(
+      RmsNormBackward(hooks, norm_, dres, dln, last, a.rstdf.data()));
+  // dres holds d(loss)/d(layer output), then, in place, d/d(layer input).
+  for (int l = c.layers - 1; l >= 0; --l) {
+    if (checkpointing_.Checkpoints(l)) {
+      CZ_RETURN_IF_ERROR(LayerForward(hooks, l));
+    }
+    const size_t s = checkpointing_.SlotOf(l, c.layers);
+    const LayerScopes& layer = layers_[l];
+    const float* x = l == 0 ? a.embedded.data() : a.res3.data() + (l - 1) * NC;
+    const float* xn1 = a.xn1.data() + s * NC;
+    float* qkv = a.qkv.data() + s * N * 3 * static_cast<size_t>(ch);
+    float* att = a.att.data() + s * static_cast<size_t>(N) * NH * T;
+    const float* atty = a.atty.data() + s * N * static_cast<size_t>(ch);
+    const float* res2 = a.res2.data() + s * NC;
+    const float* xn2 = a.xn2.data() + s * NC;
+    // The gate's and up's outputs are used up: their grads go over them.
+    float* gate = a.gate.data() + s * NF;
+    float* up = a.up.data() + s * NF;
+    const float* gated = a.gated.data() + s * NF;
+
+    // res3 = res2 + down(silu(gate(xn2)) up(xn2)): down's grad is handed
+    // before gate's and up's weights are read.
+    CZ_RETURN_IF_ERROR(scopes_.RunBackwardByGroup(
+        hooks, layer.mlp, [&](ScopeAccess& access) -> absl::Status {
+          CZ_ASSIGN_OR_RETURN(const ScopeWeights down, access.Weights(2, 1));
+          CZ_ASSIGN_OR_RETURN(const ScopeGrads gd, access.Grads(2, 1));
+          gk::MatmulTransposedBackward(sc.dgated.data(), gd.g[0], dres, gated,
+                                       Matrix(down.matrix(0)), N, F, C, p);
+          CZ_RETURN_IF_ERROR(access.Hand());
+          lk::SwiGluBackward(gate, up, sc.dgated.data(), gate, up, NF);
+          CZ_ASSIGN_OR_RETURN(const ScopeWeights in, access.Weights(0, 2));
+          CZ_ASSIGN_OR_RETURN(const ScopeGrads gi, access.Grads(0, 2));
+          gk::MatmulTransposedBackward(dln, gi.g[0], gate, xn2,
+                                       Matrix(in.matrix(0)), N, C, F, p);
+          gk::MatmulTransposedBackward(dsum, gi.g[1], up, xn2,
+                                       Matrix(in.matrix(1)), N, C, F, p);
+          gk::Add(dln, dln, dsum, NC);
+          return absl::OkStatus();
+        }));
+    CZ_RETURN_IF_ERROR(RmsNormBackward(hooks, layer.post_norm, dres, dln, res2,
+                                       a.rstd2.data() + s * N));
+    // res2 = x + o(attention(rope(q(xn1)), rope(k(xn1)), v(xn1))), o's
+    // grad first; the attention writes dqkv over qkv.
+    CZ_RETURN_IF_ERROR(scopes_.RunBackwardByGroup(
+        hooks, layer.attn, [&](ScopeAccess& access) -> absl::Status {
+          CZ_ASSIGN_OR_RETURN(const ScopeWeights o, access.Weights(3, 1));
+          CZ_ASSIGN_OR_RETURN(const ScopeGrads go, access.Grads(3, 1));
+          gk::MatmulTransposedBackward(sc.datty.data(), go.g[0], dres, atty,
+                                       Matrix(o.matrix(0)), N, ch, C, p);
+          CZ_RETURN_IF_ERROR(access.Hand());
+          gk::AttentionBackward(qkv, sc.datt.data(), datt_heads,
+                                sc.datty.data(), qkv, att, B, T, ch, NH, p);
+          lk::ReduceQkvGrad(sc.q.data(), sc.k.data(), sc.v.data(), qkv, N, NH,
+                            KV, hd);
+          lk::RopeBackward(sc.q.data(), a.rope_cos.data(), a.rope_sin.data(), N,
+                           T, NH, hd);
+          lk::RopeBackward(sc.k.data(), a.rope_cos.data(), a.rope_sin.data(), N,
+                           T, KV, hd);
+          CZ_ASSIGN_OR_RETURN(const ScopeWeights in, access.Weights(0, 3));
+          CZ_ASSIGN_OR_RETURN(const ScopeGrads gi, access.Grads(0, 3));
+          gk::MatmulTransposedBackward(dln, gi.g[0], sc.q.data(), xn1,
+                                       Matrix(in.matrix(0)), N, C, ch, p);
+          gk::MatmulTransposedBackward(dsum, gi.g[1], sc.k.data(), xn1,
+                                       Matrix(in.matrix(1)), N, C, ckv, p);
+          gk::Add(dln, dln, dsum, NC);
+          gk::MatmulTransposedBackward(dsum, gi.g[2], sc.v.data(), xn1,
+                                       Matrix(in.matrix(2)), N, C, ckv, p);
+          gk::Add(dln, dln, dsum, NC);
+          return absl::OkStatus();
+        }));
+    CZ_RETURN_IF_ERROR(RmsNormBackward(hooks, layer.input_norm, dres, dln, x,
+                                       a.rstd1.data() + s * N));
+  }
+  // embedded = embed_tokens[tokens]: no weights read.
+  return scopes_.RunBackward(hooks, embedding_, /*read_weights=*/false,
+                             [&](const ScopeWeights&, float* const* g) {
+                               lk::EmbeddingBackward(g[0], dres,
+                                                     a.tokens.data(), N, C, V);
+                               return absl::OkStatus();
+                             });
+}
+
+}  // namespace chunkzero
