@@ -52,6 +52,31 @@ void Rope(float* x, const float* cos, const float* sin, int N, int T, int heads,
 
 }  // namespace
 
+void EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
+                      int N, int C) {
+  ParallelFor(N, RowGrain(C), [&](size_t begin, size_t end) {
+    for (size_t n = begin; n < end; ++n) {
+      std::memcpy(out + n * C, wte + static_cast<size_t>(tokens[n]) * C,
+                  C * sizeof(float));
+    }
+  });
+}
+
+void EmbeddingBackward(float* dwte, const float* dout, const int32_t* tokens,
+                       int N, int C, int V) {
+  ParallelFor(V, RowGrain(C), [&](size_t begin, size_t end) {
+    std::memset(dwte + begin * C, 0, (end - begin) * C * sizeof(float));
+  });
+  // Per column piece, every row in order.
+  ParallelFor(C, 64, [&](size_t c0, size_t c1) {
+    for (int n = 0; n < N; ++n) {
+      const float* d = dout + static_cast<size_t>(n) * C;
+      float* e = dwte + static_cast<size_t>(tokens[n]) * C;
+      for (size_t c = c0; c < c1; ++c) e[c] += d[c];
+    }
+  });
+}
+
 void RmsNormForward(float* out, float* rstd, const float* x, const float* w,
                     int N, int C, float eps) {
   ParallelFor(N, RowGrain(C), [&](size_t begin, size_t end) {
