@@ -104,6 +104,7 @@
 #include "ddp/param_hooks.h"
 #include "ddp/parameter.h"
 #include "engine/activation_checkpointing.h"
+#include "models/common/language_model.h"
 #include "models/common/parameter_scopes.h"
 #include "models/gpt2/gemm.h"
 #include "models/gpt2/gpt_backend.h"
@@ -152,7 +153,7 @@ double GptModelFlopsPerStep(const GptConfig& config, int64_t tokens);
 double GptModelFlopsPerStep(const GptConfig& config, int seq_len,
                             int64_t tokens);
 
-class GptModel final : public Module, public ActivationCheckpointable {
+class GptModel final : public LanguageModel {
  public:
   // A model with freshly initialised parameters stored as `dtype`, drawn as
   // GPT-2 / nanoGPT does: every matmul weight, wte and wpe ~ N(0, 0.02),
@@ -182,7 +183,7 @@ class GptModel final : public Module, public ActivationCheckpointable {
   // torch.autocast's bf16 on the CPU: every product of the model, forward
   // and backward, attention included, while embeddings, LayerNorm, GELU,
   // softmax, the loss and the grads handed to the hooks stay f32.
-  void set_matmul_precision(gemm::Precision precision) {
+  void set_matmul_precision(gemm::Precision precision) override {
     matmul_precision_ = precision;
     scopes_.set_bf16_products(precision == gemm::Precision::kBf16);
   }
@@ -202,22 +203,14 @@ class GptModel final : public Module, public ActivationCheckpointable {
   ActivationCheckpointing activation_checkpointing() const {
     return checkpointing_;
   }
-  // The activations of one Forward of `batch` x `seq` tokens, in bytes:
-  // `kept` from Forward to Backward (every block's output, the kept blocks'
-  // activations, the embeddings, final LayerNorm and probabilities),
-  // `recomputed` produced again in Backward (the checkpointed blocks'),
-  // `recompute_buffer` the one buffer those are recomputed into (part of
-  // workspace_bytes(), not of `kept`). Backward's scratch, the grad and
-  // widened-weight buffers are in neither.
-  struct ActivationBytes {
-    int64_t kept = 0;
-    int64_t recomputed = 0;
-    int64_t recompute_buffer = 0;
-  };
-  ActivationBytes activation_bytes(int batch, int seq) const;
+  // The activations of one Forward (LanguageModel::ActivationBytes): every
+  // block's output, the kept blocks' activations, the embeddings, final
+  // LayerNorm and probabilities are kept; the checkpointed blocks'
+  // recomputed.
+  ActivationBytes activation_bytes(int batch, int seq) const override;
   std::vector<Parameter*> Parameters() override;
   // The parameter called `name` (as listed above), or nullptr.
-  Parameter* FindParameter(const std::string& name);
+  Parameter* FindParameter(const std::string& name) override;
 
   // Copies `state` (every parameter by name, any float dtype, the
   // parameter's shape, on any device) into the parameters, converting to
@@ -225,7 +218,7 @@ class GptModel final : public Module, public ActivationCheckpointable {
   // extra, mis-shaped or without memory; nothing is changed then.
   // Parameters must be materialised.
   [[nodiscard]] absl::Status LoadStateDict(
-      const std::map<std::string, Tensor>& state);
+      const std::map<std::string, Tensor>& state) override;
 
   // Runs the model on `batch` sequences of `seq` tokens (tokens and
   // targets: [batch, seq] row-major, values in [0, V), seq <= P) and
@@ -234,7 +227,7 @@ class GptModel final : public Module, public ActivationCheckpointable {
   // position); hook errors are returned as they come.
   [[nodiscard]] absl::StatusOr<float> Forward(
       ParamHooks& hooks, int batch, int seq, absl::Span<const int32_t> tokens,
-      absl::Span<const int32_t> targets);
+      absl::Span<const int32_t> targets) override;
 
   // Reports the memory the model holds for computing (activations,
   // Backward's scratch, the grad buffer handed to the hooks, widened 16-bit
@@ -248,16 +241,16 @@ class GptModel final : public Module, public ActivationCheckpointable {
   // the products, reports itself to the same tracker. The tracker must
   // outlive the model or be replaced before it goes.
   [[nodiscard]] absl::Status set_memory_accounting(MemoryTracker* tracker,
-                                                   Device device);
+                                                   Device device) override;
   // The bytes held for computing now, as reported above.
-  int64_t workspace_bytes() const;
+  int64_t workspace_bytes() const override;
 
   // Backward of the last Forward with d(loss) = loss_grad_scale (a loss
   // scaler passes its scale; the grads are then scaled by it). Hands every
   // parameter's grad for each use to `hooks`. FailedPrecondition without a
   // Forward since the last Backward.
   [[nodiscard]] absl::Status Backward(ParamHooks& hooks,
-                                      float loss_grad_scale = 1.0f);
+                                      float loss_grad_scale = 1.0f) override;
 
  private:
   struct Activations;

@@ -67,6 +67,7 @@
 #include "absl/types/span.h"
 #include "engine/model.h"
 #include "models/common/cpu_weight_reader.h"
+#include "models/common/language_model.h"
 #include "models/common/parameter_scopes.h"
 #include "models/gpt2/gemm_types.h"
 #include "tensor/device.h"
@@ -110,7 +111,7 @@ int64_t LlamaParameterCount(const LlamaConfig& config);
 double LlamaModelFlopsPerStep(const LlamaConfig& config, int seq_len,
                               int64_t tokens);
 
-class LlamaModel final : public Module, public ActivationCheckpointable {
+class LlamaModel final : public LanguageModel {
  public:
   // A model with fresh parameters stored as `dtype`, drawn as Hugging
   // Face's LlamaPreTrainedModel does: embeddings and Linear weights
@@ -130,7 +131,7 @@ class LlamaModel final : public Module, public ActivationCheckpointable {
 
   // f32 products (the default) or bf16-rounded inputs with f32
   // accumulation, as GptModel::set_matmul_precision.
-  void set_matmul_precision(gemm::Precision precision);
+  void set_matmul_precision(gemm::Precision precision) override;
   gemm::Precision matmul_precision() const { return matmul_precision_; }
   // Which layers keep only their output and run their forward again in
   // Backward. Takes effect at the next Forward; a pending Backward is
@@ -140,21 +141,16 @@ class LlamaModel final : public Module, public ActivationCheckpointable {
   ActivationCheckpointing activation_checkpointing() const {
     return checkpointing_;
   }
-  // The activations of one Forward of `batch` x `seq` tokens, in bytes, as
-  // GptModel::activation_bytes counts them.
-  struct ActivationBytes {
-    int64_t kept = 0;
-    int64_t recomputed = 0;
-    int64_t recompute_buffer = 0;
-  };
-  ActivationBytes activation_bytes(int batch, int seq) const;
+  // The activations of one Forward (LanguageModel::ActivationBytes), as
+  // GptModel counts them.
+  ActivationBytes activation_bytes(int batch, int seq) const override;
 
   std::vector<Parameter*> Parameters() override;
   // The parameter called `name` (as listed above), or nullptr.
-  Parameter* FindParameter(const std::string& name);
+  Parameter* FindParameter(const std::string& name) override;
   // Copies `state` into the parameters (ParameterScopes::LoadStateDict).
   [[nodiscard]] absl::Status LoadStateDict(
-      const std::map<std::string, Tensor>& state);
+      const std::map<std::string, Tensor>& state) override;
 
   // Runs the model on `batch` sequences of `seq` tokens (tokens and
   // targets: [batch, seq] row-major, in [0, V), seq <= config.seq_len) and
@@ -163,18 +159,18 @@ class LlamaModel final : public Module, public ActivationCheckpointable {
   // position); hook errors as they come.
   [[nodiscard]] absl::StatusOr<float> Forward(
       ParamHooks& hooks, int batch, int seq, absl::Span<const int32_t> tokens,
-      absl::Span<const int32_t> targets);
+      absl::Span<const int32_t> targets) override;
   // Backward of the last Forward with d(loss) = loss_grad_scale; hands
   // every parameter's grad for each use to `hooks`. FailedPrecondition
   // without a Forward since the last Backward.
   [[nodiscard]] absl::Status Backward(ParamHooks& hooks,
-                                      float loss_grad_scale = 1.0f);
+                                      float loss_grad_scale = 1.0f) override;
 
   // Reports the working memory (activations, scratch, the grad and widen
   // buffers) to `tracker` as GptModel::set_memory_accounting does.
   [[nodiscard]] absl::Status set_memory_accounting(MemoryTracker* tracker,
-                                                   Device device);
-  int64_t workspace_bytes() const;
+                                                   Device device) override;
+  int64_t workspace_bytes() const override;
 
  private:
   struct Activations;
