@@ -15,12 +15,14 @@
 #define CHUNKZERO_TOOLS_TRAIN_MEMORY_ESTIMATE_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "chunk/chunk_layout.h"
 #include "engine/activation_checkpointing.h"
 #include "models/gpt2/gpt_model.h"
+#include "models/llama/llama_model.h"
 #include "optim/zero_optimizer.h"
 #include "tensor/dtype.h"
 
@@ -28,6 +30,8 @@ namespace chunkzero {
 
 struct TrainMemoryInput {
   GptConfig model;  // seq_len here is P, the learned positions.
+  // A Llama-family model instead (its own sizes; `model` is not read).
+  std::optional<LlamaConfig> llama;
   int seq_len = 0;  // T, the context trained on (<= P).
   int batch = 1;    // Sequences per rank per micro-batch.
   int world_size = 1;

@@ -102,16 +102,15 @@ MemoryCheck CheckMemory(const TrainOptions& o, const TrainResult& r) {
 
 std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
   std::string s;
-  const GptConfig& m = r.model;
-  const int context = r.seq_len > 0 ? r.seq_len : m.seq_len;
+  const ModelSpec& m = r.spec;
+  const int context = r.seq_len > 0 ? r.seq_len : m.positions();
   absl::StrAppendFormat(
-      &s,
-      "\nGPT-2: %d layers x %d, %d heads, context %d%s, vocab %d: "
-      "Psi = %d parameters\n",
-      m.layers, m.d_model, m.heads, context,
-      context == m.seq_len ? ""
-                           : absl::StrCat(" (of ", m.seq_len, " positions)"),
-      m.vocab, r.parameters);
+      &s, "\n%s, context %d%s, vocab %d: Psi = %d parameters\n", m.Describe(),
+      context,
+      context == m.positions()
+          ? ""
+          : absl::StrCat(" (of ", m.positions(), " positions)"),
+      m.vocab(), r.parameters);
   absl::StrAppendFormat(
       &s,
       "%d ranks, %s storage, %s, %s, chunks of %s elements "
@@ -239,14 +238,18 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
   }
   comm /= static_cast<double>(r.steps.size() - from);
   const double expected = ExpectedCommBytesPerStep(o, r.parameters);
+  const bool tied =
+      r.spec.family == ModelFamily::kGpt2 || r.spec.llama.tie_word_embeddings;
   absl::StrAppendFormat(
       &s,
       "\nComm per step, rank 0 (bus bytes, %s): %s; DESIGN.md section 7 "
-      "gives %s for Psi (ratio %.3f: chunk padding, the tied wte's chunk "
-      "gathered again for the output layer, and the small agreement "
-      "all-reduces make up the difference)\n",
+      "gives %s for Psi (ratio %.3f: chunk padding, %sand the small "
+      "agreement all-reduces make up the difference)\n",
       r.comm_transport.empty() ? "?" : r.comm_transport, Bytes(comm),
-      Bytes(expected), expected > 0 ? comm / expected : 0.0);
+      Bytes(expected), expected > 0 ? comm / expected : 0.0,
+      tied ? "the tied embedding's chunk gathered again for the output "
+             "layer, "
+           : "");
 
   // Speed, over the steps after the first (which builds the states).
   double time = 0, tokens_per_s = 0;
@@ -262,8 +265,8 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
       "Speed: %.3f s per step, %.0f tokens/s, %.2f model GFLOP/s "
       "(all ranks)\n",
       time / steps, tokens_per_s / steps,
-      GptModelFlopsPerStep(m, context, static_cast<int64_t>(tokens)) /
-          (time / steps) / 1e9);
+      m.FlopsPerStep(context, static_cast<int64_t>(tokens)) / (time / steps) /
+          1e9);
   return s;
 }
 

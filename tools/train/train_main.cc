@@ -43,6 +43,10 @@ ABSL_FLAG(std::string, device,
           "cpu, or cuda: the model, its chunks and the optimizer on GPUs "
           "(rank r on cuda:r mod the GPUs visible; ranks sharing a GPU use "
           "inproc or gloo, staged through the host).");
+ABSL_FLAG(std::string, model,
+          std::string(chunkzero::ModelFamilyName(kDefaults.model_family)),
+          "gpt2, or llama (a Llama-family decoder: RMSNorm, rotary "
+          "positions, grouped-query attention, SwiGLU).");
 ABSL_FLAG(int, layers, kDefaults.model.layers, "Transformer blocks.");
 ABSL_FLAG(int, d_model, kDefaults.model.d_model, "Model width C.");
 ABSL_FLAG(int, heads, kDefaults.model.heads, "Attention heads.");
@@ -51,6 +55,14 @@ ABSL_FLAG(int, seq_len, 0,
           "of the file's positions (a shorter context trains on the first "
           "seq_len and keeps the rest).");
 ABSL_FLAG(int, vocab, kDefaults.model.vocab, "Vocabulary size.");
+ABSL_FLAG(int, kv_heads, kDefaults.llama.kv_heads,
+          "--model=llama: key/value heads (grouped-query attention); 0: "
+          "--heads.");
+ABSL_FLAG(int, ffn, kDefaults.llama.ffn,
+          "--model=llama: the MLP's width; 0: 8 d_model / 3 rounded up to a "
+          "multiple of 64.");
+ABSL_FLAG(double, rope_theta, kDefaults.llama.rope_theta,
+          "--model=llama: the rotary embedding's base.");
 ABSL_FLAG(int, batch, kDefaults.batch, "Sequences per rank per micro-batch.");
 ABSL_FLAG(int, grad_accum, kDefaults.grad_accum, "Micro-batches per step.");
 ABSL_FLAG(int, steps, kDefaults.steps, "Optimizer steps.");
@@ -173,6 +185,8 @@ class MetricsFile {
 };
 
 absl::Status ParseEnumFlags(chunkzero::TrainOptions* o) {
+  CZ_ASSIGN_OR_RETURN(o->model_family,
+                      chunkzero::ParseModelFamily(absl::GetFlag(FLAGS_model)));
   CZ_ASSIGN_OR_RETURN(
       o->backend, chunkzero::ParseBackendFlag(absl::GetFlag(FLAGS_backend)));
   CZ_ASSIGN_OR_RETURN(o->device,
@@ -199,7 +213,8 @@ absl::Status ParseEnumFlags(chunkzero::TrainOptions* o) {
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "Trains a GPT-2 model with chunked ZeRO. With no flags: 4 ranks, "
+      "Trains a GPT-2 (or Llama) model with chunked ZeRO. With no flags: 4 "
+      "ranks, "
       "built-in text, sharded fp16, AdamW.");
   const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
@@ -220,6 +235,9 @@ int Main(int argc, char** argv) {
   o.model.d_model = absl::GetFlag(FLAGS_d_model);
   o.model.heads = absl::GetFlag(FLAGS_heads);
   o.model.vocab = absl::GetFlag(FLAGS_vocab);
+  o.llama.kv_heads = absl::GetFlag(FLAGS_kv_heads);
+  o.llama.ffn = absl::GetFlag(FLAGS_ffn);
+  o.llama.rope_theta = absl::GetFlag(FLAGS_rope_theta);
   // Without --init the context is also the model's number of positions.
   o.seq_len = absl::GetFlag(FLAGS_seq_len);
   if (o.seq_len != 0) o.model.seq_len = o.seq_len;

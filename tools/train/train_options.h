@@ -13,6 +13,7 @@
 #include "models/gpt2/gpt_model.h"
 #include "optim/zero_optimizer.h"
 #include "tensor/dtype.h"
+#include "tools/train/model_spec.h"
 
 namespace chunkzero {
 
@@ -44,9 +45,22 @@ struct TrainOptions {
   int world_size = 4;
   Backend backend = Backend::kInProcess;
   ComputeDevice device = ComputeDevice::kCpu;
+  // The architecture (--model): GPT-2, or a Llama-family decoder.
+  ModelFamily model_family = ModelFamily::kGpt2;
   // Defaults: 2 x 128, 4 heads, 64 positions, V 256. With `init`, the
-  // shape comes from the file (heads from here).
+  // shape comes from the file (heads from here). A Llama takes its
+  // layers, width, heads, positions and vocabulary from here too.
   GptConfig model;
+  // What only a Llama has (--kv_heads, --ffn, --rope_theta): kv_heads 0 is
+  // `model.heads` (no grouping); ffn 0 is 8 d_model / 3 rounded up to a
+  // multiple of 64, as Llama's sizes are.
+  struct LlamaShape {
+    int kv_heads = 0;
+    int ffn = 0;
+    double rope_theta = 10000;
+    double rms_norm_eps = 1e-5;
+    bool tie_word_embeddings = false;
+  } llama;
   // Context length T trained on; 0: all of the model's positions. With
   // `init` it may be shorter than the file's positions (every position row
   // is kept and exported; the first T are trained), never longer.

@@ -31,6 +31,57 @@ absl::Status Bad(absl::string_view flag, const T& value,
 }
 
 // The flags one by one, and the ones that contradict each other.
+// The flags of one architecture only: Llama's own sizes, and what GPT-2
+// has that the Llama model does not.
+absl::Status CheckModelFlags(const TrainOptions& o) {
+  if (o.model_family == ModelFamily::kGpt2) {
+    const struct {
+      const char* flag;
+      std::string value;
+    } llama_only[] = {{"kv_heads", absl::StrCat(o.llama.kv_heads)},
+                      {"ffn", absl::StrCat(o.llama.ffn)},
+                      {"rope_theta", absl::StrCat(o.llama.rope_theta)}};
+    for (const auto& [flag, value] : llama_only) {
+      if (o.given_flags.count(flag)) {
+        return Bad(flag, value, "is for --model=llama");
+      }
+    }
+    return absl::OkStatus();
+  }
+  const int kv = o.llama.kv_heads > 0 ? o.llama.kv_heads : o.model.heads;
+  if (o.llama.kv_heads < 0) {
+    return Bad("kv_heads", o.llama.kv_heads, "want >= 1 (or 0: --heads)");
+  }
+  if (o.model.heads > 0 && o.model.heads % kv != 0) {
+    return Bad("kv_heads", kv,
+               absl::StrCat("must divide --heads=", o.model.heads));
+  }
+  if (o.llama.ffn < 0) {
+    return Bad("ffn", o.llama.ffn, "want >= 1 (or 0: 8 d_model / 3)");
+  }
+  if (!(o.llama.rope_theta > 0 && std::isfinite(o.llama.rope_theta))) {
+    return Bad("rope_theta", o.llama.rope_theta, "want a positive number");
+  }
+  if (o.init.empty() && o.model.heads > 0 &&
+      o.model.d_model % o.model.heads == 0 &&
+      (o.model.d_model / o.model.heads) % 2 != 0) {
+    return Bad(
+        "heads", o.model.heads,
+        absl::StrCat("--d_model / --heads = ", o.model.d_model / o.model.heads,
+                     " must be even for the rotary embedding"));
+  }
+  if (o.fused_attention) {
+    return Bad("fused_attention", "true",
+               "the Llama model has only the batched attention");
+  }
+  if (o.device == ComputeDevice::kCuda) {
+    return Bad("device", "cuda",
+               "the Llama model computes on the cpu; its GPU layers are not "
+               "written yet");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckOptions(const TrainOptions& o, const GpuMemoryProbe& probe) {
   // The enumerated options arrive parsed (train_flags.h); a library caller
   // can still pass a value outside its enum. A value is known when its
@@ -144,6 +195,7 @@ absl::Status CheckOptions(const TrainOptions& o, const GpuMemoryProbe& probe) {
     return Bad("d_model", o.model.d_model,
                absl::StrCat("must be a multiple of --heads=", o.model.heads));
   }
+  CZ_RETURN_IF_ERROR(CheckModelFlags(o));
   if (o.steps < 0) return Bad("steps", o.steps, "want >= 0");
   if (o.warmup < 0) return Bad("warmup", o.warmup, "want >= 0");
   if (o.save_every < 0) return Bad("save_every", o.save_every, "want >= 0");
@@ -463,15 +515,26 @@ double DeviceMemoryNeeded(const TrainMemoryEstimate& e, OffloadPolicy offload) {
 }
 
 std::map<std::string, std::string> CheckpointConfig(const TrainPlan& plan) {
-  const GptConfig& m = plan.model;
-  return {
-      {"layers", absl::StrCat(m.layers)},
-      {"d_model", absl::StrCat(m.d_model)},
-      {"heads", absl::StrCat(m.heads)},
-      {"seq_len", absl::StrCat(m.seq_len)},
-      {"vocab", absl::StrCat(m.vocab)},
-      {"optimizer", std::string(OptimizerKindName(plan.options.optimizer))},
-      {"precision", std::string(PrecisionFlagValue(plan.options.precision))}};
+  std::map<std::string, std::string> config = plan.spec.CheckpointConfig();
+  config["optimizer"] = std::string(OptimizerKindName(plan.options.optimizer));
+  config["precision"] = std::string(PrecisionFlagValue(plan.options.precision));
+  return config;
+}
+
+LlamaConfig LlamaFromOptions(const TrainOptions& o) {
+  LlamaConfig c;
+  c.layers = o.model.layers;
+  c.d_model = o.model.d_model;
+  c.heads = o.model.heads;
+  c.kv_heads = o.llama.kv_heads > 0 ? o.llama.kv_heads : o.model.heads;
+  c.ffn =
+      o.llama.ffn > 0 ? o.llama.ffn : (8 * o.model.d_model / 3 + 63) / 64 * 64;
+  c.vocab = o.model.vocab;
+  c.seq_len = o.model.seq_len;
+  c.rope_theta = o.llama.rope_theta;
+  c.rms_norm_eps = o.llama.rms_norm_eps;
+  c.tie_word_embeddings = o.llama.tie_word_embeddings;
+  return c;
 }
 
 absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options,
@@ -523,11 +586,17 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options,
                            " is longer than the model's ", positions,
                            " positions"));
   }
-  CZ_RETURN_IF_ERROR(plan.model.Validate());
+  plan.spec.family = options.model_family;
+  plan.spec.gpt = plan.model;
+  if (options.model_family == ModelFamily::kLlama) {
+    plan.spec.llama = LlamaFromOptions(options);
+  }
+  CZ_RETURN_IF_ERROR(plan.spec.Validate());
 
   // What the job will hold, before anything large is allocated.
   TrainMemoryInput need;
   need.model = plan.model;
+  if (options.model_family == ModelFamily::kLlama) need.llama = plan.spec.llama;
   need.seq_len = plan.seq_len;
   need.batch = options.batch;
   need.world_size = options.world_size;
@@ -579,7 +648,7 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options,
         " plus one"));
   }
   std::vector<int64_t> sizes;
-  for (const auto& [name, shape] : GptParameterShapes(plan.model)) {
+  for (const auto& [name, shape] : plan.spec.FirstUseOrder()) {
     plan.order.push_back(name);
     sizes.push_back(NumElements(shape));
     plan.largest_tensor = std::max(plan.largest_tensor, sizes.back());

@@ -29,6 +29,7 @@
 #include "optim/zero_optimizer.h"
 #include "tensor/dtype.h"
 #include "tools/train/memory_estimate.h"
+#include "tools/train/model_spec.h"
 #include "tools/train/token_data.h"
 #include "tools/train/train_options.h"
 
@@ -40,14 +41,15 @@ inline constexpr int kMaxRanksAsThreads = 1024;
 
 struct TrainPlan {
   TrainOptions options;
-  GptConfig model;  // The architecture; model.seq_len is P, the positions.
+  GptConfig model;  // GPT-2's architecture; model.seq_len is P, the positions.
+  ModelSpec spec;   // The architecture trained (GPT-2's is `model`).
   int seq_len = 0;  // T, the context trained on (<= P).
   std::optional<int64_t> chunk_size;  // nullopt: one chunk per tensor.
   double utilisation = 1;
   TokenData data = TokenData::FromTokens({});
   std::optional<GptCheckpoint> init;
   std::optional<CheckpointMeta> resume_meta;
-  std::vector<std::string> order;  // Declaration = first-use order.
+  std::vector<std::string> order;  // First-use order.
   int64_t largest_tensor = 0;      // Elements of the largest parameter.
   TrainMemoryEstimate memory;      // What the job will hold.
   // --offload=auto under a --device_memory_limit that fits --offload=params
@@ -102,6 +104,10 @@ double DeviceMemoryNeeded(const TrainMemoryEstimate& estimate,
 // The checkpoint's record of the model and the data order: a resumed run
 // must match these (world size and layout may differ).
 std::map<std::string, std::string> CheckpointConfig(const TrainPlan& plan);
+
+// The Llama a job's flags describe (--model=llama): the shared sizes from
+// options.model, the rest from options.llama with its defaults resolved.
+LlamaConfig LlamaFromOptions(const TrainOptions& options);
 
 // Checks the destinations before step 1: the --export file's directory
 // exists and is writable (on the process running rank 0), and the --save

@@ -25,6 +25,7 @@
 #include "comm/rendezvous/rendezvous_store.h"
 #include "comm/world.h"
 #include "engine/engine.h"
+#include "models/common/language_model.h"
 #include "models/gpt2/gemm.h"
 #include "models/gpt2/gpt_checkpoint.h"
 #include "optim/zero_optimizer.h"
@@ -81,8 +82,8 @@ std::map<std::string, std::string> RendezvousConfig(const TrainPlan& plan) {
   return config;
 }
 
-// One rank's whole run: the GPT-2 model and its data, trained through the
-// engine (engine/engine.h).
+// One rank's whole run: the model (GPT-2 or Llama) and its data, trained
+// through the engine (engine/engine.h).
 class RankRunner {
  public:
   // `result` is filled on rank 0 only. `device` is where the rank's chunks
@@ -154,11 +155,10 @@ class RankRunner {
     CZ_ASSIGN_OR_RETURN(const EngineOptions engine_options,
                         EngineOptionsForRun(plan_, device_));
     const bool gpu = o_.device == ComputeDevice::kCuda;
-    CZ_ASSIGN_OR_RETURN(model_,
-                        GptModel::Create(plan_.model, o_.seed, DType::kF32,
-                                         gpu ? device_ : Device::Cpu()));
+    CZ_ASSIGN_OR_RETURN(
+        model_, plan_.spec.Create(o_.seed, gpu ? device_ : Device::Cpu(),
+                                  o_.fused_attention));
     model_->set_matmul_precision(MatmulPrecision(o_.precision));
-    CZ_RETURN_IF_ERROR(model_->set_fused_attention(o_.fused_attention));
     // The model's working buffers count against the device they live on.
     if (o_.device_memory_limit > 0 || gpu) {
       CZ_RETURN_IF_ERROR(model_->set_memory_accounting(&tracker_, device_));
@@ -206,7 +206,7 @@ class RankRunner {
       m.steps = o_.steps;
       m.tokens_per_s = static_cast<double>(o_.batch) * plan_.seq_len *
                        o_.world_size * o_.grad_accum / m.step_time_s;
-      const GptModel::ActivationBytes activations =
+      const LanguageModel::ActivationBytes activations =
           model_->activation_bytes(o_.batch, plan_.seq_len);
       m.activation_kept_bytes = activations.kept;
       m.activation_recomputed_bytes = activations.recomputed;
@@ -227,7 +227,7 @@ class RankRunner {
   // Destroyed in reverse: the engine, then the model (which reports its
   // buffers to the tracker), then the tracker.
   MemoryTracker tracker_;
-  std::unique_ptr<GptModel> model_;
+  std::unique_ptr<LanguageModel> model_;
   std::unique_ptr<Engine> engine_;
   // Each micro-batch's tokens, filled before the step.
   std::vector<std::vector<int32_t>> inputs_, targets_;
@@ -333,8 +333,9 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   TrainResult result;
   result.auto_rests_on_host = plan.auto_rests_on_host;
   result.model = plan.model;
+  result.spec = plan.spec;
   result.seq_len = plan.seq_len;
-  result.parameters = GptParameterCount(plan.model);
+  result.parameters = plan.spec.ParameterCount();
   result.chunk_size = plan.chunk_size.value_or(0);
   result.chunk_utilisation = plan.utilisation;
   result.chunk_bytes = plan.chunk_size.value_or(plan.largest_tensor) *

@@ -42,13 +42,15 @@
 #include "absl/status/statusor.h"
 #include "models/gpt2/gemm.h"
 #include "models/gpt2/gpt_model.h"
+#include "tools/train/model_spec.h"
 #include "tools/train/step_metrics.h"
 #include "tools/train/train_options.h"
 
 namespace chunkzero {
 
 struct TrainResult {
-  GptConfig model;
+  GptConfig model;         // GPT-2's shape (a Llama's shared sizes).
+  ModelSpec spec;          // The architecture trained.
   int64_t parameters = 0;  // Ψ.
   int64_t chunk_size = 0;  // Chosen (0: one chunk per tensor).
   double chunk_utilisation = 1;

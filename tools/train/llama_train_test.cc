@@ -1,0 +1,194 @@
+// The train job with --model=llama: it trains from scratch on the built-in
+// text through the same engine as GPT-2, with the same bits in every
+// layout, placement and recomputation, resumes at another world size, and
+// plans its memory as exactly as GPT-2's.
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tools/train/report.h"
+#include "tools/train/train_flags.h"
+#include "tools/train/train_plan.h"
+#include "tools/train/trainer.h"
+
+namespace chunkzero {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+TrainOptions TinyLlama() {
+  TrainOptions o;
+  o.model_family = ModelFamily::kLlama;
+  o.model.layers = 2;
+  o.model.d_model = 32;
+  o.model.heads = 4;
+  o.model.seq_len = 16;
+  o.model.vocab = 256;
+  o.llama.kv_heads = 2;
+  o.llama.ffn = 64;
+  o.llama.rope_theta = 500000;
+  o.world_size = 2;
+  o.batch = 2;
+  o.steps = 6;
+  o.warmup = 1;
+  o.precision = DType::kF32;
+  return o;
+}
+
+std::vector<double> Losses(const TrainOptions& o) {
+  absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
+  EXPECT_TRUE(r.ok()) << r.status();
+  std::vector<double> losses;
+  if (!r.ok()) return losses;
+  for (const StepMetrics& m : r->steps) losses.push_back(m.loss);
+  return losses;
+}
+
+std::string TestDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/llama_train_test/", name);
+  fs::remove_all(dir);
+  fs::create_directories(fs::path(dir).parent_path());
+  return dir;
+}
+
+TEST(LlamaTrain, LearnsTheBuiltInTextAndSaysWhatItTrained) {
+  TrainOptions o = TinyLlama();
+  o.steps = 30;
+  o.lr = 3e-3;
+  absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->steps.size(), 30u);
+  EXPECT_LT(r->steps.back().loss, r->steps.front().loss - 1.0);
+  // 256 x 32 twice, 2 layers of 2*32*32 + 2*16*32 + 3*64*32 + 2*32, norm.
+  EXPECT_EQ(r->parameters, 2 * 8192 + 2 * 9280 + 32);
+  const std::string summary = FormatSummary(o, *r);
+  EXPECT_THAT(summary, HasSubstr("Llama: 2 layers x 32, 4 heads (2 kv, "
+                                 "head_dim 8), ffn 64, rope_theta 500000, "
+                                 "context 16, vocab 256: Psi = 34976"));
+  EXPECT_THAT(summary, ::testing::Not(HasSubstr("tied")));
+}
+
+TEST(LlamaTrain, SameBitsInEveryLayoutPlacementAndRecomputation) {
+  const std::vector<double> base = Losses(TinyLlama());
+  ASSERT_EQ(base.size(), 6u);
+  struct Variant {
+    const char* name;
+    ChunkLayout layout;
+    OffloadPolicy offload;
+    int every;
+  };
+  for (const Variant& v :
+       {Variant{"replicated", ChunkLayout::kReplicated, OffloadPolicy::kNone,
+                0},
+        Variant{"owner", ChunkLayout::kOwner, OffloadPolicy::kNone, 0},
+        Variant{"layers", ChunkLayout::kSharded, OffloadPolicy::kNone, 1},
+        Variant{"params", ChunkLayout::kSharded, OffloadPolicy::kParams, 0},
+        Variant{"owner optimizer every:2", ChunkLayout::kOwner,
+                OffloadPolicy::kOptimizer, 2}}) {
+    SCOPED_TRACE(v.name);
+    TrainOptions o = TinyLlama();
+    o.storage = v.layout;
+    o.offload = v.offload;
+    o.activation_checkpointing.every = v.every;
+    EXPECT_EQ(Losses(o), base);
+  }
+  // 16-bit: recomputation changes no bit either.
+  for (DType precision : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(precision));
+    TrainOptions o = TinyLlama();
+    o.precision = precision;
+    const std::vector<double> plain = Losses(o);
+    o.activation_checkpointing.every = 1;
+    EXPECT_EQ(Losses(o), plain);
+    ASSERT_EQ(plain.size(), 6u);
+    EXPECT_NEAR(plain.back(), base.back(), 2e-2 * base.back());
+  }
+}
+
+TEST(LlamaTrain, ResumesAtAnotherWorldSizeWithTheSameLosses) {
+  TrainOptions o = TinyLlama();
+  o.steps = 6;
+  // A constant rate, so that a 3-step run is the first half of a 6-step one.
+  o.warmup = 0;
+  o.min_lr = o.lr;
+  const std::vector<double> plain = Losses(o);
+  const std::string dir = TestDir("resume");
+  TrainOptions first = o;
+  first.steps = 3;
+  first.save = dir;
+  ASSERT_EQ(Losses(first).size(), 3u);
+  TrainOptions resumed = o;
+  resumed.world_size = 1;
+  resumed.batch = 4;
+  resumed.storage = ChunkLayout::kReplicated;
+  resumed.resume = dir;
+  const std::vector<double> rest = Losses(resumed);
+  ASSERT_EQ(rest.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(rest[i], plain[3 + i], 1e-5 * plain[3 + i]) << "step " << 4 + i;
+  }
+  // A GPT-2 run cannot resume it: the record says llama.
+  TrainOptions gpt = resumed;
+  gpt.model_family = ModelFamily::kGpt2;
+  gpt.given_flags.clear();
+  absl::StatusOr<TrainResult> refused = RunTraining(gpt, nullptr);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("was saved with model=llama, this run has model=gpt2"));
+}
+
+// The estimate before step 1 bounds the measured device peak and stays
+// within 1.15 x it, as for GPT-2 (estimate_bound_test).
+TEST(LlamaTrain, TheDeviceEstimateIsTight) {
+  for (ChunkLayout layout : {ChunkLayout::kSharded, ChunkLayout::kOwner}) {
+    for (OffloadPolicy offload :
+         {OffloadPolicy::kNone, OffloadPolicy::kOptimizer,
+          OffloadPolicy::kParams}) {
+      for (int every : {0, 1}) {
+        for (DType precision : {DType::kF32, DType::kBF16, DType::kF16}) {
+          TrainOptions o = TinyLlama();
+          o.steps = 2;
+          o.storage = layout;
+          o.offload = offload;
+          o.activation_checkpointing.every = every;
+          o.precision = precision;
+          o.device_memory_limit = int64_t{1} << 40;
+          SCOPED_TRACE(absl::StrCat(ChunkLayoutName(layout), " ",
+                                    OffloadFlagValue(offload), " every ", every,
+                                    " ", DTypeName(precision)));
+          absl::StatusOr<TrainPlan> plan = PlanTraining(o);
+          ASSERT_TRUE(plan.ok()) << plan.status();
+          const double estimate = DeviceMemoryNeeded(plan->memory, o.offload);
+          absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
+          ASSERT_TRUE(r.ok()) << r.status();
+          const double peak = static_cast<double>(DevicePeak(*r));
+          ASSERT_GT(peak, 0);
+          EXPECT_GE(estimate, peak);
+          EXPECT_LE(estimate, 1.15 * peak);
+        }
+      }
+    }
+  }
+}
+
+TEST(LlamaTrain, RefusesGptOnlyAndBadLlamaFlags) {
+  TrainOptions o = TinyLlama();
+  o.llama.kv_heads = 3;
+  EXPECT_THAT(PlanTraining(o).status().message(),
+              HasSubstr("--kv_heads=3: must divide --heads=4"));
+  o = TinyLlama();
+  o.model_family = ModelFamily::kGpt2;
+  o.given_flags = {"ffn"};
+  EXPECT_THAT(PlanTraining(o).status().message(),
+              HasSubstr("--ffn=64: is for --model=llama"));
+}
+
+}  // namespace
+}  // namespace chunkzero
