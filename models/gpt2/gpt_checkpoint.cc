@@ -9,8 +9,7 @@
 #include "absl/strings/strip.h"
 #include "base/status_macros.h"
 #include "io/safetensors/safetensors.h"
-#include "tensor/cpu/cast_kernels.h"
-#include "tensor/cpu/reduction_kernels.h"
+#include "models/common/export_tensor.h"
 
 namespace chunkzero {
 namespace {
@@ -129,29 +128,7 @@ absl::Status WriteGptCheckpoint(const std::string& path,
   CZ_ASSIGN_OR_RETURN(GptConfig config, InferConfig(shapes, 1, where));
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const auto& [name, shape] : GptParameterShapes(config)) {
-    const Tensor& t = state.at(name);
-    Tensor f32 = t;
-    if (t.dtype() != DType::kF32) {
-      if (!t.is_materialized() || !t.device().is_host_accessible()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, ": tensor '", name, "' is not readable on the host"));
-      }
-      CZ_ASSIGN_OR_RETURN(f32, Tensor::Empty(shape, DType::kF32));
-      CZ_RETURN_IF_ERROR(
-          Cast(f32.raw_data(), DType::kF32, t.raw_data(), t.dtype(), t.numel()),
-          where, ": tensor '", name, "'");
-    }
-    if (f32.is_materialized() && f32.device().is_host_accessible()) {
-      CZ_ASSIGN_OR_RETURN(const bool non_finite,
-                          HasInfOrNan(f32.raw_data(), DType::kF32,
-                                      static_cast<size_t>(f32.numel())));
-      if (non_finite) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, ": tensor '", name,
-            "' holds Inf or NaN; such a model is unusable, so nothing was "
-            "written"));
-      }
-    }
+    CZ_ASSIGN_OR_RETURN(Tensor f32, ExportTensor(state.at(name), name, where));
     tensors.emplace_back(absl::StrCat(kPrefix, name), std::move(f32));
   }
   return WriteSafetensors(path, tensors, {{"format", "pt"}});
