@@ -7,7 +7,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "base/file.h"
 #include "base/status_macros.h"
+#include "io/pretrained/pretrained_directory.h"
 #include "io/safetensors/safetensors.h"
 #include "models/common/export_tensor.h"
 
@@ -79,15 +81,14 @@ absl::StatusOr<GptConfig> InferConfig(
   return config;
 }
 
-}  // namespace
-
-absl::StatusOr<GptCheckpoint> ReadGptCheckpoint(const std::string& path,
-                                                int heads) {
-  CZ_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Read(path));
-  const std::string where = absl::StrCat("GPT-2 safetensors file ", path);
+// The parameters of a file or directory of GPT-2 tensors (`source`: a
+// SafetensorsFile or a PretrainedDirectory), named `where` in errors.
+template <typename Source>
+absl::StatusOr<GptCheckpoint> ReadGptTensors(const Source& source, int heads,
+                                             const std::string& where) {
   std::map<std::string, std::string> file_names;  // Parameter -> in file.
   std::map<std::string, Shape> shapes;
-  for (const std::string& file_name : file.names()) {
+  for (const std::string& file_name : source.names()) {
     absl::string_view name = file_name;
     absl::ConsumePrefix(&name, kPrefix);
     if (Ignored(name)) continue;
@@ -96,17 +97,17 @@ absl::StatusOr<GptCheckpoint> ReadGptCheckpoint(const std::string& path,
           absl::StrCat(where, ": tensor ", QuoteForMessage(name),
                        " appears with and without '", kPrefix, "'"));
     }
-    CZ_ASSIGN_OR_RETURN(shapes[std::string(name)], file.shape(file_name));
+    CZ_ASSIGN_OR_RETURN(shapes[std::string(name)], source.shape(file_name));
   }
   GptCheckpoint out;
   CZ_ASSIGN_OR_RETURN(out.config, InferConfig(shapes, heads, where));
   // The model computes in these. Checked in file order, before any value
   // is read (the reader knows every dtype it lists: no escaping needed).
-  for (const std::string& file_name : file.names()) {
+  for (const std::string& file_name : source.names()) {
     absl::string_view name = file_name;
     absl::ConsumePrefix(&name, kPrefix);
     if (Ignored(name)) continue;
-    CZ_ASSIGN_OR_RETURN(const std::string dtype, file.dtype(file_name));
+    CZ_ASSIGN_OR_RETURN(const std::string dtype, source.dtype(file_name));
     if (dtype != "F32" && dtype != "F16" && dtype != "BF16") {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": tensor ", QuoteForMessage(file_name), " is ",
@@ -114,23 +115,154 @@ absl::StatusOr<GptCheckpoint> ReadGptCheckpoint(const std::string& path,
     }
   }
   for (const auto& [name, file_name] : file_names) {
-    CZ_ASSIGN_OR_RETURN(out.state[name], file.Get(file_name));
+    CZ_ASSIGN_OR_RETURN(out.state[name], source.Get(file_name));
   }
   return out;
 }
 
-absl::Status WriteGptCheckpoint(const std::string& path,
-                                const std::map<std::string, Tensor>& state) {
-  const std::string where = absl::StrCat("writing GPT-2 checkpoint ", path);
+// The tensors to write: f32, finite, "transformer."-prefixed, in
+// declaration order; the config they describe.
+absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> ExportTensors(
+    const std::map<std::string, Tensor>& state, const std::string& where,
+    GptConfig* config) {
   std::map<std::string, Shape> shapes;
   for (const auto& [name, t] : state) shapes[name] = t.shape();
   // Any head count divides d_model; the shapes do not depend on it.
-  CZ_ASSIGN_OR_RETURN(GptConfig config, InferConfig(shapes, 1, where));
+  CZ_ASSIGN_OR_RETURN(*config, InferConfig(shapes, 1, where));
   std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& [name, shape] : GptParameterShapes(config)) {
+  for (const auto& [name, shape] : GptParameterShapes(*config)) {
     CZ_ASSIGN_OR_RETURN(Tensor f32, ExportTensor(state.at(name), name, where));
     tensors.emplace_back(absl::StrCat(kPrefix, name), std::move(f32));
   }
+  return tensors;
+}
+
+// config.json's integer `key`, positive.
+absl::StatusOr<int> ConfigInt(const nlohmann::json& config, const char* key,
+                              const std::string& source) {
+  auto it = config.find(key);
+  if (it == config.end() || !it->is_number_integer() ||
+      it->get<int64_t>() < 1 || it->get<int64_t>() > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": \"", key, "\" is ",
+                     it == config.end() ? "missing" : it->dump(),
+                     ", want a positive integer"));
+  }
+  return static_cast<int>(it->get<int64_t>());
+}
+
+}  // namespace
+
+absl::StatusOr<GptCheckpoint> ReadGptCheckpoint(const std::string& path,
+                                                int heads) {
+  CZ_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Read(path));
+  return ReadGptTensors(file, heads,
+                        absl::StrCat("GPT-2 safetensors file ", path));
+}
+
+absl::StatusOr<GptConfig> GptConfigFromJson(const nlohmann::json& config,
+                                            const std::string& source) {
+  auto type = config.find("model_type");
+  if (type == config.end() || *type != "gpt2") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": \"model_type\" is ",
+        type == config.end() ? "missing" : type->dump(), ", want \"gpt2\""));
+  }
+  auto refuse = [&](const char* key, absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": \"", key, "\" is ", config.at(key).dump(), "; ", why));
+  };
+  if (config.contains("activation_function") &&
+      config.at("activation_function") != "gelu_new" &&
+      config.at("activation_function") != "gelu_pytorch_tanh") {
+    return refuse("activation_function", "the MLP is GELU, tanh form");
+  }
+  if (config.contains("layer_norm_epsilon") &&
+      config.at("layer_norm_epsilon") != nlohmann::json(1e-5)) {
+    return refuse("layer_norm_epsilon", "the LayerNorms use 1e-5");
+  }
+  for (const char* key :
+       {"add_cross_attention", "scale_attn_by_inverse_layer_idx"}) {
+    if (config.contains(key) && config.at(key) == true) {
+      return refuse(key, "not supported");
+    }
+  }
+  if (config.contains("n_inner") && !config.at("n_inner").is_null()) {
+    return refuse("n_inner", "the MLP is 4 n_embd wide");
+  }
+  GptConfig c;
+  CZ_ASSIGN_OR_RETURN(c.layers, ConfigInt(config, "n_layer", source));
+  CZ_ASSIGN_OR_RETURN(c.d_model, ConfigInt(config, "n_embd", source));
+  CZ_ASSIGN_OR_RETURN(c.heads, ConfigInt(config, "n_head", source));
+  CZ_ASSIGN_OR_RETURN(c.seq_len, ConfigInt(config, "n_positions", source));
+  CZ_ASSIGN_OR_RETURN(c.vocab, ConfigInt(config, "vocab_size", source));
+  if (absl::Status s = c.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", s.message()));
+  }
+  return c;
+}
+
+std::string GptConfigJson(const GptConfig& c) {
+  nlohmann::ordered_json j;
+  j["architectures"] = {"GPT2LMHeadModel"};
+  j["model_type"] = "gpt2";
+  j["n_layer"] = c.layers;
+  j["n_embd"] = c.d_model;
+  j["n_head"] = c.heads;
+  j["n_positions"] = c.seq_len;
+  j["n_ctx"] = c.seq_len;
+  j["vocab_size"] = c.vocab;
+  j["activation_function"] = "gelu_new";
+  j["layer_norm_epsilon"] = 1e-5;
+  j["n_inner"] = nullptr;
+  j["resid_pdrop"] = 0.0;
+  j["embd_pdrop"] = 0.0;
+  j["attn_pdrop"] = 0.0;
+  j["tie_word_embeddings"] = true;
+  j["initializer_range"] = 0.02;
+  j["torch_dtype"] = "float32";
+  return j.dump(2);
+}
+
+absl::StatusOr<GptCheckpoint> ReadGptDirectory(const std::string& dir) {
+  CZ_ASSIGN_OR_RETURN(const PretrainedDirectory files,
+                      PretrainedDirectory::Read(dir));
+  const std::string config_path = JoinPath(dir, kPretrainedConfigName);
+  CZ_ASSIGN_OR_RETURN(const GptConfig config,
+                      GptConfigFromJson(files.config(), config_path));
+  CZ_ASSIGN_OR_RETURN(GptCheckpoint out,
+                      ReadGptTensors(files, config.heads,
+                                     absl::StrCat("GPT-2 directory ", dir)));
+  const GptConfig& from = out.config;
+  if (from.layers != config.layers || from.d_model != config.d_model ||
+      from.seq_len != config.seq_len || from.vocab != config.vocab) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config_path, " says ", config.layers, " layers x ",
+                     config.d_model, ", ", config.seq_len, " positions, vocab ",
+                     config.vocab, " but the tensors are ", from.layers, " x ",
+                     from.d_model, ", ", from.seq_len, ", ", from.vocab));
+  }
+  return out;
+}
+
+absl::Status WriteGptDirectory(const std::string& dir,
+                               const std::map<std::string, Tensor>& state,
+                               int heads, int64_t shard_bytes) {
+  const std::string where = absl::StrCat("writing GPT-2 directory ", dir);
+  GptConfig config;
+  CZ_ASSIGN_OR_RETURN(const auto tensors, ExportTensors(state, where, &config));
+  config.heads = heads;
+  return WritePretrainedDirectory(dir, GptConfigJson(config), tensors,
+                                  shard_bytes);
+}
+
+absl::Status WriteGptCheckpoint(const std::string& path,
+                                const std::map<std::string, Tensor>& state) {
+  GptConfig config;
+  CZ_ASSIGN_OR_RETURN(
+      const auto tensors,
+      ExportTensors(state, absl::StrCat("writing GPT-2 checkpoint ", path),
+                    &config));
   return WriteSafetensors(path, tensors, {{"format", "pt"}});
 }
 

@@ -30,12 +30,14 @@
 #ifndef CHUNKZERO_MODELS_GPT2_GPT_CHECKPOINT_H_
 #define CHUNKZERO_MODELS_GPT2_GPT_CHECKPOINT_H_
 
+#include <cstdint>
 #include <map>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "models/gpt2/gpt_model.h"
+#include "nlohmann/json.hpp"
 #include "tensor/tensor.h"
 
 namespace chunkzero {
@@ -55,6 +57,23 @@ struct GptCheckpoint {
 // InvalidArgument, writing nothing, if a tensor holds Inf or NaN.
 [[nodiscard]] absl::Status WriteGptCheckpoint(
     const std::string& path, const std::map<std::string, Tensor>& state);
+
+// GPT-2 as a Hugging Face directory (io/pretrained): config.json's
+// model_type "gpt2", n_layer, n_embd, n_head, n_positions and vocab_size
+// (what the model does not compute refused naming the key: another
+// activation or LayerNorm epsilon, n_inner, cross-attention, scaled
+// attention), the tensors as ReadGptCheckpoint takes them, in one file or
+// sharded; the config must agree with the tensors' shapes.
+[[nodiscard]] absl::StatusOr<GptConfig> GptConfigFromJson(
+    const nlohmann::json& config, const std::string& source);
+std::string GptConfigJson(const GptConfig& config);
+[[nodiscard]] absl::StatusOr<GptCheckpoint> ReadGptDirectory(
+    const std::string& dir);
+// WriteGptCheckpoint's tensors in a directory GPT2LMHeadModel.from_pretrained
+// reads, with `heads`, in shards of at most `shard_bytes`.
+[[nodiscard]] absl::Status WriteGptDirectory(
+    const std::string& dir, const std::map<std::string, Tensor>& state,
+    int heads, int64_t shard_bytes);
 
 // `model`'s parameters (materialised on the host) through
 // WriteGptCheckpoint.

@@ -1,9 +1,11 @@
 #include "models/gpt2/gpt_checkpoint.h"
 
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -72,6 +74,50 @@ TEST(GptCheckpointTest, SaveAndReadRoundTrip) {
   auto loaded = *GptModel::Create(ckpt->config, 7);
   ASSERT_TRUE(loaded->LoadStateDict(ckpt->state).ok());
   EXPECT_EQ(Loss(*loaded), Loss(*model));
+}
+
+TEST(GptCheckpointTest, DirectoryRoundTripsOneFileAndSharded) {
+  auto model = *GptModel::Create(SmallConfig(), 42);
+  std::map<std::string, Tensor> state;
+  for (Parameter* p : model->Parameters()) state[p->name()] = p->data();
+  for (int64_t shard : {int64_t{1} << 20, int64_t{600}}) {
+    const std::string dir = TempPath(absl::StrCat("gpt_dir_", shard));
+    ASSERT_TRUE(WriteGptDirectory(dir, state, 2, shard).ok());
+    absl::StatusOr<GptCheckpoint> ckpt = ReadGptDirectory(dir);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    EXPECT_EQ(ckpt->config.heads, 2);  // From config.json.
+    EXPECT_EQ(ckpt->config.seq_len, 6);
+    for (Parameter* p : model->Parameters()) {
+      EXPECT_EQ(Bytes(ckpt->state.at(p->name())), Bytes(p->data()))
+          << p->name();
+    }
+  }
+}
+
+TEST(GptCheckpointTest, DirectoryConfigsItCannotTakeAreRefusedByKey) {
+  const nlohmann::json base =
+      nlohmann::json::parse(GptConfigJson(SmallConfig()));
+  EXPECT_EQ(GptConfigFromJson(base, "c")->heads, 2);
+  const struct {
+    const char* key;
+    nlohmann::json value;
+    const char* message;
+  } cases[] = {
+      {"activation_function", "relu", "\"activation_function\" is \"relu\""},
+      {"n_inner", 64, "\"n_inner\" is 64; the MLP is 4 n_embd wide"},
+      {"layer_norm_epsilon", 1e-6, "\"layer_norm_epsilon\" is 1e-06"},
+      {"add_cross_attention", true, "\"add_cross_attention\" is true"},
+      {"n_head", 3, "must be a multiple of GptConfig.heads (3)"},
+      {"model_type", "llama", "\"model_type\" is \"llama\", want \"gpt2\""},
+      {"n_layer", "2", "\"n_layer\" is \"2\", want a positive integer"},
+  };
+  for (const auto& [key, value, message] : cases) {
+    nlohmann::json config = base;
+    config[key] = value;
+    EXPECT_THAT(GptConfigFromJson(config, "d/config.json").status().message(),
+                HasSubstr(message))
+        << key;
+  }
 }
 
 TEST(GptCheckpointTest, NonFiniteWeightsAreNotWritten) {
