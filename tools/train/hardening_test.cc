@@ -175,17 +175,24 @@ TEST(Hardening, GlooRanksAsThreadsMustFitTheFileDescriptorLimit) {
 TEST(Hardening, ADirectoryAsAnInputFileIsAnErrorNamingIt) {
   const std::string dir = TestDir("a_directory");
   fs::create_directories(dir);
-  for (const char* flag : {"data", "tokens", "init"}) {
+  for (const char* flag : {"data", "tokens"}) {
     SCOPED_TRACE(flag);
     TrainOptions o = Tiny();
     if (std::string(flag) == "data") o.data = dir;
     if (std::string(flag) == "tokens") o.tokens = dir;
-    if (std::string(flag) == "init") o.init = dir;
     const absl::Status status = RunJob(o);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(status.message(), absl::StrCat("--", flag, "=", dir,
                                              " is a directory, not a file"));
   }
+  // --init takes a Hugging Face directory: this one has no config.json.
+  TrainOptions o = Tiny();
+  o.init = dir;
+  const absl::Status status = RunJob(o);
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(status.message()),
+              ::testing::HasSubstr(
+                  absl::StrCat("--init: cannot open ", dir, "/config.json")));
 }
 
 // A GPT-2 file of `positions` positions (C 32, V 256, 1 layer); `poison`

@@ -5,12 +5,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "io/pretrained/pretrained_directory.h"
 #include "tools/train/report.h"
 #include "tools/train/train_flags.h"
 #include "tools/train/train_plan.h"
@@ -142,6 +144,104 @@ TEST(LlamaTrain, ResumesAtAnotherWorldSizeWithTheSameLosses) {
   absl::StatusOr<TrainResult> refused = RunTraining(gpt, nullptr);
   EXPECT_THAT(refused.status().message(),
               HasSubstr("was saved with model=llama, this run has model=gpt2"));
+}
+
+std::map<std::string, std::vector<float>> DirectoryTensors(
+    const std::string& dir) {
+  absl::StatusOr<PretrainedDirectory> read = PretrainedDirectory::Read(dir);
+  EXPECT_TRUE(read.ok()) << read.status();
+  std::map<std::string, std::vector<float>> out;
+  if (!read.ok()) return out;
+  for (const std::string& name : read->names()) {
+    out[name] = *read->Get(name)->ToFloats();
+  }
+  return out;
+}
+
+TEST(LlamaTrain, ExportsAHuggingFaceDirectoryAndStartsFromIt) {
+  TrainOptions o = TinyLlama();
+  o.steps = 3;
+  const std::string first = TestDir("export_first");
+  o.export_path = first;
+  o.export_shard_size = 40000;  // Sharded: the embedding alone is 32 KiB.
+  ASSERT_EQ(Losses(o).size(), 3u);
+  EXPECT_TRUE(fs::exists(first + "/model.safetensors.index.json"));
+  EXPECT_TRUE(fs::exists(first + "/config.json"));
+
+  // From the directory: the architecture comes from config.json (no
+  // --model), and zero steps export the same weights again.
+  TrainOptions again;
+  again.world_size = 2;
+  again.batch = 2;
+  again.steps = 0;
+  again.precision = DType::kF32;
+  again.init = first;
+  const std::string second = TestDir("export_second");
+  again.export_path = second;
+  absl::StatusOr<TrainResult> r = RunTraining(again, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->spec.family, ModelFamily::kLlama);
+  EXPECT_EQ(r->spec.llama.kv_heads, 2);
+  EXPECT_EQ(r->spec.llama.rope_theta, 500000);
+  EXPECT_EQ(r->parameters, 34976);
+  const auto a = DirectoryTensors(first), b = DirectoryTensors(second);
+  ASSERT_EQ(a.size(), 21u);
+  EXPECT_EQ(a, b);
+
+  // Trained on from there, it goes on learning.
+  again.steps = 3;
+  again.export_path.clear();
+  again.given_flags = {"model"};
+  again.model_family = ModelFamily::kLlama;
+  const std::vector<double> more = Losses(again);
+  ASSERT_EQ(more.size(), 3u);
+
+  // What contradicts the directory is refused, naming both.
+  TrainOptions gpt = again;
+  gpt.model_family = ModelFamily::kGpt2;
+  EXPECT_THAT(PlanTraining(gpt).status().message(),
+              HasSubstr("--model=gpt2 disagrees with --init=" + first +
+                        ", whose config.json says \"llama\""));
+  TrainOptions kv = again;
+  kv.llama.kv_heads = 4;
+  kv.given_flags = {"kv_heads"};
+  EXPECT_THAT(PlanTraining(kv).status().message(),
+              HasSubstr("--kv_heads=4 disagrees with --init=" + first +
+                        ", whose number of key/value heads is 2"));
+  TrainOptions file = TinyLlama();
+  file.export_path = TestDir("x.safetensors");
+  EXPECT_THAT(RunTraining(file, nullptr).status().message(),
+              HasSubstr("a Llama exports a Hugging Face directory"));
+  file.export_path.clear();
+  file.init = first + "/config.json";
+  EXPECT_THAT(PlanTraining(file).status().message(),
+              HasSubstr("a Llama starts from a Hugging Face directory"));
+}
+
+TEST(LlamaTrain, GptTwoExportsADirectoryToo) {
+  TrainOptions o;
+  o.model.layers = 1;
+  o.model.d_model = 32;
+  o.model.heads = 2;
+  o.model.seq_len = 16;
+  o.world_size = 2;
+  o.batch = 2;
+  o.steps = 2;
+  o.precision = DType::kF32;
+  const std::string dir = TestDir("gpt_dir");
+  o.export_path = dir;
+  ASSERT_EQ(Losses(o).size(), 2u);
+  EXPECT_TRUE(fs::exists(dir + "/model.safetensors"));
+  TrainOptions from = o;
+  from.init = dir;
+  from.model.heads = 1;  // Not given: config.json's n_head wins.
+  from.steps = 0;
+  const std::string second = TestDir("gpt_dir_again");
+  from.export_path = second;
+  absl::StatusOr<TrainResult> r = RunTraining(from, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->spec.gpt.heads, 2);
+  EXPECT_EQ(DirectoryTensors(dir), DirectoryTensors(second));
 }
 
 // The estimate before step 1 bounds the measured device peak and stays

@@ -117,10 +117,17 @@ ABSL_FLAG(bool, fused_attention, kDefaults.fused_attention,
 ABSL_FLAG(std::string, data, "", "A file read as bytes (vocab 256).");
 ABSL_FLAG(std::string, tokens, "", "Little-endian uint16 token ids.");
 ABSL_FLAG(std::string, init, "",
-          "A GPT-2 safetensors file to start from (architecture from its "
-          "shapes plus --heads).");
+          "Weights to start from: a Hugging Face directory (GPT-2 or Llama, "
+          "architecture from its config.json) or a GPT-2 safetensors file "
+          "(architecture from its shapes plus --heads).");
 ABSL_FLAG(std::string, export, "",
-          "Write the final consolidated f32 weights here (safetensors).");
+          "Write the final consolidated f32 weights here: a Hugging Face "
+          "directory (config.json and safetensors, what from_pretrained "
+          "reads), or for GPT-2 a path ending in .safetensors: one file.");
+ABSL_FLAG(std::string, export_shard_size, "5000000000",
+          "The largest weights file of an exported directory (bytes, or with "
+          "K, M, G, T: powers of 1024); past it the weights are sharded with "
+          "an index, as save_pretrained does.");
 ABSL_FLAG(std::string, save, "", "Checkpoint directory.");
 ABSL_FLAG(int, save_every, 0, "Also save every this many steps.");
 ABSL_FLAG(std::string, resume, "", "Checkpoint directory to continue from.");
@@ -204,6 +211,10 @@ absl::Status ParseEnumFlags(chunkzero::TrainOptions* o) {
   CZ_ASSIGN_OR_RETURN(o->activation_checkpointing,
                       chunkzero::ParseActivationCheckpointingFlag(
                           absl::GetFlag(FLAGS_activation_checkpointing)));
+  CZ_ASSIGN_OR_RETURN(
+      o->export_shard_size,
+      chunkzero::ParseByteCountFlag("export_shard_size",
+                                    absl::GetFlag(FLAGS_export_shard_size)));
   CZ_ASSIGN_OR_RETURN(
       o->device_memory_limit,
       chunkzero::ParseByteCountFlag("device_memory_limit",

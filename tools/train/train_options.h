@@ -93,8 +93,13 @@ struct TrainOptions {
   // --layers, --d_model or --vocab given that disagrees with it is refused
   // (a library caller names here the model fields it set).
   std::set<std::string> given_flags;
-  std::string export_path;  // Where to write the final f32 weights.
-  std::string save;         // Checkpoint directory.
+  // Where to write the final f32 weights: a Hugging Face directory, or
+  // for GPT-2 one safetensors file (train_plan.h's ExportsDirectory).
+  std::string export_path;
+  // The largest weights file of an exported directory; past it the
+  // weights are sharded (--export_shard_size).
+  int64_t export_shard_size = 5'000'000'000;
+  std::string save;  // Checkpoint directory.
   int save_every = 0;
   std::string resume;  // Checkpoint directory to continue from.
   int max_prefetch = 1;

@@ -1,7 +1,11 @@
 #include "tools/train/train_plan.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <optional>
@@ -15,6 +19,9 @@
 #include "base/system_memory.h"
 #include "chunk/chunk_size_search.h"
 #include "comm/rendezvous/rendezvous_store.h"
+#include "io/pretrained/pretrained_directory.h"
+#include "models/llama/llama_checkpoint.h"
+#include "nlohmann/json.hpp"
 #include "tensor/cpu/reduction_kernels.h"
 #include "tensor/cuda/cuda_runtime.h"
 #include "tools/train/train_flags.h"
@@ -34,7 +41,7 @@ absl::Status Bad(absl::string_view flag, const T& value,
 // The flags of one architecture only: Llama's own sizes, and what GPT-2
 // has that the Llama model does not.
 absl::Status CheckModelFlags(const TrainOptions& o) {
-  if (o.model_family == ModelFamily::kGpt2) {
+  if (o.model_family == ModelFamily::kGpt2 && o.init.empty()) {
     const struct {
       const char* flag;
       std::string value;
@@ -48,6 +55,7 @@ absl::Status CheckModelFlags(const TrainOptions& o) {
     }
     return absl::OkStatus();
   }
+  if (o.model_family == ModelFamily::kGpt2) return absl::OkStatus();
   const int kv = o.llama.kv_heads > 0 ? o.llama.kv_heads : o.model.heads;
   if (o.llama.kv_heads < 0) {
     return Bad("kv_heads", o.llama.kv_heads, "want >= 1 (or 0: --heads)");
@@ -273,24 +281,96 @@ absl::StatusOr<int64_t> MemoryAvailable(const TrainOptions& o) {
   return AvailableMemoryBytes();
 }
 
-// Reads --init, refusing a file too large to hold and weights that are not
-// finite (a run from them could only produce NaN).
-absl::StatusOr<GptCheckpoint> ReadInit(const TrainOptions& o,
-                                       int64_t available) {
-  CZ_ASSIGN_OR_RETURN(const int64_t size, FileSize("init", o.init));
-  // The file is read whole, then its tensors are copied out of it.
+// The bytes of the regular files directly in `dir` (a model directory's
+// config and weights).
+absl::StatusOr<int64_t> DirectoryBytes(const std::string& dir) {
+  std::error_code error;
+  int64_t bytes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    if (entry.is_regular_file(error)) {
+      bytes += static_cast<int64_t>(entry.file_size(error));
+    }
+  }
+  if (error) {
+    return absl::Status(absl::ErrnoToStatusCode(error.value()),
+                        absl::StrCat("--init=", dir, ": ", error.message()));
+  }
+  return bytes;
+}
+
+// What --init holds: the architecture and every parameter's values.
+struct InitWeights {
+  ModelSpec spec;
+  std::map<std::string, Tensor> state;
+};
+
+// Reads --init, a Hugging Face directory (GPT-2 or Llama, as its
+// config.json says) or a GPT-2 safetensors file, refusing one too large to
+// hold and weights that are not finite (a run from them could only
+// produce NaN).
+absl::StatusOr<InitWeights> ReadInit(const TrainOptions& o, int64_t available) {
+  const bool directory = IsDirectory(o.init);
+  int64_t size = 0;
+  if (directory) {
+    CZ_ASSIGN_OR_RETURN(size, DirectoryBytes(o.init));
+  } else {
+    CZ_ASSIGN_OR_RETURN(size, FileSize("init", o.init));
+  }
+  // The files are read whole, then their tensors are copied out of them.
   if (2.0 * size > static_cast<double>(available)) {
     return absl::ResourceExhaustedError(
         absl::StrCat("--init=", o.init, " has ", FormatBytes(size),
                      "; reading it needs about twice that, but ",
                      FormatBytes(available), " is available"));
   }
-  absl::StatusOr<GptCheckpoint> ckpt = ReadGptCheckpoint(o.init, o.model.heads);
-  if (!ckpt.ok()) {
-    return absl::Status(ckpt.status().code(),
-                        absl::StrCat("--init: ", ckpt.status().message()));
+  auto flagged = [&](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat("--init: ", s.message()));
+  };
+  InitWeights out;
+  if (!directory) {
+    if (o.model_family == ModelFamily::kLlama) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--init=", o.init,
+          ": a Llama starts from a Hugging Face directory (config.json and "
+          "safetensors weights), not a file"));
+    }
+    absl::StatusOr<GptCheckpoint> ckpt =
+        ReadGptCheckpoint(o.init, o.model.heads);
+    if (!ckpt.ok()) return flagged(ckpt.status());
+    out.spec.gpt = ckpt->config;
+    out.state = std::move(ckpt->state);
+  } else {
+    const std::string config_path = JoinPath(o.init, kPretrainedConfigName);
+    absl::StatusOr<std::string> text =
+        ReadFileToString(config_path, int64_t{64} << 20);
+    if (!text.ok()) return flagged(text.status());
+    const nlohmann::json config =
+        nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    const bool llama = config.is_object() && config.contains("model_type") &&
+                       config["model_type"] == "llama";
+    out.spec.family = llama ? ModelFamily::kLlama : ModelFamily::kGpt2;
+    if (o.given_flags.count("model") && o.model_family != out.spec.family) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--model=", ModelFamilyName(o.model_family),
+          " disagrees with --init=", o.init, ", whose config.json says ",
+          config.is_object() && config.contains("model_type")
+              ? config["model_type"].dump()
+              : "nothing of model_type",
+          "; drop --model"));
+    }
+    if (llama) {
+      absl::StatusOr<LlamaCheckpoint> ckpt = ReadLlamaDirectory(o.init);
+      if (!ckpt.ok()) return flagged(ckpt.status());
+      out.spec.llama = ckpt->config;
+      out.state = std::move(ckpt->state);
+    } else {
+      absl::StatusOr<GptCheckpoint> ckpt = ReadGptDirectory(o.init);
+      if (!ckpt.ok()) return flagged(ckpt.status());
+      out.spec.gpt = ckpt->config;
+      out.state = std::move(ckpt->state);
+    }
   }
-  for (const auto& [name, tensor] : ckpt->state) {
+  for (const auto& [name, tensor] : out.state) {
     CZ_ASSIGN_OR_RETURN(const bool non_finite,
                         HasInfOrNan(tensor.raw_data(), tensor.dtype(),
                                     static_cast<size_t>(tensor.numel())));
@@ -300,7 +380,7 @@ absl::StatusOr<GptCheckpoint> ReadInit(const TrainOptions& o,
           "' holds Inf or NaN; training from it could only produce NaN"));
     }
   }
-  return *std::move(ckpt);
+  return out;
 }
 
 // Whether the ranks' collectives stage device buffers through pinned host
@@ -545,24 +625,44 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options,
   plan.model = options.model;
   CZ_ASSIGN_OR_RETURN(plan.memory_available, MemoryAvailable(options));
 
+  plan.spec.family = options.model_family;
+  plan.spec.gpt = options.model;
+  if (options.model_family == ModelFamily::kLlama) {
+    plan.spec.llama = LlamaFromOptions(options);
+  }
   if (!options.init.empty()) {
-    CZ_ASSIGN_OR_RETURN(GptCheckpoint ckpt,
+    CZ_ASSIGN_OR_RETURN(InitWeights init,
                         ReadInit(options, plan.memory_available));
-    // The architecture comes from the file (plus --heads); a shape flag
-    // given as well must say the same.
+    // The architecture comes from the file (plus --heads for a GPT-2
+    // file); a shape flag given as well must say the same.
+    const bool llama = init.spec.family == ModelFamily::kLlama;
+    const bool gpt_directory = !llama && IsDirectory(options.init);
+    const LlamaConfig& l = init.spec.llama;
     const struct {
       const char* flag;
-      int given;
-      int file;
+      double given;
+      double file;
       const char* what;
+      bool applies;
     } shape[] = {
-        {"layers", options.model.layers, ckpt.config.layers,
-         "number of layers"},
-        {"d_model", options.model.d_model, ckpt.config.d_model,
-         "width d_model"},
-        {"vocab", options.model.vocab, ckpt.config.vocab, "vocabulary"}};
-    for (const auto& [flag, given, file, what] : shape) {
-      if (!options.given_flags.count(flag) || given == file) continue;
+        {"layers", 1.0 * options.model.layers, 1.0 * init.spec.layers(),
+         "number of layers", true},
+        {"d_model", 1.0 * options.model.d_model, 1.0 * init.spec.d_model(),
+         "width d_model", true},
+        {"vocab", 1.0 * options.model.vocab, 1.0 * init.spec.vocab(),
+         "vocabulary", true},
+        {"heads", 1.0 * options.model.heads,
+         1.0 * (llama ? l.heads : init.spec.gpt.heads), "number of heads",
+         llama || gpt_directory},
+        {"kv_heads", 1.0 * options.llama.kv_heads, 1.0 * l.kv_heads,
+         "number of key/value heads", llama},
+        {"ffn", 1.0 * options.llama.ffn, 1.0 * l.ffn, "MLP width", llama},
+        {"rope_theta", options.llama.rope_theta, l.rope_theta, "rope_theta",
+         llama}};
+    for (const auto& [flag, given, file, what, applies] : shape) {
+      if (!applies || !options.given_flags.count(flag) || given == file) {
+        continue;
+      }
       return absl::InvalidArgumentError(absl::StrCat(
           "--", flag, "=", given, " disagrees with --init=", options.init,
           ", whose ", what, " is ", file,
@@ -570,33 +670,41 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options,
           "drop --",
           flag, " or give --", flag, "=", file));
     }
-    plan.model = ckpt.config;
-    plan.init = std::move(ckpt);
+    plan.spec = init.spec;
+    plan.init = std::move(init.state);
   }
-  const int positions = plan.model.seq_len;
+  // GPT-2's config, or the sizes a Llama shares with it.
+  if (plan.spec.family == ModelFamily::kGpt2) {
+    plan.model = plan.spec.gpt;
+  } else {
+    plan.model.layers = plan.spec.llama.layers;
+    plan.model.d_model = plan.spec.llama.d_model;
+    plan.model.heads = plan.spec.llama.heads;
+    plan.model.seq_len = plan.spec.llama.seq_len;
+    plan.model.vocab = plan.spec.llama.vocab;
+  }
+  const int positions = plan.spec.positions();
   plan.seq_len = options.seq_len > 0 ? options.seq_len : positions;
   if (plan.seq_len > positions) {
     return absl::InvalidArgumentError(
         plan.init.has_value()
-            ? absl::StrCat("--seq_len=", plan.seq_len, " is longer than the ",
-                           positions, " positions of --init=", options.init,
-                           " (wpe.weight has ", positions,
-                           " rows); give --seq_len <= ", positions)
+            ? absl::StrCat(
+                  "--seq_len=", plan.seq_len, " is longer than the ", positions,
+                  " positions of --init=", options.init,
+                  plan.spec.family == ModelFamily::kGpt2
+                      ? absl::StrCat(" (wpe.weight has ", positions, " rows)")
+                      : " (its max_position_embeddings)",
+                  "; give --seq_len <= ", positions)
             : absl::StrCat("--seq_len=", plan.seq_len,
                            " is longer than the model's ", positions,
                            " positions"));
-  }
-  plan.spec.family = options.model_family;
-  plan.spec.gpt = plan.model;
-  if (options.model_family == ModelFamily::kLlama) {
-    plan.spec.llama = LlamaFromOptions(options);
   }
   CZ_RETURN_IF_ERROR(plan.spec.Validate());
 
   // What the job will hold, before anything large is allocated.
   TrainMemoryInput need;
   need.model = plan.model;
-  if (options.model_family == ModelFamily::kLlama) need.llama = plan.spec.llama;
+  if (plan.spec.family == ModelFamily::kLlama) need.llama = plan.spec.llama;
   need.seq_len = plan.seq_len;
   need.batch = options.batch;
   need.world_size = options.world_size;
@@ -625,7 +733,7 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options,
   if (!options.tokens.empty() || !options.data.empty()) {
     const bool ids = !options.tokens.empty();
     absl::StatusOr<TokenData> data =
-        ids ? TokenData::FromTokenFile(options.tokens, plan.model.vocab)
+        ids ? TokenData::FromTokenFile(options.tokens, plan.spec.vocab())
             : TokenData::FromByteFile(options.data);
     if (!data.ok()) {
       return absl::Status(data.status().code(),
@@ -636,10 +744,10 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options,
   } else {
     plan.data = TokenData::BuiltIn();
   }
-  if (plan.data.vocab_used() > plan.model.vocab) {
+  if (plan.data.vocab_used() > plan.spec.vocab()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the data uses token ids up to ", plan.data.vocab_used() - 1,
-        " but --vocab is ", plan.model.vocab));
+        " but --vocab is ", plan.spec.vocab()));
   }
   if (plan.data.size() <= plan.seq_len) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -715,8 +823,27 @@ absl::Status CheckTrainOutputs(const TrainOptions& options) {
                                                     ": ", status.message()));
   };
   if (!options.export_path.empty() && options.rank <= 0) {
-    CZ_RETURN_IF_ERROR(flagged(CheckCanCreateFile(options.export_path),
-                               "export", options.export_path));
+    const std::string& path = options.export_path;
+    if (!ExportsDirectory(path)) {
+      if (options.model_family == ModelFamily::kLlama) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--export=", path,
+            ": a Llama exports a Hugging Face directory (config.json and "
+            "safetensors weights); give a directory's path"));
+      }
+      CZ_RETURN_IF_ERROR(flagged(CheckCanCreateFile(path), "export", path));
+    } else if (IsDirectory(path)) {
+      CZ_RETURN_IF_ERROR(
+          flagged(CheckCanCreateFile(JoinPath(path, kPretrainedConfigName)),
+                  "export", path));
+    } else {
+      // Nothing there yet: its parent must take a new directory.
+      CZ_RETURN_IF_ERROR(flagged(CheckCanCreateFile(path), "export", path));
+    }
+  }
+  if (options.export_shard_size < 1) {
+    return Bad("export_shard_size", options.export_shard_size,
+               "want a positive number of bytes");
   }
   if (!options.save.empty()) {
     CZ_RETURN_IF_ERROR(
@@ -726,6 +853,13 @@ absl::Status CheckTrainOutputs(const TrainOptions& options) {
         "save", options.save));
   }
   return absl::OkStatus();
+}
+
+bool ExportsDirectory(const std::string& path) {
+  if (IsDirectory(path)) return true;
+  if (absl::EndsWith(path, ".safetensors")) return false;
+  struct stat st;
+  return ::lstat(path.c_str(), &st) != 0 && errno == ENOENT;
 }
 
 int64_t FileDescriptorsNeeded(const TrainOptions& o) {

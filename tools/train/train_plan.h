@@ -47,7 +47,8 @@ struct TrainPlan {
   std::optional<int64_t> chunk_size;  // nullopt: one chunk per tensor.
   double utilisation = 1;
   TokenData data = TokenData::FromTokens({});
-  std::optional<GptCheckpoint> init;
+  // --init's values by parameter name (its architecture is `spec`).
+  std::optional<std::map<std::string, Tensor>> init;
   std::optional<CheckpointMeta> resume_meta;
   std::vector<std::string> order;  // First-use order.
   int64_t largest_tensor = 0;      // Elements of the largest parameter.
@@ -109,9 +110,15 @@ std::map<std::string, std::string> CheckpointConfig(const TrainPlan& plan);
 // options.model, the rest from options.llama with its defaults resolved.
 LlamaConfig LlamaFromOptions(const TrainOptions& options);
 
+// Whether --export writes a Hugging Face directory (an existing directory,
+// or a path where nothing is yet that does not end in ".safetensors")
+// rather than one GPT-2 safetensors file.
+bool ExportsDirectory(const std::string& path);
+
 // Checks the destinations before step 1: the --export file's directory
-// exists and is writable (on the process running rank 0), and the --save
-// directory can be created and written. Errors carry errno's text.
+// exists and is writable, or the --export directory is one or can be made
+// (on the process running rank 0), and the --save directory can be created
+// and written. Errors carry errno's text.
 [[nodiscard]] absl::Status CheckTrainOutputs(const TrainOptions& options);
 
 // Ranks over Gloo hold a socket per peer: as threads of one process,

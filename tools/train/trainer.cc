@@ -28,6 +28,7 @@
 #include "models/common/language_model.h"
 #include "models/gpt2/gemm.h"
 #include "models/gpt2/gpt_checkpoint.h"
+#include "models/llama/llama_checkpoint.h"
 #include "optim/zero_optimizer.h"
 #include "tensor/cuda/cuda_runtime.h"
 #include "tensor/memory/memory_tracker.h"
@@ -140,12 +141,27 @@ class RankRunner {
     if (!o_.export_path.empty()) {
       CZ_ASSIGN_OR_RETURN(auto dict, engine_->GatherWeights());
       absl::Status exported;
-      if (rank() == 0) exported = WriteGptCheckpoint(o_.export_path, dict);
+      if (rank() == 0) exported = Export(dict);
       CZ_RETURN_IF_ERROR(
           engine_->Agree(exported, "the --export file could not be written"),
           "--export=", o_.export_path);
     }
     return absl::OkStatus();
+  }
+
+  // The gathered weights to --export: a Hugging Face directory, or one
+  // GPT-2 safetensors file.
+  absl::Status Export(const std::map<std::string, Tensor>& weights) const {
+    const std::string& path = o_.export_path;
+    if (plan_.spec.family == ModelFamily::kLlama) {
+      return WriteLlamaDirectory(path, plan_.spec.llama, weights,
+                                 o_.export_shard_size);
+    }
+    if (ExportsDirectory(path)) {
+      return WriteGptDirectory(path, weights, plan_.spec.gpt.heads,
+                               o_.export_shard_size);
+    }
+    return WriteGptCheckpoint(path, weights);
   }
 
   int rank() const { return group_.rank(); }
@@ -164,7 +180,7 @@ class RankRunner {
       CZ_RETURN_IF_ERROR(model_->set_memory_accounting(&tracker_, device_));
     }
     if (plan_.init.has_value()) {
-      CZ_RETURN_IF_ERROR(model_->LoadStateDict(plan_.init->state),
+      CZ_RETURN_IF_ERROR(model_->LoadStateDict(*plan_.init),
                          "--init=", o_.init);
     }
     CZ_ASSIGN_OR_RETURN(
