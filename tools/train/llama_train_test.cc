@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -242,6 +243,28 @@ TEST(LlamaTrain, GptTwoExportsADirectoryToo) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->spec.gpt.heads, 2);
   EXPECT_EQ(DirectoryTensors(dir), DirectoryTensors(second));
+}
+
+TEST(LlamaTrain, TrainsOnUint32TokensPastSixteenBits) {
+  const std::string path = TestDir("ids.u32");
+  std::string bytes;
+  for (uint32_t i = 0; i < 4000; ++i) {
+    const uint32_t id = (i * 7919u) % 70000u;  // Up to 69999.
+    for (int b = 0; b < 4; ++b) bytes.push_back(static_cast<char>(id >> 8 * b));
+  }
+  std::ofstream(path, std::ios::binary) << bytes;
+  TrainOptions o = TinyLlama();
+  o.model.vocab = 70000;
+  o.tokens = path;
+  o.token_dtype = TokenDType::kU32;
+  o.steps = 2;
+  const std::vector<double> losses = Losses(o);
+  ASSERT_EQ(losses.size(), 2u);
+  EXPECT_NEAR(losses[0], std::log(70000.0), 0.1);  // Uniform at the start.
+  o.model.vocab = 60000;
+  EXPECT_THAT(PlanTraining(o).status().message(),
+              HasSubstr(": token 8 (byte offset 32) is 63352, outside the "
+                        "vocabulary of 60000"));
 }
 
 // The estimate before step 1 bounds the measured device peak and stays

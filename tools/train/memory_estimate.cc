@@ -213,7 +213,7 @@ TrainMemoryEstimate EstimateWithFigures(const TrainMemoryInput& in,
 
   // The file's bytes, read whole, and the int32 ids made of them.
   const double bytes = static_cast<double>(in.data_bytes);
-  e.data = in.data_is_uint16 ? bytes + 2 * bytes : bytes + 4 * bytes;
+  e.data = bytes + 4 * bytes / std::max(1, in.data_token_bytes);
   return e;
 }
 

@@ -63,7 +63,9 @@ struct TrainMemoryInput {
   int threads_per_rank = 1;
   bool gpu = false;
   int64_t data_bytes = 0;  // The token file's size (built-in text: 0).
-  bool data_is_uint16 = false;
+  // Bytes per token of the data file: 1 (--data), 2 or 4 (--tokens of
+  // u16 or u32).
+  int data_token_bytes = 1;
 };
 
 // Bytes, by what holds them.

@@ -19,23 +19,29 @@ TokenData TokenData::FromTokens(std::vector<int32_t> tokens) {
 }
 
 absl::StatusOr<TokenData> TokenData::FromTokenFile(const std::string& path,
-                                                   int vocab) {
+                                                   int vocab,
+                                                   TokenDType dtype) {
   absl::StatusOr<std::string> bytes = ReadFileToString(path);
   if (!bytes.ok()) return bytes.status();
-  if (bytes->size() % 2 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " has ", bytes->size(),
-                     " bytes, not a whole number of uint16 token ids"));
+  const size_t width = dtype == TokenDType::kU32 ? 4 : 2;
+  if (bytes->size() % width != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " has ", bytes->size(), " bytes, not a whole number of uint",
+        8 * width, " token ids"));
   }
-  std::vector<int32_t> tokens(bytes->size() / 2);
+  std::vector<int32_t> tokens(bytes->size() / width);
   const auto* b = reinterpret_cast<const unsigned char*>(bytes->data());
   for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = b[2 * i] | (b[2 * i + 1] << 8);  // Little-endian.
-    if (tokens[i] >= vocab) {
+    const unsigned char* at = b + width * i;
+    // Little-endian.
+    uint32_t id = at[0] | (uint32_t{at[1]} << 8);
+    if (width == 4) id |= (uint32_t{at[2]} << 16) | (uint32_t{at[3]} << 24);
+    if (id >= static_cast<uint32_t>(vocab)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(path, ": token ", i, " is ", tokens[i],
-                       ", outside the vocabulary of ", vocab));
+          absl::StrCat(path, ": token ", i, " (byte offset ", width * i,
+                       ") is ", id, ", outside the vocabulary of ", vocab));
     }
+    tokens[i] = static_cast<int32_t>(id);
   }
   return TokenData(std::move(tokens));
 }

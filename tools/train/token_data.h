@@ -36,14 +36,20 @@ struct BatchOrder {
   int seq_len = 1;
 };
 
+// How a token file stores its ids (--token_dtype): little-endian uint16
+// (vocabularies up to 65,536, GPT-2's) or uint32 (larger ones, Llama 3's
+// 128,256).
+enum class TokenDType { kU16, kU32 };
+
 class TokenData {
  public:
-  // Little-endian uint16 token ids. InvalidArgument naming the file and the
-  // position of an id >= vocab, or for an odd byte count; NotFound for a
-  // missing file; InvalidArgument for a directory or another file that is
-  // not a regular one (base/file.h).
+  // Little-endian token ids of `dtype`. InvalidArgument naming the file,
+  // the token's index and byte offset for an id >= vocab, or for a byte
+  // count that is not a whole number of ids; NotFound for a missing file;
+  // InvalidArgument for a directory or another file that is not a regular
+  // one (base/file.h).
   [[nodiscard]] static absl::StatusOr<TokenData> FromTokenFile(
-      const std::string& path, int vocab);
+      const std::string& path, int vocab, TokenDType dtype = TokenDType::kU16);
   // Every byte is a token (vocab 256).
   [[nodiscard]] static absl::StatusOr<TokenData> FromByteFile(
       const std::string& path);

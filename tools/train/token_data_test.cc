@@ -206,6 +206,45 @@ TEST(TokenDataTest, FromTokenFileNamesTheFileAndPositionOfABadId) {
   EXPECT_TRUE(TokenData::FromTokenFile(path, 50258).ok());
 }
 
+TEST(TokenDataTest, Uint32FilesHoldLargeVocabularies) {
+  // 128255 (0x0001F4FF, Llama 3's last id), 0x01020304 = 16909060, 7.
+  const std::string bytes("\xFF\xF4\x01\x00\x04\x03\x02\x01\x07\x00\x00\x00",
+                          12);
+  const std::string path = WriteTestFile(".u32", bytes);
+  absl::StatusOr<TokenData> data =
+      TokenData::FromTokenFile(path, 128256, TokenDType::kU32);
+  ASSERT_FALSE(data.ok());
+  EXPECT_EQ(data.status().message(),
+            absl::StrCat(path,
+                         ": token 1 (byte offset 4) is 16909060, "
+                         "outside the vocabulary of 128256"));
+  data = TokenData::FromTokenFile(path, 16909061, TokenDType::kU32);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->size(), 3);
+  EXPECT_EQ(data->vocab_used(), 16909061);
+  const Batch b = Fill(*data, BatchOrder{1, 1, 1, 2}, 0, 0, 0);
+  EXPECT_THAT(b.inputs, ElementsAre(128255, 16909060));
+  // The same bytes as uint16: 0xF4FF first. (The next files replace this
+  // one.)
+  EXPECT_THAT(std::string(TokenData::FromTokenFile(path, 10, TokenDType::kU16)
+                              .status()
+                              .message()),
+              HasSubstr("token 0 (byte offset 0) is 62719"));
+  // Ids past 2^31 are refused, not wrapped to negative ones.
+  const std::string high =
+      WriteTestFile(".u32", std::string("\x00\x00\x00\x80", 4));
+  EXPECT_THAT(
+      std::string(TokenData::FromTokenFile(high, 1 << 30, TokenDType::kU32)
+                      .status()
+                      .message()),
+      HasSubstr("is 2147483648, outside"));
+  const std::string odd = WriteTestFile(".u32", std::string(6, '\0'));
+  EXPECT_THAT(std::string(TokenData::FromTokenFile(odd, 10, TokenDType::kU32)
+                              .status()
+                              .message()),
+              HasSubstr("6 bytes, not a whole number of uint32 token ids"));
+}
+
 TEST(TokenDataTest, FromTokenFileRejectsAnOddByteCount) {
   const std::string path =
       WriteTestFile(".bin", std::string("\x01\x00\x02", 3));

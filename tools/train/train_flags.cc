@@ -120,6 +120,17 @@ absl::string_view OffloadFlagValue(OffloadPolicy offload) {
   return "";
 }
 
+absl::string_view TokenDTypeFlagValue(TokenDType dtype) {
+  return dtype == TokenDType::kU32 ? "u32" : "u16";
+}
+
+absl::StatusOr<TokenDType> ParseTokenDTypeFlag(absl::string_view value) {
+  for (TokenDType dtype : {TokenDType::kU16, TokenDType::kU32}) {
+    if (value == TokenDTypeFlagValue(dtype)) return dtype;
+  }
+  return Bad("token_dtype", value, "want u16 or u32");
+}
+
 absl::StatusOr<ParamOrder> ParseParamOrderFlag(absl::string_view value) {
   for (ParamOrder order : {ParamOrder::kLayers, ParamOrder::kRecord}) {
     if (value == ParamOrderFlagValue(order)) return order;

@@ -50,6 +50,11 @@ absl::string_view PrecisionFlagValue(DType dtype);
 absl::string_view OffloadFlagValue(OffloadPolicy offload);
 
 // --param_order: "layers" or "record".
+// --token_dtype: "u16" or "u32".
+[[nodiscard]] absl::StatusOr<TokenDType> ParseTokenDTypeFlag(
+    absl::string_view value);
+absl::string_view TokenDTypeFlagValue(TokenDType dtype);
+
 [[nodiscard]] absl::StatusOr<ParamOrder> ParseParamOrderFlag(
     absl::string_view value);
 absl::string_view ParamOrderFlagValue(ParamOrder order);

@@ -115,7 +115,12 @@ ABSL_FLAG(bool, fused_attention, kDefaults.fused_attention,
           "query row instead of the T x T probabilities (less memory; simple "
           "CUDA-core kernels, not yet tuned).");
 ABSL_FLAG(std::string, data, "", "A file read as bytes (vocab 256).");
-ABSL_FLAG(std::string, tokens, "", "Little-endian uint16 token ids.");
+ABSL_FLAG(std::string, tokens, "",
+          "A file of little-endian token ids (--token_dtype).");
+ABSL_FLAG(std::string, token_dtype,
+          std::string(chunkzero::TokenDTypeFlagValue(kDefaults.token_dtype)),
+          "How --tokens stores ids: u16 (vocabularies up to 65,536) or u32 "
+          "(larger ones, such as Llama 3's 128,256), little-endian.");
 ABSL_FLAG(std::string, init, "",
           "Weights to start from: a Hugging Face directory (GPT-2 or Llama, "
           "architecture from its config.json) or a GPT-2 safetensors file "
@@ -192,6 +197,8 @@ class MetricsFile {
 };
 
 absl::Status ParseEnumFlags(chunkzero::TrainOptions* o) {
+  CZ_ASSIGN_OR_RETURN(o->token_dtype, chunkzero::ParseTokenDTypeFlag(
+                                          absl::GetFlag(FLAGS_token_dtype)));
   CZ_ASSIGN_OR_RETURN(o->model_family,
                       chunkzero::ParseModelFamily(absl::GetFlag(FLAGS_model)));
   CZ_ASSIGN_OR_RETURN(

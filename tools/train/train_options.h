@@ -14,6 +14,7 @@
 #include "optim/zero_optimizer.h"
 #include "tensor/dtype.h"
 #include "tools/train/model_spec.h"
+#include "tools/train/token_data.h"
 
 namespace chunkzero {
 
@@ -86,8 +87,9 @@ struct TrainOptions {
   OffloadPolicy offload = OffloadPolicy::kNone;
   ParamOrder param_order = ParamOrder::kLayers;
   std::string data;    // File read as bytes (vocab 256).
-  std::string tokens;  // Little-endian uint16 token ids.
-  std::string init;    // A GPT-2 safetensors file to start from.
+  std::string tokens;  // Little-endian token ids of token_dtype.
+  TokenDType token_dtype = TokenDType::kU16;
+  std::string init;  // A GPT-2 safetensors file to start from.
   // The flags given explicitly (on the command line or in a --flagfile),
   // without dashes. With `init` the shape comes from the file, and a
   // --layers, --d_model or --vocab given that disagrees with it is refused

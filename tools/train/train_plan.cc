@@ -204,6 +204,10 @@ absl::Status CheckOptions(const TrainOptions& o, const GpuMemoryProbe& probe) {
                absl::StrCat("must be a multiple of --heads=", o.model.heads));
   }
   CZ_RETURN_IF_ERROR(CheckModelFlags(o));
+  if (o.given_flags.count("token_dtype") && o.tokens.empty()) {
+    return Bad("token_dtype", TokenDTypeFlagValue(o.token_dtype),
+               "is for --tokens (a file of token ids)");
+  }
   if (o.steps < 0) return Bad("steps", o.steps, "want >= 0");
   if (o.warmup < 0) return Bad("warmup", o.warmup, "want >= 0");
   if (o.save_every < 0) return Bad("save_every", o.save_every, "want >= 0");
@@ -723,7 +727,7 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options,
   need.gpu = options.device == ComputeDevice::kCuda;
   if (!options.tokens.empty()) {
     CZ_ASSIGN_OR_RETURN(need.data_bytes, FileSize("tokens", options.tokens));
-    need.data_is_uint16 = true;
+    need.data_token_bytes = options.token_dtype == TokenDType::kU32 ? 4 : 2;
   } else if (!options.data.empty()) {
     CZ_ASSIGN_OR_RETURN(need.data_bytes, FileSize("data", options.data));
   }
@@ -733,7 +737,8 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options,
   if (!options.tokens.empty() || !options.data.empty()) {
     const bool ids = !options.tokens.empty();
     absl::StatusOr<TokenData> data =
-        ids ? TokenData::FromTokenFile(options.tokens, plan.spec.vocab())
+        ids ? TokenData::FromTokenFile(options.tokens, plan.spec.vocab(),
+                                       options.token_dtype)
             : TokenData::FromByteFile(options.data);
     if (!data.ok()) {
       return absl::Status(data.status().code(),
