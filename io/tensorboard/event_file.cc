@@ -120,7 +120,9 @@ absl::StatusOr<std::vector<ScalarEvent>> ReadScalarEvents(
     out.step = event.step();
     out.wall_time = event.wall_time();
     out.file_version = event.file_version();
+    // As TensorBoard: a value without its simple_value is none.
     for (const auto& v : event.summary().value()) {
+      if (v.value_case() != tensorboard::Summary::Value::kSimpleValue) continue;
       out.values.emplace_back(v.tag(), v.simple_value());
     }
     events.push_back(std::move(out));

@@ -42,7 +42,9 @@ TEST(EventFile, EveryScalarComesBackExactly) {
       (*writer)
           ->WriteScalars(1, {{"train/loss", 5.5359001f}, {"train/lr", 1e-3f}})
           .ok());
-  ASSERT_TRUE((*writer)->WriteScalars(2, {{"train/loss", 3.25f}}).ok());
+  // Zero is a value like any other (TensorBoard skips a value without one).
+  ASSERT_TRUE(
+      (*writer)->WriteScalars(2, {{"train/loss", 3.25f}, {"zero", 0.0f}}).ok());
   // Written through: readable before Close.
   auto events = ReadScalarEvents((*writer)->path());
   ASSERT_TRUE(events.ok()) << events.status();
@@ -54,6 +56,9 @@ TEST(EventFile, EveryScalarComesBackExactly) {
                                      Pair("train/lr", 1e-3f)));
   EXPECT_GT((*events)[1].wall_time, 1.7e9);
   EXPECT_EQ((*events)[2].step, 2);
+  EXPECT_THAT(
+      (*events)[2].values,
+      ::testing::ElementsAre(Pair("train/loss", 3.25f), Pair("zero", 0.0f)));
   ASSERT_TRUE((*writer)->Close().ok());
 }
 

@@ -25,6 +25,7 @@
 #include "base/status_macros.h"
 #include "tools/train/launch_environment.h"
 #include "tools/train/report.h"
+#include "tools/train/tensorboard_report.h"
 #include "tools/train/train_flags.h"
 #include "tools/train/trainer.h"
 
@@ -144,6 +145,10 @@ ABSL_FLAG(std::string, rendezvous, "",
           "(Gloo FileStore).");
 ABSL_FLAG(std::string, metrics_out, "",
           "Write one JSON object per step to this file.");
+ABSL_FLAG(std::string, tensorboard_dir, "",
+          "Write TensorBoard event files here (loss, learning rate, grad "
+          "norm, loss scale, tokens/s, device and host peaks, copy bytes per "
+          "step), so that `tensorboard --logdir` shows the run as it trains.");
 ABSL_FLAG(std::string, interface, "",
           "With one rank per process: the network interface (e.g. eth1) "
           "whose address this rank listens on and gives its peers; default "
@@ -303,10 +308,22 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
+  std::unique_ptr<chunkzero::TensorBoardReport> tensorboard;
+  const std::string tensorboard_dir = absl::GetFlag(FLAGS_tensorboard_dir);
+  if (!tensorboard_dir.empty() && reporter) {
+    absl::StatusOr<std::unique_ptr<chunkzero::TensorBoardReport>> made =
+        chunkzero::TensorBoardReport::Create(tensorboard_dir);
+    if (!made.ok()) {
+      std::cerr << "error: " << made.status() << "\n";
+      return 1;
+    }
+    tensorboard = *std::move(made);
+  }
   chunkzero::ProgressPrinter progress(stderr, isatty(fileno(stderr)) != 0);
   auto result = chunkzero::RunTraining(
       o, [&](const chunkzero::StepMetrics& m) -> absl::Status {
         progress.OnStep(m);
+        if (tensorboard != nullptr) CZ_RETURN_IF_ERROR(tensorboard->OnStep(m));
         if (!metrics.is_open()) return absl::OkStatus();
         return metrics.Append(chunkzero::StepMetricsJson(m));
       });
@@ -314,6 +331,10 @@ int Main(int argc, char** argv) {
   absl::Status status = result.status();
   const absl::Status closed = metrics.Close();
   if (status.ok()) status = closed;
+  if (tensorboard != nullptr) {
+    const absl::Status done = tensorboard->Close();
+    if (status.ok()) status = done;
+  }
   if (!status.ok()) {
     std::cerr << "error: " << status << "\n";
     return 1;
