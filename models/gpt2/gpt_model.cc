@@ -14,6 +14,7 @@
 #include "base/parallel_for.h"
 #include "base/status_macros.h"
 #include "models/common/device_array.h"
+#include "models/common/model_buffers.h"
 #include "tensor/storage.h"
 
 namespace chunkzero {
@@ -154,46 +155,22 @@ void GptModel::VisitBuffers(int batch, int seq, Fn fn) {
 }
 
 GptModel::ActivationBytes GptModel::activation_bytes(int batch, int seq) const {
-  ActivationBytes out;
-  const int checkpointed = checkpointing_.CheckpointedBlocks(config_.layers);
   // VisitBuffers only names the buffers here; nothing is touched.
-  const_cast<GptModel*>(this)->VisitBuffers(
-      batch, seq, [&](auto& buffer, size_t n, BufferRole role, size_t shared) {
-        if (role != BufferRole::kKept) return;
-        const int64_t element = static_cast<int64_t>(buffer.kElementBytes);
-        out.kept += static_cast<int64_t>(n - shared) * element;
-        out.recompute_buffer += static_cast<int64_t>(shared) * element;
-        out.recomputed += static_cast<int64_t>(shared) * element * checkpointed;
-      });
-  return out;
+  auto visit = [this](int b, int t, auto fn) {
+    const_cast<GptModel*>(this)->VisitBuffers(b, t, fn);
+  };
+  return CountActivationBytes(
+      visit, batch, seq, checkpointing_.CheckpointedBlocks(config_.layers));
 }
 
 absl::Status GptModel::ResizeBuffers(int batch, int seq) {
   Activations& a = *acts_;
   if (a.batch == batch && a.seq == seq) return absl::OkStatus();
   threads_ = GetParallelThreads();
-  int64_t bytes = 0;
-  VisitBuffers(batch, seq, [&](auto& buffer, size_t n, BufferRole, size_t) {
-    bytes += static_cast<int64_t>(n * buffer.kElementBytes);
-  });
-  // The old buffers go first, so that the limit sees only the new ones.
-  VisitBuffers(
-      0, 0, [](auto& buffer, size_t, BufferRole, size_t) { buffer.Reset(); });
-  a.batch = a.seq = 0;
-  CZ_RETURN_IF_ERROR(scopes_.HoldBuffers(0));
-  CZ_RETURN_IF_ERROR(scopes_.HoldBuffers(bytes));
-  absl::Status made = absl::OkStatus();
-  const Device device = backend_->device();
-  VisitBuffers(batch, seq, [&](auto& buffer, size_t n, BufferRole, size_t) {
-    if (made.ok()) made = buffer.Allocate(n, device);
-  });
-  if (!made.ok()) {
-    // The device itself ran out before the limit: hold nothing.
-    VisitBuffers(
-        0, 0, [](auto& buffer, size_t, BufferRole, size_t) { buffer.Reset(); });
-    scopes_.HoldBuffers(0).IgnoreError();  // Shrinking always fits.
-    return made;
-  }
+  a.batch = a.seq = 0;  // Until the new ones are made.
+  CZ_RETURN_IF_ERROR(
+      RemakeBuffers([this](int b, int t, auto fn) { VisitBuffers(b, t, fn); },
+                    batch, seq, backend_->device(), scopes_));
   a.batch = batch;
   a.seq = seq;
   return absl::OkStatus();

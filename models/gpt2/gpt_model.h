@@ -282,9 +282,6 @@ class GptModel final : public LanguageModel {
   // again, exactly as large as needed, when the shape changes), within the
   // accounting's limit, on the backend's device.
   [[nodiscard]] absl::Status ResizeBuffers(int batch, int seq);
-  // What an array of VisitBuffers is for: activations Forward keeps for
-  // Backward (the recompute buffer among them), or Backward's scratch.
-  enum class BufferRole { kKept, kScratch };
   // Calls fn(buffer, elements, role, shared) for every activation and
   // scratch array and its size for `batch` x `seq`; `shared` is how many
   // of the elements are the checkpointed blocks' slot (the recompute

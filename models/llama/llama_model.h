@@ -194,7 +194,6 @@ class LlamaModel final : public LanguageModel {
                                              const float* dout, const float* x,
                                              const float* rstd);
   [[nodiscard]] absl::Status ResizeBuffers(int batch, int seq);
-  enum class BufferRole { kKept, kScratch };
   // fn(buffer, elements, role, shared) for every activation and scratch
   // array for `batch` x `seq`, as GptModel's.
   template <typename Fn>
