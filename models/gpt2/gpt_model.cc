@@ -15,6 +15,7 @@
 #include "base/status_macros.h"
 #include "models/common/device_array.h"
 #include "models/common/model_buffers.h"
+#include "models/common/token_batch.h"
 #include "tensor/storage.h"
 
 namespace chunkzero {
@@ -250,27 +251,9 @@ absl::StatusOr<float> GptModel::Forward(ParamHooks& hooks, int batch, int seq,
                                         absl::Span<const int32_t> targets) {
   have_forward_ = false;
   const GptConfig& cfg = config_;
-  if (batch <= 0 || seq <= 0 || seq > cfg.seq_len) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GptModel::Forward: batch ", batch, " x seq ", seq,
-                     " (seq must be in [1, ", cfg.seq_len, "])"));
-  }
+  CZ_RETURN_IF_ERROR(CheckTokenBatch("GptModel::Forward", batch, seq,
+                                     cfg.seq_len, cfg.vocab, tokens, targets));
   const size_t n_tokens = static_cast<size_t>(batch) * seq;
-  if (tokens.size() != n_tokens || targets.size() != n_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GptModel::Forward: ", tokens.size(), " tokens and ", targets.size(),
-        " targets for batch ", batch, " x seq ", seq));
-  }
-  for (size_t i = 0; i < n_tokens; ++i) {
-    for (auto [what, values] :
-         {std::pair{"token", tokens}, std::pair{"target", targets}}) {
-      if (values[i] < 0 || values[i] >= cfg.vocab) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "GptModel::Forward: ", what, " ", values[i], " at [", i / seq, ", ",
-            i % seq, "] is outside the vocabulary [0, ", cfg.vocab, ")"));
-      }
-    }
-  }
   CZ_RETURN_IF_ERROR(ResizeBuffers(batch, seq),
                      "GptModel::Forward: ", "activations for batch ", batch,
                      " x seq ", seq);

@@ -12,6 +12,7 @@
 #include "base/status_macros.h"
 #include "models/common/device_array.h"
 #include "models/common/model_buffers.h"
+#include "models/common/token_batch.h"
 #include "models/gpt2/gpt_kernels.h"
 #include "models/llama/llama_kernels.h"
 
@@ -265,27 +266,8 @@ absl::StatusOr<float> LlamaModel::Forward(ParamHooks& hooks, int batch, int seq,
                                           absl::Span<const int32_t> targets) {
   have_forward_ = false;
   const LlamaConfig& c = config_;
-  if (batch <= 0 || seq <= 0 || seq > c.seq_len) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("LlamaModel::Forward: batch ", batch, " x seq ", seq,
-                     " (seq must be in [1, ", c.seq_len, "])"));
-  }
-  const size_t n_tokens = static_cast<size_t>(batch) * seq;
-  if (tokens.size() != n_tokens || targets.size() != n_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "LlamaModel::Forward: ", tokens.size(), " tokens and ", targets.size(),
-        " targets for batch ", batch, " x seq ", seq));
-  }
-  for (size_t i = 0; i < n_tokens; ++i) {
-    for (auto [what, values] :
-         {std::pair{"token", tokens}, std::pair{"target", targets}}) {
-      if (values[i] < 0 || values[i] >= c.vocab) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "LlamaModel::Forward: ", what, " ", values[i], " at [", i / seq,
-            ", ", i % seq, "] is outside the vocabulary [0, ", c.vocab, ")"));
-      }
-    }
-  }
+  CZ_RETURN_IF_ERROR(CheckTokenBatch("LlamaModel::Forward", batch, seq,
+                                     c.seq_len, c.vocab, tokens, targets));
   CZ_RETURN_IF_ERROR(ResizeBuffers(batch, seq),
                      "LlamaModel::Forward: activations for batch ", batch,
                      " x seq ", seq);
