@@ -18,8 +18,8 @@ namespace chunkzero {
 // 1 <= seq <= max_seq, batch >= 1, tokens and targets hold batch x seq ids,
 // and every id is in [0, vocab) (naming the first that is not and its
 // [sequence, position]).
-inline absl::Status CheckTokenBatch(absl::string_view where, int batch,
-                                    int seq, int max_seq, int vocab,
+inline absl::Status CheckTokenBatch(absl::string_view where, int batch, int seq,
+                                    int max_seq, int vocab,
                                     absl::Span<const int32_t> tokens,
                                     absl::Span<const int32_t> targets) {
   if (batch <= 0 || seq <= 0 || seq > max_seq) {
@@ -30,17 +30,16 @@ inline absl::Status CheckTokenBatch(absl::string_view where, int batch,
   const size_t n = static_cast<size_t>(batch) * seq;
   if (tokens.size() != n || targets.size() != n) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": ", tokens.size(), " tokens and ",
-                     targets.size(), " targets for batch ", batch, " x seq ",
-                     seq));
+        absl::StrCat(where, ": ", tokens.size(), " tokens and ", targets.size(),
+                     " targets for batch ", batch, " x seq ", seq));
   }
   for (size_t i = 0; i < n; ++i) {
     for (auto [what, values] :
          {std::pair{"token", tokens}, std::pair{"target", targets}}) {
       if (values[i] < 0 || values[i] >= vocab) {
         return absl::InvalidArgumentError(absl::StrCat(
-            where, ": ", what, " ", values[i], " at [", i / seq, ", ",
-            i % seq, "] is outside the vocabulary [0, ", vocab, ")"));
+            where, ": ", what, " ", values[i], " at [", i / seq, ", ", i % seq,
+            "] is outside the vocabulary [0, ", vocab, ")"));
       }
     }
   }
