@@ -54,41 +54,49 @@ std::vector<float> Losses(const std::string& path) {
 }
 
 TEST(Launch, ProcessesEqualThreadsBitForBit) {
-  const std::string dir = std::getenv("TEST_TMPDIR");
-  const std::string metrics = dir + "/metrics.jsonl";
-  const std::string save = dir + "/ckpt";
-  const std::string flags =
-      "--steps=3 --layers=1 --d_model=32 --heads=2 --seq_len=16 --batch=2 "
-      "--chunk_size=8192";
-  const std::string command =
-      absl::StrCat(Binaries(), " bash ", Runfile("tools/train/launch.sh"),
-                   " 2 ", flags, " --metrics_out=", metrics, " --save=", save,
-                   " > ", dir, "/out.txt 2>&1");
-  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  for (ModelFamily family : {ModelFamily::kGpt2, ModelFamily::kLlama}) {
+    SCOPED_TRACE(ModelFamilyName(family));
+    const std::string dir =
+        absl::StrCat(std::getenv("TEST_TMPDIR"), "/", ModelFamilyName(family));
+    const std::string metrics = dir + "/metrics.jsonl";
+    const std::string save = dir + "/ckpt";
+    const std::string flags = absl::StrCat(
+        "--model=", ModelFamilyName(family),
+        " --steps=3 --layers=1 --d_model=32 --heads=2 --seq_len=16 --batch=2 "
+        "--chunk_size=8192");
+    const std::string command =
+        absl::StrCat("mkdir -p ", dir, " && ", Binaries(), " bash ",
+                     Runfile("tools/train/launch.sh"), " 2 ", flags,
+                     " --metrics_out=", metrics, " --save=", save, " > ", dir,
+                     "/out.txt 2>&1");
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
 
-  TrainOptions o;
-  o.world_size = 2;
-  o.backend = Backend::kGloo;
-  o.steps = 3;
-  o.model.layers = 1;
-  o.model.d_model = 32;
-  o.model.heads = 2;
-  o.model.seq_len = 16;
-  o.batch = 2;
-  o.chunk_size = 8192;
-  absl::StatusOr<TrainResult> threads = RunTraining(o, nullptr);
-  ASSERT_TRUE(threads.ok()) << threads.status();
-  std::vector<float> want;
-  for (const StepMetrics& m : threads->steps) {
-    want.push_back(static_cast<float>(m.loss));
+    TrainOptions o;
+    o.model_family = family;
+    o.world_size = 2;
+    o.backend = Backend::kGloo;
+    o.steps = 3;
+    o.model.layers = 1;
+    o.model.d_model = 32;
+    o.model.heads = 2;
+    o.model.seq_len = 16;
+    o.batch = 2;
+    o.chunk_size = 8192;
+    absl::StatusOr<TrainResult> threads = RunTraining(o, nullptr);
+    ASSERT_TRUE(threads.ok()) << threads.status();
+    std::vector<float> want;
+    for (const StepMetrics& m : threads->steps) {
+      want.push_back(static_cast<float>(m.loss));
+    }
+    EXPECT_EQ(Losses(metrics), want);
+
+    absl::StatusOr<Checkpoint> ckpt = ReadCheckpoint(save);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    EXPECT_EQ(ckpt->meta.step, 3);
+    EXPECT_EQ(ckpt->meta.world_size, 2);
+    EXPECT_FALSE(ckpt->state.pieces.empty());
+    EXPECT_EQ(ckpt->meta.config.at("model"), ModelFamilyName(family));
   }
-  EXPECT_EQ(Losses(metrics), want);
-
-  absl::StatusOr<Checkpoint> ckpt = ReadCheckpoint(save);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-  EXPECT_EQ(ckpt->meta.step, 3);
-  EXPECT_EQ(ckpt->meta.world_size, 2);
-  EXPECT_FALSE(ckpt->state.pieces.empty());
 }
 
 // On a shared Redis server, each rank deletes its rendezvous keys once all
