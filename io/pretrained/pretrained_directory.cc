@@ -4,7 +4,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
+#include <set>
+#include <system_error>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/file.h"
@@ -42,6 +46,13 @@ absl::Status RemoveIfPresent(const std::string& path) {
 
 std::string ShardName(int i, int n) {
   return absl::StrFormat("model-%05d-of-%05d.safetensors", i, n);
+}
+
+// Whether `file` is a name ShardName gives (model-00001-of-00002...).
+bool IsShardName(absl::string_view file) {
+  int i = 0, n = 0;
+  return file.size() == 32 && absl::SimpleAtoi(file.substr(6, 5), &i) &&
+         absl::SimpleAtoi(file.substr(15, 5), &n) && ShardName(i, n) == file;
 }
 
 }  // namespace
@@ -190,29 +201,85 @@ absl::Status WritePretrainedDirectory(
     in_shard += bytes;
     total += bytes;
   }
+  // Everything is written into a staging directory inside `dir` first, so
+  // that a failure (a full disk) leaves the earlier export whole; only
+  // renames follow once every byte is down.
+  std::string staging = JoinPath(dir, ".chunkzero-export-XXXXXX");
+  if (::mkdtemp(staging.data()) == nullptr) {
+    return ErrnoError("cannot create a staging directory in", dir);
+  }
+  auto discard_staging = [&staging] {
+    std::error_code ignored;
+    std::filesystem::remove_all(staging, ignored);
+  };
+  std::vector<std::string> files;  // Weights, then the index, config last.
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
   const int n = static_cast<int>(shards.size());
+  absl::Status written;
   if (n == 1) {
-    CZ_RETURN_IF_ERROR(WriteSafetensors(JoinPath(dir, kPretrainedWeightsName),
-                                        shards[0], metadata));
-    CZ_RETURN_IF_ERROR(RemoveIfPresent(JoinPath(dir, kPretrainedIndexName)));
+    files.push_back(kPretrainedWeightsName);
+    written =
+        WriteSafetensors(JoinPath(staging, files[0]), shards[0], metadata);
   } else {
     nlohmann::ordered_json index;
     index["metadata"]["total_size"] = total;
     nlohmann::ordered_json map = nlohmann::ordered_json::object();
-    for (int i = 0; i < n; ++i) {
-      const std::string file = ShardName(i + 1, n);
-      CZ_RETURN_IF_ERROR(
-          WriteSafetensors(JoinPath(dir, file), shards[i], metadata));
-      for (const auto& [name, tensor] : shards[i]) map[name] = file;
+    for (int i = 0; i < n && written.ok(); ++i) {
+      files.push_back(ShardName(i + 1, n));
+      written = WriteSafetensors(JoinPath(staging, files.back()), shards[i],
+                                 metadata);
+      for (const auto& [name, tensor] : shards[i]) map[name] = files.back();
     }
     index["weight_map"] = std::move(map);
-    CZ_RETURN_IF_ERROR(
-        WriteText(JoinPath(dir, kPretrainedIndexName), index.dump(2) + "\n"));
-    // from_pretrained reads a model.safetensors first.
-    CZ_RETURN_IF_ERROR(RemoveIfPresent(JoinPath(dir, kPretrainedWeightsName)));
+    files.push_back(kPretrainedIndexName);
+    if (written.ok()) {
+      written =
+          WriteText(JoinPath(staging, files.back()), index.dump(2) + "\n");
+    }
   }
-  return WriteText(JoinPath(dir, kPretrainedConfigName), config_json + "\n");
+  files.push_back(kPretrainedConfigName);
+  if (written.ok()) {
+    written = WriteText(JoinPath(staging, files.back()), config_json + "\n");
+  }
+  if (!written.ok()) {
+    discard_staging();
+    return written;
+  }
+  // The shards an earlier sharded export listed: those the new set does
+  // not overwrite are removed once it is in place.
+  std::set<std::string> stale;
+  if (absl::StatusOr<nlohmann::json> old =
+          ReadJsonObject(JoinPath(dir, kPretrainedIndexName));
+      old.ok() && old->contains("weight_map") &&
+      (*old)["weight_map"].is_object()) {
+    for (const auto& [name, file] : (*old)["weight_map"].items()) {
+      if (file.is_string() && IsShardName(file.get<std::string>())) {
+        stale.insert(file.get<std::string>());
+      }
+    }
+  }
+  // Both weight entry points go first (from_pretrained reads a
+  // model.safetensors before an index), so that the directory never pairs
+  // an old index with new shards; config.json moves last.
+  absl::Status moved = RemoveIfPresent(JoinPath(dir, kPretrainedIndexName));
+  if (moved.ok()) {
+    moved = RemoveIfPresent(JoinPath(dir, kPretrainedWeightsName));
+  }
+  for (const std::string& file : files) {
+    if (!moved.ok()) break;
+    stale.erase(file);
+    if (::rename(JoinPath(staging, file).c_str(),
+                 JoinPath(dir, file).c_str()) != 0) {
+      moved =
+          ErrnoError("moving the export into place as", JoinPath(dir, file));
+    }
+  }
+  discard_staging();
+  CZ_RETURN_IF_ERROR(moved);
+  for (const std::string& file : stale) {
+    CZ_RETURN_IF_ERROR(RemoveIfPresent(JoinPath(dir, file)));
+  }
+  return FsyncDir(dir);
 }
 
 }  // namespace chunkzero

@@ -22,9 +22,12 @@
 // Writing creates the directory if needed, writes the weights (one file up
 // to `shard_bytes`, else shards of at most that many bytes, a tensor larger
 // than that alone in its shard, in the order given) with the metadata
-// {"format": "pt"}, the index when sharded, then config.json; each file
-// is written atomically, and a weights file of the other kind from an
-// earlier export (which from_pretrained would read first) is removed.
+// {"format": "pt"}, the index when sharded, and config.json into a staging
+// directory inside `dir`, then moves them into place: a failed write (a
+// full disk) leaves an earlier export whole. The earlier export's weights
+// entry (model.safetensors or the index, which from_pretrained would read)
+// and the shards its index listed are replaced or removed; other files
+// (a tokenizer) stay.
 #ifndef CHUNKZERO_IO_PRETRAINED_PRETRAINED_DIRECTORY_H_
 #define CHUNKZERO_IO_PRETRAINED_PRETRAINED_DIRECTORY_H_
 

@@ -1,5 +1,9 @@
 #include "io/pretrained/pretrained_directory.h"
 
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -69,6 +73,64 @@ TEST(PretrainedDirectory, ShardsSplitAtTheSizeAndReplaceASingleFile) {
   // A tensor larger than a shard is alone in its own: three shards.
   ASSERT_TRUE(WritePretrainedDirectory(dir, "{}", Tensors(), 10).ok());
   EXPECT_EQ(PretrainedDirectory::Read(dir)->num_files(), 3);
+}
+
+// Files in the directory after an export: the shards of an earlier export
+// that the new one does not overwrite are gone, staging leaves nothing,
+// and what else the directory holds (a tokenizer) stays.
+std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    out.push_back(entry.path().filename().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(PretrainedDirectory, AReExportRemovesTheEarlierShardsOnly) {
+  const std::string dir = TestDir("again");
+  ASSERT_TRUE(WritePretrainedDirectory(dir, "{}", Tensors(), 10).ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(dir + "/tokenizer.json", [](int fd,
+                                                      const std::string& p) {
+        return WriteAll(fd, "{}", 2, p);
+      }).ok());
+  ASSERT_TRUE(WritePretrainedDirectory(dir, "{}", Tensors(), 40).ok());
+  EXPECT_THAT(Entries(dir),
+              ElementsAre("config.json", "model-00001-of-00002.safetensors",
+                          "model-00002-of-00002.safetensors",
+                          "model.safetensors.index.json", "tokenizer.json"));
+  ASSERT_TRUE(WritePretrainedDirectory(dir, "{}", Tensors(), 1000).ok());
+  EXPECT_THAT(Entries(dir), ElementsAre("config.json", "model.safetensors",
+                                        "tokenizer.json"));
+}
+
+// A write that fails half way (here: past the process's file size limit,
+// as a full disk would) leaves the earlier export as it was.
+TEST(PretrainedDirectory, AFailedExportLeavesTheEarlierOneWhole) {
+  const std::string dir = TestDir("failed");
+  ASSERT_TRUE(WritePretrainedDirectory(dir, R"({"v": 1})", Tensors(), 40).ok());
+  const std::vector<std::string> before = Entries(dir);
+  std::vector<std::pair<std::string, Tensor>> large = Tensors();
+  large.push_back(
+      {"d", *Tensor::FromFloats(std::vector<float>(1024, 1.f), {1024})});
+  struct rlimit old_limit;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old_limit;
+  small.rlim_cur = 2048;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const absl::Status s =
+      WritePretrainedDirectory(dir, R"({"v": 2})", large, 40);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  std::signal(SIGXFSZ, old_handler);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("model-00003-of-00003.safetensors"));
+  EXPECT_EQ(Entries(dir), before);
+  absl::StatusOr<PretrainedDirectory> read = PretrainedDirectory::Read(dir);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->config()["v"], 1);
+  EXPECT_THAT(read->names(), ElementsAre("a", "b", "c"));
 }
 
 TEST(PretrainedDirectory, RefusesWhatDoesNotAgreeNamingTheFile) {
