@@ -1,5 +1,6 @@
 #include "models/llama/llama_checkpoint.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -89,8 +90,24 @@ absl::StatusOr<std::map<std::string, std::string>> ParameterNames(
                        " appears with and without '", kPrefix, "'"));
     }
   }
+  // num_hidden_layers comes from a file and may be absurd (2^31 - 1): the
+  // names are listed only for as many layers as the files could hold, one
+  // more than that to name the first missing tensor.
+  LlamaConfig listed = config;
+  listed.layers = 0;
+  const int64_t outside_layers =
+      static_cast<int64_t>(LlamaParameterShapes(listed).size());
+  listed.layers = 1;
+  const int64_t per_layer =
+      static_cast<int64_t>(LlamaParameterShapes(listed).size()) -
+      outside_layers;
+  const int64_t wanted = outside_layers + per_layer * config.layers;
+  const int64_t held = static_cast<int64_t>(found.size());
+  listed.layers = wanted <= held ? config.layers
+                                 : static_cast<int>(std::min<int64_t>(
+                                       config.layers, held / per_layer + 1));
   const std::vector<std::pair<std::string, Shape>> expected =
-      LlamaParameterShapes(config);
+      LlamaParameterShapes(listed);
   for (const auto& [name, shape] : expected) {
     auto it = found.find(name);
     if (it == found.end()) {

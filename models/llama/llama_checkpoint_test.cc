@@ -154,6 +154,14 @@ TEST(LlamaCheckpoint, TensorsMustBeTheConfigsNamingTheOffender) {
   EXPECT_THAT(ReadLlamaDirectory(dir).status().message(),
               HasSubstr("tensor 'model.layers.0.mlp.gate_proj.weight' is "
                         "[24, 16], expected [32, 16]"));
+  // More layers than any file could hold: the first missing one is named,
+  // without listing 2^31 - 1 layers' names first.
+  config = Json::parse(LlamaConfigJson(c));
+  config["num_hidden_layers"] = 2147483647;
+  WriteJson(dir + "/config.json", config);
+  EXPECT_THAT(ReadLlamaDirectory(dir).status().message(),
+              HasSubstr("missing tensor 'model.layers.2.self_attn.q_proj."
+                        "weight'"));
   // Untied but without lm_head.weight; a stray tensor; F64 weights.
   auto write = [&](std::vector<std::pair<std::string, Tensor>> tensors) {
     ASSERT_TRUE(WritePretrainedDirectory(dir, LlamaConfigJson(c), tensors,
