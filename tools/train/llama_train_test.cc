@@ -178,7 +178,7 @@ TEST(LlamaTrain, ExportsAHuggingFaceDirectoryAndStartsFromIt) {
   again.precision = DType::kF32;
   again.init = first;
   const std::string second = TestDir("export_second");
-  again.export_path = second;
+  again.export_path = second + "/";  // A new directory, slash and all.
   absl::StatusOr<TrainResult> r = RunTraining(again, nullptr);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->spec.family, ModelFamily::kLlama);
@@ -188,6 +188,40 @@ TEST(LlamaTrain, ExportsAHuggingFaceDirectoryAndStartsFromIt) {
   const auto a = DirectoryTensors(first), b = DirectoryTensors(second);
   ASSERT_EQ(a.size(), 21u);
   EXPECT_EQ(a, b);
+
+  // The family is the directory's without --model: a Llama exports a
+  // directory, not a file, and is refused before step 1 ...
+  TrainOptions to_file = again;
+  to_file.steps = 1;
+  to_file.export_path = TestDir("again.safetensors");
+  EXPECT_THAT(RunTraining(to_file, nullptr).status().message(),
+              HasSubstr("--export=" + to_file.export_path +
+                        ": a Llama exports a Hugging Face directory"));
+  EXPECT_FALSE(fs::exists(to_file.export_path));
+  // ... with what only GPT-2 has ...
+  // (planned as if with a GPU of 80 GiB) ...
+  const GpuMemoryProbe gpu = {
+      [] { return 1; },
+      [](int) -> absl::StatusOr<int64_t> { return int64_t{80} << 30; }};
+  to_file.export_path.clear();
+  to_file.device = ComputeDevice::kCuda;
+  to_file.world_size = 1;
+  EXPECT_THAT(PlanTraining(to_file, gpu).status().message(),
+              HasSubstr("--device=cuda: the Llama model computes on the cpu"));
+  to_file.fused_attention = true;
+  EXPECT_THAT(PlanTraining(to_file, gpu).status().message(),
+              HasSubstr("--fused_attention=true: the Llama model has only"));
+  // ... and --kv_heads is checked against the directory's heads, not
+  // --heads' default.
+  to_file = again;
+  to_file.model_family = ModelFamily::kLlama;
+  to_file.given_flags = {"model", "kv_heads"};
+  to_file.model.heads = 5;
+  to_file.llama.kv_heads = 2;
+  EXPECT_TRUE(PlanTraining(to_file).ok()) << PlanTraining(to_file).status();
+  to_file.given_flags.insert("heads");
+  EXPECT_THAT(PlanTraining(to_file).status().message(),
+              HasSubstr("--kv_heads=2: must divide --heads=5"));
 
   // Trained on from there, it goes on learning.
   again.steps = 3;
@@ -217,6 +251,17 @@ TEST(LlamaTrain, ExportsAHuggingFaceDirectoryAndStartsFromIt) {
   file.init = first + "/config.json";
   EXPECT_THAT(PlanTraining(file).status().message(),
               HasSubstr("a Llama starts from a Hugging Face directory"));
+}
+
+TEST(LlamaTrain, ADefaultFfnPastIntIsRefusedNamingDModel) {
+  TrainOptions o = TinyLlama();
+  o.llama.ffn = 0;
+  o.model.d_model = 1 << 30;
+  EXPECT_EQ(DefaultLlamaFfn(1 << 30), 2863311552);
+  EXPECT_THAT(PlanTraining(o).status().message(),
+              HasSubstr("--d_model=1073741824: gives a default --ffn of "
+                        "2863311552, past 2^31 - 1; give --ffn"));
+  EXPECT_EQ(DefaultLlamaFfn(768), 2048);
 }
 
 TEST(LlamaTrain, GptTwoExportsADirectoryToo) {

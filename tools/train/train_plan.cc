@@ -37,7 +37,21 @@ absl::Status Bad(absl::string_view flag, const T& value,
       absl::StrCat("--", flag, "=", value, ": ", want));
 }
 
-// The flags one by one, and the ones that contradict each other.
+// What GPT-2 has that the Llama model does not: checked for --model=llama
+// with the flags, and for a Llama from --init=DIR once config.json says so.
+absl::Status CheckLlamaCanRun(const TrainOptions& o) {
+  if (o.fused_attention) {
+    return Bad("fused_attention", "true",
+               "the Llama model has only the batched attention");
+  }
+  if (o.device == ComputeDevice::kCuda) {
+    return Bad("device", "cuda",
+               "the Llama model computes on the cpu; its GPU layers are not "
+               "written yet");
+  }
+  return absl::OkStatus();
+}
+
 // The flags of one architecture only: Llama's own sizes, and what GPT-2
 // has that the Llama model does not.
 absl::Status CheckModelFlags(const TrainOptions& o) {
@@ -60,12 +74,21 @@ absl::Status CheckModelFlags(const TrainOptions& o) {
   if (o.llama.kv_heads < 0) {
     return Bad("kv_heads", o.llama.kv_heads, "want >= 1 (or 0: --heads)");
   }
-  if (o.model.heads > 0 && o.model.heads % kv != 0) {
+  // With --init the heads come from config.json unless --heads is given.
+  const bool heads_known = o.init.empty() || o.given_flags.count("heads");
+  if (heads_known && o.model.heads > 0 && o.model.heads % kv != 0) {
     return Bad("kv_heads", kv,
                absl::StrCat("must divide --heads=", o.model.heads));
   }
   if (o.llama.ffn < 0) {
     return Bad("ffn", o.llama.ffn, "want >= 1 (or 0: 8 d_model / 3)");
+  }
+  if (o.llama.ffn == 0 &&
+      DefaultLlamaFfn(o.model.d_model) > std::numeric_limits<int>::max()) {
+    return Bad("d_model", o.model.d_model,
+               absl::StrCat("gives a default --ffn of ",
+                            DefaultLlamaFfn(o.model.d_model),
+                            ", past 2^31 - 1; give --ffn"));
   }
   if (!(o.llama.rope_theta > 0 && std::isfinite(o.llama.rope_theta))) {
     return Bad("rope_theta", o.llama.rope_theta, "want a positive number");
@@ -78,16 +101,7 @@ absl::Status CheckModelFlags(const TrainOptions& o) {
         absl::StrCat("--d_model / --heads = ", o.model.d_model / o.model.heads,
                      " must be even for the rotary embedding"));
   }
-  if (o.fused_attention) {
-    return Bad("fused_attention", "true",
-               "the Llama model has only the batched attention");
-  }
-  if (o.device == ComputeDevice::kCuda) {
-    return Bad("device", "cuda",
-               "the Llama model computes on the cpu; its GPU layers are not "
-               "written yet");
-  }
-  return absl::OkStatus();
+  return CheckLlamaCanRun(o);
 }
 
 absl::Status CheckOptions(const TrainOptions& o, const GpuMemoryProbe& probe) {
@@ -605,14 +619,21 @@ std::map<std::string, std::string> CheckpointConfig(const TrainPlan& plan) {
   return config;
 }
 
+int64_t DefaultLlamaFfn(int64_t d_model) {
+  return (8 * d_model / 3 + 63) / 64 * 64;
+}
+
 LlamaConfig LlamaFromOptions(const TrainOptions& o) {
   LlamaConfig c;
   c.layers = o.model.layers;
   c.d_model = o.model.d_model;
   c.heads = o.model.heads;
   c.kv_heads = o.llama.kv_heads > 0 ? o.llama.kv_heads : o.model.heads;
-  c.ffn =
-      o.llama.ffn > 0 ? o.llama.ffn : (8 * o.model.d_model / 3 + 63) / 64 * 64;
+  // Past INT_MAX only where CheckOptions has refused the flags already.
+  c.ffn = o.llama.ffn > 0 ? o.llama.ffn
+                          : static_cast<int>(std::min<int64_t>(
+                                DefaultLlamaFfn(o.model.d_model),
+                                std::numeric_limits<int>::max()));
   c.vocab = o.model.vocab;
   c.seq_len = o.model.seq_len;
   c.rope_theta = o.llama.rope_theta;
@@ -674,6 +695,7 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options,
           "drop --",
           flag, " or give --", flag, "=", file));
     }
+    if (llama) CZ_RETURN_IF_ERROR(CheckLlamaCanRun(options));
     plan.spec = init.spec;
     plan.init = std::move(init.state);
   }
@@ -820,7 +842,8 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options,
   return plan;
 }
 
-absl::Status CheckTrainOutputs(const TrainOptions& options) {
+absl::Status CheckTrainOutputs(const TrainPlan& plan) {
+  const TrainOptions& options = plan.options;
   auto flagged = [](const absl::Status& status, absl::string_view flag,
                     const std::string& value) {
     if (status.ok()) return status;
@@ -830,7 +853,9 @@ absl::Status CheckTrainOutputs(const TrainOptions& options) {
   if (!options.export_path.empty() && options.rank <= 0) {
     const std::string& path = options.export_path;
     if (!ExportsDirectory(path)) {
-      if (options.model_family == ModelFamily::kLlama) {
+      // The family the plan settled on: a Llama from --init=DIR without
+      // --model is one too.
+      if (plan.spec.family == ModelFamily::kLlama) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--export=", path,
             ": a Llama exports a Hugging Face directory (config.json and "
@@ -842,8 +867,10 @@ absl::Status CheckTrainOutputs(const TrainOptions& options) {
           flagged(CheckCanCreateFile(JoinPath(path, kPretrainedConfigName)),
                   "export", path));
     } else {
-      // Nothing there yet: its parent must take a new directory.
-      CZ_RETURN_IF_ERROR(flagged(CheckCanCreateFile(path), "export", path));
+      // Nothing there yet: its parent must take a new directory, whether
+      // the path ends in a slash ("out/") or not.
+      const std::string bare = path.substr(0, path.find_last_not_of('/') + 1);
+      CZ_RETURN_IF_ERROR(flagged(CheckCanCreateFile(bare), "export", path));
     }
   }
   if (options.export_shard_size < 1) {

@@ -106,6 +106,10 @@ double DeviceMemoryNeeded(const TrainMemoryEstimate& estimate,
 // must match these (world size and layout may differ).
 std::map<std::string, std::string> CheckpointConfig(const TrainPlan& plan);
 
+// The MLP width a Llama gets without --ffn: 8 d_model / 3 rounded up to
+// a multiple of 64 (as Llama's own sizes are).
+int64_t DefaultLlamaFfn(int64_t d_model);
+
 // The Llama a job's flags describe (--model=llama): the shared sizes from
 // options.model, the rest from options.llama with its defaults resolved.
 LlamaConfig LlamaFromOptions(const TrainOptions& options);
@@ -118,8 +122,9 @@ bool ExportsDirectory(const std::string& path);
 // Checks the destinations before step 1: the --export file's directory
 // exists and is writable, or the --export directory is one or can be made
 // (on the process running rank 0), and the --save directory can be created
-// and written. Errors carry errno's text.
-[[nodiscard]] absl::Status CheckTrainOutputs(const TrainOptions& options);
+// and written. The model family is the plan's: a Llama from --init=DIR
+// exports a directory even without --model. Errors carry errno's text.
+[[nodiscard]] absl::Status CheckTrainOutputs(const TrainPlan& plan);
 
 // Ranks over Gloo hold a socket per peer: as threads of one process,
 // world_size * (world_size - 1) of them, plus a few per rank and for the
