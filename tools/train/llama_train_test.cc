@@ -223,6 +223,23 @@ TEST(LlamaTrain, ExportsAHuggingFaceDirectoryAndStartsFromIt) {
   EXPECT_THAT(PlanTraining(to_file).status().message(),
               HasSubstr("--kv_heads=2: must divide --heads=5"));
 
+  // Planning counts the bytes the reader takes in, not the other files a
+  // model directory holds (here a sparse 64 MiB pytorch_model.bin) ...
+  fs::resize_file((std::ofstream(first + "/pytorch_model.bin"),
+                   first + "/pytorch_model.bin"),
+                  int64_t{64} << 20);
+  TrainOptions tight = again;
+  tight.export_path.clear();
+  tight.memory_limit_bytes = int64_t{64} << 20;
+  EXPECT_TRUE(PlanTraining(tight).ok()) << PlanTraining(tight).status();
+  // ... and refuses a directory twice the size of what may be held.
+  tight.memory_limit_bytes = 200000;
+  EXPECT_THAT(std::string(PlanTraining(tight).status().message()),
+              HasSubstr(" has 141.09 KiB; reading it needs about twice that, "
+                        "but 195.31 KiB "
+                        "is available"));
+  fs::remove(first + "/pytorch_model.bin");
+
   // Trained on from there, it goes on learning.
   again.steps = 3;
   again.export_path.clear();

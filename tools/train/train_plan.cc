@@ -299,14 +299,30 @@ absl::StatusOr<int64_t> MemoryAvailable(const TrainOptions& o) {
   return AvailableMemoryBytes();
 }
 
-// The bytes of the regular files directly in `dir` (a model directory's
-// config and weights).
+// The bytes PretrainedDirectory::Read takes in from `dir`: config.json and
+// model.safetensors, or without it the index and the .safetensors shards
+// (other files there, a tokenizer or pytorch_model.bin, are not read).
 absl::StatusOr<int64_t> DirectoryBytes(const std::string& dir) {
+  auto size_of = [&](const std::string& name) -> absl::StatusOr<int64_t> {
+    absl::StatusOr<int64_t> size = RegularFileSize(JoinPath(dir, name));
+    if (!size.ok()) {
+      return absl::Status(size.status().code(),
+                          absl::StrCat("--init: ", size.status().message()));
+    }
+    return size;
+  };
+  CZ_ASSIGN_OR_RETURN(int64_t bytes, size_of(kPretrainedConfigName));
+  if (absl::StatusOr<int64_t> single = size_of(kPretrainedWeightsName);
+      single.ok()) {
+    return bytes + *single;
+  }
   std::error_code error;
-  int64_t bytes = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
-    if (entry.is_regular_file(error)) {
-      bytes += static_cast<int64_t>(entry.file_size(error));
+  std::filesystem::directory_iterator it(dir, error), end;
+  for (; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (name == kPretrainedIndexName || absl::EndsWith(name, ".safetensors")) {
+      CZ_ASSIGN_OR_RETURN(const int64_t size, size_of(name));
+      bytes += size;
     }
   }
   if (error) {
