@@ -123,10 +123,12 @@ absl::Status ParameterScopes::ReadWeights(const Scope& scope, int first,
         held + static_cast<int64_t>((widen - widen_.size()) * sizeof(float));
     CZ_RETURN_IF_ERROR(Hold(grown), "widening the weights of parameter '",
                        scope.params[first]->name(), "'");
+    // Allocate frees the old buffer first: on failure neither is held.
+    const int64_t old_bytes =
+        static_cast<int64_t>(widen_.size() * sizeof(float));
     const absl::Status made = widen_.Allocate(widen, reader_->device());
     if (!made.ok()) {
-      Hold(held - static_cast<int64_t>(widen_.size() * sizeof(float)))
-          .IgnoreError();  // Shrinking always fits.
+      Hold(held - old_bytes).IgnoreError();  // Shrinking always fits.
       return absl::Status(
           made.code(),
           absl::StrCat("widening the weights of parameter '",

@@ -1,5 +1,7 @@
 #include "models/common/parameter_scopes.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "models/common/cpu_weight_reader.h"
 #include "models/common/recording_hooks.h"
+#include "tensor/memory/allocator.h"
 #include "tensor/memory/memory_tracker.h"
 
 namespace chunkzero {
@@ -142,6 +145,73 @@ TEST(ParameterScopes, CountsWorkingMemoryUnderTheLimit) {
   EXPECT_EQ(tracker.Current(cpu, MemoryCategory::kActivation), 34);
   ASSERT_TRUE(f.scopes.set_memory_accounting(nullptr, cpu).ok());
   EXPECT_EQ(tracker.Current(cpu, MemoryCategory::kActivation), 0);
+}
+
+// Host memory for a simulated device that refuses while `refuse` is set.
+class RefusingAllocator final : public Allocator {
+ public:
+  explicit RefusingAllocator(Device device) : device_(device) {}
+  Device device() const override { return device_; }
+  absl::StatusOr<void*> Allocate(size_t bytes) override {
+    if (refuse) return absl::ResourceExhaustedError("refused for the test");
+    return std::malloc(std::max<size_t>(bytes, 1));
+  }
+  void Deallocate(void* ptr, size_t) override { std::free(ptr); }
+  bool refuse = false;
+
+ private:
+  Device device_;
+};
+
+class SimWeightReader final : public WeightReader {
+ public:
+  Device device() const override { return Device::Simulated(41); }
+  bool Reads(Device device) const override {
+    return device.is_host_accessible();
+  }
+  absl::Status Widen(float* out, const void* x, DType dtype,
+                     size_t n) override {
+    return cpu_.Widen(out, x, dtype, n);
+  }
+
+ private:
+  CpuWeightReader cpu_;
+};
+
+// A widen buffer that cannot grow is no longer held at all (growing frees
+// the old one first), and the tracker says so.
+TEST(ParameterScopes, AFailedWidenReportsWhatIsStillHeld) {
+  RefusingAllocator allocator(Device::Simulated(41));
+  AllocatorRegistry::Default().Register(&allocator);
+  SimWeightReader reader;
+  ParameterScopes scopes("Toy", &reader);
+  const int w = scopes.Add("w", Floats({1, 2, 3, 4}, {2, 2}, DType::kF16));
+  const int norm = scopes.Add("norm", Floats({2, 3}, {2}, DType::kF16));
+  ASSERT_TRUE(scopes.MakeGradBuffer(4).ok());
+  MemoryTracker tracker;
+  const Device sim = Device::Simulated(41);
+  ASSERT_TRUE(scopes.set_memory_accounting(&tracker, sim).ok());
+  RecordingHooks hooks;
+  auto run = [&](const ParameterScopes::Scope& scope) {
+    return scopes.RunForward(hooks, scope,
+                             [](const auto&) { return absl::OkStatus(); });
+  };
+  ASSERT_TRUE(run(scopes.MakeScope({norm}, 0)).ok());
+  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 16 + 8);
+  allocator.refuse = true;
+  const absl::Status s = run(scopes.MakeScope({w}, 0));
+  allocator.refuse = false;
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("widening the weights of parameter 'w'"));
+  EXPECT_EQ(scopes.workspace_bytes(), 16);
+  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 16);
+  ASSERT_TRUE(run(scopes.MakeScope({w}, 0)).ok());
+  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 16 + 16);
+  ASSERT_TRUE(scopes.set_memory_accounting(nullptr, sim).ok());
+  EXPECT_EQ(tracker.Current(sim, MemoryCategory::kActivation), 0);
+  // The registry keeps the allocator; a host one serves sim:41 again.
+  static RefusingAllocator* const host = new RefusingAllocator(sim);
+  AllocatorRegistry::Default().Register(host);
 }
 
 TEST(ParameterScopes, LoadStateDictChecksEverythingFirst) {
