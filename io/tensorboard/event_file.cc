@@ -1,8 +1,11 @@
 #include "io/tensorboard/event_file.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -44,12 +47,23 @@ absl::StatusOr<std::unique_ptr<EventFileWriter>> EventFileWriter::Create(
   if (::gethostname(host, sizeof(host) - 1) != 0) {
     std::strcpy(host, "localhost");
   }
-  const std::string path =
+  // A new file, never an existing one: two writers of one process in the
+  // same second (or a pid reused) get the suffixes .1, .2, ...
+  const std::string base =
       JoinPath(dir, absl::StrCat("events.out.tfevents.",
                                  absl::ToUnixSeconds(absl::Now()), ".", host,
                                  ".", ::getpid()));
-  CZ_ASSIGN_OR_RETURN(std::unique_ptr<FileDescriptor> fd,
-                      CreateOrTruncateFile(path));
+  std::string path = base;
+  int fd_number = -1;
+  for (int suffix = 1; fd_number < 0; ++suffix) {
+    fd_number =
+        ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_number < 0 && (errno != EEXIST || suffix > 1000)) {
+      return ErrnoError("cannot create the event file", path);
+    }
+    if (fd_number < 0) path = absl::StrCat(base, ".", suffix);
+  }
+  auto fd = std::make_unique<FileDescriptor>(fd_number);
   std::unique_ptr<EventFileWriter> writer(
       new EventFileWriter(path, std::move(fd)));
   tensorboard::Event version;
@@ -60,6 +74,10 @@ absl::StatusOr<std::unique_ptr<EventFileWriter>> EventFileWriter::Create(
 }
 
 absl::Status EventFileWriter::WriteRecord(const std::string& event) {
+  if (fd_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the event file ", path_, " is closed"));
+  }
   std::string record;
   PutLittleEndian(&record, event.size(), 8);
   PutLittleEndian(&record, MaskedCrc32c(record.data(), 8), 4);

@@ -15,7 +15,9 @@
 // masked(crc) = ((crc >> 15) | (crc << 17)) + 0xa282ead8. The first event
 // holds file_version "brain.Event:2". The file is named
 // events.out.tfevents.<seconds>.<host>.<pid> (TensorBoard reads files whose
-// name contains "tfevents") in the directory, which is created if needed.
+// name contains "tfevents") in the directory, which is created if needed;
+// a file of that name already there is kept, and the new one gets a suffix
+// .1, .2, ...
 //
 // Each WriteScalars is written through to the file before it returns (no
 // fsync): a reader sees every step done so far. Errors carry the path and
@@ -51,6 +53,7 @@ class EventFileWriter {
   // stamped with the current time.
   [[nodiscard]] absl::Status WriteScalars(
       int64_t step, const std::vector<std::pair<std::string, float>>& values);
+  // Closes the file; WriteScalars after it is FailedPrecondition.
   [[nodiscard]] absl::Status Close();
 
  private:

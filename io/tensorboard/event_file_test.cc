@@ -1,11 +1,16 @@
 #include "io/tensorboard/event_file.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -60,6 +65,44 @@ TEST(EventFile, EveryScalarComesBackExactly) {
       (*events)[2].values,
       ::testing::ElementsAre(Pair("train/loss", 3.25f), Pair("zero", 0.0f)));
   ASSERT_TRUE((*writer)->Close().ok());
+}
+
+// A file of the writer's name is never truncated: the second writer of the
+// same second and process gets a suffix, and both files read back.
+TEST(EventFile, ANewWriterNeverTruncatesAnEarlierFile) {
+  const std::string dir = TestDir("same_second");
+  fs::create_directories(dir);
+  char host[256] = "localhost";
+  ASSERT_EQ(::gethostname(host, sizeof(host) - 1), 0);
+  const int64_t now = absl::ToUnixSeconds(absl::Now());
+  std::vector<std::string> taken;
+  for (int64_t t = now; t <= now + 2; ++t) {
+    taken.push_back(absl::StrCat(dir, "/events.out.tfevents.", t, ".", host,
+                                 ".", ::getpid()));
+    ASSERT_TRUE(
+        WriteFileAtomically(taken.back(), [](int fd, const std::string& p) {
+          return WriteAll(fd, "keep", 4, p);
+        }).ok());
+  }
+  auto first = EventFileWriter::Create(dir);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(absl::EndsWith((*first)->path(), ".1")) << (*first)->path();
+  auto second = EventFileWriter::Create(dir);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_NE((*second)->path(), (*first)->path());
+  ASSERT_TRUE((*first)->WriteScalars(7, {{"a", 1.0f}}).ok());
+  ASSERT_TRUE((*second)->WriteScalars(8, {{"b", 2.0f}}).ok());
+  for (const std::string& path : taken) {
+    EXPECT_EQ(*ReadFileToString(path), "keep") << path;
+  }
+  EXPECT_EQ(ReadScalarEvents((*first)->path())->back().step, 7);
+  EXPECT_EQ(ReadScalarEvents((*second)->path())->back().step, 8);
+  // Closed, a writer refuses rather than writing to nothing.
+  ASSERT_TRUE((*first)->Close().ok());
+  ASSERT_TRUE((*first)->Close().ok());
+  const absl::Status closed = (*first)->WriteScalars(9, {{"a", 3.0f}});
+  EXPECT_EQ(closed.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(closed.message(), HasSubstr((*first)->path() + " is closed"));
 }
 
 TEST(EventFile, DamageIsDataLossAtItsOffset) {
