@@ -145,6 +145,21 @@ TEST(LlamaTrain, ResumesAtAnotherWorldSizeWithTheSameLosses) {
   absl::StatusOr<TrainResult> refused = RunTraining(gpt, nullptr);
   EXPECT_THAT(refused.status().message(),
               HasSubstr("was saved with model=llama, this run has model=gpt2"));
+  // A checkpoint from before the Llama model records no "model": it is
+  // GPT-2's, and a Llama of the same sizes cannot resume it.
+  const std::map<std::string, std::string> old_gpt = {{"layers", "2"},
+                                                      {"vocab", "256"}};
+  const std::map<std::string, std::string> llama = {
+      {"model", "llama"}, {"layers", "2"}, {"vocab", "256"}};
+  EXPECT_THAT(CheckSavedConfig(old_gpt, llama, "old").message(),
+              HasSubstr("--resume=old was saved with model=gpt2, this run "
+                        "has model=llama"));
+  std::map<std::string, std::string> gpt_now = llama;
+  gpt_now["model"] = "gpt2";
+  EXPECT_TRUE(CheckSavedConfig(old_gpt, gpt_now, "old").ok());
+  gpt_now["vocab"] = "512";
+  EXPECT_THAT(CheckSavedConfig(old_gpt, gpt_now, "old").message(),
+              HasSubstr("was saved with vocab=256, this run has vocab=512"));
 }
 
 std::map<std::string, std::vector<float>> DirectoryTensors(

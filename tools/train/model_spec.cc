@@ -1,11 +1,23 @@
 #include "tools/train/model_spec.h"
 
+#include <charconv>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 
 namespace chunkzero {
+namespace {
+
+// The shortest decimal that reads back as `v` (StrCat keeps 6 digits, so
+// two rope_theta values could compare equal in a checkpoint's record).
+std::string ExactDecimal(double v) {
+  char text[32];
+  const std::to_chars_result r = std::to_chars(text, text + sizeof(text), v);
+  return std::string(text, r.ptr);
+}
+
+}  // namespace
 
 absl::string_view ModelFamilyName(ModelFamily family) {
   return family == ModelFamily::kLlama ? "llama" : "gpt2";
@@ -106,8 +118,8 @@ std::map<std::string, std::string> ModelSpec::CheckpointConfig() const {
       {"ffn", absl::StrCat(llama.ffn)},
       {"seq_len", absl::StrCat(llama.seq_len)},
       {"vocab", absl::StrCat(llama.vocab)},
-      {"rope_theta", absl::StrCat(llama.rope_theta)},
-      {"rms_norm_eps", absl::StrCat(llama.rms_norm_eps)},
+      {"rope_theta", ExactDecimal(llama.rope_theta)},
+      {"rms_norm_eps", ExactDecimal(llama.rms_norm_eps)},
       {"tie_word_embeddings", llama.tie_word_embeddings ? "true" : "false"}};
 }
 

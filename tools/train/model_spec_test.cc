@@ -61,6 +61,14 @@ TEST(ModelSpec, FiguresOfEachFamily) {
             "rope_theta 10000");
   EXPECT_EQ(llama.CheckpointConfig().at("kv_heads"), "2");
   EXPECT_EQ(llama.CheckpointConfig().at("model"), "llama");
+  // Reals as the shortest decimal that reads back, not 6 digits.
+  ModelSpec precise = llama;
+  precise.llama.rope_theta = 1234567.0;
+  precise.llama.rms_norm_eps = 0.1 + 0.2;
+  EXPECT_EQ(precise.CheckpointConfig().at("rope_theta"), "1234567");
+  EXPECT_EQ(precise.CheckpointConfig().at("rms_norm_eps"),
+            "0.30000000000000004");
+  EXPECT_EQ(llama.CheckpointConfig().at("rms_norm_eps"), "1e-05");
 
   ModelSpec gpt;
   gpt.gpt.layers = 2;

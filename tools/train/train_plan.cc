@@ -845,17 +845,29 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options,
       return absl::Status(meta.status().code(),
                           absl::StrCat("--resume: ", meta.status().message()));
     }
-    for (const auto& [key, value] : CheckpointConfig(plan)) {
-      auto it = meta->config.find(key);
-      if (it != meta->config.end() && it->second != value) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--resume=", options.resume, " was saved with ", key,
-                         "=", it->second, ", this run has ", key, "=", value));
-      }
-    }
+    CZ_RETURN_IF_ERROR(
+        CheckSavedConfig(meta->config, CheckpointConfig(plan), options.resume));
     plan.resume_meta = *std::move(meta);
   }
   return plan;
+}
+
+absl::Status CheckSavedConfig(const std::map<std::string, std::string>& saved,
+                              const std::map<std::string, std::string>& ours,
+                              const std::string& resume) {
+  for (const auto& [key, value] : ours) {
+    auto it = saved.find(key);
+    // Checkpoints from before the Llama model have no "model": GPT-2's.
+    const std::string* was = it != saved.end() ? &it->second : nullptr;
+    static const std::string kGpt2 = "gpt2";
+    if (was == nullptr && key == "model") was = &kGpt2;
+    if (was != nullptr && *was != value) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--resume=", resume, " was saved with ", key, "=", *was,
+                       ", this run has ", key, "=", value));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckTrainOutputs(const TrainPlan& plan) {

@@ -110,6 +110,14 @@ std::map<std::string, std::string> CheckpointConfig(const TrainPlan& plan);
 // a multiple of 64 (as Llama's own sizes are).
 int64_t DefaultLlamaFfn(int64_t d_model);
 
+// Compares the configuration a checkpoint was saved with to this run's
+// (CheckpointConfig): a key both have must agree, and a checkpoint without
+// "model" (saved before there was a choice) is GPT-2's. InvalidArgument
+// naming --resume, the key and both values.
+[[nodiscard]] absl::Status CheckSavedConfig(
+    const std::map<std::string, std::string>& saved,
+    const std::map<std::string, std::string>& ours, const std::string& resume);
+
 // The Llama a job's flags describe (--model=llama): the shared sizes from
 // options.model, the rest from options.llama with its defaults resolved.
 LlamaConfig LlamaFromOptions(const TrainOptions& options);
