@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "ddp/local_hooks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/common/testing/one_step.h"
 #include "models/gpt2/gpt_model.h"
 #include "models/gpt2/testing/compare.h"
 #include "tensor/cuda/cuda_runtime.h"
@@ -19,6 +19,9 @@ namespace chunkzero {
 namespace {
 
 using ::chunkzero::gpt_testing::RelativeError;
+using ::chunkzero::model_testing::Norm;
+using ::chunkzero::model_testing::OneStep;
+using ::chunkzero::model_testing::StepResult;
 using ::testing::HasSubstr;
 
 GptConfig SmallConfig() {
@@ -38,39 +41,6 @@ TEST(GptModelOnGpu, WithoutAGpuCreateSaysWhy) {
   EXPECT_FALSE(model.ok());
   EXPECT_THAT(model.status().message(),
               HasSubstr("making parameter 'wte.weight' on cuda:0"));
-}
-
-struct StepResult {
-  float loss = 0;
-  std::map<std::string, std::vector<float>> grads;
-};
-
-// One forward and backward of `model` on a fixed batch.
-StepResult Step(GptModel& model, int B, int T) {
-  const GptConfig& cfg = model.config();
-  std::vector<int32_t> tokens(B * T), targets(B * T);
-  for (int i = 0; i < B * T; ++i) {
-    tokens[i] = (i * 31 + 7) % cfg.vocab;
-    targets[i] = (i * 17 + 3) % cfg.vocab;
-  }
-  LocalHooks hooks;
-  StepResult out;
-  absl::StatusOr<float> loss = model.Forward(hooks, B, T, tokens, targets);
-  EXPECT_TRUE(loss.ok()) << loss.status();
-  if (!loss.ok()) return out;
-  out.loss = *loss;
-  EXPECT_TRUE(model.Backward(hooks).ok());
-  EXPECT_TRUE(hooks.EndStep().ok());
-  for (Parameter* p : model.Parameters()) {
-    out.grads[p->name()] = *p->grad().ToFloats();
-  }
-  return out;
-}
-
-double Norm(const std::vector<float>& v) {
-  double sum = 0;
-  for (float x : v) sum += double{x} * x;
-  return std::sqrt(sum);
 }
 
 // The CPU model is the reference. f32: the loss and each grad's norm
@@ -104,8 +74,8 @@ TEST(GptModelOnGpu, LossAndGradsMatchTheCpuModel) {
     ASSERT_TRUE((*gpu)->set_fused_attention(c.fused).ok());
     MemoryTracker tracker;
     ASSERT_TRUE((*gpu)->set_memory_accounting(&tracker, Device::Cuda(0)).ok());
-    const StepResult want = Step(*cpu, B, T);
-    const StepResult got = Step(**gpu, B, T);
+    const StepResult want = OneStep(*cpu, B, T, SmallConfig().vocab);
+    const StepResult got = OneStep(**gpu, B, T, SmallConfig().vocab);
     EXPECT_NEAR(got.loss, want.loss, c.loss_bound * std::fabs(want.loss));
     for (const auto& [name, grad] : want.grads) {
       SCOPED_TRACE(name);
@@ -117,7 +87,7 @@ TEST(GptModelOnGpu, LossAndGradsMatchTheCpuModel) {
     EXPECT_GE(tracker.Current(Device::Cuda(0), MemoryCategory::kActivation),
               (*gpu)->workspace_bytes());
     // A second step on the same buffers gives the same loss.
-    EXPECT_EQ(Step(**gpu, B, T).loss, got.loss);
+    EXPECT_EQ(OneStep(**gpu, B, T, SmallConfig().vocab).loss, got.loss);
   }
 }
 

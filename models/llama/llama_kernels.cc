@@ -6,6 +6,7 @@
 
 #include "base/parallel_for.h"
 #include "models/common/lane_reductions.h"
+#include "models/llama/internal/llama_math.h"
 
 namespace chunkzero {
 namespace llama_kernels {
@@ -21,17 +22,12 @@ size_t RowGrain(size_t width) {
   return std::max<size_t>(1, kGrainElements / std::max<size_t>(width, 1));
 }
 
-inline float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-
 // Rotates the pairs (x_i, x_{i+h}) of one head by the angle whose cosine
 // and sine are c[i], s[i]; `sign` -1 rotates back.
 inline void RotateHead(float* x, const float* c, const float* s, int half,
                        float sign) {
   for (int i = 0; i < half; ++i) {
-    const float a = x[i], b = x[i + half];
-    const float si = sign * s[i];
-    x[i] = a * c[i] - b * si;
-    x[i + half] = b * c[i] + a * si;
+    llama_math::Rotate(c[i], sign * s[i], &x[i], &x[i + half]);
   }
 }
 
@@ -83,7 +79,7 @@ void RmsNormForward(float* out, float* rstd, const float* x, const float* w,
     for (size_t n = begin; n < end; ++n) {
       const float* xr = x + n * C;
       float* o = out + n * C;
-      const float r = 1.0f / std::sqrt(Dot(xr, xr, C) / C + eps);
+      const float r = llama_math::RmsScale(Dot(xr, xr, C), C, eps);
       for (int c = 0; c < C; ++c) o[c] = w[c] * (xr[c] * r);
       rstd[n] = r;
     }
@@ -110,7 +106,9 @@ void RmsNormBackward(float* dx, float* dw, const float* dout, const float* x,
       for (; c < C; ++c) gwx += g[c] * w[c] * xr[c];
       for (int j = 0; j < lane_reductions::kLanes; ++j) gwx += acc[j];
       const float k = r * r * gwx / C;
-      for (int i = 0; i < C; ++i) d[i] += r * (w[i] * g[i] - xr[i] * k);
+      for (int i = 0; i < C; ++i) {
+        d[i] += llama_math::RmsNormInputGrad(r, k, w[i], g[i], xr[i]);
+      }
     }
   });
   // Per column, every row in order.
@@ -156,7 +154,7 @@ void RopeBackward(float* dx, const float* cos, const float* sin, int N, int T,
 void SwiGluForward(float* h, const float* gate, const float* up, size_t n) {
   ParallelFor(n, kGrainElements, [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
-      h[i] = gate[i] * Sigmoid(gate[i]) * up[i];
+      h[i] = llama_math::SwiGlu(gate[i], up[i]);
     }
   });
 }
@@ -165,12 +163,10 @@ void SwiGluBackward(float* dgate, float* dup, const float* dh,
                     const float* gate, const float* up, size_t n) {
   ParallelFor(n, kGrainElements, [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
-      const float g = gate[i], u = up[i], d = dh[i];
-      const float sig = Sigmoid(g);
-      const float silu = g * sig;
-      // silu'(g) = sig (1 + g (1 - sig)).
-      dgate[i] = d * u * (sig * (1.0f + g * (1.0f - sig)));
-      dup[i] = d * silu;
+      float dg, du;
+      llama_math::SwiGluGrad(dh[i], gate[i], up[i], &dg, &du);
+      dgate[i] = dg;
+      dup[i] = du;
     }
   });
 }

@@ -13,18 +13,9 @@
 #include "models/common/device_array.h"
 #include "models/common/model_buffers.h"
 #include "models/common/token_batch.h"
-#include "models/gpt2/gpt_kernels.h"
-#include "models/llama/llama_kernels.h"
+#include "tensor/memory/allocator.h"
 
 namespace chunkzero {
-namespace {
-
-namespace gk = gpt_kernels;
-namespace lk = llama_kernels;
-
-gk::WeightMatrix Matrix(MatrixWeight w) { return {w.f32, w.bf16}; }
-
-}  // namespace
 
 // What Forward keeps for Backward. Per-slot arrays hold one slice per
 // activation slot (ActivationCheckpointing::Slots); res3 every layer's
@@ -55,12 +46,21 @@ struct LlamaModel::Scratch {
   DeviceArray<float> dres, dln, dsum;  // [N, C]
   DeviceArray<float> dgated;           // [N, F]
   DeviceArray<float> datty;            // [N, Ch]
-  DeviceArray<float> datt;             // The attention backward's, per thread.
+  // [N, 3 Ch], unless the attention backward writes dqkv over qkv
+  // (GptBackend::AttentionBackwardInPlace: the CPU's).
+  DeviceArray<float> dqkv;
+  // The attention backward's (GptBackend::AttentionScratchElements): on the
+  // CPU a T x T block and a head's dQ, dK, dV per thread.
+  DeviceArray<float> datt;
 };
 
-LlamaModel::LlamaModel(const LlamaConfig& config)
+LlamaModel::LlamaModel(const LlamaConfig& config,
+                       std::unique_ptr<GptBackend> shared,
+                       std::unique_ptr<LlamaLayers> own)
     : config_(config),
-      scopes_("LlamaModel", &reader_),
+      shared_(std::move(shared)),
+      own_(std::move(own)),
+      scopes_("LlamaModel", shared_.get()),
       acts_(std::make_unique<Activations>()),
       scratch_(std::make_unique<Scratch>()) {}
 
@@ -93,15 +93,13 @@ void LlamaModel::VisitBuffers(int batch, int seq, Fn fn) {
   const size_t ch = c.heads * hd, ckv = c.kv_heads * hd;
   const size_t S = checkpointing_.Slots(c.layers);
   const size_t N = static_cast<size_t>(batch) * seq;
-  const size_t att = N * c.heads * seq;
-  // The attention backward's scratch: a T x T block and a head's dQ, dK,
-  // dV per thread computing at once.
-  const size_t datt_heads = std::min<size_t>(
-      std::max(threads_, 1), static_cast<size_t>(batch) * c.heads);
+  const size_t att =
+      static_cast<size_t>(shared_->AttentionElements(batch, seq, c.heads));
   const size_t datt =
       batch == 0 ? 0
-                 : datt_heads * gk::AttentionBackwardScratchPerHead(
-                                    seq, static_cast<int>(ch), c.heads);
+                 : static_cast<size_t>(shared_->AttentionScratchElements(
+                       batch, seq, static_cast<int>(ch), c.heads, threads_));
+  const size_t own = shared_->AttentionBackwardInPlace() ? 0 : 1;
   const bool shared = checkpointing_.enabled();
   auto slots = [&](auto& buffer, size_t per_slot) {
     fn(buffer, S * per_slot, BufferRole::kKept, shared ? per_slot : size_t{0});
@@ -137,6 +135,7 @@ void LlamaModel::VisitBuffers(int batch, int seq, Fn fn) {
   fn(s.dsum, N * C, BufferRole::kScratch, 0);
   fn(s.dgated, N * F, BufferRole::kScratch, 0);
   fn(s.datty, N * ch, BufferRole::kScratch, 0);
+  fn(s.dqkv, own * N * 3 * ch, BufferRole::kScratch, 0);
   fn(s.datt, datt, BufferRole::kScratch, 0);
 }
 
@@ -157,9 +156,10 @@ absl::Status LlamaModel::ResizeBuffers(int batch, int seq) {
   a.batch = a.seq = 0;  // Until the new ones are made.
   CZ_RETURN_IF_ERROR(
       RemakeBuffers([this](int b, int t, auto fn) { VisitBuffers(b, t, fn); },
-                    batch, seq, Device::Cpu(), scopes_));
-  lk::RopeTables(a.rope_cos.data(), a.rope_sin.data(), seq,
-                 config_.resolved_head_dim(), config_.rope_theta);
+                    batch, seq, shared_->device(), scopes_));
+  CZ_RETURN_IF_ERROR(own_->RopeTables(a.rope_cos.data(), a.rope_sin.data(), seq,
+                                      config_.resolved_head_dim(),
+                                      config_.rope_theta));
   a.batch = batch;
   a.seq = seq;
   return absl::OkStatus();
@@ -171,7 +171,9 @@ int64_t LlamaModel::workspace_bytes() const {
 
 absl::Status LlamaModel::set_memory_accounting(MemoryTracker* tracker,
                                                Device device) {
-  return scopes_.set_memory_accounting(tracker, device);
+  CZ_RETURN_IF_ERROR(scopes_.set_memory_accounting(tracker, device));
+  shared_->set_scratch_accounting(tracker);
+  return absl::OkStatus();
 }
 
 absl::Status LlamaModel::RmsNormBackward(ParamHooks& hooks, const Scope& scope,
@@ -180,9 +182,9 @@ absl::Status LlamaModel::RmsNormBackward(ParamHooks& hooks, const Scope& scope,
   const int N = acts_->batch * acts_->seq;
   return scopes_.RunBackward(hooks, scope, /*read_weights=*/true,
                              [&](const ScopeWeights& w, float* const* g) {
-                               lk::RmsNormBackward(dx, g[0], dout, x, w[0],
-                                                   rstd, N, config_.d_model);
-                               return absl::OkStatus();
+                               return own_->RmsNormBackward(dx, g[0], dout, x,
+                                                            w[0], rstd, N,
+                                                            config_.d_model);
                              });
 }
 
@@ -202,7 +204,8 @@ absl::Status LlamaModel::LayerForward(ParamHooks& hooks, int l) {
   float* xn1 = a.xn1.data() + s * NC;
   float* rstd1 = a.rstd1.data() + s * N;
   float* qkv = a.qkv.data() + s * N * 3 * static_cast<size_t>(ch);
-  float* att = a.att.data() + s * static_cast<size_t>(N) * NH * T;
+  float* att = a.att.data() +
+               s * static_cast<size_t>(shared_->AttentionElements(B, T, NH));
   float* atty = a.atty.data() + s * N * static_cast<size_t>(ch);
   float* res2 = a.res2.data() + s * NC;
   float* xn2 = a.xn2.data() + s * NC;
@@ -215,48 +218,46 @@ absl::Status LlamaModel::LayerForward(ParamHooks& hooks, int l) {
 
   CZ_RETURN_IF_ERROR(
       scopes_.RunForward(hooks, layer.input_norm, [&](const ScopeWeights& w) {
-        lk::RmsNormForward(xn1, rstd1, x, w[0], N, C, eps);
-        return absl::OkStatus();
+        return own_->RmsNormForward(xn1, rstd1, x, w[0], N, C, eps);
       }));
   CZ_RETURN_IF_ERROR(scopes_.RunForwardByGroup(
       hooks, layer.attn, [&](ScopeAccess& access) -> absl::Status {
         CZ_ASSIGN_OR_RETURN(const ScopeWeights in, access.Weights(0, 3));
-        gk::MatmulTransposedForward(sc.q.data(), xn1, Matrix(in.matrix(0)), N,
-                                    C, ch, p);
-        gk::MatmulTransposedForward(sc.k.data(), xn1, Matrix(in.matrix(1)), N,
-                                    C, ckv, p);
-        gk::MatmulTransposedForward(sc.v.data(), xn1, Matrix(in.matrix(2)), N,
-                                    C, ckv, p);
-        lk::RopeForward(sc.q.data(), a.rope_cos.data(), a.rope_sin.data(), N, T,
-                        NH, hd);
-        lk::RopeForward(sc.k.data(), a.rope_cos.data(), a.rope_sin.data(), N, T,
-                        KV, hd);
-        lk::ExpandQkv(qkv, sc.q.data(), sc.k.data(), sc.v.data(), N, NH, KV,
-                      hd);
-        gk::AttentionForward(atty, att, qkv, B, T, ch, NH, p);
+        CZ_RETURN_IF_ERROR(shared_->MatmulTransposedForward(
+            sc.q.data(), xn1, in.matrix(0), N, C, ch, p));
+        CZ_RETURN_IF_ERROR(shared_->MatmulTransposedForward(
+            sc.k.data(), xn1, in.matrix(1), N, C, ckv, p));
+        CZ_RETURN_IF_ERROR(shared_->MatmulTransposedForward(
+            sc.v.data(), xn1, in.matrix(2), N, C, ckv, p));
+        CZ_RETURN_IF_ERROR(own_->RopeForward(sc.q.data(), a.rope_cos.data(),
+                                             a.rope_sin.data(), N, T, NH, hd));
+        CZ_RETURN_IF_ERROR(own_->RopeForward(sc.k.data(), a.rope_cos.data(),
+                                             a.rope_sin.data(), N, T, KV, hd));
+        CZ_RETURN_IF_ERROR(own_->ExpandQkv(qkv, sc.q.data(), sc.k.data(),
+                                           sc.v.data(), N, NH, KV, hd));
+        CZ_RETURN_IF_ERROR(
+            shared_->AttentionForward(atty, att, qkv, B, T, ch, NH, p));
         CZ_ASSIGN_OR_RETURN(const ScopeWeights o, access.Weights(3, 1));
-        gk::MatmulTransposedForward(res2, atty, Matrix(o.matrix(0)), N, ch, C,
-                                    p);
-        gk::Add(res2, res2, x, NC);
-        return absl::OkStatus();
+        CZ_RETURN_IF_ERROR(shared_->MatmulTransposedForward(
+            res2, atty, o.matrix(0), N, ch, C, p));
+        return shared_->Add(res2, res2, x, NC);
       }));
   CZ_RETURN_IF_ERROR(
       scopes_.RunForward(hooks, layer.post_norm, [&](const ScopeWeights& w) {
-        lk::RmsNormForward(xn2, rstd2, res2, w[0], N, C, eps);
-        return absl::OkStatus();
+        return own_->RmsNormForward(xn2, rstd2, res2, w[0], N, C, eps);
       }));
   CZ_RETURN_IF_ERROR(scopes_.RunForwardByGroup(
       hooks, layer.mlp, [&](ScopeAccess& access) -> absl::Status {
         CZ_ASSIGN_OR_RETURN(const ScopeWeights in, access.Weights(0, 2));
-        gk::MatmulTransposedForward(gate, xn2, Matrix(in.matrix(0)), N, C, F,
-                                    p);
-        gk::MatmulTransposedForward(up, xn2, Matrix(in.matrix(1)), N, C, F, p);
-        lk::SwiGluForward(gated, gate, up, NF);
+        CZ_RETURN_IF_ERROR(shared_->MatmulTransposedForward(
+            gate, xn2, in.matrix(0), N, C, F, p));
+        CZ_RETURN_IF_ERROR(shared_->MatmulTransposedForward(
+            up, xn2, in.matrix(1), N, C, F, p));
+        CZ_RETURN_IF_ERROR(own_->SwiGluForward(gated, gate, up, NF));
         CZ_ASSIGN_OR_RETURN(const ScopeWeights down, access.Weights(2, 1));
-        gk::MatmulTransposedForward(res3, gated, Matrix(down.matrix(0)), N, F,
-                                    C, p);
-        gk::Add(res3, res3, res2, NC);
-        return absl::OkStatus();
+        CZ_RETURN_IF_ERROR(shared_->MatmulTransposedForward(
+            res3, gated, down.matrix(0), N, F, C, p));
+        return shared_->Add(res3, res3, res2, NC);
       }));
   return absl::OkStatus();
 }
@@ -272,15 +273,20 @@ absl::StatusOr<float> LlamaModel::Forward(ParamHooks& hooks, int batch, int seq,
                      "LlamaModel::Forward: activations for batch ", batch,
                      " x seq ", seq);
   Activations& a = *acts_;
-  std::copy(tokens.begin(), tokens.end(), a.tokens.data());
-  std::copy(targets.begin(), targets.end(), a.targets.data());
   const int N = batch * seq, C = c.d_model, V = c.vocab;
+  const Device device = shared_->device();
+  CZ_RETURN_IF_ERROR(CopyBytes(a.tokens.data(), device, tokens.data(),
+                               Device::Cpu(), N * sizeof(int32_t)),
+                     "LlamaModel::Forward: the tokens");
+  CZ_RETURN_IF_ERROR(CopyBytes(a.targets.data(), device, targets.data(),
+                               Device::Cpu(), N * sizeof(int32_t)),
+                     "LlamaModel::Forward: the targets");
   const size_t NC = static_cast<size_t>(N) * C;
 
   CZ_RETURN_IF_ERROR(
       scopes_.RunForward(hooks, embedding_, [&](const ScopeWeights& w) {
-        lk::EmbeddingForward(a.embedded.data(), a.tokens.data(), w[0], N, C);
-        return absl::OkStatus();
+        return own_->EmbeddingForward(a.embedded.data(), a.tokens.data(), w[0],
+                                      N, C, V);
       }));
   for (int l = 0; l < c.layers; ++l) {
     CZ_RETURN_IF_ERROR(LayerForward(hooks, l));
@@ -288,19 +294,18 @@ absl::StatusOr<float> LlamaModel::Forward(ParamHooks& hooks, int batch, int seq,
   const float* last = a.res3.data() + (c.layers - 1) * NC;
   CZ_RETURN_IF_ERROR(
       scopes_.RunForward(hooks, norm_, [&](const ScopeWeights& w) {
-        lk::RmsNormForward(a.xnf.data(), a.rstdf.data(), last, w[0], N, C,
-                           static_cast<float>(c.rms_norm_eps));
-        return absl::OkStatus();
+        return own_->RmsNormForward(a.xnf.data(), a.rstdf.data(), last, w[0], N,
+                                    C, static_cast<float>(c.rms_norm_eps));
       }));
   CZ_RETURN_IF_ERROR(
       scopes_.RunForward(hooks, lm_head_, [&](const ScopeWeights& w) {
-        gk::MatmulTransposedForward(a.probs.data(), a.xnf.data(),
-                                    Matrix(w.matrix(0)), N, C, V,
-                                    matmul_precision_);
-        return absl::OkStatus();
+        return shared_->MatmulTransposedForward(a.probs.data(), a.xnf.data(),
+                                                w.matrix(0), N, C, V,
+                                                matmul_precision_);
       }));
-  const double loss = gk::CrossEntropyForward(a.probs.data(), a.targets.data(),
-                                              N, V, a.row_losses.data());
+  CZ_ASSIGN_OR_RETURN(const double loss, shared_->CrossEntropyForward(
+                                             a.probs.data(), a.targets.data(),
+                                             N, V, a.row_losses.data()));
   have_forward_ = true;
   return static_cast<float>(loss);
 }
@@ -322,8 +327,9 @@ absl::Status LlamaModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
   const size_t NC = static_cast<size_t>(N) * C;
   const size_t NF = static_cast<size_t>(N) * F;
   const gemm::Precision p = matmul_precision_;
-  const int datt_heads = static_cast<int>(
-      sc.datt.size() / gk::AttentionBackwardScratchPerHead(T, ch, NH));
+  const bool in_place = shared_->AttentionBackwardInPlace();
+  const size_t att_size =
+      static_cast<size_t>(shared_->AttentionElements(B, T, NH));
   float* dres = sc.dres.data();
   float* dln = sc.dln.data();
   float* dsum = sc.dsum.data();
@@ -331,13 +337,12 @@ absl::Status LlamaModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
   CZ_RETURN_IF_ERROR(scopes_.RunBackward(
       hooks, lm_head_, /*read_weights=*/true,
       [&](const ScopeWeights& w, float* const* g) {
-        gk::CrossEntropyBackward(a.probs.data(), a.targets.data(),
-                                 loss_grad_scale / N, N, V);
-        gk::MatmulTransposedBackward(dln, g[0], a.probs.data(), a.xnf.data(),
-                                     Matrix(w.matrix(0)), N, C, V, p);
-        return absl::OkStatus();
+        CZ_RETURN_IF_ERROR(shared_->CrossEntropyBackward(
+            a.probs.data(), a.targets.data(), loss_grad_scale / N, N, V));
+        return shared_->MatmulTransposedBackward(
+            dln, g[0], a.probs.data(), a.xnf.data(), w.matrix(0), N, C, V, p);
       }));
-  std::fill(dres, dres + NC, 0.0f);
+  CZ_RETURN_IF_ERROR(shared_->Zero(dres, NC));
   const float* last = a.res3.data() + (c.layers - 1) * NC;
   CZ_RETURN_IF_ERROR(
       RmsNormBackward(hooks, norm_, dres, dln, last, a.rstdf.data()));
@@ -351,7 +356,8 @@ absl::Status LlamaModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
     const float* x = l == 0 ? a.embedded.data() : a.res3.data() + (l - 1) * NC;
     const float* xn1 = a.xn1.data() + s * NC;
     float* qkv = a.qkv.data() + s * N * 3 * static_cast<size_t>(ch);
-    float* att = a.att.data() + s * static_cast<size_t>(N) * NH * T;
+    float* att = a.att.data() + s * att_size;
+    float* dqkv = in_place ? qkv : sc.dqkv.data();
     const float* atty = a.atty.data() + s * N * static_cast<size_t>(ch);
     const float* res2 = a.res2.data() + s * NC;
     const float* xn2 = a.xn2.data() + s * NC;
@@ -366,18 +372,19 @@ absl::Status LlamaModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
         hooks, layer.mlp, [&](ScopeAccess& access) -> absl::Status {
           CZ_ASSIGN_OR_RETURN(const ScopeWeights down, access.Weights(2, 1));
           CZ_ASSIGN_OR_RETURN(const ScopeGrads gd, access.Grads(2, 1));
-          gk::MatmulTransposedBackward(sc.dgated.data(), gd.g[0], dres, gated,
-                                       Matrix(down.matrix(0)), N, F, C, p);
+          CZ_RETURN_IF_ERROR(shared_->MatmulTransposedBackward(
+              sc.dgated.data(), gd.g[0], dres, gated, down.matrix(0), N, F, C,
+              p));
           CZ_RETURN_IF_ERROR(access.Hand());
-          lk::SwiGluBackward(gate, up, sc.dgated.data(), gate, up, NF);
+          CZ_RETURN_IF_ERROR(
+              own_->SwiGluBackward(gate, up, sc.dgated.data(), gate, up, NF));
           CZ_ASSIGN_OR_RETURN(const ScopeWeights in, access.Weights(0, 2));
           CZ_ASSIGN_OR_RETURN(const ScopeGrads gi, access.Grads(0, 2));
-          gk::MatmulTransposedBackward(dln, gi.g[0], gate, xn2,
-                                       Matrix(in.matrix(0)), N, C, F, p);
-          gk::MatmulTransposedBackward(dsum, gi.g[1], up, xn2,
-                                       Matrix(in.matrix(1)), N, C, F, p);
-          gk::Add(dln, dln, dsum, NC);
-          return absl::OkStatus();
+          CZ_RETURN_IF_ERROR(shared_->MatmulTransposedBackward(
+              dln, gi.g[0], gate, xn2, in.matrix(0), N, C, F, p));
+          CZ_RETURN_IF_ERROR(shared_->MatmulTransposedBackward(
+              dsum, gi.g[1], up, xn2, in.matrix(1), N, C, F, p));
+          return shared_->Add(dln, dln, dsum, NC);
         }));
     CZ_RETURN_IF_ERROR(RmsNormBackward(hooks, layer.post_norm, dres, dln, res2,
                                        a.rstd2.data() + s * N));
@@ -387,28 +394,28 @@ absl::Status LlamaModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
         hooks, layer.attn, [&](ScopeAccess& access) -> absl::Status {
           CZ_ASSIGN_OR_RETURN(const ScopeWeights o, access.Weights(3, 1));
           CZ_ASSIGN_OR_RETURN(const ScopeGrads go, access.Grads(3, 1));
-          gk::MatmulTransposedBackward(sc.datty.data(), go.g[0], dres, atty,
-                                       Matrix(o.matrix(0)), N, ch, C, p);
+          CZ_RETURN_IF_ERROR(shared_->MatmulTransposedBackward(
+              sc.datty.data(), go.g[0], dres, atty, o.matrix(0), N, ch, C, p));
           CZ_RETURN_IF_ERROR(access.Hand());
-          gk::AttentionBackward(qkv, sc.datt.data(), datt_heads,
-                                sc.datty.data(), qkv, att, B, T, ch, NH, p);
-          lk::ReduceQkvGrad(sc.q.data(), sc.k.data(), sc.v.data(), qkv, N, NH,
-                            KV, hd);
-          lk::RopeBackward(sc.q.data(), a.rope_cos.data(), a.rope_sin.data(), N,
-                           T, NH, hd);
-          lk::RopeBackward(sc.k.data(), a.rope_cos.data(), a.rope_sin.data(), N,
-                           T, KV, hd);
+          CZ_RETURN_IF_ERROR(shared_->AttentionBackward(
+              dqkv, sc.datt.data(), static_cast<int64_t>(sc.datt.size()),
+              sc.datty.data(), qkv, att, atty, B, T, ch, NH, p));
+          CZ_RETURN_IF_ERROR(own_->ReduceQkvGrad(
+              sc.q.data(), sc.k.data(), sc.v.data(), dqkv, N, NH, KV, hd));
+          CZ_RETURN_IF_ERROR(own_->RopeBackward(
+              sc.q.data(), a.rope_cos.data(), a.rope_sin.data(), N, T, NH, hd));
+          CZ_RETURN_IF_ERROR(own_->RopeBackward(
+              sc.k.data(), a.rope_cos.data(), a.rope_sin.data(), N, T, KV, hd));
           CZ_ASSIGN_OR_RETURN(const ScopeWeights in, access.Weights(0, 3));
           CZ_ASSIGN_OR_RETURN(const ScopeGrads gi, access.Grads(0, 3));
-          gk::MatmulTransposedBackward(dln, gi.g[0], sc.q.data(), xn1,
-                                       Matrix(in.matrix(0)), N, C, ch, p);
-          gk::MatmulTransposedBackward(dsum, gi.g[1], sc.k.data(), xn1,
-                                       Matrix(in.matrix(1)), N, C, ckv, p);
-          gk::Add(dln, dln, dsum, NC);
-          gk::MatmulTransposedBackward(dsum, gi.g[2], sc.v.data(), xn1,
-                                       Matrix(in.matrix(2)), N, C, ckv, p);
-          gk::Add(dln, dln, dsum, NC);
-          return absl::OkStatus();
+          CZ_RETURN_IF_ERROR(shared_->MatmulTransposedBackward(
+              dln, gi.g[0], sc.q.data(), xn1, in.matrix(0), N, C, ch, p));
+          CZ_RETURN_IF_ERROR(shared_->MatmulTransposedBackward(
+              dsum, gi.g[1], sc.k.data(), xn1, in.matrix(1), N, C, ckv, p));
+          CZ_RETURN_IF_ERROR(shared_->Add(dln, dln, dsum, NC));
+          CZ_RETURN_IF_ERROR(shared_->MatmulTransposedBackward(
+              dsum, gi.g[2], sc.v.data(), xn1, in.matrix(2), N, C, ckv, p));
+          return shared_->Add(dln, dln, dsum, NC);
         }));
     CZ_RETURN_IF_ERROR(RmsNormBackward(hooks, layer.input_norm, dres, dln, x,
                                        a.rstd1.data() + s * N));
@@ -416,9 +423,8 @@ absl::Status LlamaModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
   // embedded = embed_tokens[tokens]: no weights read.
   return scopes_.RunBackward(hooks, embedding_, /*read_weights=*/false,
                              [&](const ScopeWeights&, float* const* g) {
-                               lk::EmbeddingBackward(g[0], dres,
-                                                     a.tokens.data(), N, C, V);
-                               return absl::OkStatus();
+                               return own_->EmbeddingBackward(
+                                   g[0], dres, a.tokens.data(), N, C, V);
                              });
 }
 

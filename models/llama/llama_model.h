@@ -66,10 +66,11 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/model.h"
-#include "models/common/cpu_weight_reader.h"
 #include "models/common/language_model.h"
 #include "models/common/parameter_scopes.h"
 #include "models/gpt2/gemm_types.h"
+#include "models/gpt2/gpt_backend.h"
+#include "models/llama/llama_layers.h"
 #include "tensor/device.h"
 #include "tensor/dtype.h"
 #include "tensor/memory/memory_tracker.h"
@@ -116,9 +117,11 @@ class LlamaModel final : public LanguageModel {
   // A model with fresh parameters stored as `dtype`, drawn as Hugging
   // Face's LlamaPreTrainedModel does: embeddings and Linear weights
   // ~ N(0, 0.02), RMSNorm weights 1; the normals from NormalSampler(seed),
-  // parameter by parameter in declaration order. The model computes on the
-  // CPU: Unimplemented for a GPU (its CUDA layers are not written yet),
-  // InvalidArgument for another device.
+  // parameter by parameter in declaration order. The model computes on
+  // `device`, the CPU or a GPU (cuda:N, whose layers fail with
+  // Unimplemented in a build without --config=cuda); InvalidArgument for
+  // another device. The parameters are made on `device` (without CUDA:
+  // Unimplemented, naming the first parameter).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(
       const LlamaConfig& config, uint64_t seed, DType dtype = DType::kF32,
       Device device = Device::Cpu());
@@ -128,6 +131,8 @@ class LlamaModel final : public LanguageModel {
   ~LlamaModel() override;
 
   const LlamaConfig& config() const { return config_; }
+  // Where the layers compute: the CPU or the GPU given to Create.
+  Device compute_device() const { return shared_->device(); }
 
   // f32 products (the default) or bf16-rounded inputs with f32
   // accumulation, as GptModel::set_matmul_precision.
@@ -183,7 +188,8 @@ class LlamaModel final : public LanguageModel {
     Scope input_norm, attn, post_norm, mlp;
   };
 
-  explicit LlamaModel(const LlamaConfig& config);
+  LlamaModel(const LlamaConfig& config, std::unique_ptr<GptBackend> shared,
+             std::unique_ptr<LlamaLayers> own);
 
   // Layer `l`'s forward (its four scopes) from its input into its slot and
   // its output; Forward and Backward's recomputation run this.
@@ -200,7 +206,10 @@ class LlamaModel final : public LanguageModel {
   void VisitBuffers(int batch, int seq, Fn fn);
 
   LlamaConfig config_;
-  CpuWeightReader reader_;
+  // The layers GPT-2 shares (products, attention, loss; also the reader of
+  // the weights) and Llama's own, on the device the model computes on.
+  std::unique_ptr<GptBackend> shared_;
+  std::unique_ptr<LlamaLayers> own_;
   gemm::Precision matmul_precision_ = gemm::Precision::kF32;
   ActivationCheckpointing checkpointing_;
   ParameterScopes scopes_;

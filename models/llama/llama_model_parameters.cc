@@ -126,16 +126,21 @@ double LlamaModelFlopsPerStep(const LlamaConfig& config, int seq_len,
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
     const LlamaConfig& config, uint64_t seed, DType dtype, Device device) {
   CZ_RETURN_IF_ERROR(config.Validate());
-  if (device.type() == DeviceType::kCuda) {
-    return absl::UnimplementedError(
-        absl::StrCat("LlamaModel computes on the cpu; its layers for ",
-                     device.ToString(), " are not written yet"));
+  std::unique_ptr<GptBackend> shared;
+  std::unique_ptr<LlamaLayers> own;
+  if (device == Device::Cpu()) {
+    shared = MakeCpuGptBackend();
+    own = MakeCpuLlamaLayers();
+  } else if (device.type() == DeviceType::kCuda) {
+    CZ_ASSIGN_OR_RETURN(shared, MakeCudaGptBackend(device));
+    CZ_ASSIGN_OR_RETURN(own, MakeCudaLlamaLayers(device));
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LlamaModel computes on the cpu or a GPU (cuda:N), not ",
+                     device.ToString()));
   }
-  if (device != Device::Cpu()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "LlamaModel computes on the cpu, not ", device.ToString()));
-  }
-  std::unique_ptr<LlamaModel> model(new LlamaModel(config));
+  std::unique_ptr<LlamaModel> model(
+      new LlamaModel(config, std::move(shared), std::move(own)));
   NormalSampler normal(seed);
   for (auto& [name, shape] : LlamaParameterShapes(config)) {
     std::vector<float> values(NumElements(shape));
@@ -145,6 +150,12 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
       for (float& v : values) v = static_cast<float>(0.02 * normal.Next());
     }
     CZ_ASSIGN_OR_RETURN(Tensor data, Tensor::FromFloats(values, shape, dtype));
+    if (device != Device::Cpu()) {
+      absl::StatusOr<Tensor> there = data.To(device);
+      CZ_RETURN_IF_ERROR(there.status(), "making parameter '", name, "' on ",
+                         device.ToString());
+      data = *std::move(there);
+    }
     model->scopes_.Add(name, std::move(data));
   }
 

@@ -11,6 +11,7 @@
 
 #include <cmath>
 
+#include "models/common/internal/cuda_grid.h"
 #include "models/gpt2/internal/cuda_gpt_kernels_nvcc.h"
 #include "models/gpt2/internal/gpt_math.h"
 #include "tensor/half.h"
@@ -19,49 +20,14 @@ namespace chunkzero {
 namespace cuda_gpt_internal {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarp = 32;
-constexpr int kWarpsPerBlock = kThreads / kWarp;
-
-// Enough blocks to fill the GPU; grid-stride loops cover the rest.
-unsigned Blocks(size_t n) {
-  const size_t wanted = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(wanted < 65535 * 8 ? wanted : 65535 * 8);
-}
-
-// Blocks for one warp per row.
-unsigned WarpBlocks(size_t rows) {
-  const size_t wanted = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  return static_cast<unsigned>(wanted < 65535 * 8 ? wanted : 65535 * 8);
-}
-
-int Launched() { return static_cast<int>(cudaGetLastError()); }
-
-#define CZ_GRID_STRIDE(i, n)                                                  \
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; \
-       i < (n); i += static_cast<size_t>(blockDim.x) * gridDim.x)
-
-// One warp per row: `row` runs over this warp's rows of [0, rows).
-#define CZ_WARP_ROWS(row, rows)                                        \
-  for (size_t row = static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + \
-                    threadIdx.x / kWarp;                               \
-       row < static_cast<size_t>(rows);                                \
-       row += static_cast<size_t>(gridDim.x) * kWarpsPerBlock)
-
-__device__ float WarpSum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  }
-  return v;
-}
-
-__device__ float WarpMax(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    const float o = __shfl_xor_sync(0xffffffffu, v, offset);
-    v = o > v ? o : v;
-  }
-  return v;
-}
+using cuda_grid::Blocks;
+using cuda_grid::kThreads;
+using cuda_grid::kWarp;
+using cuda_grid::kWarpsPerBlock;
+using cuda_grid::Launched;
+using cuda_grid::WarpBlocks;
+using cuda_grid::WarpMax;
+using cuda_grid::WarpSum;
 
 // ---- Embedding ----
 
