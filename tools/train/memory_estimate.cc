@@ -97,8 +97,9 @@ struct ModelFigures {
 // layer its output N C, per activation slot 3 N C + 2 N + 3 N Ch + B NH
 // T^2 + N Ch + 3 N F; the embedding, final norm and probabilities
 // N C + N C + N + N V; the rotary tables T hd. Scratch: q, k, v N (Ch + 2
-// Ckv), three N C, N F and N Ch, and the attention backward's T^2 + 3 T hd
-// per thread (for at most B NH heads). The grad buffer holds the largest
+// Ckv), three N C, N F and N Ch, and the attention backward's: on the CPU
+// T^2 + 3 T hd per thread (for at most B NH heads), dqkv in place; on a
+// GPU B NH T^2 and dqkv's N 3 Ch. The grad buffer holds the largest
 // group (the embedding or output projection, q k v, or gate and up); the
 // widen buffer the largest 16-bit group (with bf16 products only the
 // embedding's, which is not a product's matrix). The tied embedding's f32
@@ -123,10 +124,13 @@ ModelFigures LlamaFigures(const TrainMemoryInput& in, const LlamaConfig& m) {
   const double widened = in.dtype == DType::kF32    ? 0
                          : in.dtype == DType::kBF16 ? V * C
                                                     : grads;
+  const double attention_scratch =
+      in.gpu ? B * NH * T * T + 3 * N * ch
+             : std::min(threads, B * NH) * (T * T + 3 * T * hd);
   f.floats = L * N * C + slots * slot + (2 * N * C + N) + N * V + T * hd +
              N * (ch + 2 * ckv) + 3 * N * C + N * F + N * ch +
-             std::min(threads, B * NH) * (T * T + 3 * T * hd) + grads +
-             widened + (m.tie_word_embeddings ? V * C : 0);
+             attention_scratch + grads + widened +
+             (m.tie_word_embeddings ? V * C : 0);
   return f;
 }
 

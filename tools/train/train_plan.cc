@@ -44,11 +44,6 @@ absl::Status CheckLlamaCanRun(const TrainOptions& o) {
     return Bad("fused_attention", "true",
                "the Llama model has only the batched attention");
   }
-  if (o.device == ComputeDevice::kCuda) {
-    return Bad("device", "cuda",
-               "the Llama model computes on the cpu; its GPU layers are not "
-               "written yet");
-  }
   return absl::OkStatus();
 }
 
