@@ -18,8 +18,9 @@ PREFLIGHT_SECTIONS = ("=== ldd --version", "=== /proc/meminfo",
                       "=== cuBLAS, cuBLASLt, NCCL and CUDA runtime",
                       "=== ldd tools_train_train")
 GPU_RUNS = ("parity_gpu_1", "capped", "bench_ours", "bench_torch",
-            "parity_gpu_1_fused", "parity_gpu_2", "bench_shared")
-CPU_RUNS = ("parity_cpu_1", "parity_cpu_2")
+            "parity_gpu_1_fused", "llama_gpu_1", "parity_gpu_2",
+            "bench_shared")
+CPU_RUNS = ("parity_cpu_1", "llama_cpu_1", "parity_cpu_2")
 
 
 def problems(out):

@@ -53,6 +53,22 @@ class TrainSummaryTest(unittest.TestCase):
         self.assertIs(line["met"], True)
         self.assertEqual(result["missed_correctness_lines"], [])
 
+    def test_llama_parity_has_its_own_line(self):
+        write(os.path.join(self.work, "codes.txt"),
+              "llama_cpu_1 0\nllama_gpu_1 0\n")
+        write(os.path.join(self.work, "llama_cpu_1.jsonl"), jsonl([6.0, 5.0]))
+        write(os.path.join(self.work, "llama_gpu_1.jsonl"),
+              jsonl([6.0, 5.0 * (1 + 2e-5)]))
+        rc, result = self.run_summary()
+        self.assertEqual(rc, 1)
+        line = result["lines"]["parity_llama_world_1"]
+        self.assertAlmostEqual(line["value"], 2e-5, places=12)
+        self.assertIs(line["met"], False)
+        self.assertEqual(result["parity_f32"]["llama_world_1"]["cpu_losses"],
+                         [6.0, 5.0])
+        self.assertEqual(result["missed_correctness_lines"],
+                         ["parity_llama_world_1"])
+
     def test_parity_beyond_line_is_recorded_and_fails(self):
         write(os.path.join(self.work, "codes.txt"),
               "parity_cpu_1 0\nparity_gpu_1 0\n")

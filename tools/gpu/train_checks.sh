@@ -6,8 +6,9 @@
 # Within SECONDS, each run under its own timeout:
 #   parity    the same small f32 job on the CPU and on cuda:0 (1 rank, with
 #             the batched and the fused attention, and 2 ranks sharing the
-#             GPU through the in-process group staged via pinned memory):
-#             the loss trajectories side by side.
+#             GPU through the in-process group staged via pinned memory),
+#             and a small Llama (grouped-query heads) on both: the loss
+#             trajectories side by side.
 #   capped    the README's larger-than-memory model (12 x 256, 10 M
 #             parameters, replicated DDP ~162 MiB per rank) on 2 ranks
 #             sharing cuda:0 under a 32 MiB cap with --offload=params: the
@@ -86,6 +87,9 @@ run() {
 
 small=(--layers=2 --d_model=128 --heads=4 --seq_len=64 --vocab=256 --batch=4
   --steps=5 --precision=fp32)
+llama=(--model=llama --layers=2 --d_model=128 --heads=4 --kv_heads=2
+  --ffn=256 --rope_theta=500000 --seq_len=64 --vocab=256 --batch=4 --steps=5
+  --precision=fp32)
 big=(--layers=12 --d_model=768 --heads=12 --seq_len=1024 --vocab=50257
   --precision=bf16 --device=cuda)
 # Most wanted first, correctness before speed: what the budget cuts short
@@ -108,6 +112,12 @@ run bench_torch gpu 80 python3 "$here/torch_gpt2_bench.py" 12 768 12 1024 \
 run parity_gpu_1_fused gpu 30 "$train" "${small[@]}" --world_size=1 \
   --device=cuda --fused_attention \
   --metrics_out="$work/parity_gpu_1_fused.jsonl"
+# The Llama through the same engine: grouped-query heads, rope_theta
+# 500000, on the CPU and on cuda:0.
+run llama_cpu_1 cpu 20 "$train" "${llama[@]}" --world_size=1 --device=cpu \
+  --metrics_out="$work/llama_cpu_1.jsonl"
+run llama_gpu_1 gpu 30 "$train" "${llama[@]}" --world_size=1 --device=cuda \
+  --metrics_out="$work/llama_gpu_1.jsonl"
 run parity_cpu_2 cpu 20 "$train" "${small[@]}" --world_size=2 --device=cpu \
   --metrics_out="$work/parity_cpu_2.jsonl"
 run parity_gpu_2 gpu 30 "$train" "${small[@]}" --world_size=2 --device=cuda \

@@ -73,7 +73,8 @@ def summarize(work):
     for name, cpu_run, gpu_run in (
             ("world_1", "parity_cpu_1", "parity_gpu_1"),
             ("world_2", "parity_cpu_2", "parity_gpu_2"),
-            ("world_1_fused_attention", "parity_cpu_1", "parity_gpu_1_fused")):
+            ("world_1_fused_attention", "parity_cpu_1", "parity_gpu_1_fused"),
+            ("llama_world_1", "llama_cpu_1", "llama_gpu_1")):
         cpu = [m["loss"] for m in metrics(work, cpu_run)]
         gpu = [m["loss"] for m in metrics(work, gpu_run)]
         if not cpu and not gpu:
