@@ -37,6 +37,7 @@ def chunkzero_dependencies(chunkzero_path = "."):
     _system("com_github_google_benchmark", Label("//third_party/system:benchmark.BUILD"))
     _system("com_google_protobuf", Label("//third_party/system:protobuf.BUILD"))
     _system("gloo", Label("//third_party/system:gloo.BUILD"))
+    _system("liburing", Label("//third_party/system:liburing.BUILD"))
     _system("nlohmann_json", Label("//third_party/system:nlohmann_json.BUILD"))
     _system("onednn", Label("//third_party/system:onednn.BUILD"))
     _system("cuda", Label("//third_party/system:cuda.BUILD"), path = "/usr/local/cuda")

@@ -1,0 +1,148 @@
+// The io_uring IoEngine: one ring, every piece of a batch queued on it and
+// submitted together; completions are reaped as Wait (or a full ring)
+// needs them, whichever batch they belong to.
+#include <liburing.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "io/nvme/io_pieces.h"
+
+namespace chunkzero {
+namespace io_internal {
+namespace {
+
+class UringIoEngine final : public IoEngine {
+ public:
+  UringIoEngine() = default;
+  ~UringIoEngine() override {
+    if (!initialized_) return;
+    // Nothing may still write into buffers the callers are about to free.
+    for (int64_t id : batches_.Ids()) Wait(IoBatch{id}).IgnoreError();
+    io_uring_queue_exit(&ring_);
+  }
+
+  absl::Status Init(int depth) {
+    const int made = io_uring_queue_init(static_cast<unsigned>(depth), &ring_,
+                                         0);
+    if (made < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("io_uring refused: ", std::strerror(-made)));
+    }
+    initialized_ = true;
+    return absl::OkStatus();
+  }
+
+  absl::string_view name() const override { return "io_uring"; }
+
+  absl::StatusOr<IoBatch> Submit(
+      const std::vector<IoRequest>& requests) override {
+    for (const IoRequest& r : requests) {
+      if (absl::Status s = CheckRequest(r); !s.ok()) return s;
+    }
+    const int64_t id = next_id_++;
+    auto [unused, pieces] = batches_.Add(Split(requests, id), id);
+    int queued = 0;
+    absl::Status failed;
+    for (Piece& p : *pieces) {
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+      while (sqe == nullptr && failed.ok()) {
+        // The ring is full: hand it to the kernel, make room.
+        failed = SubmitQueued();
+        if (failed.ok()) failed = ReapOne();
+        sqe = io_uring_get_sqe(&ring_);
+      }
+      if (!failed.ok()) break;
+      Prepare(sqe, &p);
+      ++queued;
+    }
+    if (failed.ok()) failed = SubmitQueued();
+    const int never_started = static_cast<int>(pieces->size()) - queued;
+    if (never_started > 0) batches_.Abandon(id, never_started, failed);
+    return IoBatch{id};
+  }
+
+  absl::Status Wait(IoBatch batch) override {
+    if (!batches_.Has(batch.id)) {
+      return absl::NotFoundError(
+          absl::StrCat("no I/O batch ", batch.id, " is in flight"));
+    }
+    while (batches_.Outstanding(batch.id) > 0) {
+      if (absl::Status reaped = ReapOne(); !reaped.ok()) {
+        // The ring itself failed: the pieces cannot be accounted for.
+        batches_.Abandon(batch.id, batches_.Outstanding(batch.id), reaped);
+      }
+    }
+    return batches_.Take(batch.id);
+  }
+
+ private:
+  static void Prepare(io_uring_sqe* sqe, Piece* p) {
+    if (p->kind == IoKind::kRead) {
+      io_uring_prep_read(sqe, p->fd, p->buffer, static_cast<unsigned>(p->bytes),
+                         static_cast<__u64>(p->offset));
+    } else {
+      io_uring_prep_write(sqe, p->fd, p->buffer,
+                          static_cast<unsigned>(p->bytes),
+                          static_cast<__u64>(p->offset));
+    }
+    io_uring_sqe_set_data(sqe, p);
+  }
+
+  absl::Status SubmitQueued() {
+    for (;;) {
+      const int submitted = io_uring_submit(&ring_);
+      if (submitted >= 0) return absl::OkStatus();
+      if (submitted != -EINTR && submitted != -EAGAIN) {
+        return absl::InternalError(absl::StrCat("io_uring submit: ",
+                                                std::strerror(-submitted)));
+      }
+    }
+  }
+
+  // Waits for one completion and records it; a piece the kernel asked to
+  // retry (EAGAIN) goes back on the ring.
+  absl::Status ReapOne() {
+    io_uring_cqe* cqe = nullptr;
+    int waited;
+    do {
+      waited = io_uring_wait_cqe(&ring_, &cqe);
+    } while (waited == -EINTR);
+    if (waited < 0) {
+      return absl::InternalError(
+          absl::StrCat("io_uring wait: ", std::strerror(-waited)));
+    }
+    Piece* p = static_cast<Piece*>(io_uring_cqe_get_data(cqe));
+    const int64_t result = cqe->res;
+    io_uring_cqe_seen(&ring_, cqe);
+    if (result == -EAGAIN || result == -EINTR) {
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+      if (sqe != nullptr) {
+        Prepare(sqe, p);
+        return SubmitQueued();
+      }
+    }
+    batches_.Done(p->batch, PieceStatus(*p, result));
+    return absl::OkStatus();
+  }
+
+  io_uring ring_{};
+  bool initialized_ = false;
+  Batches batches_;
+  int64_t next_id_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<IoEngine>> MakeUringIoEngine(int depth) {
+  auto engine = std::make_unique<UringIoEngine>();
+  if (absl::Status s = engine->Init(depth); !s.ok()) return s;
+  return std::unique_ptr<IoEngine>(std::move(engine));
+}
+
+}  // namespace io_internal
+}  // namespace chunkzero
