@@ -39,7 +39,8 @@ class AlignedBuffer {
   // the size when the allocation fails.
   [[nodiscard]] static absl::StatusOr<AlignedBuffer> Create(size_t bytes) {
     AlignedBuffer b;
-    b.size_ = static_cast<size_t>(RoundUpToDirectIo(static_cast<int64_t>(bytes)));
+    b.size_ =
+        static_cast<size_t>(RoundUpToDirectIo(static_cast<int64_t>(bytes)));
     if (b.size_ == 0) return b;
     void* p = std::aligned_alloc(kDirectIoAlignment, b.size_);
     if (p == nullptr) {

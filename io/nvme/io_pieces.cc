@@ -72,10 +72,9 @@ absl::Status PieceStatus(const Piece& p, int64_t result) {
                      " at offset ", p.offset, " (", p.bytes,
                      " bytes): ", std::strerror(error)));
   }
-  const std::string message =
-      absl::StrCat(read ? "short read of " : "short write to ",
-                   WhatOf(p.what), " at offset ", p.offset, ": ", result,
-                   " of ", p.bytes, " bytes");
+  const std::string message = absl::StrCat(
+      read ? "short read of " : "short write to ", WhatOf(p.what),
+      " at offset ", p.offset, ": ", result, " of ", p.bytes, " bytes");
   return read ? absl::DataLossError(message)
               : absl::ResourceExhaustedError(
                     absl::StrCat(message, " (is the disk full?)"));

@@ -33,8 +33,7 @@ struct Piece {
 [[nodiscard]] absl::Status CheckRequest(const IoRequest& request);
 
 // The requests cut into pieces of at most kIoPieceBytes, in order.
-std::vector<Piece> Split(const std::vector<IoRequest>& requests,
-                         int64_t batch);
+std::vector<Piece> Split(const std::vector<IoRequest>& requests, int64_t batch);
 
 // The error of `piece` whose transfer returned `result` (bytes moved, or
 // -errno); OK when it moved all its bytes.

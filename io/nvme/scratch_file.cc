@@ -31,8 +31,8 @@ std::string Bytes(int64_t n) {
 // Opens an unnamed file in `dir` with `flags`, or where O_TMPFILE is not
 // supported, a named one removed at once. -1 with errno set on failure.
 int OpenUnnamed(const std::string& dir, int flags) {
-  const int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC | flags,
-                        0600);
+  const int fd =
+      ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC | flags, 0600);
   if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR)) return fd;
   std::string path = JoinPath(dir, ".chunkzero-scratch-XXXXXX");
   const int named = ::mkostemp(path.data(), O_CLOEXEC | flags);
@@ -97,8 +97,9 @@ absl::StatusOr<std::unique_ptr<ScratchFile>> ScratchFile::Create(
       if (plain >= 0) {
         ::close(plain);
         return absl::FailedPreconditionError(absl::StrCat(
-            dir, " is on a filesystem without direct I/O (O_DIRECT; a tmpfs "
-                 "has none): give a directory on a disk"));
+            dir,
+            " is on a filesystem without direct I/O (O_DIRECT; a tmpfs "
+            "has none): give a directory on a disk"));
       }
     }
     if (direct_errno == EROFS) {
@@ -109,20 +110,33 @@ absl::StatusOr<std::unique_ptr<ScratchFile>> ScratchFile::Create(
     return ErrnoError("cannot create a scratch file in", dir);
   }
   auto file = std::unique_ptr<ScratchFile>(
-      new ScratchFile(fd, bytes, absl::StrCat("a scratch file in ", dir)));
-  if (bytes == 0) return file;
-  // Reserved now, so that a disk that cannot hold it says so before step 1.
-  const int reserved = ::posix_fallocate(fd, 0, bytes);
-  if (reserved == ENOSPC || reserved == EFBIG) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot reserve ", Bytes(bytes), " for ",
-                     file->description(), ": ", std::strerror(reserved)));
-  }
-  if (reserved != 0 && ::ftruncate(fd, bytes) != 0) {
-    return ErrnoError(absl::StrCat("cannot size to ", Bytes(bytes)),
-                      file->description());
-  }
+      new ScratchFile(fd, absl::StrCat("a scratch file in ", dir)));
+  CZ_RETURN_IF_ERROR(file->Grow(bytes).status());
   return file;
+}
+
+absl::StatusOr<int64_t> ScratchFile::Grow(int64_t bytes) {
+  if (bytes < 0 || bytes % static_cast<int64_t>(kDirectIoAlignment) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("growing ", description_, " by ", bytes,
+                     " bytes: want a multiple of ", kDirectIoAlignment));
+  }
+  const int64_t at = size_;
+  if (bytes == 0) return at;
+  // Reserved now, so that a disk that cannot hold it says so at once.
+  const int reserved = ::posix_fallocate(fd_, at, bytes);
+  if (reserved == ENOSPC || reserved == EFBIG) {
+    ::ftruncate(fd_, at);  // Whatever was reserved goes back.
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot reserve ", Bytes(bytes), " more for ", description_,
+        " (holding ", Bytes(at), "): ", std::strerror(reserved)));
+  }
+  if (reserved != 0 && ::ftruncate(fd_, at + bytes) != 0) {
+    return ErrnoError(absl::StrCat("cannot grow by ", Bytes(bytes)),
+                      description_);
+  }
+  size_ = at + bytes;
+  return at;
 }
 
 ScratchFile::~ScratchFile() { ::close(fd_); }

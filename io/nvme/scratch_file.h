@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -50,12 +51,17 @@ class ScratchFile {
 
   int fd() const { return fd_; }
   int64_t size() const { return size_; }
+  // Appends `bytes` (a multiple of kDirectIoAlignment) reserved as Create
+  // reserves them, returning where they start: how a tier grows as it
+  // learns what it keeps. ResourceExhausted naming the bytes when the disk
+  // cannot hold them (the file keeps its size).
+  [[nodiscard]] absl::StatusOr<int64_t> Grow(int64_t bytes);
   // "a scratch file in DIR", for messages.
   const std::string& description() const { return description_; }
 
  private:
-  ScratchFile(int fd, int64_t size, std::string description)
-      : fd_(fd), size_(size), description_(std::move(description)) {}
+  ScratchFile(int fd, std::string description)
+      : fd_(fd), size_(0), description_(std::move(description)) {}
   int fd_;
   int64_t size_;
   std::string description_;

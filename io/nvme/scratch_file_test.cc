@@ -52,6 +52,22 @@ TEST(ScratchFile, HasNoNameReservesItsBytesAndTakesDirectIo) {
   EXPECT_EQ(std::memcmp(in.data(), out.data(), 4096), 0);
   EXPECT_LT(::pwrite((*file)->fd(), out.data() + 1, 4096, 0), 0);
   EXPECT_EQ(errno, EINVAL);
+  // Growing appends reserved bytes.
+  EXPECT_EQ(*(*file)->Grow(8192), kBytes);
+  EXPECT_EQ((*file)->size(), kBytes + 8192);
+  ASSERT_EQ(::fstat((*file)->fd(), &st), 0);
+  EXPECT_EQ(st.st_size, kBytes + 8192);
+  EXPECT_EQ((*file)->Grow(100).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const int64_t too_many =
+      RoundUpToDirectIo(*ScratchDirectoryFreeBytes(dir) + (int64_t{1} << 30));
+  const absl::Status full = (*file)->Grow(too_many).status();
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(full.message(),
+              HasSubstr(absl::StrCat("cannot reserve ", too_many)));
+  EXPECT_EQ((*file)->size(), kBytes + 8192);
+  ASSERT_EQ(::fstat((*file)->fd(), &st), 0);
+  EXPECT_EQ(st.st_size, kBytes + 8192);
   file->reset();
   EXPECT_TRUE(fs::is_empty(dir));
 }
@@ -63,7 +79,10 @@ TEST(ScratchFile, RefusesWhatCannotHoldItNamingTheDirectory) {
   EXPECT_THAT(s.message(), HasSubstr(dir + "/missing: no such directory"));
 
   const std::string file = dir + "/a_file";
-  { std::FILE* f = std::fopen(file.c_str(), "w"); std::fclose(f); }
+  {
+    std::FILE* f = std::fopen(file.c_str(), "w");
+    std::fclose(f);
+  }
   s = ScratchFile::Create(file, 4096).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr(file + " is not a directory"));
@@ -89,7 +108,8 @@ TEST(ScratchFile, RefusesATmpfs) {
   if (::statfs("/dev/shm", &info) != 0 || info.f_type != 0x01021994) {
     GTEST_SKIP() << "/dev/shm is not a tmpfs here";
   }
-  const std::string dir = absl::StrCat("/dev/shm/scratch_file_test_", ::getpid());
+  const std::string dir =
+      absl::StrCat("/dev/shm/scratch_file_test_", ::getpid());
   fs::create_directories(dir);
   const absl::Status s = ScratchFile::Create(dir, 4096).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);

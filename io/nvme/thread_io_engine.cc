@@ -24,12 +24,11 @@ namespace {
 int64_t Transfer(const Piece& p) {
   size_t done = 0;
   while (done < p.bytes) {
-    const ssize_t n =
-        p.kind == IoKind::kRead
-            ? ::pread(p.fd, p.buffer + done, p.bytes - done,
-                      p.offset + static_cast<off_t>(done))
-            : ::pwrite(p.fd, p.buffer + done, p.bytes - done,
-                       p.offset + static_cast<off_t>(done));
+    const ssize_t n = p.kind == IoKind::kRead
+                          ? ::pread(p.fd, p.buffer + done, p.bytes - done,
+                                    p.offset + static_cast<off_t>(done))
+                          : ::pwrite(p.fd, p.buffer + done, p.bytes - done,
+                                     p.offset + static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return -errno;
     if (n == 0) break;
@@ -52,10 +51,9 @@ class ThreadIoEngine final : public IoEngine {
 
   absl::Status Start(int threads) {
     for (int i = 0; i < threads; ++i) {
-      absl::StatusOr<std::thread> t = StartThread(
-          absl::StrCat("I/O thread ", i, " of the NVMe tier"), [this] {
-            Loop();
-          });
+      absl::StatusOr<std::thread> t =
+          StartThread(absl::StrCat("I/O thread ", i, " of the NVMe tier"),
+                      [this] { Loop(); });
       if (!t.ok()) return t.status();
       threads_.push_back(*std::move(t));
     }

@@ -27,8 +27,8 @@ class UringIoEngine final : public IoEngine {
   }
 
   absl::Status Init(int depth) {
-    const int made = io_uring_queue_init(static_cast<unsigned>(depth), &ring_,
-                                         0);
+    const int made =
+        io_uring_queue_init(static_cast<unsigned>(depth), &ring_, 0);
     if (made < 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("io_uring refused: ", std::strerror(-made)));
@@ -98,8 +98,8 @@ class UringIoEngine final : public IoEngine {
       const int submitted = io_uring_submit(&ring_);
       if (submitted >= 0) return absl::OkStatus();
       if (submitted != -EINTR && submitted != -EAGAIN) {
-        return absl::InternalError(absl::StrCat("io_uring submit: ",
-                                                std::strerror(-submitted)));
+        return absl::InternalError(
+            absl::StrCat("io_uring submit: ", std::strerror(-submitted)));
       }
     }
   }
