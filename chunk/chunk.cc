@@ -221,12 +221,91 @@ absl::Status Chunk::MaterialiseZeros() {
   return MaterialiseZerosIn(*full_);
 }
 
+Storage* Chunk::RestPayload() const {
+  if (is_holder()) return full_.get();
+  return shard_.get();
+}
+
+int64_t Chunk::rest_payload_bytes() const {
+  const Storage* payload = RestPayload();
+  return payload == nullptr ? 0 : static_cast<int64_t>(payload->nbytes());
+}
+
+absl::Status Chunk::NotOnDisk(absl::string_view operation) const {
+  if (disk_ == nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("cannot ", operation, " chunk ", name_,
+                   ": it rests on disk (", disk_->file().description(), ")"));
+}
+
+absl::Status Chunk::SpillRest(ChunkDiskTier* disk) {
+  if (disk == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spilling chunk ", name_, " to no disk tier"));
+  }
+  if (disk_ != nullptr && disk_ != disk) return NotOnDisk("spill");
+  if (accessed_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot spill chunk ", name_, " to disk while it is accessed"));
+  }
+  if (!rest_device_.is_host_accessible()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot spill chunk ", name_, " to disk from ",
+                     rest_device_.ToString(), ": it must rest in host memory"));
+  }
+  CZ_RETURN_IF_ERROR(FinishPendingCopy(), "spilling chunk ", name_);
+  disk_ = disk;
+  return ReturnToDisk();
+}
+
+absl::Status Chunk::ReturnToDisk() {
+  if (disk_ == nullptr || payload_on_disk_) return absl::OkStatus();
+  Storage* payload = RestPayload();
+  if (payload == nullptr || !payload->allocated()) return absl::OkStatus();
+  if (!disk_region_.valid()) {
+    absl::StatusOr<DiskRegion> region =
+        disk_->Reserve(static_cast<int64_t>(payload->nbytes()));
+    CZ_RETURN_IF_ERROR(region.status(), "spilling chunk ", name_);
+    disk_region_ = *region;
+  }
+  CZ_RETURN_IF_ERROR(disk_->Write(disk_region_, payload->data(),
+                                  payload->nbytes(),
+                                  absl::StrCat("chunk ", name_)));
+  payload->Free();
+  payload_on_disk_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Chunk::BringFromDisk() {
+  if (!payload_on_disk_) return absl::OkStatus();
+  Storage* payload = RestPayload();
+  CZ_RETURN_IF_ERROR(payload->Allocate(), "bringing chunk ", name_,
+                     " from disk");
+  const absl::Status read =
+      disk_->Read(disk_region_, payload->data(), payload->nbytes(),
+                  absl::StrCat("chunk ", name_));
+  if (!read.ok()) {
+    payload->Free();
+    return read;
+  }
+  payload_on_disk_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status Chunk::UnspillRest() {
+  CZ_RETURN_IF_ERROR(BringFromDisk());
+  disk_ = nullptr;
+  return absl::OkStatus();
+}
+
 void Chunk::DropPayload() {
   FinishPendingCopy().IgnoreError();  // Its buffers are about to go.
   full_->Free();
   if (shard_ != nullptr) shard_->Free();
   accessed_ = false;
   modified_ = false;
+  payload_on_disk_ = false;
+  disk_ = nullptr;
   SetAllStates(TensorState::kFree);
 }
 
@@ -272,6 +351,7 @@ bool Chunk::CanMove() const {
 }
 
 absl::Status Chunk::MoveTo(Device device) {
+  CZ_RETURN_IF_ERROR(NotOnDisk(absl::StrCat("move to ", device.ToString())));
   CZ_RETURN_IF_ERROR(FinishPendingCopy(), "moving chunk ", name_);
   CZ_RETURN_IF_ERROR(StateError("move", Requirement::kNoneBusy));
   if (shard_ != nullptr) {
@@ -291,6 +371,8 @@ absl::Status Chunk::MoveTo(Device device) {
 
 absl::Status Chunk::MoveRestTo(Device rest) {
   if (rest == rest_device_) return absl::OkStatus();
+  CZ_RETURN_IF_ERROR(
+      NotOnDisk(absl::StrCat("move to rest on ", rest.ToString())));
   if (accessed_) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot move chunk ", name_, " to rest on ",

@@ -52,6 +52,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "base/mutex.h"
+#include "chunk/chunk_disk_tier.h"
 #include "chunk/chunk_layout.h"
 #include "chunk/tensor_state.h"
 #include "comm/options.h"
@@ -275,6 +276,29 @@ class Chunk {
   void MarkModified() { modified_ = true; }
   bool is_modified() const { return modified_; }
 
+  // ---- The disk tier (chunk/chunk_disk_tier.h: the NVMe tier).
+  // Writes the payload this rank keeps at rest (a holder's full buffer, the
+  // shard) into its region of `disk` (reserved at the first spill, kept
+  // after) and frees it: from now on the chunk rests on disk. Its views
+  // read as not materialised while it is there; Access brings the payload
+  // back first and Release writes it out again. A rank that keeps nothing
+  // at rest (an owner-layout non-owner) writes nothing. FailedPrecondition
+  // while accessed, when the payload rests on a GPU, or when the chunk
+  // rests on another tier's disk.
+  [[nodiscard]] absl::Status SpillRest(ChunkDiskTier* disk);
+  // Reads the payload back into memory where it rested before, for good:
+  // the chunk no longer rests on disk. OK if it does not.
+  [[nodiscard]] absl::Status UnspillRest();
+  // Whether the chunk rests on disk, and whether its payload is there now
+  // (not while accessed).
+  bool rests_on_disk() const { return disk_ != nullptr; }
+  bool payload_on_disk() const { return payload_on_disk_; }
+  ChunkDiskTier* disk_tier() const { return disk_; }
+  // The region of the payload on disk (valid once spilled), and the
+  // payload's bytes (a holder's capacity() or shard_size() elements).
+  const DiskRegion& disk_region() const { return disk_region_; }
+  int64_t rest_payload_bytes() const;
+
   // Frees the full buffer and the shard now, whatever the states. For
   // owners going away: views of the chunk may outlive it (a model keeps its
   // parameters), but its memory must go back to the allocators while they
@@ -333,6 +357,18 @@ class Chunk {
     comm::WorkCompletion done;
   };
 
+  // The payload at rest (full_ for holders, shard_ for sharded; null for
+  // an owner-layout non-owner).
+  Storage* RestPayload() const;
+  // For a chunk resting on disk: its payload read back into memory, or
+  // written out and freed (what Access and Release do).
+  [[nodiscard]] absl::Status BringFromDisk();
+  [[nodiscard]] absl::Status ReturnToDisk();
+  // The release of a chunk whatever its tier (Release adds the disk).
+  [[nodiscard]] absl::Status ReleaseInMemory();
+  // FailedPrecondition naming `operation` for a chunk resting on disk.
+  [[nodiscard]] absl::Status NotOnDisk(absl::string_view operation) const;
+
   // Allocates `storage` (full_ or shard_) filled with zeros.
   [[nodiscard]] absl::Status MaterialiseZerosIn(Storage& storage);
   // This rank's part of the full buffer: shard_size() elements from
@@ -377,6 +413,9 @@ class Chunk {
   // Full buffer written since it was materialised (see MarkModified).
   bool modified_ = false;
   std::unique_ptr<comm::Work> pending_copy_;  // See FinishPendingCopy.
+  ChunkDiskTier* disk_ = nullptr;  // Set while the chunk rests on disk.
+  DiskRegion disk_region_;
+  bool payload_on_disk_ = false;
   int64_t rest_to_device_bytes_ = 0;
   int64_t device_to_rest_bytes_ = 0;
 };

@@ -20,6 +20,7 @@ absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccess() {
         absl::StrCat("cannot access chunk ", name_, " before it is closed"));
   }
   if (accessed_) return comm::MakeCompletedWork(absl::OkStatus());
+  CZ_RETURN_IF_ERROR(BringFromDisk(), "accessing chunk ", name_);
   // A holder's buffer coming from where it rests: on the copy stream when
   // there is one (the access completes when the copy has, and the owner
   // broadcasts from the resting copy meanwhile), else right here.
@@ -135,6 +136,11 @@ absl::Status Chunk::FinishPendingCopy() {
 }
 
 absl::Status Chunk::Release() {
+  CZ_RETURN_IF_ERROR(ReleaseInMemory());
+  return ReturnToDisk();
+}
+
+absl::Status Chunk::ReleaseInMemory() {
   CZ_RETURN_IF_ERROR(FinishPendingCopy(), "releasing chunk ", name_);
   CZ_RETURN_IF_ERROR(StateError("release", Requirement::kAllHold));
   if (is_holder()) {

@@ -1,0 +1,98 @@
+#include "chunk/chunk_disk_tier.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "base/status_macros.h"
+
+namespace chunkzero {
+
+absl::StatusOr<std::unique_ptr<ChunkDiskTier>> ChunkDiskTier::Create(
+    const std::string& dir, IoEngineKind kind) {
+  CZ_ASSIGN_OR_RETURN(std::unique_ptr<ScratchFile> file,
+                      ScratchFile::Create(dir, 0));
+  CZ_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine, MakeIoEngine(kind));
+  return std::unique_ptr<ChunkDiskTier>(
+      new ChunkDiskTier(std::move(file), std::move(engine)));
+}
+
+absl::StatusOr<DiskRegion> ChunkDiskTier::Reserve(int64_t bytes) {
+  DiskRegion region;
+  region.bytes = RoundUpToDirectIo(bytes);
+  CZ_ASSIGN_OR_RETURN(region.offset, file_->Grow(region.bytes));
+  return region;
+}
+
+absl::Status ChunkDiskTier::EnsureBounce(size_t bytes) {
+  if (bounce_.size() >= bytes) return absl::OkStatus();
+  CZ_ASSIGN_OR_RETURN(bounce_, AlignedBuffer::Create(bytes));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<IoBatch> ChunkDiskTier::Start(IoKind kind,
+                                             const DiskRegion& region,
+                                             const AlignedBuffer& buffer,
+                                             const std::string* what) {
+  if (!region.valid() || buffer.size() < static_cast<size_t>(region.bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what != nullptr ? *what : "a region", ": a buffer of ", buffer.size(),
+        " bytes for a region of ", region.bytes, " at ", region.offset));
+  }
+  CZ_ASSIGN_OR_RETURN(
+      IoBatch batch,
+      engine_->Submit({{kind, file_->fd(), region.offset, buffer.data(),
+                        static_cast<size_t>(region.bytes), what}}));
+  (kind == IoKind::kRead ? stats_.bytes_read : stats_.bytes_written) +=
+      region.bytes;
+  return batch;
+}
+
+absl::StatusOr<IoBatch> ChunkDiskTier::StartRead(const DiskRegion& region,
+                                                 const AlignedBuffer& buffer,
+                                                 const std::string* what) {
+  return Start(IoKind::kRead, region, buffer, what);
+}
+
+absl::StatusOr<IoBatch> ChunkDiskTier::StartWrite(const DiskRegion& region,
+                                                  const AlignedBuffer& buffer,
+                                                  const std::string* what) {
+  return Start(IoKind::kWrite, region, buffer, what);
+}
+
+absl::Status ChunkDiskTier::Wait(IoBatch batch) {
+  const absl::Time start = absl::Now();
+  absl::Status status = engine_->Wait(batch);
+  stats_.seconds_waited += absl::ToDoubleSeconds(absl::Now() - start);
+  return status;
+}
+
+absl::Status ChunkDiskTier::Write(const DiskRegion& region, const void* src,
+                                  size_t bytes, const std::string& what) {
+  if (bytes > static_cast<size_t>(region.bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", bytes, " bytes for a region of ", region.bytes));
+  }
+  CZ_RETURN_IF_ERROR(EnsureBounce(static_cast<size_t>(region.bytes)));
+  std::memcpy(bounce_.data(), src, bytes);
+  std::memset(bounce_.data() + bytes, 0, region.bytes - bytes);
+  CZ_ASSIGN_OR_RETURN(IoBatch batch, StartWrite(region, bounce_, &what));
+  return Wait(batch);
+}
+
+absl::Status ChunkDiskTier::Read(const DiskRegion& region, void* dst,
+                                 size_t bytes, const std::string& what) {
+  if (bytes > static_cast<size_t>(region.bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", bytes, " bytes for a region of ", region.bytes));
+  }
+  CZ_RETURN_IF_ERROR(EnsureBounce(static_cast<size_t>(region.bytes)));
+  CZ_ASSIGN_OR_RETURN(IoBatch batch, StartRead(region, bounce_, &what));
+  CZ_RETURN_IF_ERROR(Wait(batch));
+  std::memcpy(dst, bounce_.data(), bytes);
+  return absl::OkStatus();
+}
+
+}  // namespace chunkzero
