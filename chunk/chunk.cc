@@ -292,6 +292,29 @@ absl::Status Chunk::BringFromDisk() {
   return absl::OkStatus();
 }
 
+absl::Status Chunk::WithPayloadInMemory(
+    const std::function<absl::Status()>& fn) {
+  CZ_RETURN_IF_ERROR(BringFromDisk());
+  const absl::Status done = fn();
+  const absl::Status back = ReturnToDisk();
+  return done.ok() ? back : done;
+}
+
+absl::Status Chunk::ReadRestPayload(void* dst) const {
+  const Storage* payload = RestPayload();
+  if (payload == nullptr) return absl::OkStatus();
+  if (payload_on_disk_) {
+    return disk_->Read(disk_region_, dst, payload->nbytes(),
+                       absl::StrCat("chunk ", name_));
+  }
+  if (!payload->allocated()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("chunk ", name_, " holds no payload at rest to read"));
+  }
+  return CopyBytes(dst, Device::Cpu(), payload->data(), payload->device(),
+                   payload->nbytes());
+}
+
 absl::Status Chunk::UnspillRest() {
   CZ_RETURN_IF_ERROR(BringFromDisk());
   disk_ = nullptr;
@@ -466,6 +489,10 @@ absl::StatusOr<Chunk::SliceTarget> Chunk::TargetForWrite(int i,
 }
 
 absl::Status Chunk::CopyTensorToChunkSlice(int i, const Tensor& values) {
+  if (payload_on_disk_) {
+    return WithPayloadInMemory(
+        [&] { return CopyTensorToChunkSlice(i, values); });
+  }
   CZ_ASSIGN_OR_RETURN(const SliceTarget target,
                       TargetForWrite(i, values, options_.dtype));
   const size_t element = ElementSize(options_.dtype);
@@ -477,6 +504,10 @@ absl::Status Chunk::CopyTensorToChunkSlice(int i, const Tensor& values) {
 
 absl::Status Chunk::WriteTensorScaled(int i, const Tensor& values,
                                       float scale) {
+  if (payload_on_disk_) {
+    return WithPayloadInMemory(
+        [&] { return WriteTensorScaled(i, values, scale); });
+  }
   CZ_ASSIGN_OR_RETURN(const SliceTarget target,
                       TargetForWrite(i, values, DType::kF32));
   if (target.count == 0) return absl::OkStatus();

@@ -41,6 +41,7 @@
 #define CHUNKZERO_CHUNK_CHUNK_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -298,6 +299,10 @@ class Chunk {
   // payload's bytes (a holder's capacity() or shard_size() elements).
   const DiskRegion& disk_region() const { return disk_region_; }
   int64_t rest_payload_bytes() const;
+  // Copies the payload at rest (rest_payload_bytes(), from disk or from
+  // memory) into host memory `dst`. FailedPrecondition for a payload that
+  // is in neither (an access's released shard is always somewhere).
+  [[nodiscard]] absl::Status ReadRestPayload(void* dst) const;
 
   // Frees the full buffer and the shard now, whatever the states. For
   // owners going away: views of the chunk may outlive it (a model keeps its
@@ -364,6 +369,10 @@ class Chunk {
   // written out and freed (what Access and Release do).
   [[nodiscard]] absl::Status BringFromDisk();
   [[nodiscard]] absl::Status ReturnToDisk();
+  // fn() with the payload of a chunk resting on disk brought into memory
+  // and written back after (writes made between accesses).
+  [[nodiscard]] absl::Status WithPayloadInMemory(
+      const std::function<absl::Status()>& fn);
   // The release of a chunk whatever its tier (Release adds the disk).
   [[nodiscard]] absl::Status ReleaseInMemory();
   // FailedPrecondition naming `operation` for a chunk resting on disk.

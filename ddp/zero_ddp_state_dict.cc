@@ -89,6 +89,13 @@ absl::Status ZeroDdp::RestoreParamsFromMasters() {
     if (RestElements(param->sharding()) == 0) continue;
     Tensor to = param->ShardStorageView();
     Tensor from = master->ShardStorageView();
+    if (master->payload_on_disk()) {
+      // Masters resting on disk (the NVMe tier) are read back for this.
+      CZ_ASSIGN_OR_RETURN(from, Tensor::Empty(from.shape(), DType::kF32));
+      CZ_RETURN_IF_ERROR(master->ReadRestPayload(from.raw_data()),
+                         "restoring chunk ", param->name(),
+                         " from its masters");
+    }
     if (!to.is_materialized() || !from.is_materialized()) continue;
     CZ_RETURN_IF_ERROR(CastTensor(to, from), "restoring chunk ", param->name(),
                        " from its masters");

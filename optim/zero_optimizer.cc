@@ -13,6 +13,7 @@
 #include "comm/process_group.h"
 #include "optim/cuda_fused_kernels.h"
 #include "optim/fused_kernels.h"
+#include "optim/internal/disk_staging.h"
 #include "optim/internal/host_range.h"
 #include "optim/internal/param_staging.h"
 #include "tensor/cpu/cast_kernels.h"
@@ -101,6 +102,10 @@ absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(
   const double wd =
       options.weight_decay.value_or(DefaultWeightDecay(options.kind));
   CZ_RETURN_IF_ERROR(CheckOptions(options, wd));
+  if (options.offload == OffloadPolicy::kNvme && options.disk == nullptr) {
+    return absl::InvalidArgumentError(
+        "ZeroOptimizer: OffloadPolicy::kNvme needs a disk tier");
+  }
   std::optional<DynamicLossScaler> scaler;
   if (ddp->compute_dtype() == DType::kF16) {
     CZ_ASSIGN_OR_RETURN(DynamicLossScaler s,
@@ -191,6 +196,20 @@ absl::Status ZeroOptimizer::EnsureStates() {
         "ZeroOptimizer: the parameters are not in their chunks yet");
   }
   const std::string& masters = ddp_->master_group();
+  const bool nvme = options_.offload == OffloadPolicy::kNvme;
+  // The masters go to disk before the states are made, and each state
+  // group after it is: host memory holds one group at a time.
+  auto spill = [&](const std::string& group) -> absl::Status {
+    for (int i = 0; i < chunks_->num_chunks(group); ++i) {
+      Chunk* chunk = GroupChunk(group, i);
+      if (chunk->device() != Device::Cpu()) {
+        CZ_RETURN_IF_ERROR(chunks_->MoveChunk(chunk, Device::Cpu()));
+      }
+      CZ_RETURN_IF_ERROR(chunk->SpillRest(options_.disk));
+    }
+    return absl::OkStatus();
+  };
+  if (nvme) CZ_RETURN_IF_ERROR(spill(masters), "the masters to disk");
   for (const std::string& state : state_names_) {
     // States are created where they will live (offload: host memory).
     CZ_RETURN_IF_ERROR(chunks_->CreatePairedGroup(state, masters, DType::kF32,
@@ -204,6 +223,7 @@ absl::Status ZeroOptimizer::EnsureStates() {
       CZ_RETURN_IF_ERROR(chunks_->AppendTensor(state, name, zeros).status());
     }
     CZ_RETURN_IF_ERROR(chunks_->CloseGroup(state));
+    if (nvme) CZ_RETURN_IF_ERROR(spill(state), "the ", state, " to disk");
   }
   states_created_ = true;
   if (states_device_.has_value()) {
@@ -397,6 +417,21 @@ absl::Status ZeroOptimizer::Update(float grad_scale, double lr,
     return param != Device::Cpu() &&
            GroupChunk(ddp_->master_group(), i)->device() == Device::Cpu();
   };
+  // Masters and states resting on disk come through the disk pipeline.
+  const bool on_disk =
+      !todo.empty() &&
+      GroupChunk(ddp_->master_group(), todo[0])->payload_on_disk();
+  std::optional<optim_internal::DiskStaging> disk;
+  auto fetch_disk = [&](size_t k) -> absl::Status {
+    if (!on_disk || k >= todo.size()) return absl::OkStatus();
+    std::vector<Chunk*> group = {GroupChunk(ddp_->master_group(), todo[k])};
+    for (const std::string& state : state_names_) {
+      group.push_back(GroupChunk(state, todo[k]));
+    }
+    return disk->Fetch(group);
+  };
+  if (on_disk) disk.emplace(options_.disk);
+  CZ_RETURN_IF_ERROR(fetch_disk(0));
   std::optional<optim_internal::ParamStaging> staging;
   auto fetch = [&](size_t k) -> absl::Status {
     if (k >= todo.size() || !travels(todo[k])) return absl::OkStatus();
@@ -418,6 +453,7 @@ absl::Status ZeroOptimizer::Update(float grad_scale, double lr,
     Chunk* param_chunk = ParamChunk(i);
     const size_t n = static_cast<size_t>(end - begin);
     CZ_RETURN_IF_ERROR(fetch(k + 1));
+    CZ_RETURN_IF_ERROR(fetch_disk(k + 1));
     if (absl::StatusOr<bool> on_gpu =
             UpdateOnGpu(adam, sgd, i, begin, end, from_accumulator);
         !on_gpu.ok() || *on_gpu) {
@@ -435,9 +471,33 @@ absl::Status ZeroOptimizer::Update(float grad_scale, double lr,
                           HostRange::Open(param_chunk, begin, end));
       param_out = param_range->get();
     }
-    CZ_ASSIGN_OR_RETURN(
-        HostRange master,
-        HostRange::Open(GroupChunk(ddp_->master_group(), i), begin, end));
+    // The masters and states: from the disk pipeline (each a whole
+    // payload, the range `offset` bytes in), or where they rest.
+    std::optional<HostRange> master;
+    std::vector<HostRange> states;
+    float* master_data = nullptr;
+    std::vector<float*> state_data;
+    if (on_disk) {
+      CZ_ASSIGN_OR_RETURN(std::vector<char*> payloads, disk->Get(k));
+      const int64_t offset =
+          (begin - GroupChunk(ddp_->master_group(), i)->shard_begin()) *
+          static_cast<int64_t>(sizeof(float));
+      master_data = reinterpret_cast<float*>(payloads[0] + offset);
+      for (size_t s = 1; s < payloads.size(); ++s) {
+        state_data.push_back(reinterpret_cast<float*>(payloads[s] + offset));
+      }
+    } else {
+      CZ_ASSIGN_OR_RETURN(
+          master,
+          HostRange::Open(GroupChunk(ddp_->master_group(), i), begin, end));
+      master_data = master->as<float>();
+      for (const std::string& state : state_names_) {
+        CZ_ASSIGN_OR_RETURN(HostRange s,
+                            HostRange::Open(GroupChunk(state, i), begin, end));
+        state_data.push_back(s.as<float>());
+        states.push_back(std::move(s));
+      }
+    }
     std::optional<HostRange> acc;
     if (from_accumulator) {
       CZ_ASSIGN_OR_RETURN(
@@ -445,21 +505,14 @@ absl::Status ZeroOptimizer::Update(float grad_scale, double lr,
     }
     const void* grad = from_accumulator ? acc->get() : param_out;
     const DType grad_dtype = from_accumulator ? DType::kF32 : dtype;
-    std::vector<HostRange> states;
-    for (const std::string& state : state_names_) {
-      CZ_ASSIGN_OR_RETURN(HostRange s,
-                          HostRange::Open(GroupChunk(state, i), begin, end));
-      states.push_back(std::move(s));
-    }
     absl::Status status;
     if (options_.kind == OptimizerKind::kSgd) {
-      status = FusedSgd(sgd, master.as<float>(),
-                        states.empty() ? nullptr : states[0].as<float>(), grad,
+      status = FusedSgd(sgd, master_data,
+                        state_data.empty() ? nullptr : state_data[0], grad,
                         grad_dtype, param_out, dtype, n);
     } else {
-      status = FusedAdam(adam, master.as<float>(), states[0].as<float>(),
-                         states[1].as<float>(), grad, grad_dtype, param_out,
-                         dtype, n);
+      status = FusedAdam(adam, master_data, state_data[0], state_data[1], grad,
+                         grad_dtype, param_out, dtype, n);
     }
     CZ_RETURN_IF_ERROR(status, "updating chunk ", param_chunk->name());
     if (staged) {
@@ -467,11 +520,20 @@ absl::Status ZeroOptimizer::Update(float grad_scale, double lr,
     } else {
       CZ_RETURN_IF_ERROR(param_range->Finish());
     }
-    CZ_RETURN_IF_ERROR(master.Finish());
-    for (HostRange& s : states) CZ_RETURN_IF_ERROR(s.Finish());
+    if (on_disk) {
+      CZ_RETURN_IF_ERROR(disk->Return(k), "writing chunk ", param_chunk->name(),
+                         "'s masters and states to disk");
+    } else {
+      CZ_RETURN_IF_ERROR(master->Finish());
+      for (HostRange& s : states) CZ_RETURN_IF_ERROR(s.Finish());
+    }
   }
   if (staging.has_value()) {
     CZ_RETURN_IF_ERROR(staging->Finish(), "writing the updated weights back");
+  }
+  if (disk.has_value()) {
+    CZ_RETURN_IF_ERROR(disk->Finish(),
+                       "writing the masters and states to disk");
   }
   return absl::OkStatus();
 }

@@ -62,6 +62,15 @@
 // mean over the micro-batches, so k micro-batches equal one batch k times
 // larger (each micro-batch's loss being a mean over its rows).
 //
+// NVMe. With OffloadPolicy::kNvme the masters and states also leave host
+// memory at the first step: the masters spill to the disk tier, then each
+// state group as it is made (so that host memory never holds more than
+// one of them). Update reads chunk k+1's masters and states while chunk k
+// updates and writes chunk k-1's back (optim/internal/disk_staging.h);
+// every other path (checkpoints, the accumulator's restore, the overflow
+// restore, gathering) reads and writes them through the chunk, which
+// brings them from disk and back (chunk/chunk.h).
+//
 // Offload. With OffloadPolicy::kOptimizer the states and the accumulation
 // buffer are created in host memory and the masters move there at the first
 // step (ZeRO-Offload; ZeroDdpOptions::master_device = Device::Cpu() creates
@@ -90,6 +99,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "chunk/chunk_disk_tier.h"
 #include "chunk/chunk_manager.h"
 #include "ddp/zero_ddp.h"
 #include "optim/fused_step.h"
@@ -120,6 +130,12 @@ enum class OffloadPolicy {
   // allows, the one used farthest ahead going back to the host when room is
   // needed (ChunkManagerOptions::auto_residency).
   kAuto,
+  // kOptimizer, with the masters and states resting on disk between steps
+  // (ZeroOptimizerOptions::disk; ZeRO-Infinity's offload_optimizer to
+  // nvme): each chunk's are read ahead of its update and written back
+  // while the next one updates. The accumulation buffer stays in host
+  // memory.
+  kNvme,
 };
 
 // True when the parameter chunks rest in host memory by default (kParams,
@@ -152,6 +168,9 @@ struct ZeroOptimizerOptions {
   bool skip_nonfinite_without_scaler = false;
   int max_overflows_at_min_scale = 8;
   OffloadPolicy offload = OffloadPolicy::kNone;
+  // OffloadPolicy::kNvme: this rank's disk tier (the caller's; it must
+  // outlive the optimizer).
+  ChunkDiskTier* disk = nullptr;
 };
 
 struct StepResult {

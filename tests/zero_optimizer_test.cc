@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
@@ -13,8 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
+#include "chunk/chunk_disk_tier.h"
 #include "chunk/chunk_manager.h"
 #include "comm/staging_process_group.h"
 #include "comm/testing/spawn_ranks.h"
@@ -105,6 +108,9 @@ struct RunConfig {
   // Runs the collectives through a StagingProcessGroup for this device (a
   // GPU's buffers cannot be read by the in-process backend).
   std::optional<Device> stage_on;
+  // OffloadPolicy::kNvme: where each rank's disk tier goes (and the tiers'
+  // stats at the end, per rank).
+  std::string nvme_dir;
 };
 
 std::string Describe(const RunConfig& c) {
@@ -125,6 +131,7 @@ struct RunResult {
   Values masters;                      // Final, gathered.
   OptimizerState state;                // Final, gathered on rank 0.
   std::vector<OptimizerState> shards;  // Final SaveShard of every rank.
+  std::map<int, DiskTierStats> disk;   // Each rank's, with kNvme.
   // Rank 0's payload bytes at the end, by device and category.
   std::map<std::pair<Device, MemoryCategory>, int64_t> memory, peak;
   int64_t Peak(Device device, MemoryCategory category) const {
@@ -172,8 +179,14 @@ std::vector<absl::Status> RunZero(const RunConfig& c, RunResult* out) {
         }
         CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
                             ZeroDdp::Create(model.get(), &chunks, ddp_options));
+        ZeroOptimizerOptions opt_options = c.opt;
+        std::unique_ptr<ChunkDiskTier> disk;
+        if (c.opt.offload == OffloadPolicy::kNvme) {
+          CZ_ASSIGN_OR_RETURN(disk, ChunkDiskTier::Create(c.nvme_dir));
+          opt_options.disk = disk.get();
+        }
         CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroOptimizer> opt,
-                            ZeroOptimizer::Create(ddp.get(), c.opt));
+                            ZeroOptimizer::Create(ddp.get(), opt_options));
         if (c.at_start) CZ_RETURN_IF_ERROR(c.at_start(*ddp, *opt));
         for (int step = c.first_step; step < c.steps; ++step) {
           const Batch global =
@@ -211,6 +224,7 @@ std::vector<absl::Status> RunZero(const RunConfig& c, RunResult* out) {
         CZ_ASSIGN_OR_RETURN(OptimizerState shard, opt->SaveShard());
         MutexLock lock(&mu);
         out->shards[g.rank()] = std::move(shard);
+        if (disk != nullptr) out->disk[g.rank()] = disk->stats();
         if (g.rank() == 0) {
           for (const auto& [name, t] : dict) out->masters[name] = *t.ToFloats();
           out->state = std::move(state);
@@ -839,6 +853,64 @@ TEST(ZeroOptimizer, OffloadAndMovesEqualNoOffloadBitForBit) {
     ASSERT_TRUE(AllRanksOk(RunZero(moving, &moved)));
     EXPECT_EQ(moved.losses, want.losses);
     EXPECT_EQ(moved.masters, want.masters);
+  }
+}
+
+std::string NvmeDir() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/zero_optimizer_nvme");
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// The masters and states on disk change no bit: in every layout, in f16
+// (with an overflow, whose restore reads the masters back) and bf16, with
+// accumulated micro-batches (whose restore reads them too), the losses,
+// masters and saved shards equal those of the optimizer in host memory;
+// and host memory holds none of them after the first step.
+TEST(ZeroOptimizer, NvmeEqualsOffloadBitForBit) {
+  for (ChunkLayout layout :
+       {ChunkLayout::kReplicated, ChunkLayout::kOwner, ChunkLayout::kSharded}) {
+    for (DType dtype : {DType::kF16, DType::kBF16}) {
+      RunConfig host = Base(TestModelKind::kTied, 2, 32, layout, dtype);
+      host.micro_batches = 2;
+      host.opt.offload = OffloadPolicy::kOptimizer;
+      if (dtype == DType::kF16) {
+        host.poison_rank = 1;
+        host.poison_steps = {4};
+      }
+      SCOPED_TRACE(Describe(host));
+      RunResult want;
+      ASSERT_TRUE(AllRanksOk(RunZero(host, &want)));
+      RunConfig nvme = host;
+      nvme.opt.offload = OffloadPolicy::kNvme;
+      nvme.nvme_dir = NvmeDir();
+      RunResult got;
+      ASSERT_TRUE(AllRanksOk(RunZero(nvme, &got)));
+      EXPECT_EQ(got.losses, want.losses);
+      EXPECT_EQ(got.masters, want.masters);
+      ASSERT_EQ(got.shards.size(), want.shards.size());
+      for (size_t r = 0; r < got.shards.size(); ++r) {
+        ASSERT_EQ(got.shards[r].pieces.size(), want.shards[r].pieces.size());
+        for (size_t p = 0; p < got.shards[r].pieces.size(); ++p) {
+          EXPECT_EQ(*got.shards[r].pieces[p].values.ToFloats(),
+                    *want.shards[r].pieces[p].values.ToFloats());
+        }
+      }
+      if (dtype == DType::kF16) {
+        EXPECT_TRUE(got.results[4].skipped);
+      }
+      // Host memory ends with no master or state; the accumulator stays.
+      EXPECT_EQ(got.Memory(Device::Cpu(), MemoryCategory::kMaster), 0);
+      EXPECT_EQ(got.Memory(Device::Cpu(), MemoryCategory::kOptimState), 0);
+      EXPECT_GT(want.Memory(Device::Cpu(), MemoryCategory::kOptimState), 0);
+      EXPECT_GT(got.Memory(Device::Cpu(), MemoryCategory::kGradAccum), 0);
+      // Every step read and wrote the masters and both states.
+      EXPECT_GT(got.disk.at(0).bytes_read, 0);
+      EXPECT_GT(got.disk.at(0).bytes_written, 0);
+      EXPECT_TRUE(std::filesystem::is_empty(nvme.nvme_dir));
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "chunk/chunk.h"
 #include "tensor/device.h"
@@ -55,6 +56,14 @@ class HostRange {
     HostRange r;
     r.chunk_ = chunk;
     r.bytes_ = static_cast<size_t>(end - begin) * ElementSize(chunk->dtype());
+    if (chunk->payload_on_disk()) {
+      // The whole payload read from disk; Finish writes it all back.
+      r.copy_.resize(static_cast<size_t>(chunk->rest_payload_bytes()));
+      r.disk_offset_ = static_cast<size_t>(begin - chunk->shard_begin()) *
+                       ElementSize(chunk->dtype());
+      CZ_RETURN_IF_ERROR(chunk->ReadRestPayload(r.copy_.data()));
+      return r;
+    }
     r.device_pointer_ = PayloadAt(chunk, begin);
     if (chunk->device().is_host_accessible()) return r;
     r.copy_.resize(r.bytes_);
@@ -67,7 +76,7 @@ class HostRange {
   // HostRange stays valid).
   void* get() const {
     return copy_.empty() ? static_cast<void*>(device_pointer_)
-                         : static_cast<void*>(copy_.data());
+                         : static_cast<void*>(copy_.data() + disk_offset_);
   }
   template <typename T>
   T* as() const {
@@ -76,6 +85,11 @@ class HostRange {
   // Writes a staged copy back to the device.
   absl::Status Finish() {
     if (copy_.empty()) return absl::OkStatus();
+    if (chunk_->payload_on_disk()) {
+      return chunk_->disk_tier()->Write(chunk_->disk_region(), copy_.data(),
+                                        copy_.size(),
+                                        absl::StrCat("chunk ", chunk_->name()));
+    }
     CZ_RETURN_IF_ERROR(CopyBytes(device_pointer_, chunk_->device(), get(),
                                  Device::Cpu(), bytes_),
                        "writing chunk ", chunk_->name(), " back from host");
@@ -86,7 +100,10 @@ class HostRange {
   Chunk* chunk_ = nullptr;
   char* device_pointer_ = nullptr;
   size_t bytes_ = 0;
-  mutable std::vector<char> copy_;  // Host copy of a non-host payload.
+  // Host copy of a non-host payload, or of a whole payload on disk (the
+  // range then starts disk_offset_ bytes in).
+  mutable std::vector<char> copy_;
+  size_t disk_offset_ = 0;
 };
 
 }  // namespace optim_internal

@@ -1,0 +1,95 @@
+#include "optim/internal/disk_staging.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+
+namespace chunkzero {
+namespace optim_internal {
+
+DiskStaging::~DiskStaging() { Finish().IgnoreError(); }
+
+absl::Status DiskStaging::WaitAll(std::vector<IoBatch>& batches) {
+  absl::Status first;
+  for (IoBatch b : batches) {
+    const absl::Status s = disk_->Wait(b);
+    if (first.ok()) first = s;
+  }
+  batches.clear();
+  return first;
+}
+
+absl::StatusOr<DiskStaging::Set*> DiskStaging::SetOf(size_t k) {
+  Set& set = sets_[k % sets_.size()];
+  if (k >= fetched_ || set.k != k) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("disk staging: fetch ", k, " is not staged (", fetched_,
+                     " fetched)"));
+  }
+  return &set;
+}
+
+absl::Status DiskStaging::Fetch(const std::vector<Chunk*>& chunks) {
+  Set& set = sets_[fetched_ % sets_.size()];
+  // The set's last user: its writes must be done before it is read into.
+  CZ_RETURN_IF_ERROR(WaitAll(set.writes));
+  CZ_RETURN_IF_ERROR(WaitAll(set.reads));
+  set.k = fetched_++;
+  set.chunks = chunks;
+  set.whats.clear();
+  set.buffers.resize(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const Chunk* c = chunks[i];
+    if (!c->payload_on_disk()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("chunk ", c->name(), " is not resting on disk"));
+    }
+    set.whats.push_back(absl::StrCat("chunk ", c->name()));
+  }
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const DiskRegion& region = chunks[i]->disk_region();
+    if (set.buffers[i].size() < static_cast<size_t>(region.bytes)) {
+      CZ_ASSIGN_OR_RETURN(set.buffers[i], AlignedBuffer::Create(region.bytes));
+    }
+    CZ_ASSIGN_OR_RETURN(IoBatch b, chunks[i]->disk_tier()->StartRead(
+                                       region, set.buffers[i], &set.whats[i]));
+    set.reads.push_back(b);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<char*>> DiskStaging::Get(size_t k) {
+  CZ_ASSIGN_OR_RETURN(Set * set, SetOf(k));
+  CZ_RETURN_IF_ERROR(WaitAll(set->reads));
+  std::vector<char*> out;
+  for (const AlignedBuffer& b : set->buffers) out.push_back(b.data());
+  return out;
+}
+
+absl::Status DiskStaging::Return(size_t k) {
+  CZ_ASSIGN_OR_RETURN(Set * set, SetOf(k));
+  CZ_RETURN_IF_ERROR(WaitAll(set->reads));
+  for (size_t i = 0; i < set->chunks.size(); ++i) {
+    CZ_ASSIGN_OR_RETURN(IoBatch b,
+                        set->chunks[i]->disk_tier()->StartWrite(
+                            set->chunks[i]->disk_region(), set->buffers[i],
+                            &set->whats[i]));
+    set->writes.push_back(b);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DiskStaging::Finish() {
+  absl::Status first;
+  for (Set& set : sets_) {
+    absl::Status s = WaitAll(set.reads);
+    if (first.ok()) first = s;
+    s = WaitAll(set.writes);
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+}  // namespace optim_internal
+}  // namespace chunkzero
