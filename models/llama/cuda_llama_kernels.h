@@ -41,8 +41,8 @@ namespace cuda_llama_kernels {
     float* dwte, const float* dout, const int32_t* tokens, int N, int C, int V,
     CudaStream stream = kComputeStream);
 [[nodiscard]] absl::Status RmsNormForward(float* out, float* rstd,
-                                          const float* x, const float* w,
-                                          int N, int C, float eps,
+                                          const float* x, const float* w, int N,
+                                          int C, float eps,
                                           CudaStream stream = kComputeStream);
 [[nodiscard]] absl::Status RmsNormBackward(float* dx, float* dw,
                                            const float* dout, const float* x,
@@ -64,9 +64,9 @@ namespace cuda_llama_kernels {
                                           const float* dh, const float* gate,
                                           const float* up, size_t n,
                                           CudaStream stream = kComputeStream);
-[[nodiscard]] absl::Status ExpandQkv(float* qkv, const float* q,
-                                     const float* k, const float* v, int N,
-                                     int NH, int KV, int head_dim,
+[[nodiscard]] absl::Status ExpandQkv(float* qkv, const float* q, const float* k,
+                                     const float* v, int N, int NH, int KV,
+                                     int head_dim,
                                      CudaStream stream = kComputeStream);
 [[nodiscard]] absl::Status ReduceQkvGrad(float* dq, float* dk, float* dv,
                                          const float* dqkv, int N, int NH,

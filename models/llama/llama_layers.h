@@ -50,17 +50,16 @@ class LlamaLayers {
   // device.
   virtual absl::Status RopeTables(float* cos, float* sin, int T, int head_dim,
                                   double theta) = 0;
-  virtual absl::Status RopeForward(float* x, const float* cos,
-                                   const float* sin, int N, int T, int heads,
-                                   int head_dim) = 0;
+  virtual absl::Status RopeForward(float* x, const float* cos, const float* sin,
+                                   int N, int T, int heads, int head_dim) = 0;
   virtual absl::Status RopeBackward(float* dx, const float* cos,
                                     const float* sin, int N, int T, int heads,
                                     int head_dim) = 0;
   virtual absl::Status SwiGluForward(float* h, const float* gate,
                                      const float* up, size_t n) = 0;
-  virtual absl::Status SwiGluBackward(float* dgate, float* dup,
-                                      const float* dh, const float* gate,
-                                      const float* up, size_t n) = 0;
+  virtual absl::Status SwiGluBackward(float* dgate, float* dup, const float* dh,
+                                      const float* gate, const float* up,
+                                      size_t n) = 0;
   virtual absl::Status ExpandQkv(float* qkv, const float* q, const float* k,
                                  const float* v, int N, int NH, int KV,
                                  int head_dim) = 0;

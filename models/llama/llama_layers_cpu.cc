@@ -67,9 +67,8 @@ class CpuLlamaLayers final : public LlamaLayers {
     lk::ExpandQkv(qkv, q, k, v, N, NH, KV, head_dim);
     return absl::OkStatus();
   }
-  absl::Status ReduceQkvGrad(float* dq, float* dk, float* dv,
-                             const float* dqkv, int N, int NH, int KV,
-                             int head_dim) override {
+  absl::Status ReduceQkvGrad(float* dq, float* dk, float* dv, const float* dqkv,
+                             int N, int NH, int KV, int head_dim) override {
     lk::ReduceQkvGrad(dq, dk, dv, dqkv, N, NH, KV, head_dim);
     return absl::OkStatus();
   }

@@ -94,9 +94,8 @@ class CudaLlamaLayers final : public LlamaLayers {
     CZ_RETURN_IF_ERROR(on.status());
     return kernels::ExpandQkv(qkv, q, k, v, N, NH, KV, head_dim);
   }
-  absl::Status ReduceQkvGrad(float* dq, float* dk, float* dv,
-                             const float* dqkv, int N, int NH, int KV,
-                             int head_dim) override {
+  absl::Status ReduceQkvGrad(float* dq, float* dk, float* dv, const float* dqkv,
+                             int N, int NH, int KV, int head_dim) override {
     const ScopedCudaDevice on(device_.index());
     CZ_RETURN_IF_ERROR(on.status());
     return kernels::ReduceQkvGrad(dq, dk, dv, dqkv, N, NH, KV, head_dim);

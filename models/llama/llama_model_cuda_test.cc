@@ -56,20 +56,17 @@ TEST(LlamaModelOnGpu, WithoutAGpuCreateAndTheLayersSayWhy) {
   absl::StatusOr<std::unique_ptr<LlamaLayers>> layers =
       MakeCudaLlamaLayers(Device::Cuda(0));
   ASSERT_TRUE(layers.ok()) << layers.status();
-  const absl::Status norm =
-      cuda_llama_kernels::RmsNormForward(nullptr, nullptr, nullptr, nullptr,
-                                         4, 8, 1e-5f);
+  const absl::Status norm = cuda_llama_kernels::RmsNormForward(
+      nullptr, nullptr, nullptr, nullptr, 4, 8, 1e-5f);
   EXPECT_EQ(norm.code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(norm.message(), HasSubstr("RMSNorm forward on the GPU"));
-  EXPECT_THAT(cuda_llama_kernels::ExpandQkv(nullptr, nullptr, nullptr,
-                                            nullptr, 2, 4, 2, 8)
+  EXPECT_THAT(cuda_llama_kernels::ExpandQkv(nullptr, nullptr, nullptr, nullptr,
+                                            2, 4, 2, 8)
                   .message(),
               HasSubstr("grouped-query expansion on the GPU"));
   EXPECT_THAT(MakeCudaLlamaLayers(Device::Cpu()).status().message(),
               HasSubstr("the CUDA Llama layers need a GPU, not cpu"));
 }
-
-
 
 // The CPU model is the reference, with GptModelOnGpu's bounds: f32 within
 // 1e-5 (loss, grad norms) and 1e-4 of a grad's largest element; bf16
@@ -90,8 +87,8 @@ TEST(LlamaModelOnGpu, LossAndGradsMatchTheCpuModel) {
     SCOPED_TRACE(absl::StrCat(DTypeName(c.dtype), c.tied ? ", tied" : ""));
     constexpr int B = 3, T = 33;
     auto cpu = *LlamaModel::Create(SmallConfig(c.tied), 5, c.dtype);
-    absl::StatusOr<std::unique_ptr<LlamaModel>> gpu = LlamaModel::Create(
-        SmallConfig(c.tied), 5, c.dtype, Device::Cuda(0));
+    absl::StatusOr<std::unique_ptr<LlamaModel>> gpu =
+        LlamaModel::Create(SmallConfig(c.tied), 5, c.dtype, Device::Cuda(0));
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     EXPECT_EQ((*gpu)->compute_device(), Device::Cuda(0));
     cpu->set_matmul_precision(c.precision);

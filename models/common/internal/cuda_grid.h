@@ -60,12 +60,12 @@ __device__ inline float WarpMax(float v) {
        i < (n); i += static_cast<size_t>(blockDim.x) * gridDim.x)
 
 // One warp per row: `row` runs over this warp's rows of [0, rows).
-#define CZ_WARP_ROWS(row, rows)                                         \
-  for (size_t row = static_cast<size_t>(blockIdx.x) *                   \
-                        ::chunkzero::cuda_grid::kWarpsPerBlock +        \
-                    threadIdx.x / ::chunkzero::cuda_grid::kWarp;        \
-       row < static_cast<size_t>(rows);                                 \
-       row += static_cast<size_t>(gridDim.x) *                          \
+#define CZ_WARP_ROWS(row, rows)                                  \
+  for (size_t row = static_cast<size_t>(blockIdx.x) *            \
+                        ::chunkzero::cuda_grid::kWarpsPerBlock + \
+                    threadIdx.x / ::chunkzero::cuda_grid::kWarp; \
+       row < static_cast<size_t>(rows);                          \
+       row += static_cast<size_t>(gridDim.x) *                   \
               ::chunkzero::cuda_grid::kWarpsPerBlock)
 
 #endif  // CHUNKZERO_MODELS_COMMON_INTERNAL_CUDA_GRID_H_

@@ -38,8 +38,8 @@ __global__ void EmbeddingForwardKernel(float* out, const int32_t* tokens,
     const size_t n = i / C, c = i % C;
     const int32_t token = tokens[n];
     // A token outside the vocabulary reads nothing: NaN makes it visible.
-    out[i] = token < 0 || token >= V ? NAN
-                                     : wte[static_cast<size_t>(token) * C + c];
+    out[i] =
+        token < 0 || token >= V ? NAN : wte[static_cast<size_t>(token) * C + c];
   }
 }
 
@@ -152,7 +152,8 @@ __global__ void SwiGluBackwardKernel(float* dgate, float* dup, const float* dh,
 __global__ void ExpandQkvKernel(float* qkv, const float* q, const float* k,
                                 const float* v, size_t total, int NH, int KV,
                                 int hd) {
-  const size_t qc = static_cast<size_t>(NH) * hd, kc = static_cast<size_t>(KV) * hd;
+  const size_t qc = static_cast<size_t>(NH) * hd,
+               kc = static_cast<size_t>(KV) * hd;
   const int group = NH / KV;
   CZ_GRID_STRIDE(j, total) {
     const size_t n = j / (3 * qc), in_row = j % (3 * qc);
@@ -168,7 +169,8 @@ __global__ void ExpandQkvKernel(float* qkv, const float* q, const float* k,
 __global__ void ReduceQkvGradKernel(float* dq, float* dk, float* dv,
                                     const float* dqkv, int N, int NH, int KV,
                                     int hd) {
-  const size_t qc = static_cast<size_t>(NH) * hd, kc = static_cast<size_t>(KV) * hd;
+  const size_t qc = static_cast<size_t>(NH) * hd,
+               kc = static_cast<size_t>(KV) * hd;
   const int group = NH / KV;
   CZ_GRID_STRIDE(j, static_cast<size_t>(N) * (qc + kc)) {
     const size_t n = j / (qc + kc), at = j % (qc + kc);
@@ -191,8 +193,8 @@ __global__ void ReduceQkvGradKernel(float* dq, float* dk, float* dv,
 
 }  // namespace
 
-int EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
-                     int N, int C, int V, void* stream) {
+int EmbeddingForward(float* out, const int32_t* tokens, const float* wte, int N,
+                     int C, int V, void* stream) {
   const size_t total = static_cast<size_t>(N) * C;
   if (total == 0) return cudaSuccess;
   EmbeddingForwardKernel<<<Blocks(total), kThreads, 0, Stream(stream)>>>(
@@ -251,16 +253,16 @@ int SwiGluForward(float* h, const float* gate, const float* up, size_t n,
   return Launched();
 }
 
-int SwiGluBackward(float* dgate, float* dup, const float* dh,
-                   const float* gate, const float* up, size_t n, void* stream) {
+int SwiGluBackward(float* dgate, float* dup, const float* dh, const float* gate,
+                   const float* up, size_t n, void* stream) {
   if (n == 0) return cudaSuccess;
   SwiGluBackwardKernel<<<Blocks(n), kThreads, 0, Stream(stream)>>>(
       dgate, dup, dh, gate, up, n);
   return Launched();
 }
 
-int ExpandQkv(float* qkv, const float* q, const float* k, const float* v,
-              int N, int NH, int KV, int head_dim, void* stream) {
+int ExpandQkv(float* qkv, const float* q, const float* k, const float* v, int N,
+              int NH, int KV, int head_dim, void* stream) {
   const size_t total = static_cast<size_t>(N) * 3 * NH * head_dim;
   if (total == 0) return cudaSuccess;
   ExpandQkvKernel<<<Blocks(total), kThreads, 0, Stream(stream)>>>(

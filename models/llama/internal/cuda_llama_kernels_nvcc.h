@@ -19,8 +19,8 @@ namespace cuda_llama_internal {
 // same as GPT-2's layers' (cuda_gpt_kernels::LaunchStatus reads both).
 inline constexpr int kNoCuda = -1;
 
-int EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
-                     int N, int C, int V, void* stream);
+int EmbeddingForward(float* out, const int32_t* tokens, const float* wte, int N,
+                     int C, int V, void* stream);
 int EmbeddingBackward(float* dwte, const float* dout, const int32_t* tokens,
                       int N, int C, int V, void* stream);
 int RmsNormForward(float* out, float* rstd, const float* x, const float* w,
@@ -32,10 +32,10 @@ int Rope(float* x, const float* cos, const float* sin, int N, int T, int heads,
          int head_dim, float sign, void* stream);
 int SwiGluForward(float* h, const float* gate, const float* up, size_t n,
                   void* stream);
-int SwiGluBackward(float* dgate, float* dup, const float* dh,
-                   const float* gate, const float* up, size_t n, void* stream);
-int ExpandQkv(float* qkv, const float* q, const float* k, const float* v,
-              int N, int NH, int KV, int head_dim, void* stream);
+int SwiGluBackward(float* dgate, float* dup, const float* dh, const float* gate,
+                   const float* up, size_t n, void* stream);
+int ExpandQkv(float* qkv, const float* q, const float* k, const float* v, int N,
+              int NH, int KV, int head_dim, void* stream);
 int ReduceQkvGrad(float* dq, float* dk, float* dv, const float* dqkv, int N,
                   int NH, int KV, int head_dim, void* stream);
 

@@ -20,8 +20,7 @@ int RmsNormBackward(float*, float*, const float*, const float*, const float*,
                     const float*, int, int, void*) {
   return kNoCuda;
 }
-int Rope(float*, const float*, const float*, int, int, int, int, float,
-         void*) {
+int Rope(float*, const float*, const float*, int, int, int, int, float, void*) {
   return kNoCuda;
 }
 int SwiGluForward(float*, const float*, const float*, size_t, void*) {

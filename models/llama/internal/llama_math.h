@@ -48,8 +48,8 @@ CZ_HOST_DEVICE inline float RmsScale(float sum_of_squares, int C, float eps) {
 }
 
 // The row's part of dx: r (w g - x k), k = r^2 sum(g w x) / C.
-CZ_HOST_DEVICE inline float RmsNormInputGrad(float r, float k, float w,
-                                             float g, float x) {
+CZ_HOST_DEVICE inline float RmsNormInputGrad(float r, float k, float w, float g,
+                                             float x) {
   return r * (w * g - x * k);
 }
 
