@@ -23,9 +23,8 @@ absl::Status DiskStaging::WaitAll(std::vector<IoBatch>& batches) {
 absl::StatusOr<DiskStaging::Set*> DiskStaging::SetOf(size_t k) {
   Set& set = sets_[k % sets_.size()];
   if (k >= fetched_ || set.k != k) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("disk staging: fetch ", k, " is not staged (", fetched_,
-                     " fetched)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "disk staging: fetch ", k, " is not staged (", fetched_, " fetched)"));
   }
   return &set;
 }
@@ -71,10 +70,9 @@ absl::Status DiskStaging::Return(size_t k) {
   CZ_ASSIGN_OR_RETURN(Set * set, SetOf(k));
   CZ_RETURN_IF_ERROR(WaitAll(set->reads));
   for (size_t i = 0; i < set->chunks.size(); ++i) {
-    CZ_ASSIGN_OR_RETURN(IoBatch b,
-                        set->chunks[i]->disk_tier()->StartWrite(
-                            set->chunks[i]->disk_region(), set->buffers[i],
-                            &set->whats[i]));
+    CZ_ASSIGN_OR_RETURN(IoBatch b, set->chunks[i]->disk_tier()->StartWrite(
+                                       set->chunks[i]->disk_region(),
+                                       set->buffers[i], &set->whats[i]));
     set->writes.push_back(b);
   }
   return absl::OkStatus();
