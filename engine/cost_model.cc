@@ -21,6 +21,27 @@ int64_t StateCount(const EngineOptions& o) {
   return 2;
 }
 
+// OffloadPolicy::kNvme moves the masters and states of `held` elements
+// (a rank's at rest, `held_per_chunk` of each chunk) from `optimizer` to
+// `disk`, padding each chunk's to 4 KiB, and leaves the staging of three
+// chunks' in host memory.
+void PutStatesOnDisk(const EngineOptions& o, const ParameterPacking& packing,
+                     double chunk, double held, double held_per_chunk,
+                     int micro_batches, ChunkMemory* m) {
+  if (o.offload != OffloadPolicy::kNvme) return;
+  const double groups = 1.0 + static_cast<double>(StateCount(o));
+  const double chunks = packing.num_chunks > 0
+                            ? static_cast<double>(packing.num_chunks)
+                            : std::ceil(std::max(packing.parameters, 1.0) /
+                                        std::max(chunk, 1.0)) +
+                                  1;
+  const double accumulation = micro_batches > 1 ? 4.0 : 0.0;
+  m->disk = 4.0 * groups * held + 4096.0 * groups * chunks;
+  const double staging_sets = 3;
+  m->optimizer = accumulation * held +
+                 staging_sets * groups * (4.0 * held_per_chunk + 4096.0);
+}
+
 }  // namespace
 
 int64_t ModelBytesPerParameter(const EngineOptions& o, int micro_batches) {
@@ -76,6 +97,7 @@ ChunkMemory EstimateChunkMemory(const EngineOptions& o,
     m.chunks = element * padded;
     m.chunks_at_rest = m.chunks;
     m.optimizer = optimizer_bytes * padded;
+    PutStatesOnDisk(o, packing, chunk, padded, chunk, micro_batches, &m);
     return m;
   }
   // This rank's share at rest, plus the chunks in flight, plus the reduce
@@ -123,6 +145,10 @@ ChunkMemory EstimateChunkMemory(const EngineOptions& o,
     m.in_flight_shards = m.in_flight * MeanRestFraction(o.layout, world_size);
   }
   m.optimizer = optimizer_bytes * (at_rest + owner_slack);
+  PutStatesOnDisk(
+      o, packing, chunk, at_rest + owner_slack,
+      o.layout == ChunkLayout::kSharded ? chunk / world_size : chunk,
+      micro_batches, &m);
   return m;
 }
 

@@ -68,6 +68,11 @@ struct ChunkMemory {
   // being gathered or used.
   double in_flight_shards = 0;
   double optimizer = 0;  // f32 masters, optimizer states, accumulation.
+  // OffloadPolicy::kNvme: the masters and states on disk instead (each
+  // chunk's padded to the disk's 4 KiB blocks); `optimizer` then holds the
+  // accumulation and the update's staging, three chunks' masters and
+  // states (optim/internal/disk_staging.h).
+  double disk = 0;
 };
 
 // REQUIRES: world_size, micro_batches >= 1; parameters, largest_tensor > 0.

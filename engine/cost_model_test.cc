@@ -57,6 +57,23 @@ TEST(EstimateChunkMemory, ShardedWorkedOutByHand) {
   EXPECT_DOUBLE_EQ(m.optimizer, 12 * 300);
 }
 
+// The same on the NVMe tier: the masters and states (12 bytes of each
+// held element) go to disk, each chunk's three 4 KiB-padded; host memory
+// keeps three chunks' staging (a rank's 100 elements of a chunk of 400).
+TEST(EstimateChunkMemory, NvmeMovesMastersAndStatesToDisk) {
+  EngineOptions o = Options(DType::kF16, OptimizerKind::kAdamW);
+  o.chunk_size = 400;
+  o.max_prefetch = 1;
+  o.offload = OffloadPolicy::kNvme;
+  ChunkMemory m = EstimateChunkMemory(o, {1000, 300, 3}, 4, 1);
+  EXPECT_DOUBLE_EQ(m.disk, 12 * 300 + 3 * 4096 * 3);
+  EXPECT_DOUBLE_EQ(m.optimizer, 3 * 3 * (4 * 100 + 4096));
+  // The accumulation stays in host memory.
+  m = EstimateChunkMemory(o, {1000, 300, 3}, 4, 2);
+  EXPECT_DOUBLE_EQ(m.optimizer, 4 * 300 + 3 * 3 * (4 * 100 + 4096));
+  EXPECT_DOUBLE_EQ(m.chunks_at_rest, 2 * 300);  // The chunks do not move.
+}
+
 TEST(EstimateChunkMemory, ReplicatedKeepsEverythingAtRest) {
   EngineOptions o = Options(DType::kF32, OptimizerKind::kSgd);
   o.layout = ChunkLayout::kReplicated;

@@ -55,6 +55,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   if (placement.limited.has_value()) {
     engine->tracker_->SetLimit(*placement.limited, options.device_memory_limit);
   }
+  if (options.offload == OffloadPolicy::kNvme) {
+    absl::StatusOr<std::unique_ptr<ChunkDiskTier>> disk =
+        ChunkDiskTier::Create(options.nvme_path, options.nvme_io);
+    CZ_RETURN_IF_ERROR(disk.status(), "EngineOptions::nvme_path");
+    engine->disk_ = *std::move(disk);
+  }
   engine->chunks_ = std::make_unique<ChunkManager>(
       &engine->recorded_, placement.chunks, engine->tracker_);
   ZeroDdpOptions ddp_options;
@@ -68,6 +74,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
       ZeroDdp::Create(&model, engine->chunks_.get(), ddp_options));
   ZeroOptimizerOptions optimizer_options = options.optimizer;
   optimizer_options.offload = options.offload;
+  optimizer_options.disk = engine->disk_.get();
   CZ_ASSIGN_OR_RETURN(
       engine->optimizer_,
       ZeroOptimizer::Create(engine->ddp_.get(), optimizer_options));
@@ -133,12 +140,19 @@ absl::StatusOr<StepMetrics> Engine::Step(int micro_batches,
   const int64_t h2d = moved.rest_to_device - transfers_.rest_to_device;
   const int64_t d2h = moved.device_to_rest - transfers_.device_to_rest;
   transfers_ = moved;
-  CZ_ASSIGN_OR_RETURN(
-      const std::vector<std::vector<int64_t>> figures,
-      comm::AllGatherInt64(group_,
-                           EncodeRankStepMetrics(MeasureRankStep(
-                               *tracker_, comm, h2d, d2h, options_.device)),
-                           options_.comm_timeout));
+  RankStepMetrics mine =
+      MeasureRankStep(*tracker_, comm, h2d, d2h, options_.device);
+  if (disk_ != nullptr) {
+    const DiskTierStats& now = disk_->stats();
+    mine.disk = true;
+    mine.disk_read_bytes = now.bytes_read - disk_stats_.bytes_read;
+    mine.disk_written_bytes = now.bytes_written - disk_stats_.bytes_written;
+    mine.disk_wait_s = now.seconds_waited - disk_stats_.seconds_waited;
+    disk_stats_ = now;
+  }
+  CZ_ASSIGN_OR_RETURN(const std::vector<std::vector<int64_t>> figures,
+                      comm::AllGatherInt64(group_, EncodeRankStepMetrics(mine),
+                                           options_.comm_timeout));
   StepMetrics m;
   m.step = step_;
   m.loss = sum[0] / world_size();

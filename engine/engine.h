@@ -55,6 +55,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "checkpoint/sharded_checkpoint.h"
+#include "chunk/chunk_disk_tier.h"
 #include "chunk/chunk_manager.h"
 #include "comm/process_group.h"
 #include "comm/recording_process_group.h"
@@ -157,6 +158,9 @@ class Engine {
   ChunkManager& chunks() const { return *chunks_; }
   ZeroDdp& ddp() const { return *ddp_; }
   ZeroOptimizer& optimizer() const { return *optimizer_; }
+  // The disk the masters and states rest on (OffloadPolicy::kNvme), or
+  // null.
+  const ChunkDiskTier* disk() const { return disk_.get(); }
 
  private:
   Engine(comm::ProcessGroup& group, const EngineOptions& options,
@@ -169,11 +173,15 @@ class Engine {
   std::unique_ptr<MemoryTracker> own_tracker_;
   MemoryTracker* tracker_;
   comm::RecordingProcessGroup recorded_;
+  // Outlives the chunks that rest on it.
+  std::unique_ptr<ChunkDiskTier> disk_;
   std::unique_ptr<ChunkManager> chunks_;
   std::unique_ptr<ZeroDdp> ddp_;
   std::unique_ptr<ZeroOptimizer> optimizer_;
-  // The chunks' host-device copies up to the last step, for its figures.
+  // The chunks' host-device copies and the disk's traffic up to the last
+  // step, for its figures.
   ChunkManager::Transfers transfers_;
+  DiskTierStats disk_stats_;
   int64_t step_ = 0;
 };
 

@@ -19,7 +19,13 @@ absl::StatusOr<Placement> PlaceMemory(const EngineOptions& options) {
         "EngineOptions::precision is ", DTypeName(options.precision),
         ": parameters compute in f16, bf16 or f32"));
   }
-  if (options.offload != OffloadPolicy::kNone && on_host) {
+  if (options.offload == OffloadPolicy::kNvme && options.nvme_path.empty()) {
+    return absl::InvalidArgumentError(
+        "EngineOptions::offload is kNvme but EngineOptions::nvme_path is "
+        "empty: give a directory on a disk");
+  }
+  if (options.offload != OffloadPolicy::kNone &&
+      options.offload != OffloadPolicy::kNvme && on_host) {
     return absl::InvalidArgumentError(
         "EngineOptions::offload moves memory off the compute device to the "
         "host, but EngineOptions::device is the host: compute on a GPU or "

@@ -25,6 +25,7 @@
 #include "chunk/chunk_manager.h"
 #include "comm/options.h"
 #include "engine/activation_checkpointing.h"
+#include "io/nvme/io_engine.h"
 #include "optim/zero_optimizer.h"
 #include "tensor/device.h"
 #include "tensor/dtype.h"
@@ -44,9 +45,14 @@ struct EngineOptions {
   // which behaves as an accelerator (for offload and caps without a GPU).
   Device device = Device::Cpu();
   // Where the masters, optimizer states and resting parameter chunks live
-  // (optim/zero_optimizer.h). Anything but kNone needs a `device` other
-  // than the host.
+  // (optim/zero_optimizer.h). Anything but kNone and kNvme needs a
+  // `device` other than the host.
   OffloadPolicy offload = OffloadPolicy::kNone;
+  // OffloadPolicy::kNvme: the directory (on a disk) each rank's scratch
+  // file goes in (chunk/chunk_disk_tier.h), and how it is read and
+  // written.
+  std::string nvme_path;
+  IoEngineKind nvme_io = IoEngineKind::kAuto;
   // Bytes `device` may hold (0: no limit): the chunks, the masters unless
   // offloaded, and whatever the model counts in the engine's tracker. A
   // request past it is ResourceExhausted naming what asked. Needs a
@@ -80,10 +86,10 @@ struct Placement {
 };
 
 // InvalidArgument naming the option for a combination that cannot be
-// placed: an offload policy or a device memory limit with `device` the
-// host, a negative limit or chunk size, a compute dtype other than f16,
-// bf16 or f32, a negative max_prefetch or checkpointing interval, a timeout
-// that is not positive.
+// placed: an offload policy other than kNvme or a device memory limit
+// with `device` the host, kNvme without an nvme_path, a negative limit or chunk
+// size, a compute dtype other than f16, bf16 or f32, a negative max_prefetch or
+// checkpointing interval, a timeout that is not positive.
 [[nodiscard]] absl::StatusOr<Placement> PlaceMemory(
     const EngineOptions& options);
 

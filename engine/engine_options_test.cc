@@ -56,6 +56,23 @@ TEST(PlaceMemory, EachOffloadPolicyMovesWhatItNames) {
   }
 }
 
+// The NVMe tier takes the masters to host memory first (and from there to
+// disk), and works where the model computes on the host.
+TEST(PlaceMemory, NvmeNeedsAPathNotADevice) {
+  EngineOptions options;
+  options.offload = OffloadPolicy::kNvme;
+  absl::StatusOr<Placement> where = PlaceMemory(options);
+  EXPECT_EQ(where.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(where.status().message(),
+              HasSubstr("EngineOptions::nvme_path is empty"));
+  options.nvme_path = "/mnt/nvme";
+  where = PlaceMemory(options);
+  ASSERT_TRUE(where.ok()) << where.status();
+  EXPECT_EQ(where->chunks.device, Device::Cpu());
+  EXPECT_FALSE(where->chunks.rest_device.has_value());
+  EXPECT_EQ(*where->masters, Device::Cpu());
+}
+
 TEST(PlaceMemory, TheLimitAppliesToTheComputeDevice) {
   EngineOptions options;
   options.device = Device::Cuda(3);

@@ -35,6 +35,14 @@ struct RankStepMetrics {
   // 0 unless the parameters rest on the host.
   int64_t h2d_bytes = 0;
   int64_t d2h_bytes = 0;
+  // With the masters and states on disk (OffloadPolicy::kNvme): the bytes
+  // this rank read and wrote there in this step, and the time it waited
+  // for the disk (the rest of the disk's work was hidden behind compute;
+  // the travel encoding keeps microseconds).
+  bool disk = false;
+  int64_t disk_read_bytes = 0;
+  int64_t disk_written_bytes = 0;
+  double disk_wait_s = 0;
   // Bus bytes (DESIGN.md §7) this rank sent and received in this step, by
   // collective ("all_gather", "reduce_scatter", ...).
   std::map<std::string, int64_t> comm_bytes;

@@ -16,6 +16,10 @@ TEST(RankStepMetrics, EncodingRoundTripsAndHasAFixedLength) {
   m.peak_host_bytes = 19;
   m.h2d_bytes = 23;
   m.d2h_bytes = 29;
+  m.disk = true;
+  m.disk_read_bytes = 31;
+  m.disk_written_bytes = 37;
+  m.disk_wait_s = 0.125;
   m.comm_bytes = {{"all_gather", 1397760}, {"reduce_scatter", 698880}};
   const std::vector<int64_t> encoded = EncodeRankStepMetrics(m);
   EXPECT_EQ(encoded.size(), EncodeRankStepMetrics(RankStepMetrics()).size());
@@ -32,6 +36,11 @@ TEST(RankStepMetrics, EncodingRoundTripsAndHasAFixedLength) {
   EXPECT_EQ(back.peak_host_bytes, 19);
   EXPECT_EQ(back.h2d_bytes, 23);
   EXPECT_EQ(back.d2h_bytes, 29);
+  EXPECT_TRUE(back.disk);
+  EXPECT_EQ(back.disk_read_bytes, 31);
+  EXPECT_EQ(back.disk_written_bytes, 37);
+  EXPECT_EQ(back.disk_wait_s, 0.125);
+  EXPECT_FALSE(DecodeRankStepMetrics(EncodeRankStepMetrics({})).disk);
   EXPECT_EQ(back.comm_bytes, m.comm_bytes);
 }
 
