@@ -306,14 +306,22 @@ absl::Status ZeroOptimizer::FoldIntoAccumulator(bool restore_weights) {
     CZ_ASSIGN_OR_RETURN(
         HostRange acc,
         HostRange::Open(GroupChunk(kAccumulatorGroup, i), begin, end));
-    CZ_ASSIGN_OR_RETURN(
-        HostRange master,
-        HostRange::Open(GroupChunk(ddp_->master_group(), i), begin, end));
+    // The masters only to restore the weights (on disk, they are a read).
+    std::optional<HostRange> master;
+    if (restore_weights) {
+      CZ_ASSIGN_OR_RETURN(
+          master,
+          HostRange::Open(GroupChunk(ddp_->master_group(), i), begin, end));
+    }
     CZ_RETURN_IF_ERROR(
-        AccumulateGradAndRestore(acc.as<float>(), grad.get(), dtype, first,
-                                 master.as<float>(),
-                                 restore_weights ? grad.get() : nullptr, dtype,
-                                 static_cast<size_t>(end - begin)),
+        AccumulateGradAndRestore(
+            acc.as<float>(), grad.get(), dtype, first,
+            // Without a restore nothing is written from `master`: the
+            // accumulator stands in (read, unused) rather than a read of the
+            // masters from disk.
+            master.has_value() ? master->as<float>() : acc.as<float>(),
+            restore_weights ? grad.get() : nullptr, dtype,
+            static_cast<size_t>(end - begin)),
         "accumulating the grads of chunk ", param->name());
     CZ_RETURN_IF_ERROR(acc.Finish());
     if (restore_weights) CZ_RETURN_IF_ERROR(grad.Finish());

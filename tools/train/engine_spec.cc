@@ -11,6 +11,8 @@ EngineOptions EngineOptionsFromFlags(const TrainOptions& o) {
   e.layout = o.storage;
   e.precision = o.precision;
   e.offload = o.offload;
+  e.nvme_path = o.nvme_path;
+  e.nvme_io = o.nvme_io;
   e.device_memory_limit = o.device_memory_limit;
   e.max_prefetch = o.max_prefetch;
   e.activation_checkpointing = o.activation_checkpointing;
@@ -27,8 +29,11 @@ absl::StatusOr<EngineOptions> EngineOptionsForRun(const TrainPlan& plan,
   EngineOptions e = EngineOptionsFromFlags(o);
   const bool gpu = o.device == ComputeDevice::kCuda;
   const bool capped = o.device_memory_limit > 0;
-  e.device = gpu || o.offload != OffloadPolicy::kNone || capped ? rank_device
-                                                                : Device::Cpu();
+  // On the host, offload and caps need the simulated device to move memory
+  // off; the NVMe tier moves it to disk from the host itself.
+  const bool moves_off_device =
+      o.offload != OffloadPolicy::kNone && o.offload != OffloadPolicy::kNvme;
+  e.device = gpu || moves_off_device || capped ? rank_device : Device::Cpu();
   if (o.offload == OffloadPolicy::kAuto && plan.auto_rests_on_host) {
     e.offload = OffloadPolicy::kParams;
   }

@@ -196,6 +196,7 @@ TrainMemoryEstimate EstimateWithFigures(const TrainMemoryInput& in,
   engine.precision = in.dtype;
   engine.max_prefetch = in.max_prefetch;
   engine.optimizer.kind = in.optimizer;
+  engine.offload = in.offload;
   engine.activation_checkpointing = in.activation_checkpointing;
   if (in.chunk_size > 0) engine.chunk_size = in.chunk_size;
   if (in.chunk_size < 0) engine.chunk_size = static_cast<int64_t>(largest);
@@ -212,6 +213,7 @@ TrainMemoryEstimate EstimateWithFigures(const TrainMemoryInput& in,
   e.in_flight = chunks.in_flight;
   e.in_flight_shards = chunks.in_flight_shards;
   e.optimizer = chunks.optimizer;
+  e.disk = chunks.disk;
 
   e.activations = 4 * f.floats + 4 * (2 * N) + 8 * N;
 

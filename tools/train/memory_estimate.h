@@ -40,6 +40,9 @@ struct TrainMemoryInput {
   DType dtype = DType::kF16;
   ChunkLayout layout = ChunkLayout::kSharded;
   OptimizerKind optimizer = OptimizerKind::kAdamW;
+  // kNvme puts the masters and states on disk (TrainMemoryEstimate::disk);
+  // the other policies move memory but hold the same bytes.
+  OffloadPolicy offload = OffloadPolicy::kNone;
   // Elements per chunk: > 0 as given, 0 one chunk per tensor, -1 not yet
   // searched (counted as the smallest candidate, the largest tensor: check
   // again once the search has picked one).
@@ -93,6 +96,9 @@ struct TrainMemoryEstimate {
   double in_flight_shards = 0;
   double optimizer = 0;    // fp32 masters, optimizer states, accumulation.
   double activations = 0;  // Forward activations, backward scratch, grads.
+  // --offload=nvme: the masters and states on disk (then not in
+  // `optimizer`, which keeps the accumulation and the update's staging).
+  double disk = 0;
   // Per process:
   double data = 0;  // The token stream (shared by the ranks as threads).
   int ranks_in_process = 1;

@@ -62,6 +62,8 @@ const char* OffloadNote(OffloadPolicy offload, bool auto_rests_on_host) {
     case OffloadPolicy::kAuto:
       return "; parameters rest on the device while it has room, else in "
              "host memory; masters and optimizer states in host memory";
+    case OffloadPolicy::kNvme:
+      return "; masters and optimizer states rest on disk (--nvme_path)";
   }
   return "";
 }
@@ -187,6 +189,17 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
         Bytes(static_cast<double>(ranks[0].peak_device_bytes)), ComputeBytes(o),
         Bytes(static_cast<double>(ComputeBytes(o)) * r.parameters /
               o.world_size));
+  }
+  if (o.offload == OffloadPolicy::kNvme) {
+    absl::StrAppendFormat(
+        &s,
+        "  NVMe tier (%s, %s): rank 0 reads %s and writes %s per step there, "
+        "waiting %.3f s for the disk in the optimizer's %.3f s; masters and "
+        "optimizer states rest on disk\n",
+        o.nvme_path, r.disk_io.empty() ? "?" : r.disk_io,
+        Bytes(static_cast<double>(ranks[0].disk_read_bytes)),
+        Bytes(static_cast<double>(ranks[0].disk_written_bytes)),
+        ranks[0].disk_wait_s, r.steps.back().optimizer_s);
   }
   if (OffloadsParams(o.offload)) {
     absl::StrAppendFormat(

@@ -30,12 +30,16 @@ std::string JsonMap(const std::map<std::string, int64_t>& m) {
 std::string StepMetricsJson(const StepMetrics& m) {
   std::vector<std::string> ranks;
   for (const RankStepMetrics& r : m.ranks) {
-    ranks.push_back(absl::StrCat("{\"peak_bytes\":", JsonMap(r.peak_bytes),
-                                 ",\"comm_bytes\":", JsonMap(r.comm_bytes),
-                                 ",\"device_peak_bytes\":", r.peak_device_bytes,
-                                 ",\"host_peak_bytes\":", r.peak_host_bytes,
-                                 ",\"h2d_bytes\":", r.h2d_bytes,
-                                 ",\"d2h_bytes\":", r.d2h_bytes, "}"));
+    ranks.push_back(absl::StrCat(
+        "{\"peak_bytes\":", JsonMap(r.peak_bytes), ",\"comm_bytes\":",
+        JsonMap(r.comm_bytes), ",\"device_peak_bytes\":", r.peak_device_bytes,
+        ",\"host_peak_bytes\":", r.peak_host_bytes,
+        ",\"h2d_bytes\":", r.h2d_bytes, ",\"d2h_bytes\":", r.d2h_bytes,
+        r.disk ? absl::StrCat(",\"disk_read_bytes\":", r.disk_read_bytes,
+                              ",\"disk_written_bytes\":", r.disk_written_bytes,
+                              ",\"disk_wait_s\":", JsonNumber(r.disk_wait_s))
+               : "",
+        "}"));
   }
   return absl::StrCat(
       "{\"step\":", m.step, ",\"loss\":", JsonNumber(m.loss),

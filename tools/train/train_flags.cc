@@ -99,11 +99,12 @@ absl::StatusOr<OptimizerKind> ParseOptimizerFlag(absl::string_view value) {
 }
 
 absl::StatusOr<OffloadPolicy> ParseOffloadFlag(absl::string_view value) {
-  for (OffloadPolicy p : {OffloadPolicy::kNone, OffloadPolicy::kOptimizer,
-                          OffloadPolicy::kParams, OffloadPolicy::kAuto}) {
+  for (OffloadPolicy p :
+       {OffloadPolicy::kNone, OffloadPolicy::kOptimizer, OffloadPolicy::kParams,
+        OffloadPolicy::kAuto, OffloadPolicy::kNvme}) {
     if (value == OffloadFlagValue(p)) return p;
   }
-  return Bad("offload", value, "want none, optimizer, params or auto");
+  return Bad("offload", value, "want none, optimizer, params, auto or nvme");
 }
 
 absl::string_view OffloadFlagValue(OffloadPolicy offload) {
@@ -116,6 +117,28 @@ absl::string_view OffloadFlagValue(OffloadPolicy offload) {
       return "params";
     case OffloadPolicy::kAuto:
       return "auto";
+    case OffloadPolicy::kNvme:
+      return "nvme";
+  }
+  return "";
+}
+
+absl::StatusOr<IoEngineKind> ParseNvmeIoFlag(absl::string_view value) {
+  for (IoEngineKind k :
+       {IoEngineKind::kAuto, IoEngineKind::kUring, IoEngineKind::kThreads}) {
+    if (value == NvmeIoFlagValue(k)) return k;
+  }
+  return Bad("nvme_io", value, "want auto, io_uring or threads");
+}
+
+absl::string_view NvmeIoFlagValue(IoEngineKind kind) {
+  switch (kind) {
+    case IoEngineKind::kAuto:
+      return "auto";
+    case IoEngineKind::kUring:
+      return "io_uring";
+    case IoEngineKind::kThreads:
+      return "threads";
   }
   return "";
 }

@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "chunk/chunk_layout.h"
 #include "engine/activation_checkpointing.h"
+#include "io/nvme/io_engine.h"
 #include "optim/zero_optimizer.h"
 #include "tensor/dtype.h"
 #include "tools/train/train_options.h"
@@ -48,6 +49,11 @@ absl::string_view PrecisionFlagValue(DType dtype);
 [[nodiscard]] absl::StatusOr<OffloadPolicy> ParseOffloadFlag(
     absl::string_view value);
 absl::string_view OffloadFlagValue(OffloadPolicy offload);
+
+// --nvme_io: auto (io_uring, else threads), io_uring or threads.
+[[nodiscard]] absl::StatusOr<IoEngineKind> ParseNvmeIoFlag(
+    absl::string_view value);
+absl::string_view NvmeIoFlagValue(IoEngineKind kind);
 
 // --param_order: "layers" or "record".
 // --token_dtype: "u16" or "u32".

@@ -23,9 +23,14 @@ TEST(TrainFlags, EveryValueRoundTrips) {
   for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) {
     EXPECT_EQ(*ParsePrecisionFlag(PrecisionFlagValue(d)), d);
   }
-  for (OffloadPolicy p : {OffloadPolicy::kNone, OffloadPolicy::kOptimizer,
-                          OffloadPolicy::kParams, OffloadPolicy::kAuto}) {
+  for (OffloadPolicy p :
+       {OffloadPolicy::kNone, OffloadPolicy::kOptimizer, OffloadPolicy::kParams,
+        OffloadPolicy::kAuto, OffloadPolicy::kNvme}) {
     EXPECT_EQ(*ParseOffloadFlag(OffloadFlagValue(p)), p);
+  }
+  for (IoEngineKind k :
+       {IoEngineKind::kAuto, IoEngineKind::kUring, IoEngineKind::kThreads}) {
+    EXPECT_EQ(*ParseNvmeIoFlag(NvmeIoFlagValue(k)), k);
   }
   for (ParamOrder o : {ParamOrder::kLayers, ParamOrder::kRecord}) {
     EXPECT_EQ(*ParseParamOrderFlag(ParamOrderFlagValue(o)), o);
@@ -60,7 +65,9 @@ TEST(TrainFlags, UnknownValuesNameTheFlagAndWhatItTakes) {
            Case{ParsePrecisionFlag("fp8").status(),
                 "--precision=fp8 is not one of fp32, fp16, bf16"},
            Case{ParseOffloadFlag("disk").status(),
-                "--offload=disk: want none, optimizer, params or auto"},
+                "--offload=disk: want none, optimizer, params, auto or nvme"},
+           Case{ParseNvmeIoFlag("aio").status(),
+                "--nvme_io=aio: want auto, io_uring or threads"},
            Case{ParseParamOrderFlag("random").status(),
                 "--param_order=random: want layers or record"},
            Case{ParseActivationCheckpointingFlag("every:0").status(),

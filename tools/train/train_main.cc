@@ -92,7 +92,17 @@ ABSL_FLAG(std::string, offload,
           "none; optimizer: fp32 masters and optimizer states in host "
           "memory, compute chunks on the device (the simulated device here); "
           "params: the compute chunks also rest in host memory; auto: they "
-          "rest on the device while it has room.");
+          "rest on the device while it has room; nvme: masters and optimizer "
+          "states on disk under --nvme_path, read and written around each "
+          "chunk's update.");
+ABSL_FLAG(std::string, nvme_path, kDefaults.nvme_path,
+          "With --offload=nvme: a directory on a disk for each rank's "
+          "scratch file (unnamed, so nothing is left behind however the run "
+          "ends).");
+ABSL_FLAG(std::string, nvme_io,
+          std::string(chunkzero::NvmeIoFlagValue(kDefaults.nvme_io)),
+          "With --offload=nvme: auto (io_uring, or pread/pwrite threads "
+          "where io_uring is refused), io_uring or threads.");
 ABSL_FLAG(std::string, param_order,
           std::string(chunkzero::ParamOrderFlagValue(kDefaults.param_order)),
           "layers: give GPT-2's layer order up front; record: let step 1 "
@@ -218,6 +228,8 @@ absl::Status ParseEnumFlags(chunkzero::TrainOptions* o) {
                                         absl::GetFlag(FLAGS_precision)));
   CZ_ASSIGN_OR_RETURN(
       o->offload, chunkzero::ParseOffloadFlag(absl::GetFlag(FLAGS_offload)));
+  CZ_ASSIGN_OR_RETURN(o->nvme_io,
+                      chunkzero::ParseNvmeIoFlag(absl::GetFlag(FLAGS_nvme_io)));
   CZ_ASSIGN_OR_RETURN(o->param_order, chunkzero::ParseParamOrderFlag(
                                           absl::GetFlag(FLAGS_param_order)));
   CZ_ASSIGN_OR_RETURN(o->activation_checkpointing,
@@ -281,6 +293,7 @@ int Main(int argc, char** argv) {
   o.init = absl::GetFlag(FLAGS_init);
   o.export_path = absl::GetFlag(FLAGS_export);
   o.save = absl::GetFlag(FLAGS_save);
+  o.nvme_path = absl::GetFlag(FLAGS_nvme_path);
   o.save_every = absl::GetFlag(FLAGS_save_every);
   o.resume = absl::GetFlag(FLAGS_resume);
   o.rank = absl::GetFlag(FLAGS_rank);

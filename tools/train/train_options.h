@@ -83,8 +83,13 @@ struct TrainOptions {
   DType precision = DType::kF16;  // The compute dtype.
   // kOptimizer: masters and states in host memory, compute chunks on the
   // (simulated) device. kParams: the compute chunks also rest in host
-  // memory, and only those in use are on the device.
+  // memory, and only those in use are on the device. kNvme: masters and
+  // states on disk under nvme_path.
   OffloadPolicy offload = OffloadPolicy::kNone;
+  // kNvme: the directory (on a disk) each rank's scratch file of masters
+  // and optimizer states goes in, and how it is read and written.
+  std::string nvme_path;
+  IoEngineKind nvme_io = IoEngineKind::kAuto;
   ParamOrder param_order = ParamOrder::kLayers;
   std::string data;    // File read as bytes (vocab 256).
   std::string tokens;  // Little-endian token ids of token_dtype.

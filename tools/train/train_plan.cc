@@ -19,6 +19,7 @@
 #include "base/system_memory.h"
 #include "chunk/chunk_size_search.h"
 #include "comm/rendezvous/rendezvous_store.h"
+#include "io/nvme/scratch_file.h"
 #include "io/pretrained/pretrained_directory.h"
 #include "models/llama/llama_checkpoint.h"
 #include "nlohmann/json.hpp"
@@ -137,6 +138,16 @@ absl::Status CheckOptions(const TrainOptions& o, const GpuMemoryProbe& probe) {
     }
   }
   if (o.world_size < 1) return Bad("world_size", o.world_size, "want >= 1");
+  if (o.offload == OffloadPolicy::kNvme && o.nvme_path.empty()) {
+    return Bad("offload", "nvme",
+               "needs --nvme_path, a directory on a disk for the masters and "
+               "optimizer states");
+  }
+  if (o.offload != OffloadPolicy::kNvme && !o.nvme_path.empty()) {
+    return Bad("nvme_path", o.nvme_path,
+               absl::StrCat("is for --offload=nvme (this run has --offload=",
+                            OffloadFlagValue(o.offload), ")"));
+  }
   if (o.backend == Backend::kNccl && o.device != ComputeDevice::kCuda) {
     return Bad("backend", "nccl",
                "NCCL moves GPU memory: give --device=cuda too (or use inproc "
@@ -508,8 +519,33 @@ int DeviceWeight(OffloadPolicy offload) {
       return 1;
     case OffloadPolicy::kParams:
       return 0;
+    case OffloadPolicy::kNvme:  // The device holds what kOptimizer's does.
+      return 2;
   }
   return 3;
+}
+
+// --offload=nvme: the directory can hold scratch files (train_plan.h) and
+// has room for this process's ranks' masters and optimizer states.
+absl::Status CheckDiskSpace(const TrainPlan& plan) {
+  const TrainOptions& o = plan.options;
+  if (o.offload != OffloadPolicy::kNvme) return absl::OkStatus();
+  absl::StatusOr<int64_t> free_bytes = ScratchDirectoryFreeBytes(o.nvme_path);
+  if (!free_bytes.ok()) {
+    return absl::Status(free_bytes.status().code(),
+                        absl::StrCat("--nvme_path=", o.nvme_path, ": ",
+                                     free_bytes.status().message()));
+  }
+  const int ranks = o.rank < 0 ? o.world_size : 1;
+  const double need = plan.memory.disk * ranks;
+  if (static_cast<double>(*free_bytes) >= need) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("--nvme_path=", o.nvme_path, " has ",
+                   FormatBytes(static_cast<double>(*free_bytes)),
+                   " free, but the masters "
+                   "and optimizer states of ",
+                   ranks, ranks == 1 ? " rank" : " ranks", " need about ",
+                   FormatBytes(need), " there"));
 }
 
 // Refuses a configuration whose compute device would need more than
@@ -751,6 +787,7 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options,
   need.layout = options.storage;
   need.optimizer = options.optimizer;
   need.chunk_size = options.chunk_size;
+  need.offload = options.offload;
   need.max_prefetch = options.max_prefetch;
   need.fused_attention = options.fused_attention;
   need.activation_checkpointing = options.activation_checkpointing;
@@ -834,6 +871,7 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options,
   // With the chunk size known, so that the advice is for the chunks the
   // run would have.
   CZ_RETURN_IF_ERROR(CheckDeviceMemory(plan, need, gpus));
+  CZ_RETURN_IF_ERROR(CheckDiskSpace(plan));
   if (!options.resume.empty()) {
     absl::StatusOr<CheckpointMeta> meta = ReadCheckpointMeta(options.resume);
     if (!meta.ok()) {

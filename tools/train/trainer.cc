@@ -137,6 +137,13 @@ class RankRunner {
     if (rank() == 0) {
       result_->at_rest_bytes.clear();
       for (const auto& r : all) result_->at_rest_bytes.push_back(r[0]);
+      if (const ChunkDiskTier* disk = engine_->disk(); disk != nullptr) {
+        const IoEngine& io = disk->engine();
+        result_->disk_io = std::string(io.name());
+        if (!io.fallback_reason().empty()) {
+          absl::StrAppend(&result_->disk_io, " (", io.fallback_reason(), ")");
+        }
+      }
     }
     if (!o_.export_path.empty()) {
       CZ_ASSIGN_OR_RETURN(auto dict, engine_->GatherWeights());

@@ -73,6 +73,9 @@ struct TrainResult {
   // ranks on one host; smaller collectives stay on TCP); on GPUs, NCCL or
   // the host group staged through pinned memory.
   std::string comm_transport;
+  // --offload=nvme: what reads and writes rank 0's disk tier ("io_uring",
+  // or "pread/pwrite threads (io_uring refused: ...)").
+  std::string disk_io;
   // Where the model computes: "cpu", or "cuda (N GPUs, ...)".
   std::string compute_device = "cpu";
   // --offload=auto ran as params: the device limit left no room for chunks

@@ -1,0 +1,187 @@
+// The train job with --offload=nvme: the masters and optimizer states on
+// disk change no bit of the run, in every layout and 16-bit precision,
+// with accumulated micro-batches and across save and resume (with or
+// without the tier); the scratch files leave nothing behind; what cannot
+// hold them is refused before step 1, naming the flag and the bytes.
+#include <sys/statfs.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tools/train/report.h"
+#include "tools/train/train_flags.h"
+#include "tools/train/train_plan.h"
+#include "tools/train/trainer.h"
+
+namespace chunkzero {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+std::string TestDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/nvme_train_test/", name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+TrainOptions Tiny() {
+  TrainOptions o;
+  o.model.layers = 2;
+  o.model.d_model = 32;
+  o.model.heads = 2;
+  o.model.seq_len = 16;
+  o.model.vocab = 256;
+  o.world_size = 2;
+  o.batch = 2;
+  o.steps = 4;
+  o.warmup = 1;
+  o.chunk_size = 8192;  // wte alone, then the blocks.
+  return o;
+}
+
+TrainResult Train(const TrainOptions& o) {
+  absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *std::move(r) : TrainResult();
+}
+
+std::vector<double> Losses(const TrainResult& r) {
+  std::vector<double> out;
+  for (const StepMetrics& m : r.steps) out.push_back(m.loss);
+  return out;
+}
+
+TEST(NvmeTrain, EqualsOptimizerOffloadBitForBit) {
+  struct Case {
+    ChunkLayout layout;
+    DType precision;
+    int grad_accum;
+  };
+  for (const Case& c : {Case{ChunkLayout::kSharded, DType::kF16, 1},
+                        Case{ChunkLayout::kSharded, DType::kBF16, 2},
+                        Case{ChunkLayout::kOwner, DType::kF16, 2},
+                        Case{ChunkLayout::kReplicated, DType::kBF16, 1}}) {
+    TrainOptions host = Tiny();
+    host.storage = c.layout;
+    host.precision = c.precision;
+    host.grad_accum = c.grad_accum;
+    host.offload = OffloadPolicy::kOptimizer;
+    SCOPED_TRACE(absl::StrCat(ChunkLayoutName(c.layout), " ",
+                              DTypeName(c.precision), " accum ", c.grad_accum));
+    const TrainResult want = Train(host);
+    TrainOptions nvme = host;
+    nvme.offload = OffloadPolicy::kNvme;
+    nvme.nvme_path = TestDir("equal");
+    const TrainResult got = Train(nvme);
+    ASSERT_EQ(got.steps.size(), 4u);
+    EXPECT_EQ(Losses(got), Losses(want));
+    // Every step reads each rank's masters and states and writes them
+    // back; host memory holds none of them at rest.
+    // (With two micro-batches the first one's weights are restored from
+    // the masters: a third of what the update writes is read once more.)
+    for (const RankStepMetrics& r : got.steps.back().ranks) {
+      EXPECT_TRUE(r.disk);
+      EXPECT_GT(r.disk_written_bytes, 0);
+      EXPECT_EQ(
+          r.disk_read_bytes,
+          r.disk_written_bytes + (c.grad_accum - 1) * r.disk_written_bytes / 3);
+    }
+    // At rest, host memory keeps the 16-bit chunks (and the accumulation);
+    // the 12 bytes per element of masters and states went to disk, where
+    // a step reads and writes exactly them (whole 4 KiB blocks).
+    const int64_t moved = want.at_rest_bytes[0] - got.at_rest_bytes[0];
+    EXPECT_GT(moved, 0);
+    EXPECT_GE(got.steps.back().ranks[0].disk_written_bytes, moved);
+    EXPECT_LT(got.steps.back().ranks[0].disk_written_bytes,
+              moved + 3 * 4096 * 8);
+    EXPECT_TRUE(fs::is_empty(nvme.nvme_path));
+    const std::string summary = FormatSummary(nvme, got);
+    EXPECT_THAT(summary, HasSubstr("NVMe tier (" + nvme.nvme_path));
+    EXPECT_THAT(summary, HasSubstr("masters and optimizer states rest on "
+                                   "disk"));
+    EXPECT_THAT(got.disk_io,
+                ::testing::AnyOf(HasSubstr("io_uring"), HasSubstr("threads")));
+  }
+}
+
+// A checkpoint is a checkpoint: saved with the tier, resumed without it,
+// and the other way round, each continuing the uninterrupted run.
+TEST(NvmeTrain, SavesAndResumesWithOrWithoutTheTier) {
+  TrainOptions plain = Tiny();
+  plain.precision = DType::kF16;
+  plain.warmup = 0;
+  plain.min_lr = plain.lr;  // A constant rate: 2 + 2 steps are 4 steps.
+  plain.offload = OffloadPolicy::kOptimizer;
+  const TrainResult whole = Train(plain);
+  for (bool nvme_first : {true, false}) {
+    SCOPED_TRACE(nvme_first ? "nvme, then host" : "host, then nvme");
+    TrainOptions first = plain;
+    first.steps = 2;
+    first.save = TestDir(nvme_first ? "save_nvme" : "save_host");
+    TrainOptions second = plain;
+    second.resume = first.save;
+    TrainOptions& with_tier = nvme_first ? first : second;
+    with_tier.offload = OffloadPolicy::kNvme;
+    with_tier.nvme_path = TestDir("resume_scratch");
+    ASSERT_EQ(Train(first).steps.size(), 2u);
+    const TrainResult rest = Train(second);
+    ASSERT_EQ(rest.steps.size(), 2u);
+    EXPECT_EQ(rest.steps[0].loss, whole.steps[2].loss);
+    EXPECT_EQ(rest.steps[1].loss, whole.steps[3].loss);
+    EXPECT_TRUE(fs::is_empty(with_tier.nvme_path));
+  }
+}
+
+TEST(NvmeTrain, RefusesWhatCannotHoldTheStatesBeforeStepOne) {
+  TrainOptions o = Tiny();
+  o.offload = OffloadPolicy::kNvme;
+  EXPECT_THAT(PlanTraining(o).status().message(),
+              HasSubstr("--offload=nvme: needs --nvme_path"));
+  o.nvme_path = TestDir("refusals") + "/missing";
+  absl::Status s = PlanTraining(o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("--nvme_path=" + o.nvme_path + ": " +
+                                     o.nvme_path + ": no such directory"));
+  TrainOptions not_nvme = Tiny();
+  not_nvme.nvme_path = TestDir("refusals");
+  EXPECT_THAT(PlanTraining(not_nvme).status().message(),
+              HasSubstr("--nvme_path=" + not_nvme.nvme_path +
+                        ": is for --offload=nvme (this run has "
+                        "--offload=none)"));
+  struct statfs info;
+  if (::statfs("/dev/shm", &info) == 0 && info.f_type == 0x01021994) {
+    o.nvme_path = "/dev/shm";
+    EXPECT_THAT(PlanTraining(o).status().message(),
+                HasSubstr("--nvme_path=/dev/shm: /dev/shm is on a tmpfs"));
+  }
+  // 80 billion parameters' masters and states do not fit this disk (the
+  // host's memory is taken as plenty, so the disk is what refuses).
+  TrainOptions huge = Tiny();
+  huge.model.layers = 400;
+  huge.model.d_model = 4096;
+  huge.model.heads = 32;
+  huge.world_size = 1;
+  huge.batch = 1;
+  huge.chunk_size = -1;
+  huge.memory_limit_bytes = int64_t{1} << 50;
+  huge.offload = OffloadPolicy::kNvme;
+  huge.nvme_path = TestDir("refusals");
+  s = PlanTraining(huge).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(),
+              HasSubstr("--nvme_path=" + huge.nvme_path + " has "));
+  EXPECT_THAT(s.message(), HasSubstr(" free, but the masters and optimizer "
+                                     "states of 1 rank need about"));
+}
+
+}  // namespace
+}  // namespace chunkzero
