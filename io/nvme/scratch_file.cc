@@ -126,7 +126,9 @@ absl::StatusOr<int64_t> ScratchFile::Grow(int64_t bytes) {
   // Reserved now, so that a disk that cannot hold it says so at once.
   const int reserved = ::posix_fallocate(fd_, at, bytes);
   if (reserved == ENOSPC || reserved == EFBIG) {
-    ::ftruncate(fd_, at);  // Whatever was reserved goes back.
+    // Whatever was reserved goes back (best effort: the error above is the
+    // one to report).
+    [[maybe_unused]] const int shrunk = ::ftruncate(fd_, at);
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot reserve ", Bytes(bytes), " more for ", description_,
         " (holding ", Bytes(at), "): ", std::strerror(reserved)));
