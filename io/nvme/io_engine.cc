@@ -8,9 +8,11 @@
 namespace chunkzero {
 namespace {
 
-// Requests in flight on one ring: 64 pieces of 1 MiB keep an NVMe drive's
-// queues busy without pinning much kernel memory.
-constexpr int kRingDepth = 64;
+// Requests in flight on one ring: room for a chunk's reads and the previous
+// chunk's writes at once (a 48 MiB master, exp_avg and exp_avg_sq each way
+// is 288 pieces of 1 MiB), so that submitting them never waits for the disk
+// on the thread that computes. An entry is 64 bytes of kernel memory.
+constexpr int kRingDepth = 512;
 // Threads of the fallback: a few blocking transfers at a time.
 constexpr int kIoThreads = 4;
 
