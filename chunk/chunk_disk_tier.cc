@@ -34,32 +34,49 @@ absl::Status ChunkDiskTier::EnsureBounce(size_t bytes) {
 
 absl::StatusOr<IoBatch> ChunkDiskTier::Start(IoKind kind,
                                              const DiskRegion& region,
+                                             int64_t offset, int64_t bytes,
                                              const AlignedBuffer& buffer,
                                              const std::string* what) {
-  if (!region.valid() || buffer.size() < static_cast<size_t>(region.bytes)) {
+  if (!region.valid() || offset < 0 || bytes < 0 ||
+      offset + bytes > region.bytes ||
+      buffer.size() < static_cast<size_t>(bytes)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what != nullptr ? *what : "a region", ": a buffer of ", buffer.size(),
-        " bytes for a region of ", region.bytes, " at ", region.offset));
+        what != nullptr ? *what : "a region", ": ", bytes, " bytes at ", offset,
+        " of a region of ", region.bytes, " at ", region.offset,
+        " through a buffer of ", buffer.size()));
   }
   CZ_ASSIGN_OR_RETURN(
       IoBatch batch,
-      engine_->Submit({{kind, file_->fd(), region.offset, buffer.data(),
-                        static_cast<size_t>(region.bytes), what}}));
-  (kind == IoKind::kRead ? stats_.bytes_read : stats_.bytes_written) +=
-      region.bytes;
+      engine_->Submit({{kind, file_->fd(), region.offset + offset,
+                        buffer.data(), static_cast<size_t>(bytes), what}}));
+  (kind == IoKind::kRead ? stats_.bytes_read : stats_.bytes_written) += bytes;
   return batch;
 }
 
 absl::StatusOr<IoBatch> ChunkDiskTier::StartRead(const DiskRegion& region,
                                                  const AlignedBuffer& buffer,
                                                  const std::string* what) {
-  return Start(IoKind::kRead, region, buffer, what);
+  return Start(IoKind::kRead, region, 0, region.bytes, buffer, what);
 }
 
 absl::StatusOr<IoBatch> ChunkDiskTier::StartWrite(const DiskRegion& region,
                                                   const AlignedBuffer& buffer,
                                                   const std::string* what) {
-  return Start(IoKind::kWrite, region, buffer, what);
+  return Start(IoKind::kWrite, region, 0, region.bytes, buffer, what);
+}
+
+absl::StatusOr<IoBatch> ChunkDiskTier::StartRead(const DiskRegion& region,
+                                                 int64_t offset, int64_t bytes,
+                                                 const AlignedBuffer& buffer,
+                                                 const std::string* what) {
+  return Start(IoKind::kRead, region, offset, bytes, buffer, what);
+}
+
+absl::StatusOr<IoBatch> ChunkDiskTier::StartWrite(const DiskRegion& region,
+                                                  int64_t offset, int64_t bytes,
+                                                  const AlignedBuffer& buffer,
+                                                  const std::string* what) {
+  return Start(IoKind::kWrite, region, offset, bytes, buffer, what);
 }
 
 absl::Status ChunkDiskTier::Wait(IoBatch batch) {

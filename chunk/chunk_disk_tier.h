@@ -72,6 +72,17 @@ class ChunkDiskTier {
   [[nodiscard]] absl::StatusOr<IoBatch> StartWrite(const DiskRegion& region,
                                                    const AlignedBuffer& buffer,
                                                    const std::string* what);
+  // The same for `bytes` of the region from `offset` (both multiples of
+  // kDirectIoAlignment, inside the region).
+  [[nodiscard]] absl::StatusOr<IoBatch> StartRead(const DiskRegion& region,
+                                                  int64_t offset, int64_t bytes,
+                                                  const AlignedBuffer& buffer,
+                                                  const std::string* what);
+  [[nodiscard]] absl::StatusOr<IoBatch> StartWrite(const DiskRegion& region,
+                                                   int64_t offset,
+                                                   int64_t bytes,
+                                                   const AlignedBuffer& buffer,
+                                                   const std::string* what);
   [[nodiscard]] absl::Status Wait(IoBatch batch);
 
   const DiskTierStats& stats() const { return stats_; }
@@ -84,6 +95,7 @@ class ChunkDiskTier {
       : file_(std::move(file)), engine_(std::move(engine)) {}
   [[nodiscard]] absl::StatusOr<IoBatch> Start(IoKind kind,
                                               const DiskRegion& region,
+                                              int64_t offset, int64_t bytes,
                                               const AlignedBuffer& buffer,
                                               const std::string* what);
   // The bounce buffer of Write and Read, grown to the largest region.

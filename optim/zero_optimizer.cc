@@ -106,6 +106,13 @@ absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(
     return absl::InvalidArgumentError(
         "ZeroOptimizer: OffloadPolicy::kNvme needs a disk tier");
   }
+  if (options.disk_piece_elements < 1024 ||
+      options.disk_piece_elements % 1024 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ZeroOptimizerOptions::disk_piece_elements is ",
+        options.disk_piece_elements,
+        ": want a positive multiple of 1024 (whole 4 KiB blocks of f32)"));
+  }
   std::optional<DynamicLossScaler> scaler;
   if (ddp->compute_dtype() == DType::kF16) {
     CZ_ASSIGN_OR_RETURN(DynamicLossScaler s,
@@ -429,17 +436,35 @@ absl::Status ZeroOptimizer::Update(float grad_scale, double lr,
   const bool on_disk =
       !todo.empty() &&
       GroupChunk(ddp_->master_group(), todo[0])->payload_on_disk();
-  std::optional<optim_internal::DiskStaging> disk;
-  auto fetch_disk = [&](size_t k) -> absl::Status {
-    if (!on_disk || k >= todo.size()) return absl::OkStatus();
-    std::vector<Chunk*> group = {GroupChunk(ddp_->master_group(), todo[k])};
-    for (const std::string& state : state_names_) {
-      group.push_back(GroupChunk(state, todo[k]));
+  // They come in pieces of at most disk_piece_elements of a chunk, so that
+  // the buffers hold pieces, not chunks (a chunk may be 195 M elements).
+  const int64_t piece = options_.disk_piece_elements;
+  struct DiskPiece {
+    size_t k;
+    int64_t begin, end;
+  };
+  std::vector<DiskPiece> pieces;
+  for (size_t k = 0; on_disk && k < todo.size(); ++k) {
+    const auto [begin, end] = HeldRange(todo[k]);
+    for (int64_t b = begin; b < end; b += piece) {
+      pieces.push_back({k, b, std::min(end, b + piece)});
     }
-    return disk->Fetch(group);
+  }
+  std::optional<optim_internal::DiskStaging> disk;
+  auto fetch_disk = [&](size_t u) -> absl::Status {
+    if (u >= pieces.size()) return absl::OkStatus();
+    const int i = todo[pieces[u].k];
+    std::vector<Chunk*> group = {GroupChunk(ddp_->master_group(), i)};
+    for (const std::string& state : state_names_) {
+      group.push_back(GroupChunk(state, i));
+    }
+    const int64_t first = group[0]->shard_begin();
+    return disk->Fetch(group, (pieces[u].begin - first) * 4,
+                       (pieces[u].end - pieces[u].begin) * 4);
   };
   if (on_disk) disk.emplace(options_.disk);
   CZ_RETURN_IF_ERROR(fetch_disk(0));
+  size_t next_piece = 0;
   std::optional<optim_internal::ParamStaging> staging;
   auto fetch = [&](size_t k) -> absl::Status {
     if (k >= todo.size() || !travels(todo[k])) return absl::OkStatus();
@@ -459,9 +484,7 @@ absl::Status ZeroOptimizer::Update(float grad_scale, double lr,
     const int i = todo[k];
     const auto [begin, end] = HeldRange(i);
     Chunk* param_chunk = ParamChunk(i);
-    const size_t n = static_cast<size_t>(end - begin);
     CZ_RETURN_IF_ERROR(fetch(k + 1));
-    CZ_RETURN_IF_ERROR(fetch_disk(k + 1));
     if (absl::StatusOr<bool> on_gpu =
             UpdateOnGpu(adam, sgd, i, begin, end, from_accumulator);
         !on_gpu.ok() || *on_gpu) {
@@ -479,61 +502,68 @@ absl::Status ZeroOptimizer::Update(float grad_scale, double lr,
                           HostRange::Open(param_chunk, begin, end));
       param_out = param_range->get();
     }
-    // The masters and states: from the disk pipeline (each a whole
-    // payload, the range `offset` bytes in), or where they rest.
-    std::optional<HostRange> master;
-    std::vector<HostRange> states;
-    float* master_data = nullptr;
-    std::vector<float*> state_data;
+    std::optional<HostRange> acc;
+    if (from_accumulator) {
+      CZ_ASSIGN_OR_RETURN(
+          acc, HostRange::Open(GroupChunk(kAccumulatorGroup, i), begin, end));
+    }
+    const DType grad_dtype = from_accumulator ? DType::kF32 : dtype;
+    const char* grad =
+        static_cast<const char*>(from_accumulator ? acc->get() : param_out);
+    // Elements [from, to) of the chunk's held range, `begin` its first.
+    auto update = [&](float* master, const std::vector<float*>& states,
+                      int64_t from, int64_t to) -> absl::Status {
+      const void* g = grad + (from - begin) * ElementSize(grad_dtype);
+      void* out =
+          static_cast<char*>(param_out) + (from - begin) * ElementSize(dtype);
+      const size_t m = static_cast<size_t>(to - from);
+      const absl::Status status =
+          options_.kind == OptimizerKind::kSgd
+              ? FusedSgd(sgd, master, states.empty() ? nullptr : states[0], g,
+                         grad_dtype, out, dtype, m)
+              : FusedAdam(adam, master, states[0], states[1], g, grad_dtype,
+                          out, dtype, m);
+      CZ_RETURN_IF_ERROR(status, "updating chunk ", param_chunk->name());
+      return absl::OkStatus();
+    };
     if (on_disk) {
-      CZ_ASSIGN_OR_RETURN(std::vector<char*> payloads, disk->Get(k));
-      const int64_t offset =
-          (begin - GroupChunk(ddp_->master_group(), i)->shard_begin()) *
-          static_cast<int64_t>(sizeof(float));
-      master_data = reinterpret_cast<float*>(payloads[0] + offset);
-      for (size_t s = 1; s < payloads.size(); ++s) {
-        state_data.push_back(reinterpret_cast<float*>(payloads[s] + offset));
+      // The masters and states from the disk pipeline, piece by piece: the
+      // next piece (maybe the next chunk's) reads while this one updates.
+      for (; next_piece < pieces.size() && pieces[next_piece].k == k;
+           ++next_piece) {
+        CZ_RETURN_IF_ERROR(fetch_disk(next_piece + 1));
+        CZ_ASSIGN_OR_RETURN(std::vector<char*> p, disk->Get(next_piece));
+        std::vector<float*> states;
+        for (size_t s = 1; s < p.size(); ++s) {
+          states.push_back(reinterpret_cast<float*>(p[s]));
+        }
+        CZ_RETURN_IF_ERROR(update(reinterpret_cast<float*>(p[0]), states,
+                                  pieces[next_piece].begin,
+                                  pieces[next_piece].end));
+        CZ_RETURN_IF_ERROR(disk->Return(next_piece), "writing chunk ",
+                           param_chunk->name(),
+                           "'s masters and states to disk");
       }
     } else {
       CZ_ASSIGN_OR_RETURN(
-          master,
+          HostRange master,
           HostRange::Open(GroupChunk(ddp_->master_group(), i), begin, end));
-      master_data = master->as<float>();
+      std::vector<HostRange> states;
+      std::vector<float*> state_data;
       for (const std::string& state : state_names_) {
         CZ_ASSIGN_OR_RETURN(HostRange s,
                             HostRange::Open(GroupChunk(state, i), begin, end));
         state_data.push_back(s.as<float>());
         states.push_back(std::move(s));
       }
+      CZ_RETURN_IF_ERROR(update(master.as<float>(), state_data, begin, end));
+      CZ_RETURN_IF_ERROR(master.Finish());
+      for (HostRange& s : states) CZ_RETURN_IF_ERROR(s.Finish());
     }
-    std::optional<HostRange> acc;
-    if (from_accumulator) {
-      CZ_ASSIGN_OR_RETURN(
-          acc, HostRange::Open(GroupChunk(kAccumulatorGroup, i), begin, end));
-    }
-    const void* grad = from_accumulator ? acc->get() : param_out;
-    const DType grad_dtype = from_accumulator ? DType::kF32 : dtype;
-    absl::Status status;
-    if (options_.kind == OptimizerKind::kSgd) {
-      status = FusedSgd(sgd, master_data,
-                        state_data.empty() ? nullptr : state_data[0], grad,
-                        grad_dtype, param_out, dtype, n);
-    } else {
-      status = FusedAdam(adam, master_data, state_data[0], state_data[1], grad,
-                         grad_dtype, param_out, dtype, n);
-    }
-    CZ_RETURN_IF_ERROR(status, "updating chunk ", param_chunk->name());
     if (staged) {
       CZ_RETURN_IF_ERROR(staging->Return(param_chunk));
     } else {
       CZ_RETURN_IF_ERROR(param_range->Finish());
-    }
-    if (on_disk) {
-      CZ_RETURN_IF_ERROR(disk->Return(k), "writing chunk ", param_chunk->name(),
-                         "'s masters and states to disk");
-    } else {
-      CZ_RETURN_IF_ERROR(master->Finish());
-      for (HostRange& s : states) CZ_RETURN_IF_ERROR(s.Finish());
     }
   }
   if (staging.has_value()) {

@@ -169,8 +169,12 @@ struct ZeroOptimizerOptions {
   int max_overflows_at_min_scale = 8;
   OffloadPolicy offload = OffloadPolicy::kNone;
   // OffloadPolicy::kNvme: this rank's disk tier (the caller's; it must
-  // outlive the optimizer).
+  // outlive the optimizer), and the elements of a chunk the update reads,
+  // updates and writes at a time (a multiple of 1024: whole 4 KiB disk
+  // blocks of f32, so that two pieces never share a block). Host memory
+  // holds three pieces' masters and states.
   ChunkDiskTier* disk = nullptr;
+  int64_t disk_piece_elements = int64_t{8} << 20;
 };
 
 struct StepResult {

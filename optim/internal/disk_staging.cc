@@ -29,13 +29,18 @@ absl::StatusOr<DiskStaging::Set*> DiskStaging::SetOf(size_t k) {
   return &set;
 }
 
-absl::Status DiskStaging::Fetch(const std::vector<Chunk*>& chunks) {
+absl::Status DiskStaging::Fetch(const std::vector<Chunk*>& chunks,
+                                int64_t first, int64_t bytes) {
   Set& set = sets_[fetched_ % sets_.size()];
   // The set's last user: its writes must be done before it is read into.
   CZ_RETURN_IF_ERROR(WaitAll(set.writes));
   CZ_RETURN_IF_ERROR(WaitAll(set.reads));
+  const auto a = static_cast<int64_t>(kDirectIoAlignment);
   set.k = fetched_++;
   set.chunks = chunks;
+  set.block_first = first / a * a;
+  set.skip = first - set.block_first;
+  set.block_bytes = RoundUpToDirectIo(first + bytes) - set.block_first;
   set.whats.clear();
   set.buffers.resize(chunks.size());
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -44,15 +49,22 @@ absl::Status DiskStaging::Fetch(const std::vector<Chunk*>& chunks) {
       return absl::FailedPreconditionError(
           absl::StrCat("chunk ", c->name(), " is not resting on disk"));
     }
+    if (first < 0 || bytes < 0 || first + bytes > c->rest_payload_bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "disk staging: bytes [", first, ", ", first + bytes, ") of chunk ",
+          c->name(), "'s payload of ", c->rest_payload_bytes()));
+    }
     set.whats.push_back(absl::StrCat("chunk ", c->name()));
   }
   for (size_t i = 0; i < chunks.size(); ++i) {
-    const DiskRegion& region = chunks[i]->disk_region();
-    if (set.buffers[i].size() < static_cast<size_t>(region.bytes)) {
-      CZ_ASSIGN_OR_RETURN(set.buffers[i], AlignedBuffer::Create(region.bytes));
+    if (set.buffers[i].size() < static_cast<size_t>(set.block_bytes)) {
+      CZ_ASSIGN_OR_RETURN(set.buffers[i],
+                          AlignedBuffer::Create(set.block_bytes));
     }
-    CZ_ASSIGN_OR_RETURN(IoBatch b, chunks[i]->disk_tier()->StartRead(
-                                       region, set.buffers[i], &set.whats[i]));
+    CZ_ASSIGN_OR_RETURN(IoBatch b,
+                        chunks[i]->disk_tier()->StartRead(
+                            chunks[i]->disk_region(), set.block_first,
+                            set.block_bytes, set.buffers[i], &set.whats[i]));
     set.reads.push_back(b);
   }
   return absl::OkStatus();
@@ -62,7 +74,9 @@ absl::StatusOr<std::vector<char*>> DiskStaging::Get(size_t k) {
   CZ_ASSIGN_OR_RETURN(Set * set, SetOf(k));
   CZ_RETURN_IF_ERROR(WaitAll(set->reads));
   std::vector<char*> out;
-  for (const AlignedBuffer& b : set->buffers) out.push_back(b.data());
+  for (const AlignedBuffer& b : set->buffers) {
+    out.push_back(b.data() + set->skip);
+  }
   return out;
 }
 
@@ -70,9 +84,10 @@ absl::Status DiskStaging::Return(size_t k) {
   CZ_ASSIGN_OR_RETURN(Set * set, SetOf(k));
   CZ_RETURN_IF_ERROR(WaitAll(set->reads));
   for (size_t i = 0; i < set->chunks.size(); ++i) {
-    CZ_ASSIGN_OR_RETURN(IoBatch b, set->chunks[i]->disk_tier()->StartWrite(
-                                       set->chunks[i]->disk_region(),
-                                       set->buffers[i], &set->whats[i]));
+    CZ_ASSIGN_OR_RETURN(IoBatch b,
+                        set->chunks[i]->disk_tier()->StartWrite(
+                            set->chunks[i]->disk_region(), set->block_first,
+                            set->block_bytes, set->buffers[i], &set->whats[i]));
     set->writes.push_back(b);
   }
   return absl::OkStatus();

@@ -127,7 +127,8 @@ void BM_NvmeStep(benchmark::State& state) {
     optim_internal::DiskStaging staging(disk->get());
     auto fetch = [&](int c) {
       return staging.Fetch({chunks[3 * c].get(), chunks[3 * c + 1].get(),
-                            chunks[3 * c + 2].get()});
+                            chunks[3 * c + 2].get()},
+                           0, kParams * 4);
     };
     CZ_RETURN_IF_ERROR(fetch(0));
     for (int c = 0; c < kChunks; ++c) {

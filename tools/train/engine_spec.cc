@@ -13,6 +13,9 @@ EngineOptions EngineOptionsFromFlags(const TrainOptions& o) {
   e.offload = o.offload;
   e.nvme_path = o.nvme_path;
   e.nvme_io = o.nvme_io;
+  if (o.nvme_piece_elements > 0) {
+    e.optimizer.disk_piece_elements = o.nvme_piece_elements;
+  }
   e.device_memory_limit = o.device_memory_limit;
   e.max_prefetch = o.max_prefetch;
   e.activation_checkpointing = o.activation_checkpointing;

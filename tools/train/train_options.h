@@ -90,6 +90,9 @@ struct TrainOptions {
   // and optimizer states goes in, and how it is read and written.
   std::string nvme_path;
   IoEngineKind nvme_io = IoEngineKind::kAuto;
+  // Elements of a chunk the NVMe update moves at a time (0: the
+  // optimizer's default, 8 Mi); no flag: tests make it small.
+  int64_t nvme_piece_elements = 0;
   ParamOrder param_order = ParamOrder::kLayers;
   std::string data;    // File read as bytes (vocab 256).
   std::string tokens;  // Little-endian token ids of token_dtype.
