@@ -510,12 +510,14 @@ absl::Status ZeroOptimizer::Update(float grad_scale, double lr,
     const DType grad_dtype = from_accumulator ? DType::kF32 : dtype;
     const char* grad =
         static_cast<const char*>(from_accumulator ? acc->get() : param_out);
-    // Elements [from, to) of the chunk's held range, `begin` its first.
+    // Elements [from, to) of the chunk's held range, `first` its first (a
+    // copy: C++17 lambdas cannot capture structured bindings).
+    const int64_t first = begin;
     auto update = [&](float* master, const std::vector<float*>& states,
                       int64_t from, int64_t to) -> absl::Status {
-      const void* g = grad + (from - begin) * ElementSize(grad_dtype);
+      const void* g = grad + (from - first) * ElementSize(grad_dtype);
       void* out =
-          static_cast<char*>(param_out) + (from - begin) * ElementSize(dtype);
+          static_cast<char*>(param_out) + (from - first) * ElementSize(dtype);
       const size_t m = static_cast<size_t>(to - from);
       const absl::Status status =
           options_.kind == OptimizerKind::kSgd
