@@ -61,11 +61,18 @@ inline constexpr size_t kIoPieceBytes = size_t{1} << 20;
 
 enum class IoEngineKind { kAuto, kUring, kThreads };
 
+// Pieces io_uring has in flight at most: a chunk's reads and the previous
+// chunk's writes (a 48 MiB master, exp_avg and exp_avg_sq each way is 288
+// pieces) go to the kernel without waiting on the thread that computes;
+// an entry is 64 bytes of kernel memory.
+inline constexpr int kDefaultRingDepth = 512;
+
 class IoEngine;
 // An engine of `kind`. kUring fails (with the kernel's reason) where
-// io_uring is refused; kAuto then falls back to threads.
+// io_uring is refused; kAuto then falls back to threads. `ring_depth`:
+// io_uring's pieces in flight (tests make it small).
 [[nodiscard]] absl::StatusOr<std::unique_ptr<IoEngine>> MakeIoEngine(
-    IoEngineKind kind);
+    IoEngineKind kind, int ring_depth = kDefaultRingDepth);
 
 // A submitted batch, to wait for.
 struct IoBatch {
@@ -89,7 +96,7 @@ class IoEngine {
 
  private:
   friend absl::StatusOr<std::unique_ptr<IoEngine>> MakeIoEngine(
-      IoEngineKind kind);
+      IoEngineKind kind, int ring_depth);
   std::string fallback_reason_;
 };
 

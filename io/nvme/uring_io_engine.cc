@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "io/nvme/io_pieces.h"
 
 namespace chunkzero {
@@ -33,6 +34,7 @@ class UringIoEngine final : public IoEngine {
       return absl::FailedPreconditionError(
           absl::StrCat("io_uring refused: ", std::strerror(-made)));
     }
+    depth_ = depth;
     initialized_ = true;
     return absl::OkStatus();
   }
@@ -41,28 +43,44 @@ class UringIoEngine final : public IoEngine {
 
   absl::StatusOr<IoBatch> Submit(
       const std::vector<IoRequest>& requests) override {
+    if (!broken_.ok()) return broken_;
     for (const IoRequest& r : requests) {
       if (absl::Status s = CheckRequest(r); !s.ok()) return s;
     }
     const int64_t id = next_id_++;
     auto [unused, pieces] = batches_.Add(Split(requests, id), id);
     int queued = 0;
-    absl::Status failed;
     for (Piece& p : *pieces) {
-      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-      while (sqe == nullptr && failed.ok()) {
-        // The ring is full: hand it to the kernel, make room.
-        failed = SubmitQueued();
-        if (failed.ok()) failed = ReapOne();
-        sqe = io_uring_get_sqe(&ring_);
+      // At most depth_ pieces with the kernel at once: its completion
+      // ring (twice as deep) can never overflow.
+      while (inflight_ >= depth_ && broken_.ok()) {
+        if (absl::Status s = SubmitQueued(); !s.ok()) Break(s);
+        if (absl::Status s = ReapOne(); !s.ok()) Break(s);
       }
-      if (!failed.ok()) break;
+      if (!broken_.ok()) break;
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+      if (sqe == nullptr) {
+        if (absl::Status s = SubmitQueued(); !s.ok()) Break(s);
+        sqe = broken_.ok() ? io_uring_get_sqe(&ring_) : nullptr;
+        if (sqe == nullptr) {
+          Break(absl::InternalError("io_uring: no submission entry free"));
+          break;
+        }
+      }
       Prepare(sqe, &p);
+      ++inflight_;
       ++queued;
     }
-    if (failed.ok()) failed = SubmitQueued();
+    if (broken_.ok()) {
+      if (absl::Status s = SubmitQueued(); !s.ok()) Break(s);
+    }
     const int never_started = static_cast<int>(pieces->size()) - queued;
-    if (never_started > 0) batches_.Abandon(id, never_started, failed);
+    if (never_started > 0) {
+      batches_.Abandon(
+          id, never_started,
+          broken_.ok() ? absl::InternalError("io_uring") : broken_);
+    }
+    if (!broken_.ok()) return broken_;
     return IoBatch{id};
   }
 
@@ -72,10 +90,10 @@ class UringIoEngine final : public IoEngine {
           absl::StrCat("no I/O batch ", batch.id, " is in flight"));
     }
     while (batches_.Outstanding(batch.id) > 0) {
-      if (absl::Status reaped = ReapOne(); !reaped.ok()) {
-        // The ring itself failed: the pieces cannot be accounted for.
-        batches_.Abandon(batch.id, batches_.Outstanding(batch.id), reaped);
-      }
+      // A ring that failed cannot account for its pieces: they stay (the
+      // kernel may still hold their addresses), and so does the error.
+      if (!broken_.ok()) return broken_;
+      if (absl::Status s = ReapOne(); !s.ok()) Break(s);
     }
     return batches_.Take(batch.id);
   }
@@ -93,10 +111,20 @@ class UringIoEngine final : public IoEngine {
     io_uring_sqe_set_data(sqe, p);
   }
 
+  // The ring failed (the kernel refused an enter): every later call fails.
+  void Break(const absl::Status& status) {
+    if (broken_.ok()) broken_ = status;
+  }
+
   absl::Status SubmitQueued() {
     for (;;) {
       const int submitted = io_uring_submit(&ring_);
       if (submitted >= 0) return absl::OkStatus();
+      if (submitted == -EBUSY && inflight_ > 0) {
+        // Completions first (not expected: the bound above prevents it).
+        CZ_RETURN_IF_ERROR(ReapOne());
+        continue;
+      }
       if (submitted != -EINTR && submitted != -EAGAIN) {
         return absl::InternalError(
             absl::StrCat("io_uring submit: ", std::strerror(-submitted)));
@@ -119,11 +147,17 @@ class UringIoEngine final : public IoEngine {
     Piece* p = static_cast<Piece*>(io_uring_cqe_get_data(cqe));
     const int64_t result = cqe->res;
     io_uring_cqe_seen(&ring_, cqe);
+    --inflight_;
     if (result == -EAGAIN || result == -EINTR) {
       io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
       if (sqe != nullptr) {
         Prepare(sqe, p);
-        return SubmitQueued();
+        ++inflight_;
+        const absl::Status again = SubmitQueued();
+        if (again.ok()) return again;
+        --inflight_;
+        batches_.Done(p->batch, again);
+        return again;
       }
     }
     batches_.Done(p->batch, PieceStatus(*p, result));
@@ -132,6 +166,9 @@ class UringIoEngine final : public IoEngine {
 
   io_uring ring_{};
   bool initialized_ = false;
+  int depth_ = 0;
+  int inflight_ = 0;  // Pieces queued or with the kernel, not yet reaped.
+  absl::Status broken_;
   Batches batches_;
   int64_t next_id_ = 0;
 };
