@@ -254,6 +254,9 @@ absl::Status Chunk::SpillRest(ChunkDiskTier* disk) {
                      rest_device_.ToString(), ": it must rest in host memory"));
   }
   CZ_RETURN_IF_ERROR(FinishPendingCopy(), "spilling chunk ", name_);
+  // A region of another tier (the chunk rested on one before) is not this
+  // tier's.
+  if (region_tier_ != disk) disk_region_ = DiskRegion();
   disk_ = disk;
   return ReturnToDisk();
 }
@@ -267,6 +270,7 @@ absl::Status Chunk::ReturnToDisk() {
         disk_->Reserve(static_cast<int64_t>(payload->nbytes()));
     CZ_RETURN_IF_ERROR(region.status(), "spilling chunk ", name_);
     disk_region_ = *region;
+    region_tier_ = disk_;
   }
   CZ_RETURN_IF_ERROR(disk_->Write(disk_region_, payload->data(),
                                   payload->nbytes(),

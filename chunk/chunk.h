@@ -290,6 +290,9 @@ class Chunk {
   // Reads the payload back into memory where it rested before, for good:
   // the chunk no longer rests on disk. OK if it does not.
   [[nodiscard]] absl::Status UnspillRest();
+  // For a chunk resting on disk whose payload is in memory (an access
+  // that failed half way): writes it out and frees it. OK otherwise.
+  [[nodiscard]] absl::Status SettleOnDisk() { return ReturnToDisk(); }
   // Whether the chunk rests on disk, and whether its payload is there now
   // (not while accessed).
   bool rests_on_disk() const { return disk_ != nullptr; }
@@ -373,6 +376,10 @@ class Chunk {
   // and written back after (writes made between accesses).
   [[nodiscard]] absl::Status WithPayloadInMemory(
       const std::function<absl::Status()>& fn);
+  // StartAccess but for taking a chunk resting on disk back there on
+  // failure.
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<comm::Work>>
+  StartAccessInMemory();
   // The release of a chunk whatever its tier (Release adds the disk).
   [[nodiscard]] absl::Status ReleaseInMemory();
   // FailedPrecondition naming `operation` for a chunk resting on disk.
@@ -423,7 +430,9 @@ class Chunk {
   bool modified_ = false;
   std::unique_ptr<comm::Work> pending_copy_;  // See FinishPendingCopy.
   ChunkDiskTier* disk_ = nullptr;  // Set while the chunk rests on disk.
+  // The payload's region, kept for later spills to the same tier.
   DiskRegion disk_region_;
+  ChunkDiskTier* region_tier_ = nullptr;
   bool payload_on_disk_ = false;
   int64_t rest_to_device_bytes_ = 0;
   int64_t device_to_rest_bytes_ = 0;

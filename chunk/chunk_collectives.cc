@@ -15,6 +15,13 @@
 namespace chunkzero {
 
 absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccess() {
+  absl::StatusOr<std::unique_ptr<comm::Work>> work = StartAccessInMemory();
+  // An access that did not start leaves a chunk resting on disk there.
+  if (!work.ok()) ReturnToDisk().IgnoreError();
+  return work;
+}
+
+absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccessInMemory() {
   if (!closed_) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot access chunk ", name_, " before it is closed"));
@@ -223,7 +230,8 @@ absl::Status Chunk::Reduce(comm::ReduceOp op) {
     SetAllStates(TensorState::kFree);
   }
   modified_ = false;
-  return absl::OkStatus();
+  // A chunk resting on disk goes back there, as after a Release.
+  return ReturnToDisk();
 }
 
 bool Chunk::HolderMoves() const {

@@ -1,5 +1,6 @@
 #include "chunk/chunk_disk_tier.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -86,30 +87,44 @@ absl::Status ChunkDiskTier::Wait(IoBatch batch) {
   return status;
 }
 
-absl::Status ChunkDiskTier::Write(const DiskRegion& region, const void* src,
-                                  size_t bytes, const std::string& what) {
+absl::Status ChunkDiskTier::Transfer(IoKind kind, const DiskRegion& region,
+                                     char* host, size_t bytes,
+                                     const std::string& what) {
   if (bytes > static_cast<size_t>(region.bytes)) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": ", bytes, " bytes for a region of ", region.bytes));
   }
-  CZ_RETURN_IF_ERROR(EnsureBounce(static_cast<size_t>(region.bytes)));
-  std::memcpy(bounce_.data(), src, bytes);
-  std::memset(bounce_.data() + bytes, 0, region.bytes - bytes);
-  CZ_ASSIGN_OR_RETURN(IoBatch batch, StartWrite(region, bounce_, &what));
-  return Wait(batch);
+  CZ_RETURN_IF_ERROR(EnsureBounce(
+      static_cast<size_t>(std::min<int64_t>(region.bytes, kBounceBytes))));
+  for (int64_t at = 0; at < region.bytes; at += kBounceBytes) {
+    const int64_t span = std::min<int64_t>(kBounceBytes, region.bytes - at);
+    // The part of the span the caller's bytes cover; the rest is padding.
+    const int64_t mine =
+        std::clamp<int64_t>(static_cast<int64_t>(bytes) - at, 0, span);
+    if (kind == IoKind::kWrite) {
+      std::memcpy(bounce_.data(), host + at, static_cast<size_t>(mine));
+      std::memset(bounce_.data() + mine, 0, static_cast<size_t>(span - mine));
+    }
+    CZ_ASSIGN_OR_RETURN(IoBatch batch,
+                        Start(kind, region, at, span, bounce_, &what));
+    CZ_RETURN_IF_ERROR(Wait(batch));
+    if (kind == IoKind::kRead) {
+      std::memcpy(host + at, bounce_.data(), static_cast<size_t>(mine));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChunkDiskTier::Write(const DiskRegion& region, const void* src,
+                                  size_t bytes, const std::string& what) {
+  return Transfer(IoKind::kWrite, region,
+                  const_cast<char*>(static_cast<const char*>(src)), bytes,
+                  what);
 }
 
 absl::Status ChunkDiskTier::Read(const DiskRegion& region, void* dst,
                                  size_t bytes, const std::string& what) {
-  if (bytes > static_cast<size_t>(region.bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": ", bytes, " bytes for a region of ", region.bytes));
-  }
-  CZ_RETURN_IF_ERROR(EnsureBounce(static_cast<size_t>(region.bytes)));
-  CZ_ASSIGN_OR_RETURN(IoBatch batch, StartRead(region, bounce_, &what));
-  CZ_RETURN_IF_ERROR(Wait(batch));
-  std::memcpy(dst, bounce_.data(), bytes);
-  return absl::OkStatus();
+  return Transfer(IoKind::kRead, region, static_cast<char*>(dst), bytes, what);
 }
 
 }  // namespace chunkzero

@@ -10,9 +10,11 @@
 //
 // Regions are reserved as chunks first spill (the file grows, reserved with
 // fallocate) and kept for every later spill of the same payload. Write and
-// Read go through an aligned bounce buffer (a chunk's memory is not laid
-// out for direct I/O); StartRead/StartWrite/Wait move aligned buffers
-// asynchronously, for the optimizer's pipeline. The stats count every
+// Read go through an aligned bounce buffer of at most kBounceBytes, a
+// section at a time (a chunk's memory is not laid out for direct I/O, and
+// a whole payload's copy would be a chunk of host memory held for good);
+// StartRead/StartWrite/Wait move aligned buffers asynchronously, for the
+// optimizer's pipeline. The stats count every
 // byte moved and the time callers spent waiting for the disk (time the
 // disk worked while they computed is not in it).
 //
@@ -41,6 +43,9 @@ struct DiskRegion {
   int64_t bytes = 0;
   bool valid() const { return offset >= 0; }
 };
+
+// The most host memory Write and Read stage through.
+inline constexpr int64_t kBounceBytes = int64_t{32} << 20;
 
 struct DiskTierStats {
   int64_t bytes_read = 0;
@@ -86,6 +91,8 @@ class ChunkDiskTier {
   [[nodiscard]] absl::Status Wait(IoBatch batch);
 
   const DiskTierStats& stats() const { return stats_; }
+  // The host memory Write and Read stage through now (<= kBounceBytes).
+  size_t bounce_bytes() const { return bounce_.size(); }
   const ScratchFile& file() const { return *file_; }
   const IoEngine& engine() const { return *engine_; }
 
@@ -93,6 +100,10 @@ class ChunkDiskTier {
   ChunkDiskTier(std::unique_ptr<ScratchFile> file,
                 std::unique_ptr<IoEngine> engine)
       : file_(std::move(file)), engine_(std::move(engine)) {}
+  // Write or Read of `bytes` at `host`, a bounce-buffer section at a time.
+  [[nodiscard]] absl::Status Transfer(IoKind kind, const DiskRegion& region,
+                                      char* host, size_t bytes,
+                                      const std::string& what);
   [[nodiscard]] absl::StatusOr<IoBatch> Start(IoKind kind,
                                               const DiskRegion& region,
                                               int64_t offset, int64_t bytes,
@@ -101,9 +112,11 @@ class ChunkDiskTier {
   // The bounce buffer of Write and Read, grown to the largest region.
   [[nodiscard]] absl::Status EnsureBounce(size_t bytes);
 
+  // The bounce buffer is declared first, so destroyed last: the engine's
+  // destructor waits for transfers into it.
+  AlignedBuffer bounce_;
   std::unique_ptr<ScratchFile> file_;
   std::unique_ptr<IoEngine> engine_;
-  AlignedBuffer bounce_;
   DiskTierStats stats_;
 };
 

@@ -37,9 +37,15 @@ void PutStatesOnDisk(const EngineOptions& o, const ParameterPacking& packing,
                                   1;
   const double accumulation = micro_batches > 1 ? 4.0 : 0.0;
   m->disk = 4.0 * groups * held + 4096.0 * groups * chunks;
+  // The update stages three pieces of each group (a chunk's held part, or
+  // less); the tier's bounce buffer takes a region, at most 32 MiB.
   const double staging_sets = 3;
+  const double piece = std::min(
+      held_per_chunk, static_cast<double>(o.optimizer.disk_piece_elements));
+  const double region = std::ceil(4.0 * held_per_chunk / 4096.0) * 4096.0;
+  const double bounce = std::min(region, 32.0 * 1024 * 1024);
   m->optimizer = accumulation * held +
-                 staging_sets * groups * (4.0 * held_per_chunk + 4096.0);
+                 staging_sets * groups * (4.0 * piece + 4096.0) + bounce;
 }
 
 }  // namespace

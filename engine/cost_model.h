@@ -70,8 +70,9 @@ struct ChunkMemory {
   double optimizer = 0;  // f32 masters, optimizer states, accumulation.
   // OffloadPolicy::kNvme: the masters and states on disk instead (each
   // chunk's padded to the disk's 4 KiB blocks); `optimizer` then holds the
-  // accumulation and the update's staging, three chunks' masters and
-  // states (optim/internal/disk_staging.h).
+  // accumulation, the update's staging (three pieces of each of the master
+  // and states, optim/internal/disk_staging.h) and the tier's bounce
+  // buffer.
   double disk = 0;
 };
 

@@ -67,10 +67,16 @@ TEST(EstimateChunkMemory, NvmeMovesMastersAndStatesToDisk) {
   o.offload = OffloadPolicy::kNvme;
   ChunkMemory m = EstimateChunkMemory(o, {1000, 300, 3}, 4, 1);
   EXPECT_DOUBLE_EQ(m.disk, 12 * 300 + 3 * 4096 * 3);
-  EXPECT_DOUBLE_EQ(m.optimizer, 3 * 3 * (4 * 100 + 4096));
+  // Three pieces (here whole: 100 elements) of 3 groups, and a bounce
+  // buffer of one 4 KiB region.
+  EXPECT_DOUBLE_EQ(m.optimizer, 3 * 3 * (4 * 100 + 4096) + 4096);
   // The accumulation stays in host memory.
   m = EstimateChunkMemory(o, {1000, 300, 3}, 4, 2);
-  EXPECT_DOUBLE_EQ(m.optimizer, 4 * 300 + 3 * 3 * (4 * 100 + 4096));
+  EXPECT_DOUBLE_EQ(m.optimizer, 4 * 300 + 3 * 3 * (4 * 100 + 4096) + 4096);
+  // Pieces smaller than a rank's part of a chunk stage less.
+  o.optimizer.disk_piece_elements = 64;
+  m = EstimateChunkMemory(o, {1000, 300, 3}, 4, 1);
+  EXPECT_DOUBLE_EQ(m.optimizer, 3 * 3 * (4 * 64 + 4096) + 4096);
   EXPECT_DOUBLE_EQ(m.chunks_at_rest, 2 * 300);  // The chunks do not move.
 }
 

@@ -233,7 +233,8 @@ absl::Status ZeroOptimizer::EnsureStates() {
     if (nvme) CZ_RETURN_IF_ERROR(spill(state), "the ", state, " to disk");
   }
   states_created_ = true;
-  if (states_device_.has_value()) {
+  // (On the NVMe tier they went to disk from host memory already.)
+  if (states_device_.has_value() && !nvme) {
     CZ_RETURN_IF_ERROR(MoveStates(*states_device_));
   }
   if (pending_.has_value()) {
@@ -271,6 +272,12 @@ absl::Status ZeroOptimizer::EnsureAccumulator() {
 }
 
 absl::Status ZeroOptimizer::MoveStates(Device device) {
+  if (options_.offload == OffloadPolicy::kNvme && states_created_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ZeroOptimizer::MoveStates to ", device.ToString(),
+                     ": the masters and optimizer states rest on disk "
+                     "(OffloadPolicy::kNvme) and do not move"));
+  }
   std::vector<std::string> groups = {ddp_->master_group()};
   if (states_created_) {
     groups.insert(groups.end(), state_names_.begin(), state_names_.end());
@@ -432,10 +439,19 @@ absl::Status ZeroOptimizer::Update(float grad_scale, double lr,
     return param != Device::Cpu() &&
            GroupChunk(ddp_->master_group(), i)->device() == Device::Cpu();
   };
-  // Masters and states resting on disk come through the disk pipeline.
+  // Masters and states resting on disk come through the disk pipeline,
+  // each with its payload on disk first (an access that failed half way
+  // could have left one in memory).
   const bool on_disk =
       !todo.empty() &&
-      GroupChunk(ddp_->master_group(), todo[0])->payload_on_disk();
+      GroupChunk(ddp_->master_group(), todo[0])->rests_on_disk();
+  for (size_t k = 0; on_disk && k < todo.size(); ++k) {
+    CZ_RETURN_IF_ERROR(
+        GroupChunk(ddp_->master_group(), todo[k])->SettleOnDisk());
+    for (const std::string& state : state_names_) {
+      CZ_RETURN_IF_ERROR(GroupChunk(state, todo[k])->SettleOnDisk());
+    }
+  }
   // They come in pieces of at most disk_piece_elements of a chunk, so that
   // the buffers hold pieces, not chunks (a chunk may be 195 M elements).
   const int64_t piece = options_.disk_piece_elements;

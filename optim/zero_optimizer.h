@@ -214,7 +214,8 @@ class ZeroOptimizer {
   [[nodiscard]] absl::StatusOr<StepResult> Step();
 
   // Moves the masters, the optimizer states and the accumulation buffer to
-  // `device` (every view follows). Between steps only.
+  // `device` (every view follows). Between steps only. FailedPrecondition
+  // with OffloadPolicy::kNvme once they rest on disk.
   [[nodiscard]] absl::Status MoveStates(Device device);
 
   // This rank's part of the state: pieces of the masters and states it

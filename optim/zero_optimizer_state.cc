@@ -45,12 +45,15 @@ absl::StatusOr<OptimizerState> ZeroOptimizer::SaveShard() {
     if (mine.first == mine.second) continue;
     for (const auto& [state_name, group] : groups) {
       Chunk* chunk = GroupChunk(group, i);
+      // One host view of the rank's part (one read when it rests on
+      // disk), each tensor's piece copied out of it.
+      CZ_ASSIGN_OR_RETURN(HostRange held,
+                          HostRange::Open(chunk, mine.first, mine.second));
       for (int k = 0; k < chunk->num_tensors(); ++k) {
         const ChunkTensor& t = chunk->tensor(k);
         const auto [lo, hi] =
             IntersectRanges(mine, {t.offset, t.offset + t.numel});
         if (lo == hi) continue;
-        CZ_ASSIGN_OR_RETURN(HostRange held, HostRange::Open(chunk, lo, hi));
         StatePiece piece;
         piece.param = t.name;
         piece.state = state_name;
@@ -58,7 +61,8 @@ absl::StatusOr<OptimizerState> ZeroOptimizer::SaveShard() {
         piece.begin = lo - t.offset;
         CZ_ASSIGN_OR_RETURN(piece.values,
                             Tensor::Empty({hi - lo}, DType::kF32));
-        std::copy_n(held.as<float>(), hi - lo, piece.values.data<float>());
+        std::copy_n(held.as<float>() + (lo - mine.first), hi - lo,
+                    piece.values.data<float>());
         state.pieces.push_back(std::move(piece));
       }
     }

@@ -912,6 +912,21 @@ TEST(ZeroOptimizer, NvmeEqualsOffloadBitForBit) {
       EXPECT_TRUE(std::filesystem::is_empty(nvme.nvme_dir));
     }
   }
+  // Resting on disk, the masters and states do not move.
+  RunConfig refused =
+      Base(TestModelKind::kTied, 1, 32, ChunkLayout::kSharded, DType::kBF16);
+  refused.steps = 1;
+  refused.opt.offload = OffloadPolicy::kNvme;
+  refused.nvme_dir = NvmeDir();
+  refused.after_step = [](int, ZeroDdp&, ZeroOptimizer& opt,
+                          ChunkManager&) -> absl::Status {
+    const absl::Status moved = opt.MoveStates(Device::Simulated(0));
+    EXPECT_EQ(moved.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(moved.message(), HasSubstr("rest on disk"));
+    return absl::OkStatus();
+  };
+  RunResult ignored;
+  EXPECT_TRUE(AllRanksOk(RunZero(refused, &ignored)));
 }
 
 // One rank's model, chunks (32 elements, sharded), ZeroDdp and optimizer
