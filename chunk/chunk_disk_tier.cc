@@ -55,18 +55,6 @@ absl::StatusOr<IoBatch> ChunkDiskTier::Start(IoKind kind,
 }
 
 absl::StatusOr<IoBatch> ChunkDiskTier::StartRead(const DiskRegion& region,
-                                                 const AlignedBuffer& buffer,
-                                                 const std::string* what) {
-  return Start(IoKind::kRead, region, 0, region.bytes, buffer, what);
-}
-
-absl::StatusOr<IoBatch> ChunkDiskTier::StartWrite(const DiskRegion& region,
-                                                  const AlignedBuffer& buffer,
-                                                  const std::string* what) {
-  return Start(IoKind::kWrite, region, 0, region.bytes, buffer, what);
-}
-
-absl::StatusOr<IoBatch> ChunkDiskTier::StartRead(const DiskRegion& region,
                                                  int64_t offset, int64_t bytes,
                                                  const AlignedBuffer& buffer,
                                                  const std::string* what) {

@@ -69,16 +69,9 @@ class ChunkDiskTier {
   [[nodiscard]] absl::Status Read(const DiskRegion& region, void* dst,
                                   size_t bytes, const std::string& what);
 
-  // Starts moving the whole region from or into `buffer` (at least
-  // region.bytes); `buffer` and `what` belong to the tier until Wait.
-  [[nodiscard]] absl::StatusOr<IoBatch> StartRead(const DiskRegion& region,
-                                                  const AlignedBuffer& buffer,
-                                                  const std::string* what);
-  [[nodiscard]] absl::StatusOr<IoBatch> StartWrite(const DiskRegion& region,
-                                                   const AlignedBuffer& buffer,
-                                                   const std::string* what);
-  // The same for `bytes` of the region from `offset` (both multiples of
-  // kDirectIoAlignment, inside the region).
+  // Starts moving `bytes` of the region from `offset` (both multiples of
+  // kDirectIoAlignment, inside the region) from or into `buffer` (at least
+  // `bytes`); `buffer` and `what` belong to the tier until Wait.
   [[nodiscard]] absl::StatusOr<IoBatch> StartRead(const DiskRegion& region,
                                                   int64_t offset, int64_t bytes,
                                                   const AlignedBuffer& buffer,

@@ -59,7 +59,7 @@ TEST(ChunkDiskTier, RegionsGrowTheFileAndRoundTripAnySize) {
               HasSubstr("a: 5000 bytes for a region of 4096"));
   AlignedBuffer small = *AlignedBuffer::Create(4096);
   const std::string what = "b";
-  EXPECT_EQ((*disk)->StartRead(b, small, &what).status().code(),
+  EXPECT_EQ((*disk)->StartRead(b, 0, b.bytes, small, &what).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(fs::is_empty(dir));
 }
