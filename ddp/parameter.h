@@ -16,39 +16,80 @@
 // chunk slice and, after backward, sets grad() to a view of the reduced
 // gradient.
 //
+// A parameter may be deferred (PyTorch's meta-device construction, FSDP's
+// param_init_fn): it knows its shape and how to make its values, and makes
+// them only when ZeroDdp registers it, one parameter at a time, so that a
+// rank never holds the whole model in f32 at once (4 bytes per parameter
+// on top of its chunks: 6 GB for GPT-2 XL).
+//
+//   Parameter w("fc1.weight", {64, 32}, [] { return Tensor::Zeros(...); });
+//   CZ_RETURN_IF_ERROR(w.Materialize());  // data() is the values now
+//
 // Thread-safety: a Parameter is used by its rank's thread only.
 #ifndef CHUNKZERO_DDP_PARAMETER_H_
 #define CHUNKZERO_DDP_PARAMETER_H_
 
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "tensor/tensor.h"
 
 namespace chunkzero {
+
+// Makes a deferred parameter's initial values (any dtype, host memory or
+// the model's device); called again, it must give the same values.
+using ParameterInit = std::function<absl::StatusOr<Tensor>()>;
+
+// When a model makes its parameters' initial values: at construction, or
+// when each is registered (deferred).
+enum class ParameterTiming { kEager, kDeferred };
 
 class Parameter {
  public:
   // `data` holds the initial values (any dtype; models create f32).
   Parameter(std::string name, Tensor data, bool requires_grad = true)
       : name_(std::move(name)),
+        shape_(data.shape()),
         data_(std::move(data)),
+        requires_grad_(requires_grad) {}
+  // A deferred parameter of `shape`: data() holds no memory until
+  // Materialize (or set_data) gives it values.
+  Parameter(std::string name, Shape shape, ParameterInit init,
+            bool requires_grad = true)
+      : name_(std::move(name)),
+        shape_(std::move(shape)),
+        init_(std::move(init)),
         requires_grad_(requires_grad) {}
   Parameter(const Parameter&) = delete;
   Parameter& operator=(const Parameter&) = delete;
 
   const std::string& name() const { return name_; }
-  const Shape& shape() const { return data_.shape(); }
-  int64_t numel() const { return data_.numel(); }
+  const Shape& shape() const { return shape_; }
+  int64_t numel() const { return NumElements(shape_); }
   bool requires_grad() const { return requires_grad_; }
+
+  // Whether the values are still to be made.
+  bool is_deferred() const { return init_ != nullptr; }
+  // Makes a deferred parameter's values (no-op otherwise). The init's
+  // error, or InvalidArgument when it makes another shape, names the
+  // parameter; the parameter stays deferred then.
+  [[nodiscard]] absl::Status Materialize();
 
   // The values the model computes with. Under ZeroDdp: a view of the
   // parameter's slice of its chunk, materialised between the pre-use and
   // post-use hooks (elsewhere it may be freed: not materialised).
   const Tensor& data() const { return data_; }
   Tensor& mutable_data() { return data_; }
-  void set_data(Tensor data) { data_ = std::move(data); }
+  // Replaces the values (a deferred parameter is not deferred any more).
+  void set_data(Tensor data) {
+    data_ = std::move(data);
+    init_ = nullptr;
+  }
 
   // The gradient after backward: under ZeroDdp a flat view of the part of
   // the reduced gradient this rank holds (empty where it holds none);
@@ -58,6 +99,8 @@ class Parameter {
 
  private:
   const std::string name_;
+  const Shape shape_;
+  ParameterInit init_;  // Set while deferred.
   Tensor data_;
   Tensor grad_;
   const bool requires_grad_;

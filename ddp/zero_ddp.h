@@ -130,6 +130,11 @@ struct ZeroDdpOptions {
   // ZeRO-Offload puts them in host memory (Device::Cpu()) while the
   // compute-dtype chunks live on the accelerator.
   std::optional<Device> master_device;
+  // Where the masters rest, when on disk (the NVMe tier; null: in memory on
+  // master_device, host memory). Each master chunk goes there as soon as
+  // registration has filled it, so that the masters never all sit in host
+  // memory at once (4 bytes per parameter).
+  ChunkDiskTier* master_disk = nullptr;
   // The order in which forward first uses the parameters, when the caller
   // knows it (a static graph, like a transformer's layer order): every
   // parameter's name once, the same list on every rank. Create then packs
@@ -258,6 +263,10 @@ class ZeroDdp final : public ParamHooks {
       const std::string& param_group, const std::string& master_group,
       const std::vector<int>& order,
       const std::function<absl::StatusOr<Tensor>(ParamInfo&)>& master_value);
+  // With options_.master_disk: spills the master group's chunks to it, all
+  // of them or all but the last (the one registration is filling).
+  [[nodiscard]] absl::Status SpillMasters(const std::string& master_group,
+                                          bool all);
   // Step 1 without a given order: makes sure the declaration-order chunks
   // of `params` are materialised, through a round if one is not.
   [[nodiscard]] absl::Status StreamFirstStep(

@@ -53,8 +53,8 @@ absl::StatusOr<std::unique_ptr<ZeroDdp>> ZeroDdp::Create(
       return absl::InvalidArgumentError(
           absl::StrCat("ZeroDdp: two parameters are named '", p->name(), "'"));
     }
-    if (!p->data().is_materialized() ||
-        !p->data().device().is_host_accessible()) {
+    if (!p->is_deferred() && (!p->data().is_materialized() ||
+                              !p->data().device().is_host_accessible())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "ZeroDdp: parameter '", p->name(), "' must start in host memory, is ",
           p->data().DebugString()));
@@ -66,20 +66,36 @@ absl::StatusOr<std::unique_ptr<ZeroDdp>> ZeroDdp::Create(
         absl::StrCat("ZeroDdp: backend ", group.backend_name(),
                      " cannot reduce ", DTypeName(options.compute_dtype)));
   }
-  // Everyone starts from rank 0's values, rounded to the compute dtype.
-  for (Parameter* p : params) {
-    Tensor& data = p->mutable_data();
+  // Everyone starts from rank 0's values, rounded to the compute dtype. A
+  // deferred parameter is made, broadcast and registered one at a time
+  // (to_f32), so only one parameter's values exist beside the chunks.
+  auto broadcast = [&](Parameter& p) -> absl::Status {
+    Tensor& data = p.mutable_data();
+    if (!data.device().is_host_accessible()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ZeroDdp: parameter '", p.name(),
+                       "' must start in host memory, is ", data.DebugString()));
+    }
     CZ_RETURN_IF_ERROR(
         comm::Broadcast(group,
                         comm::MutableBuffer{data.raw_data(),
                                             static_cast<size_t>(data.numel()),
                                             data.dtype()}),
-        "broadcasting parameter '", p->name(), "' from rank 0");
+        "broadcasting parameter '", p.name(), "' from rank 0");
+    return absl::OkStatus();
+  };
+  for (Parameter* p : params) {
+    if (!p->is_deferred()) CZ_RETURN_IF_ERROR(broadcast(*p));
   }
   auto ddp =
       std::unique_ptr<ZeroDdp>(new ZeroDdp(chunks, options, std::move(params)));
   auto to_f32 = [&](ParamInfo& info) -> absl::StatusOr<Tensor> {
-    return CastTo(info.param->data(), DType::kF32);
+    Parameter& p = *info.param;
+    if (p.is_deferred()) {
+      CZ_RETURN_IF_ERROR(p.Materialize(), "ZeroDdp");
+      CZ_RETURN_IF_ERROR(broadcast(p));
+    }
+    return CastTo(p.data(), DType::kF32);
   };
   if (!options.first_use_order.empty()) {
     CZ_ASSIGN_OR_RETURN(std::vector<int> order,
@@ -206,6 +222,9 @@ absl::Status ZeroDdp::BuildGroups(
     p.set_data(std::move(view));
     CZ_RETURN_IF_ERROR(
         chunks_->AppendTensor(master_group, p.name(), master).status());
+    // Every master chunk but the one being filled is complete (tensors go
+    // only into the last one, chunk_packing.h): those go to disk now.
+    CZ_RETURN_IF_ERROR(SpillMasters(master_group, /*all=*/false));
     CZ_ASSIGN_OR_RETURN(info.where, chunks_->Locate(param_group, p.name()));
     info.registered = true;
     info.order = static_cast<int>(order_.size());
@@ -213,6 +232,7 @@ absl::Status ZeroDdp::BuildGroups(
   }
   CZ_RETURN_IF_ERROR(chunks_->CloseGroup(param_group));
   CZ_RETURN_IF_ERROR(chunks_->CloseGroup(master_group));
+  CZ_RETURN_IF_ERROR(SpillMasters(master_group, /*all=*/true));
   chunk_index_.clear();
   for (int c = 0; c < chunks_->num_chunks(param_group); ++c) {
     chunk_index_[chunks_->chunk(param_group, c)] = c;
@@ -220,6 +240,18 @@ absl::Status ZeroDdp::BuildGroups(
   param_group_ = param_group;
   master_group_ = master_group;
   SetUseSchedule();
+  return absl::OkStatus();
+}
+
+absl::Status ZeroDdp::SpillMasters(const std::string& master_group, bool all) {
+  if (options_.master_disk == nullptr) return absl::OkStatus();
+  const int n = chunks_->num_chunks(master_group);
+  for (int c = 0; c < (all ? n : n - 1); ++c) {
+    Chunk* chunk = chunks_->chunk(master_group, c);
+    if (chunk->rests_on_disk()) continue;
+    CZ_RETURN_IF_ERROR(chunk->SpillRest(options_.master_disk),
+                       "ZeroDdp: registering the masters");
+  }
   return absl::OkStatus();
 }
 
@@ -310,7 +342,10 @@ absl::Status ZeroDdp::Repack(const std::vector<int>& order,
     CZ_ASSIGN_OR_RETURN(TensorLocation m,
                         chunks_->Locate(decl_master_group, info.param->name()));
     if (!m.chunk->is_accessed()) {
-      CZ_RETURN_IF_ERROR(chunks_->MoveChunk(m.chunk, m.chunk->rest_device()));
+      // (A master resting on disk rests in host memory: Access reads it.)
+      if (!m.chunk->rests_on_disk()) {
+        CZ_RETURN_IF_ERROR(chunks_->MoveChunk(m.chunk, m.chunk->rest_device()));
+      }
       CZ_RETURN_IF_ERROR(chunks_->AccessChunk(m.chunk));
     }
     CZ_ASSIGN_OR_RETURN(Tensor value, m.chunk->TensorView(m.index).Clone());

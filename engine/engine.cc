@@ -69,6 +69,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   ddp_options.first_use_order = options.first_use_order;
   ddp_options.find_unused_parameters = options.find_unused_parameters;
   ddp_options.master_device = placement.masters;
+  ddp_options.master_disk = engine->disk_.get();
   CZ_ASSIGN_OR_RETURN(
       engine->ddp_,
       ZeroDdp::Create(&model, engine->chunks_.get(), ddp_options));

@@ -204,11 +204,15 @@ absl::Status ZeroOptimizer::EnsureStates() {
   }
   const std::string& masters = ddp_->master_group();
   const bool nvme = options_.offload == OffloadPolicy::kNvme;
-  // The masters go to disk before the states are made, and each state
-  // group after it is: host memory holds one group at a time.
-  auto spill = [&](const std::string& group) -> absl::Status {
-    for (int i = 0; i < chunks_->num_chunks(group); ++i) {
+  // The masters are on disk already (ZeroDdp spills them as it registers
+  // them) or go there now, and each state chunk as soon as it is filled
+  // (only the last chunk of a group is being filled, chunk_packing.h):
+  // host memory holds one chunk of states at a time.
+  auto spill = [&](const std::string& group, bool all) -> absl::Status {
+    const int n = chunks_->num_chunks(group);
+    for (int i = 0; i < (all ? n : n - 1); ++i) {
       Chunk* chunk = GroupChunk(group, i);
+      if (chunk->rests_on_disk()) continue;
       if (chunk->device() != Device::Cpu()) {
         CZ_RETURN_IF_ERROR(chunks_->MoveChunk(chunk, Device::Cpu()));
       }
@@ -216,7 +220,7 @@ absl::Status ZeroOptimizer::EnsureStates() {
     }
     return absl::OkStatus();
   };
-  if (nvme) CZ_RETURN_IF_ERROR(spill(masters), "the masters to disk");
+  if (nvme) CZ_RETURN_IF_ERROR(spill(masters, true), "the masters to disk");
   for (const std::string& state : state_names_) {
     // States are created where they will live (offload: host memory).
     CZ_RETURN_IF_ERROR(chunks_->CreatePairedGroup(state, masters, DType::kF32,
@@ -228,9 +232,11 @@ absl::Status ZeroOptimizer::EnsureStates() {
           Tensor zeros,
           Tensor::Zeros(where.chunk->tensor(where.index).shape, DType::kF32));
       CZ_RETURN_IF_ERROR(chunks_->AppendTensor(state, name, zeros).status());
+      if (nvme)
+        CZ_RETURN_IF_ERROR(spill(state, false), "the ", state, " to disk");
     }
     CZ_RETURN_IF_ERROR(chunks_->CloseGroup(state));
-    if (nvme) CZ_RETURN_IF_ERROR(spill(state), "the ", state, " to disk");
+    if (nvme) CZ_RETURN_IF_ERROR(spill(state, true), "the ", state, " to disk");
   }
   states_created_ = true;
   // (On the NVMe tier they went to disk from host memory already.)

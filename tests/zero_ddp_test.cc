@@ -346,6 +346,60 @@ TEST(ZeroDdp, CreateRejectsBadModels) {
       })));
 }
 
+TEST(ZeroDdp, DeferredParametersAreMadeOneAtATimeFromRankZerosValues) {
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {
+        // Each rank's init makes other values; rank 0's are everyone's. By
+        // the time the second is made, the first is already a chunk view
+        // (f16), so the f32 values of both never exist at once.
+        const float mine = static_cast<float>(g.rank() + 1);
+        struct Deferred : Module {
+          explicit Deferred(float v)
+              : a{"a", Shape{3},
+                  [v]() {
+                    return Tensor::FromFloats(std::vector<float>(3, v), {3},
+                                              DType::kF32);
+                  }},
+                b{"b", Shape{2}, [this, v]() -> absl::StatusOr<Tensor> {
+                    if (a.is_deferred() || a.data().dtype() != DType::kF16) {
+                      return absl::FailedPreconditionError(
+                          "a still held in f32");
+                    }
+                    return Tensor::FromFloats(std::vector<float>(2, 10 * v),
+                                              {2}, DType::kF32);
+                  }} {}
+          Parameter a, b;
+          std::vector<Parameter*> Parameters() override { return {&a, &b}; }
+        } model(mine);
+        ChunkManagerOptions options;
+        options.layout = ChunkLayout::kReplicated;
+        ChunkManager chunks(&g, options);
+        ZeroDdpOptions ddp_options;
+        ddp_options.first_use_order = {"a", "b"};
+        CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
+                            ZeroDdp::Create(&model, &chunks, ddp_options));
+        EXPECT_FALSE(model.a.is_deferred());
+        EXPECT_EQ(*model.a.data().ToFloats(), std::vector<float>(3, 1.0f));
+        EXPECT_EQ(*model.b.data().ToFloats(), std::vector<float>(2, 10.0f));
+        return absl::OkStatus();
+      })));
+  // A failing init fails Create, naming the parameter.
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(1, [](comm::ProcessGroup& g) -> absl::Status {
+        struct Failing : Module {
+          Parameter w{"w", Shape{1}, []() -> absl::StatusOr<Tensor> {
+                        return absl::InternalError("disk gone");
+                      }};
+          std::vector<Parameter*> Parameters() override { return {&w}; }
+        } model;
+        ChunkManager chunks(&g, ChunkManagerOptions());
+        const absl::Status s = ZeroDdp::Create(&model, &chunks, {}).status();
+        EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+        EXPECT_THAT(s.message(), HasSubstr("making parameter 'w': disk gone"));
+        return absl::OkStatus();
+      })));
+}
+
 TEST(ZeroDdp, RegistersInFirstUseOrderAndGradsAreChunkViews) {
   EXPECT_TRUE(
       AllRanksOk(SpawnRanks(2, [](comm::ProcessGroup& g) -> absl::Status {

@@ -177,14 +177,15 @@ std::vector<absl::Status> RunZero(const RunConfig& c, RunResult* out) {
             ddp_options.first_use_order.push_back(p->name());
           }
         }
-        CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
-                            ZeroDdp::Create(model.get(), &chunks, ddp_options));
         ZeroOptimizerOptions opt_options = c.opt;
         std::unique_ptr<ChunkDiskTier> disk;
         if (c.opt.offload == OffloadPolicy::kNvme) {
           CZ_ASSIGN_OR_RETURN(disk, ChunkDiskTier::Create(c.nvme_dir));
           opt_options.disk = disk.get();
+          ddp_options.master_disk = disk.get();
         }
+        CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroDdp> ddp,
+                            ZeroDdp::Create(model.get(), &chunks, ddp_options));
         CZ_ASSIGN_OR_RETURN(std::unique_ptr<ZeroOptimizer> opt,
                             ZeroOptimizer::Create(ddp.get(), opt_options));
         if (c.at_start) CZ_RETURN_IF_ERROR(c.at_start(*ddp, *opt));
@@ -886,6 +887,18 @@ TEST(ZeroOptimizer, NvmeEqualsOffloadBitForBit) {
       RunConfig nvme = host;
       nvme.opt.offload = OffloadPolicy::kNvme;
       nvme.nvme_dir = NvmeDir();
+      // The masters went to disk as they were registered: none in memory
+      // before step 1.
+      nvme.at_start = [](ZeroDdp& ddp, ZeroOptimizer&) -> absl::Status {
+        ChunkManager& chunks = ddp.chunks();
+        const int n = chunks.num_chunks(ddp.master_group());
+        EXPECT_GE(n, 1);
+        for (int i = 0; i < n; ++i) {
+          Chunk* master = chunks.chunk(ddp.master_group(), i);
+          EXPECT_TRUE(master->rests_on_disk()) << master->name();
+        }
+        return absl::OkStatus();
+      };
       RunResult got;
       ASSERT_TRUE(AllRanksOk(RunZero(nvme, &got)));
       EXPECT_EQ(got.losses, want.losses);

@@ -18,6 +18,20 @@ class NormalSampler {
  public:
   explicit NormalSampler(uint64_t seed) : rng_(seed) {}
 
+  // Moves on as `n` calls of Next() would, without computing the values
+  // (for a deferred parameter whose values are made later from a copy).
+  void Skip(int64_t n) {
+    if (n > 0 && has_spare_) {
+      has_spare_ = false;
+      --n;
+    }
+    if (n <= 0) return;
+    // Each pair of values takes two uniforms; an odd one out leaves its
+    // partner as the spare.
+    rng_.discard(static_cast<unsigned long long>(n / 2) * 2);
+    if (n % 2 != 0) Next();
+  }
+
   double Next() {
     if (has_spare_) {
       has_spare_ = false;

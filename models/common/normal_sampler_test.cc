@@ -38,5 +38,28 @@ TEST(NormalSampler, SameSeedSameDrawsAndUnitMoments) {
   EXPECT_NEAR(squares / kDraws, 1.0, 0.016);
 }
 
+TEST(NormalSampler, SkipMovesOnAsNextWouldFromEitherParity) {
+  // Every split of 0..9 draws into a skip and the rest, starting with and
+  // without a spare in hand.
+  for (int start = 0; start < 2; ++start) {
+    for (int skip = 0; skip <= 9; ++skip) {
+      NormalSampler drawn(99), skipped(99);
+      for (int i = 0; i < start; ++i) {
+        drawn.Next();
+        skipped.Next();
+      }
+      for (int i = 0; i < skip; ++i) drawn.Next();
+      skipped.Skip(skip);
+      for (int i = 0; i < 5; ++i) {
+        ASSERT_EQ(drawn.Next(), skipped.Next())
+            << "start " << start << " skip " << skip << " draw " << i;
+      }
+    }
+  }
+  NormalSampler none(3), reference(3);
+  none.Skip(-4);
+  EXPECT_EQ(none.Next(), reference.Next());
+}
+
 }  // namespace
 }  // namespace chunkzero

@@ -24,6 +24,14 @@ int ParameterScopes::Add(std::string name, Tensor data) {
   return static_cast<int>(params_.size()) - 1;
 }
 
+int ParameterScopes::AddDeferred(std::string name, Shape shape,
+                                 ParameterInit init) {
+  shapes_.push_back(shape);
+  params_.push_back(std::make_unique<Parameter>(
+      std::move(name), std::move(shape), std::move(init)));
+  return static_cast<int>(params_.size()) - 1;
+}
+
 ParameterScopes::Scope ParameterScopes::MakeScope(std::vector<int> index,
                                                   unsigned matrices) const {
   Scope s;
@@ -72,7 +80,7 @@ absl::Status ParameterScopes::LoadStateDict(
       return absl::InvalidArgumentError(
           absl::StrCat("state dict tensor '", p.name(), "' has no memory"));
     }
-    if (!p.data().is_materialized()) {
+    if (!p.is_deferred() && !p.data().is_materialized()) {
       return absl::FailedPreconditionError(
           absl::StrCat("parameter '", p.name(), "' is not materialised"));
     }
@@ -86,8 +94,18 @@ absl::Status ParameterScopes::LoadStateDict(
     }
   }
   for (auto& p : params_) {
-    CZ_RETURN_IF_ERROR(CastTensor(p->mutable_data(), state.at(p->name())),
-                       "loading '", p->name(), "'");
+    const Tensor& from = state.at(p->name());
+    if (p->is_deferred()) {
+      // Its values are these now, in f32 in host memory (where a deferred
+      // parameter's init makes them).
+      CZ_ASSIGN_OR_RETURN(Tensor values,
+                          Tensor::Empty(from.shape(), DType::kF32));
+      CZ_RETURN_IF_ERROR(CastTensor(values, from), "loading '", p->name(), "'");
+      p->set_data(std::move(values));
+      continue;
+    }
+    CZ_RETURN_IF_ERROR(CastTensor(p->mutable_data(), from), "loading '",
+                       p->name(), "'");
   }
   return absl::OkStatus();
 }

@@ -123,6 +123,9 @@ class ParameterScopes {
 
   // Adds the next parameter in declaration order; returns its index.
   int Add(std::string name, Tensor data);
+  // The same for a deferred parameter (ddp/parameter.h): `init` makes its
+  // values when it is registered.
+  int AddDeferred(std::string name, Shape shape, ParameterInit init);
   // The scope of parameters `index` (at most kMaxScopeParams).
   Scope MakeScope(std::vector<int> index, unsigned matrices = 0) const;
   // An f32 grad buffer of `elements` on the reader's device, the largest

@@ -165,10 +165,13 @@ class GptModel final : public LanguageModel {
   // gives the same values everywhere (before rounding to `dtype`). The
   // model computes on `device` (the CPU or cuda:N), where its parameters
   // are made; InvalidArgument for another device (the simulated one holds
-  // parameters, but the CPU computes for it).
+  // parameters, but the CPU computes for it). With ParameterTiming::kDeferred
+  // each parameter's values are made, the same, only when it is registered
+  // (ddp/parameter.h).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<GptModel>> Create(
       const GptConfig& config, uint64_t seed, DType dtype = DType::kF32,
-      Device device = Device::Cpu());
+      Device device = Device::Cpu(),
+      ParameterTiming timing = ParameterTiming::kEager);
 
   GptModel(const GptModel&) = delete;
   GptModel& operator=(const GptModel&) = delete;

@@ -562,6 +562,30 @@ TEST(GptModelTest, InitFollowsGpt2) {
   EXPECT_EQ(GptParameterCount(cfg), count);
 }
 
+TEST(GptModelTest, DeferredParametersAreMadeAsTheEagerOnes) {
+  GptConfig cfg = TinyConfig();
+  cfg.vocab = 37;  // Odd counts leave a spare normal between parameters.
+  auto eager = *GptModel::Create(cfg, 5);
+  auto deferred = *GptModel::Create(cfg, 5, DType::kF32, Device::Cpu(),
+                                    ParameterTiming::kDeferred);
+  std::vector<Parameter*> params = deferred->Parameters();
+  ASSERT_EQ(params.size(), eager->Parameters().size());
+  for (Parameter* p : params) {
+    EXPECT_TRUE(p->is_deferred()) << p->name();
+    EXPECT_FALSE(p->data().is_materialized()) << p->name();
+    EXPECT_EQ(p->shape(), eager->FindParameter(p->name())->shape());
+  }
+  // In any order (ZeroDdp registers in first-use order): the same bits.
+  std::reverse(params.begin(), params.end());
+  for (Parameter* p : params) {
+    ASSERT_TRUE(p->Materialize().ok()) << p->name();
+    EXPECT_FALSE(p->is_deferred());
+    EXPECT_EQ(*p->data().ToFloats(),
+              *eager->FindParameter(p->name())->data().ToFloats())
+        << p->name();
+  }
+}
+
 TEST(GptModelTest, FlopsFormula) {
   GptConfig cfg;  // GPT-2 small: 124,439,808 parameters.
   EXPECT_EQ(GptParameterCount(cfg), 124439808);

@@ -121,10 +121,13 @@ class LlamaModel final : public LanguageModel {
   // `device`, the CPU or a GPU (cuda:N, whose layers fail with
   // Unimplemented in a build without --config=cuda); InvalidArgument for
   // another device. The parameters are made on `device` (without CUDA:
-  // Unimplemented, naming the first parameter).
+  // Unimplemented, naming the first parameter). With
+  // ParameterTiming::kDeferred each parameter's values are made, the same,
+  // only when it is registered (ddp/parameter.h).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(
       const LlamaConfig& config, uint64_t seed, DType dtype = DType::kF32,
-      Device device = Device::Cpu());
+      Device device = Device::Cpu(),
+      ParameterTiming timing = ParameterTiming::kEager);
 
   LlamaModel(const LlamaModel&) = delete;
   LlamaModel& operator=(const LlamaModel&) = delete;

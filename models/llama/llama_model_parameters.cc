@@ -124,7 +124,8 @@ double LlamaModelFlopsPerStep(const LlamaConfig& config, int seq_len,
 }
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
-    const LlamaConfig& config, uint64_t seed, DType dtype, Device device) {
+    const LlamaConfig& config, uint64_t seed, DType dtype, Device device,
+    ParameterTiming timing) {
   CZ_RETURN_IF_ERROR(config.Validate());
   std::unique_ptr<GptBackend> shared;
   std::unique_ptr<LlamaLayers> own;
@@ -143,20 +144,36 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
       new LlamaModel(config, std::move(shared), std::move(own)));
   NormalSampler normal(seed);
   for (auto& [name, shape] : LlamaParameterShapes(config)) {
-    std::vector<float> values(NumElements(shape));
-    if (absl::EndsWith(name, "norm.weight")) {
-      std::fill(values.begin(), values.end(), 1.0f);
-    } else {
-      for (float& v : values) v = static_cast<float>(0.02 * normal.Next());
-    }
-    CZ_ASSIGN_OR_RETURN(Tensor data, Tensor::FromFloats(values, shape, dtype));
-    if (device != Device::Cpu()) {
-      absl::StatusOr<Tensor> there = data.To(device);
+    const bool norm = absl::EndsWith(name, "norm.weight");
+    // The values from the sampler as it stands now, made now on `device`,
+    // or in host memory when the parameter is registered (ZeroDdp copies
+    // them into its chunks from there).
+    const Device where =
+        timing == ParameterTiming::kDeferred ? Device::Cpu() : device;
+    ParameterInit make = [from = normal, norm, shape = shape, dtype, where,
+                          name = name]() -> absl::StatusOr<Tensor> {
+      NormalSampler draws = from;
+      std::vector<float> values(NumElements(shape));
+      if (norm) {
+        std::fill(values.begin(), values.end(), 1.0f);
+      } else {
+        for (float& v : values) v = static_cast<float>(0.02 * draws.Next());
+      }
+      CZ_ASSIGN_OR_RETURN(Tensor data,
+                          Tensor::FromFloats(values, shape, dtype));
+      if (where == Device::Cpu()) return data;
+      absl::StatusOr<Tensor> there = data.To(where);
       CZ_RETURN_IF_ERROR(there.status(), "making parameter '", name, "' on ",
-                         device.ToString());
-      data = *std::move(there);
+                         where.ToString());
+      return there;
+    };
+    if (!norm) normal.Skip(NumElements(shape));
+    if (timing == ParameterTiming::kDeferred) {
+      model->scopes_.AddDeferred(name, shape, std::move(make));
+    } else {
+      CZ_ASSIGN_OR_RETURN(Tensor data, make());
+      model->scopes_.Add(name, std::move(data));
     }
-    model->scopes_.Add(name, std::move(data));
   }
 
   auto scope = [&](std::vector<int> index, unsigned matrices = 0) {

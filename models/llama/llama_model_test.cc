@@ -261,6 +261,33 @@ TEST(LlamaModel, ParametersAreHuggingFacesInDeclarationOrder) {
               ::testing::Each(1.0f));
 }
 
+TEST(LlamaModel, DeferredParametersAreMadeAsTheEagerOnes) {
+  LlamaConfig c = Tiny();
+  c.vocab = 33;
+  auto eager = *LlamaModel::Create(c, 8);
+  auto deferred = *LlamaModel::Create(c, 8, DType::kF32, Device::Cpu(),
+                                      ParameterTiming::kDeferred);
+  std::vector<Parameter*> params = deferred->Parameters();
+  std::reverse(params.begin(), params.end());
+  for (Parameter* p : params) {
+    ASSERT_TRUE(p->is_deferred()) << p->name();
+    ASSERT_TRUE(p->Materialize().ok()) << p->name();
+    EXPECT_EQ(*p->data().ToFloats(),
+              *eager->FindParameter(p->name())->data().ToFloats())
+        << p->name();
+  }
+  // A state dict replaces what a deferred parameter would make.
+  auto loaded = *LlamaModel::Create(c, 9, DType::kF32, Device::Cpu(),
+                                    ParameterTiming::kDeferred);
+  std::map<std::string, Tensor> state;
+  for (Parameter* p : eager->Parameters()) state[p->name()] = p->data();
+  ASSERT_TRUE(loaded->LoadStateDict(state).ok());
+  for (Parameter* p : loaded->Parameters()) {
+    EXPECT_FALSE(p->is_deferred());
+    EXPECT_EQ(*p->data().ToFloats(), *state.at(p->name()).ToFloats());
+  }
+}
+
 TEST(LlamaModel, HookScopesInOrder) {
   LlamaConfig c = Tiny();
   c.layers = 1;

@@ -131,11 +131,13 @@ absl::StatusOr<std::unique_ptr<LanguageModel>> ModelSpec::Create(
           "--fused_attention: the Llama model has only the batched attention");
     }
     CZ_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
-                        LlamaModel::Create(llama, seed, DType::kF32, device));
+                        LlamaModel::Create(llama, seed, DType::kF32, device,
+                                           ParameterTiming::kDeferred));
     return std::unique_ptr<LanguageModel>(std::move(model));
   }
   CZ_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model,
-                      GptModel::Create(gpt, seed, DType::kF32, device));
+                      GptModel::Create(gpt, seed, DType::kF32, device,
+                                       ParameterTiming::kDeferred));
   CZ_RETURN_IF_ERROR(model->set_fused_attention(fused_attention));
   return std::unique_ptr<LanguageModel>(std::move(model));
 }

@@ -70,7 +70,9 @@ struct ModelSpec {
   std::map<std::string, std::string> CheckpointConfig() const;
 
   // A fresh model with `seed`'s weights computing on `device` (the CPU or a
-  // GPU), its attention fused where asked (GPT-2 on a GPU only).
+  // GPU), its attention fused where asked (GPT-2 on a GPU only). The
+  // weights are deferred (ddp/parameter.h): each is made in host memory as
+  // the engine registers it.
   [[nodiscard]] absl::StatusOr<std::unique_ptr<LanguageModel>> Create(
       uint64_t seed, Device device, bool fused_attention) const;
 };
