@@ -210,9 +210,31 @@ absl::Status Chunk::Close() {
   return absl::OkStatus();
 }
 
-Chunk::~Chunk() { FinishPendingCopy().IgnoreError(); }
+struct Chunk::PendingRead {
+  AlignedBuffer buffer;
+  IoBatch batch;
+  std::string what;
+  int64_t counted = 0;  // Bytes counted in the payload's tracker.
+};
+
+Chunk::~Chunk() {
+  FinishPendingCopy().IgnoreError();
+  AbandonPendingRead();
+}
+
+void Chunk::AbandonPendingRead() {
+  if (pending_read_ == nullptr) return;
+  // The buffer is the tier's until its read is waited for.
+  disk_->Wait(pending_read_->batch).IgnoreError();
+  if (options_.storage.tracker != nullptr) {
+    options_.storage.tracker->Subtract(Device::Cpu(), options_.storage.category,
+                                       pending_read_->counted);
+  }
+  pending_read_.reset();
+}
 
 absl::Status Chunk::MaterialiseZeros() {
+  disk_copy_current_ = false;
   if (!closed_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot materialise chunk ", name_, " before it is closed"));
@@ -256,8 +278,47 @@ absl::Status Chunk::SpillRest(ChunkDiskTier* disk) {
   CZ_RETURN_IF_ERROR(FinishPendingCopy(), "spilling chunk ", name_);
   // A region of another tier (the chunk rested on one before) is not this
   // tier's.
-  if (region_tier_ != disk) disk_region_ = DiskRegion();
+  if (region_tier_ != disk) {
+    disk_region_ = DiskRegion();
+    disk_copy_current_ = false;
+  }
   disk_ = disk;
+  keep_payload_ = false;
+  return ReturnToDisk();
+}
+
+absl::Status Chunk::AttachToDisk(ChunkDiskTier* disk) {
+  if (disk == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attaching chunk ", name_, " to no disk tier"));
+  }
+  if (disk_ != nullptr && disk_ != disk) return NotOnDisk("attach");
+  // (Not the simulated device's memory, which stands for a GPU's.)
+  if (rest_device_ != Device::Cpu()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot attach chunk ", name_, " to disk from ",
+                     rest_device_.ToString(), ": it must rest in host memory"));
+  }
+  if (region_tier_ != disk) {
+    disk_region_ = DiskRegion();
+    disk_copy_current_ = false;
+  }
+  disk_ = disk;
+  keep_payload_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Chunk::AfterUseOnDisk() {
+  if (keep_payload_) return absl::OkStatus();
+  return ReturnToDisk();
+}
+
+absl::Status Chunk::EvictPayload() {
+  if (accessed_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot evict chunk ", name_, " to disk while it is accessed"));
+  }
+  AbandonPendingRead();
   return ReturnToDisk();
 }
 
@@ -271,28 +332,84 @@ absl::Status Chunk::ReturnToDisk() {
     CZ_RETURN_IF_ERROR(region.status(), "spilling chunk ", name_);
     disk_region_ = *region;
     region_tier_ = disk_;
+    disk_copy_current_ = false;
   }
-  CZ_RETURN_IF_ERROR(disk_->Write(disk_region_, payload->data(),
-                                  payload->nbytes(),
-                                  absl::StrCat("chunk ", name_)));
+  // Read and not written since: the disk holds these bytes already.
+  if (!disk_copy_current_) {
+    CZ_RETURN_IF_ERROR(disk_->Write(disk_region_, payload->data(),
+                                    payload->nbytes(),
+                                    absl::StrCat("chunk ", name_)));
+    disk_copy_current_ = true;
+  }
   payload->Free();
   payload_on_disk_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Chunk::StartLoadPayload() {
+  if (!payload_on_disk_ || pending_read_ != nullptr) return absl::OkStatus();
+  auto pending = std::make_unique<PendingRead>();
+  pending->what = absl::StrCat("chunk ", name_);
+  MemoryTracker* const tracker = options_.storage.tracker;
+  const int64_t bytes = disk_region_.bytes;
+  if (tracker != nullptr) {
+    CZ_RETURN_IF_ERROR(
+        tracker->TryAdd(Device::Cpu(), options_.storage.category, bytes),
+        "reading chunk ", name_, " ahead");
+    pending->counted = bytes;
+  }
+  absl::StatusOr<AlignedBuffer> buffer =
+      AlignedBuffer::Create(static_cast<size_t>(bytes));
+  absl::StatusOr<IoBatch> batch =
+      buffer.ok()
+          ? disk_->StartRead(disk_region_, 0, bytes, *buffer, &pending->what)
+          : absl::StatusOr<IoBatch>(buffer.status());
+  if (!batch.ok()) {
+    if (tracker != nullptr) {
+      tracker->Subtract(Device::Cpu(), options_.storage.category, bytes);
+    }
+    return batch.status();
+  }
+  pending->buffer = *std::move(buffer);
+  pending->batch = *std::move(batch);
+  pending_read_ = std::move(pending);
   return absl::OkStatus();
 }
 
 absl::Status Chunk::BringFromDisk() {
   if (!payload_on_disk_) return absl::OkStatus();
   Storage* payload = RestPayload();
-  CZ_RETURN_IF_ERROR(payload->Allocate(), "bringing chunk ", name_,
-                     " from disk");
-  const absl::Status read =
-      disk_->Read(disk_region_, payload->data(), payload->nbytes(),
-                  absl::StrCat("chunk ", name_));
+  std::unique_ptr<PendingRead> pending = std::move(pending_read_);
+  auto uncount = [&] {
+    if (pending != nullptr && options_.storage.tracker != nullptr) {
+      options_.storage.tracker->Subtract(
+          Device::Cpu(), options_.storage.category, pending->counted);
+    }
+  };
+  // A read under way finishes first, whatever follows: its buffer is the
+  // tier's until then.
+  absl::Status read =
+      pending != nullptr ? disk_->Wait(pending->batch) : absl::OkStatus();
+  absl::Status allocated = payload->Allocate();
+  if (!allocated.ok()) {
+    uncount();
+    return absl::Status(allocated.code(),
+                        absl::StrCat("bringing chunk ", name_,
+                                     " from disk: ", allocated.message()));
+  }
+  if (pending == nullptr) {
+    read = disk_->Read(disk_region_, payload->data(), payload->nbytes(),
+                       absl::StrCat("chunk ", name_));
+  } else if (read.ok()) {
+    std::memcpy(payload->data(), pending->buffer.data(), payload->nbytes());
+  }
+  uncount();
   if (!read.ok()) {
     payload->Free();
     return read;
   }
   payload_on_disk_ = false;
+  disk_copy_current_ = true;
   return absl::OkStatus();
 }
 
@@ -300,7 +417,8 @@ absl::Status Chunk::WithPayloadInMemory(
     const std::function<absl::Status()>& fn) {
   CZ_RETURN_IF_ERROR(BringFromDisk());
   const absl::Status done = fn();
-  const absl::Status back = ReturnToDisk();
+  disk_copy_current_ = false;
+  const absl::Status back = AfterUseOnDisk();
   return done.ok() ? back : done;
 }
 
@@ -322,11 +440,17 @@ absl::Status Chunk::ReadRestPayload(void* dst) const {
 absl::Status Chunk::UnspillRest() {
   CZ_RETURN_IF_ERROR(BringFromDisk());
   disk_ = nullptr;
+  keep_payload_ = false;
+  // Written in memory from now on without the disk knowing.
+  disk_copy_current_ = false;
   return absl::OkStatus();
 }
 
 void Chunk::DropPayload() {
   FinishPendingCopy().IgnoreError();  // Its buffers are about to go.
+  AbandonPendingRead();
+  keep_payload_ = false;
+  disk_copy_current_ = false;
   full_->Free();
   if (shard_ != nullptr) shard_->Free();
   accessed_ = false;
@@ -419,6 +543,7 @@ absl::Status Chunk::MoveRestTo(Device rest) {
 }
 
 absl::Status Chunk::RestWhereItComputes() {
+  disk_copy_current_ = false;
   CZ_RETURN_IF_ERROR(FinishPendingCopy(), "keeping chunk ", name_);
   if (rest_device_ == device_) return absl::OkStatus();
   if (!accessed_ || !full_->allocated()) {
@@ -489,6 +614,7 @@ absl::StatusOr<Chunk::SliceTarget> Chunk::TargetForWrite(int i,
         absl::StrCat("values for tensor '", t.name, "' are not materialised"));
   }
   if (full_->allocated()) modified_ = true;
+  disk_copy_current_ = false;
   return target;
 }
 
@@ -540,6 +666,18 @@ absl::Status Chunk::WriteTensorScaled(int i, const Tensor& values,
 }
 
 absl::StatusOr<bool> Chunk::HasInfOrNan() const {
+  if (payload_on_disk_) {
+    // Checked in a copy read from disk (a shard or a holder's buffer; the
+    // used elements come first either way).
+    std::vector<char> copy(static_cast<size_t>(rest_payload_bytes()));
+    CZ_RETURN_IF_ERROR(ReadRestPayload(copy.data()));
+    const int64_t n = is_holder() ? used_ : [&] {
+      const auto [lo, hi] = UpdateRange(sharding(), used_);
+      return hi - lo;
+    }();
+    return chunkzero::HasInfOrNan(copy.data(), options_.dtype,
+                                  static_cast<size_t>(n));
+  }
   const Device where = full_->allocated() || shard_ == nullptr
                            ? full_->device()
                            : shard_->device();
@@ -568,6 +706,7 @@ std::pair<int64_t, int64_t> Chunk::ShardRange(int i) const {
 }
 
 Tensor Chunk::ShardView(int i) const {
+  disk_copy_current_ = false;  // The caller may write through it.
   if (shard_ == nullptr) {
     if (is_holder()) return TensorView(i).Flatten();
     return *Tensor::View(full_, 0, {0}, options_.dtype);
@@ -580,10 +719,12 @@ Tensor Chunk::ShardView(int i) const {
 }
 
 Tensor Chunk::FullView() const {
+  disk_copy_current_ = false;  // The caller may write through it.
   return *Tensor::View(full_, 0, {capacity_}, options_.dtype);
 }
 
 Tensor Chunk::ShardStorageView() const {
+  disk_copy_current_ = false;  // The caller may write through it.
   if (shard_ == nullptr) return FullView();
   return *Tensor::View(shard_, 0, {shard_size_}, options_.dtype);
 }

@@ -291,8 +291,36 @@ class Chunk {
   // the chunk no longer rests on disk. OK if it does not.
   [[nodiscard]] absl::Status UnspillRest();
   // For a chunk resting on disk whose payload is in memory (an access
-  // that failed half way): writes it out and frees it. OK otherwise.
+  // that failed half way, or one kept between uses): writes it out, unless
+  // the disk holds it already, and frees it. OK otherwise.
   [[nodiscard]] absl::Status SettleOnDisk() { return ReturnToDisk(); }
+
+  // The host tier's way (chunk/chunk_disk_residency.h): from now on the
+  // chunk rests on `disk` but its payload stays in memory, between uses
+  // too, until EvictPayload sends it there; LoadPayload (or an access)
+  // brings it back. Nothing is written now. Errors as SpillRest's.
+  [[nodiscard]] absl::Status AttachToDisk(ChunkDiskTier* disk);
+  // Whether the payload stays in memory after a use (AttachToDisk) rather
+  // than going back to disk (SpillRest).
+  bool keeps_payload_between_uses() const { return keep_payload_; }
+  // Brings the payload from disk into memory, finishing the read
+  // StartLoadPayload began if there is one. OK when it is in memory.
+  [[nodiscard]] absl::Status LoadPayload() { return BringFromDisk(); }
+  // Starts reading the payload into an aligned buffer of its own (counted
+  // in the payload's tracker, like the payload), for LoadPayload or an
+  // access to finish; until then the chunk is loading. OK and nothing
+  // started when the payload is not on disk or a read is under way.
+  // ResourceExhausted when the buffer does not fit.
+  [[nodiscard]] absl::Status StartLoadPayload();
+  bool payload_loading() const { return pending_read_ != nullptr; }
+  // Writes the payload out, unless the disk holds it already (nothing has
+  // been written to it since it was last read or written), and frees it.
+  // FailedPrecondition while accessed; OK when not in memory.
+  [[nodiscard]] absl::Status EvictPayload();
+  // Whether the disk holds the payload as it is in memory: no write is
+  // needed to evict it. Any write through the chunk's API or a view of it
+  // (ShardView, ShardStorageView, FullView) clears it.
+  bool disk_copy_current() const { return disk_copy_current_; }
   // Whether the chunk rests on disk, and whether its payload is there now
   // (not while accessed).
   bool rests_on_disk() const { return disk_ != nullptr; }
@@ -376,6 +404,14 @@ class Chunk {
   // and written back after (writes made between accesses).
   [[nodiscard]] absl::Status WithPayloadInMemory(
       const std::function<absl::Status()>& fn);
+  // After a use of a chunk resting on disk (Release, Reduce, a failed
+  // access, a write between uses): its payload goes back to disk, unless
+  // it is kept between uses.
+  [[nodiscard]] absl::Status AfterUseOnDisk();
+  // A read StartLoadPayload began: the buffer is the tier's until Wait.
+  struct PendingRead;
+  // Waits for a pending read and drops it (its bytes are not used).
+  void AbandonPendingRead();
   // StartAccess but for taking a chunk resting on disk back there on
   // failure.
   [[nodiscard]] absl::StatusOr<std::unique_ptr<comm::Work>>
@@ -434,6 +470,10 @@ class Chunk {
   DiskRegion disk_region_;
   ChunkDiskTier* region_tier_ = nullptr;
   bool payload_on_disk_ = false;
+  bool keep_payload_ = false;  // AttachToDisk.
+  // See disk_copy_current(); mutable: views handed out clear it.
+  mutable bool disk_copy_current_ = false;
+  std::unique_ptr<PendingRead> pending_read_;
   int64_t rest_to_device_bytes_ = 0;
   int64_t device_to_rest_bytes_ = 0;
 };

@@ -17,7 +17,7 @@ namespace chunkzero {
 absl::StatusOr<std::unique_ptr<comm::Work>> Chunk::StartAccess() {
   absl::StatusOr<std::unique_ptr<comm::Work>> work = StartAccessInMemory();
   // An access that did not start leaves a chunk resting on disk there.
-  if (!work.ok()) ReturnToDisk().IgnoreError();
+  if (!work.ok()) AfterUseOnDisk().IgnoreError();
   return work;
 }
 
@@ -144,12 +144,15 @@ absl::Status Chunk::FinishPendingCopy() {
 
 absl::Status Chunk::Release() {
   CZ_RETURN_IF_ERROR(ReleaseInMemory());
-  return ReturnToDisk();
+  return AfterUseOnDisk();
 }
 
 absl::Status Chunk::ReleaseInMemory() {
   CZ_RETURN_IF_ERROR(FinishPendingCopy(), "releasing chunk ", name_);
   CZ_RETURN_IF_ERROR(StateError("release", Requirement::kAllHold));
+  // A modified payload at rest (a holder's buffer, a shard refilled
+  // below) is not what the disk holds any more.
+  if (modified_) disk_copy_current_ = false;
   if (is_holder()) {
     if (HolderMoves() && accessed_) {
       CZ_RETURN_IF_ERROR(ReturnHolderToRest("releasing"));
@@ -216,6 +219,7 @@ absl::Status Chunk::Reduce(comm::ReduceOp op) {
   }
   CZ_RETURN_IF_ERROR(WaitBeforeCompute(*work), "reducing chunk ", name_);
   accessed_ = false;
+  disk_copy_current_ = false;
   if (is_holder()) {
     // The reduced grads rest where the parameters do, for the optimizer.
     if (HolderMoves()) CZ_RETURN_IF_ERROR(ReturnHolderToRest("reducing"));
@@ -231,7 +235,7 @@ absl::Status Chunk::Reduce(comm::ReduceOp op) {
   }
   modified_ = false;
   // A chunk resting on disk goes back there, as after a Release.
-  return ReturnToDisk();
+  return AfterUseOnDisk();
 }
 
 bool Chunk::HolderMoves() const {

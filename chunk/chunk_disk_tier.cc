@@ -27,9 +27,31 @@ absl::StatusOr<DiskRegion> ChunkDiskTier::Reserve(int64_t bytes) {
   return region;
 }
 
+ChunkDiskTier::~ChunkDiskTier() { set_memory_tracker(nullptr); }
+
+void ChunkDiskTier::set_memory_tracker(MemoryTracker* tracker) {
+  const auto held = static_cast<int64_t>(bounce_.size());
+  if (tracker_ != nullptr) {
+    tracker_->Subtract(Device::Cpu(), MemoryCategory::kOther, held);
+  }
+  tracker_ = tracker;
+  if (tracker_ != nullptr) {
+    tracker_->Add(Device::Cpu(), MemoryCategory::kOther, held);
+  }
+}
+
 absl::Status ChunkDiskTier::EnsureBounce(size_t bytes) {
   if (bounce_.size() >= bytes) return absl::OkStatus();
+  const auto had = static_cast<int64_t>(bounce_.size());
+  bounce_ = AlignedBuffer();
+  if (tracker_ != nullptr) {
+    tracker_->Subtract(Device::Cpu(), MemoryCategory::kOther, had);
+  }
   CZ_ASSIGN_OR_RETURN(bounce_, AlignedBuffer::Create(bytes));
+  if (tracker_ != nullptr) {
+    tracker_->Add(Device::Cpu(), MemoryCategory::kOther,
+                  static_cast<int64_t>(bounce_.size()));
+  }
   return absl::OkStatus();
 }
 

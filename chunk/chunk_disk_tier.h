@@ -33,6 +33,7 @@
 #include "io/nvme/aligned_buffer.h"
 #include "io/nvme/io_engine.h"
 #include "io/nvme/scratch_file.h"
+#include "tensor/memory/memory_tracker.h"
 
 namespace chunkzero {
 
@@ -83,6 +84,12 @@ class ChunkDiskTier {
                                                    const std::string* what);
   [[nodiscard]] absl::Status Wait(IoBatch batch);
 
+  // Counts the bounce buffer in `tracker` as MemoryCategory::kOther host
+  // memory from now on (it is at most kBounceBytes, so it is counted
+  // without a limit check). `tracker` outlives the tier.
+  void set_memory_tracker(MemoryTracker* tracker);
+  ~ChunkDiskTier();
+
   const DiskTierStats& stats() const { return stats_; }
   // The host memory Write and Read stage through now (<= kBounceBytes).
   size_t bounce_bytes() const { return bounce_.size(); }
@@ -111,6 +118,7 @@ class ChunkDiskTier {
   std::unique_ptr<ScratchFile> file_;
   std::unique_ptr<IoEngine> engine_;
   DiskTierStats stats_;
+  MemoryTracker* tracker_ = nullptr;
 };
 
 }  // namespace chunkzero

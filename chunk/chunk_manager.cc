@@ -74,6 +74,15 @@ ChunkManager::ChunkManager(comm::ProcessGroup* group,
       });
     }
   }
+  if (options_.disk_residency && options_.disk != nullptr) {
+    disk_residency_ = std::make_unique<ChunkDiskResidency>(
+        options_.disk, tracker_, options_.disk_lookahead);
+    if (tracker_ != nullptr) {
+      tracker_->SetReclaimer(Device::Cpu(), [this](int64_t bytes) {
+        return disk_residency_->Reclaim(bytes);
+      });
+    }
+  }
 }
 
 ChunkManager::~ChunkManager() {
@@ -87,6 +96,9 @@ ChunkManager::~ChunkManager() {
   if (copy_stream_ != nullptr) copy_stream_->Drain();
   if (residency_ != nullptr && tracker_ != nullptr) {
     tracker_->ClearReclaimer(options_.device);
+  }
+  if (disk_residency_ != nullptr && tracker_ != nullptr) {
+    tracker_->ClearReclaimer(Device::Cpu());
   }
   // Chunks hand their memory back to the caches, which then empty into the
   // base allocators: in that order. Views of chunks (a model's parameters)
@@ -173,6 +185,11 @@ absl::StatusOr<Chunk*> ChunkManager::NewChunk(Group& group, int64_t capacity,
     opts.copy_stream = copy_stream_.get();
   }
   opts.comm_timeout = options_.comm_timeout;
+  // Tensors go only into a group's last chunk (chunk_packing.h): the one
+  // before is complete, and may make room for the new one.
+  if (!group.chunks.empty()) {
+    CZ_RETURN_IF_ERROR(ManageOnDisk(group, group.chunks.back().get()));
+  }
   CZ_ASSIGN_OR_RETURN(std::unique_ptr<Chunk> chunk,
                       Chunk::Create(opts, group_));
   if (residency_ != nullptr && group.device == residency_->device() &&
@@ -294,6 +311,7 @@ absl::Status ChunkManager::RemoveGroup(absl::string_view name) {
   for (auto& chunk : group->chunks) {
     DropChunkPayload(chunk.get());
     if (residency_ != nullptr) residency_->Forget(chunk.get());
+    if (disk_residency_ != nullptr) disk_residency_->Forget(chunk.get());
   }
   groups_.erase(std::find_if(groups_.begin(), groups_.end(),
                              [&](const auto& g) { return g.get() == group; }));
@@ -317,9 +335,20 @@ absl::Status ChunkManager::RenameGroup(absl::string_view from,
 
 absl::Status ChunkManager::CloseGroup(absl::string_view name) {
   CZ_ASSIGN_OR_RETURN(Group * group, FindGroup(name));
-  for (auto& chunk : group->chunks) CZ_RETURN_IF_ERROR(chunk->Close());
+  for (auto& chunk : group->chunks) {
+    CZ_RETURN_IF_ERROR(chunk->Close());
+    CZ_RETURN_IF_ERROR(ManageOnDisk(*group, chunk.get()));
+  }
   group->closed = true;
   return absl::OkStatus();
+}
+
+absl::Status ChunkManager::ManageOnDisk(const Group& group, Chunk* chunk) {
+  if (disk_residency_ == nullptr || group.category != MemoryCategory::kParam ||
+      group.rest_device != Device::Cpu()) {
+    return absl::OkStatus();
+  }
+  return disk_residency_->Manage(chunk);
 }
 
 absl::StatusOr<TensorLocation> ChunkManager::Locate(
@@ -354,6 +383,7 @@ absl::StatusOr<std::unique_ptr<comm::Work>> ChunkManager::StartAccessChunk(
     Chunk* chunk) {
   if (chunk->is_accessed()) return comm::MakeCompletedWork(absl::OkStatus());
   if (residency_ != nullptr) residency_->Began(chunk);
+  if (disk_residency_ != nullptr) disk_residency_->Began(chunk);
   CZ_ASSIGN_OR_RETURN(std::unique_ptr<comm::Work> work, chunk->StartAccess());
   accessed_.push_back(chunk);
   return work;
@@ -390,6 +420,7 @@ absl::Status ChunkManager::ReleaseChunk(Chunk* chunk) {
 }
 
 void ChunkManager::SetUseSchedule(std::vector<Chunk*> uses) {
+  if (disk_residency_ != nullptr) disk_residency_->SetSchedule(uses);
   if (residency_ != nullptr) residency_->SetSchedule(std::move(uses));
 }
 

@@ -65,6 +65,7 @@
 #include "absl/types/span.h"
 #include "chunk/chunk.h"
 #include "chunk/chunk_config.pb.h"
+#include "chunk/chunk_disk_residency.h"
 #include "chunk/chunk_layout.h"
 #include "chunk/chunk_packing.h"
 #include "chunk/chunk_residency.h"
@@ -95,6 +96,15 @@ struct ChunkManagerOptions {
   // placement). Room is what the tracker's limit on `device` leaves; the
   // tracker's reclaimer for `device` is this manager's while it lives.
   bool auto_residency = false;
+  // The disk tier under host memory (chunk/chunk_disk_tier.h; null: none),
+  // and whether parameter chunks (MemoryCategory::kParam) resting in host
+  // memory rest on it under the host's limit, their payloads in memory
+  // while the tracker's limit on Device::Cpu() leaves room and read
+  // `disk_lookahead` chunks ahead of use (ChunkDiskResidency). The
+  // tracker's reclaimer for the host is this manager's while it lives.
+  ChunkDiskTier* disk = nullptr;
+  bool disk_residency = false;
+  int disk_lookahead = 2;
   absl::Duration comm_timeout = comm::kDefaultCollectiveTimeout;
 };
 
@@ -124,6 +134,8 @@ class ChunkManager {
   ChunkManager& operator=(const ChunkManager&) = delete;
 
   const ChunkManagerOptions& options() const { return options_; }
+  // The tracker the chunks count in (null: none).
+  MemoryTracker* tracker() const { return tracker_; }
   comm::ProcessGroup& process_group() const { return *group_; }
 
   // AlreadyExists if the name is taken. The group's chunks are created on
@@ -206,6 +218,10 @@ class ChunkManager {
   void SetUseSchedule(std::vector<Chunk*> uses);
   // The auto residency, or null.
   const ChunkResidency* residency() const { return residency_.get(); }
+  // The host/disk residency, or null.
+  const ChunkDiskResidency* disk_residency() const {
+    return disk_residency_.get();
+  }
 
   // The chunks materialised by Access, in access order.
   const std::vector<Chunk*>& accessed_chunks() const { return accessed_; }
@@ -255,6 +271,9 @@ class ChunkManager {
   // asynchronous and run at bus speed).
   [[nodiscard]] absl::Status EnsureCache(Device device);
   void Forget(Chunk* chunk);
+  // Hands a complete chunk of `group` to the disk residency if it takes
+  // the group's chunks.
+  [[nodiscard]] absl::Status ManageOnDisk(const Group& group, Chunk* chunk);
 
   // Every collective of the chunks goes through tracked_ (group_ points to
   // it), so that the destructor can stop those still running before it
@@ -271,6 +290,7 @@ class ChunkManager {
   std::vector<std::unique_ptr<Group>> groups_;
   std::vector<Chunk*> accessed_;
   std::unique_ptr<ChunkResidency> residency_;
+  std::unique_ptr<ChunkDiskResidency> disk_residency_;
   // Copies of holders' buffers between rest and compute devices, ahead of
   // compute (groups that rest away from where they compute).
   std::unique_ptr<CopyStream> copy_stream_;

@@ -29,37 +29,20 @@ void ChunkResidency::Forget(Chunk* chunk) {
   if (beginning_ == chunk) beginning_ = nullptr;
   managed_.erase(std::remove(managed_.begin(), managed_.end(), chunk),
                  managed_.end());
-  if (positions_.erase(chunk) > 0) {
-    // A schedule naming a chunk that is gone would keep a dangling pointer.
-    schedule_.erase(std::remove(schedule_.begin(), schedule_.end(), chunk),
-                    schedule_.end());
-    SetSchedule(std::move(schedule_));
-  }
+  schedule_.Forget(chunk);
 }
 
 void ChunkResidency::SetSchedule(std::vector<Chunk*> uses) {
-  schedule_ = std::move(uses);
-  positions_.clear();
-  for (size_t k = 0; k < schedule_.size(); ++k) {
-    positions_[schedule_[k]].push_back(static_cast<int64_t>(k));
-  }
-  clock_ = -1;
+  schedule_.Set(std::move(uses));
 }
 
 int64_t ChunkResidency::Distance(const Chunk* chunk) const {
-  auto found = positions_.find(chunk);
-  if (found == positions_.end()) return kNever;
-  const std::vector<int64_t>& at = found->second;
-  const int64_t length = static_cast<int64_t>(schedule_.size());
-  // The first use after the clock, wrapping into the next step.
-  auto next = std::upper_bound(at.begin(), at.end(), clock_);
-  return next != at.end() ? *next - clock_ : at.front() + length - clock_;
+  return schedule_.Distance(chunk);
 }
 
 void ChunkResidency::Began(const Chunk* chunk) {
   beginning_ = chunk;
-  if (positions_.count(chunk) == 0) return;
-  clock_ = (clock_ + Distance(chunk)) % static_cast<int64_t>(schedule_.size());
+  schedule_.Began(chunk);
 }
 
 std::vector<Chunk*> ChunkResidency::EvictionOrder() const {

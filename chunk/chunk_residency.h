@@ -30,8 +30,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "chunk/chunk.h"
+#include "chunk/use_schedule.h"
 #include "tensor/device.h"
 #include "tensor/memory/memory_tracker.h"
 
@@ -79,24 +79,18 @@ class ChunkResidency {
   int64_t evictions() const { return evictions_; }
 
  private:
-  // Uses from the clock to the next use of `chunk` (1 = the next use);
-  // kNever when it is not scheduled.
+  // Uses from the clock to the next use of `chunk` (UseSchedule).
   int64_t Distance(const Chunk* chunk) const;
   // Managed chunks at rest on the device and not accessed, farthest next
   // use first (ties: the order they were managed in).
   std::vector<Chunk*> EvictionOrder() const;
   bool Evict(Chunk* chunk);
 
-  static constexpr int64_t kNever = int64_t{1} << 62;
-
   const Device device_;
   const Device host_;
   const MemoryTracker* const tracker_;
   std::vector<Chunk*> managed_;  // In the order they were managed.
-  std::vector<Chunk*> schedule_;
-  // Each scheduled chunk's positions in schedule_, ascending.
-  absl::flat_hash_map<const Chunk*, std::vector<int64_t>> positions_;
-  int64_t clock_ = -1;  // Position of the use in progress or last begun.
+  UseSchedule schedule_;
   // The chunk whose use began last: its access may be allocating (and so
   // reclaiming) before it counts as accessed, and it is never the one to go.
   const Chunk* beginning_ = nullptr;

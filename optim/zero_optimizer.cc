@@ -484,7 +484,7 @@ absl::Status ZeroOptimizer::Update(float grad_scale, double lr,
     return disk->Fetch(group, (pieces[u].begin - first) * 4,
                        (pieces[u].end - pieces[u].begin) * 4);
   };
-  if (on_disk) disk.emplace(options_.disk);
+  if (on_disk) disk.emplace(options_.disk, chunks_->tracker());
   CZ_RETURN_IF_ERROR(fetch_disk(0));
   size_t next_piece = 0;
   std::optional<optim_internal::ParamStaging> staging;

@@ -8,7 +8,12 @@
 namespace chunkzero {
 namespace optim_internal {
 
-DiskStaging::~DiskStaging() { Finish().IgnoreError(); }
+DiskStaging::~DiskStaging() {
+  Finish().IgnoreError();
+  if (tracker_ != nullptr) {
+    tracker_->Subtract(Device::Cpu(), MemoryCategory::kOther, counted_);
+  }
+}
 
 absl::Status DiskStaging::WaitAll(std::vector<IoBatch>& batches) {
   absl::Status first;
@@ -57,9 +62,21 @@ absl::Status DiskStaging::Fetch(const std::vector<Chunk*>& chunks,
     set.whats.push_back(absl::StrCat("chunk ", c->name()));
   }
   for (size_t i = 0; i < chunks.size(); ++i) {
-    if (set.buffers[i].size() < static_cast<size_t>(set.block_bytes)) {
+    const auto had = static_cast<int64_t>(set.buffers[i].size());
+    if (had < set.block_bytes) {
+      const int64_t more = RoundUpToDirectIo(set.block_bytes) - had;
+      if (tracker_ != nullptr) {
+        CZ_RETURN_IF_ERROR(
+            tracker_->MakeRoom(Device::Cpu(), MemoryCategory::kOther, more),
+            "staging chunk ", chunks[i]->name(), " from disk");
+      }
+      set.buffers[i] = AlignedBuffer();
       CZ_ASSIGN_OR_RETURN(set.buffers[i],
                           AlignedBuffer::Create(set.block_bytes));
+      if (tracker_ != nullptr) {
+        tracker_->Add(Device::Cpu(), MemoryCategory::kOther, more);
+      }
+      counted_ += more;
     }
     CZ_ASSIGN_OR_RETURN(IoBatch b,
                         chunks[i]->disk_tier()->StartRead(

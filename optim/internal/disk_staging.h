@@ -33,13 +33,18 @@
 #include "chunk/chunk.h"
 #include "chunk/chunk_disk_tier.h"
 #include "io/nvme/aligned_buffer.h"
+#include "tensor/memory/memory_tracker.h"
 
 namespace chunkzero {
 namespace optim_internal {
 
 class DiskStaging {
  public:
-  explicit DiskStaging(ChunkDiskTier* disk) : disk_(disk) {}
+  // The buffers count in `tracker` (may be null) as MemoryCategory::kOther
+  // host memory, room made for them first (its reclaimer may send parameter
+  // payloads to disk).
+  explicit DiskStaging(ChunkDiskTier* disk, MemoryTracker* tracker = nullptr)
+      : disk_(disk), tracker_(tracker) {}
   ~DiskStaging();
   DiskStaging(const DiskStaging&) = delete;
   DiskStaging& operator=(const DiskStaging&) = delete;
@@ -72,6 +77,8 @@ class DiskStaging {
   absl::StatusOr<Set*> SetOf(size_t k);
 
   ChunkDiskTier* const disk_;
+  MemoryTracker* const tracker_;
+  int64_t counted_ = 0;  // Buffer bytes counted in tracker_.
   std::array<Set, 3> sets_;
   size_t fetched_ = 0;
 };

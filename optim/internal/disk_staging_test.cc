@@ -55,7 +55,11 @@ TEST(DiskStaging, PiecesReadUpdateAndWriteEveryElementOnce) {
           }
           chunks.push_back(std::move(chunk));
         }
-        DiskStaging staging(disk.get());
+        MemoryTracker tracker;
+        disk->set_memory_tracker(&tracker);
+        auto staging_owner =
+            std::make_unique<DiskStaging>(disk.get(), &tracker);
+        DiskStaging& staging = *staging_owner;
         // (chunk pair, first element, end)
         std::vector<std::array<int64_t, 3>> pieces;
         for (int64_t pair = 0; pair < 3; ++pair) {
@@ -83,6 +87,16 @@ TEST(DiskStaging, PiecesReadUpdateAndWriteEveryElementOnce) {
           if (absl::Status s = staging.Return(u); !s.ok()) return s;
         }
         if (absl::Status s = staging.Finish(); !s.ok()) return s;
+        // Three sets of two one-block buffers, counted until the staging
+        // goes; the tier's bounce buffer (the spills wrote 20480-byte
+        // regions through it) is counted too.
+        EXPECT_EQ(tracker.Current(Device::Cpu(), MemoryCategory::kOther),
+                  3 * 2 * 4096 + 20480);
+        staging_owner.reset();
+        EXPECT_EQ(tracker.Current(Device::Cpu(), MemoryCategory::kOther),
+                  20480);
+        disk->set_memory_tracker(nullptr);
+        EXPECT_EQ(tracker.Current(Device::Cpu(), MemoryCategory::kOther), 0);
         // Read back through the chunks.
         for (int c = 0; c < 6; ++c) {
           std::vector<float> back(kElements);
@@ -97,8 +111,9 @@ TEST(DiskStaging, PiecesReadUpdateAndWriteEveryElementOnce) {
           }
         }
         // A span outside the payload is refused, naming the chunk.
+        DiskStaging again(disk.get());
         const absl::Status outside =
-            staging.Fetch({chunks[0].get()}, 4096, kElements * 4);
+            again.Fetch({chunks[0].get()}, 4096, kElements * 4);
         EXPECT_EQ(outside.code(), absl::StatusCode::kInvalidArgument);
         EXPECT_THAT(outside.message(), HasSubstr("of chunk f32_master"));
         return absl::OkStatus();
