@@ -314,9 +314,10 @@ absl::Status Chunk::AfterUseOnDisk() {
 }
 
 absl::Status Chunk::EvictPayload() {
-  if (accessed_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot evict chunk ", name_, " to disk while it is accessed"));
+  if (accessed_ || pins_ > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot evict chunk ", name_, " to disk while it is ",
+                     accessed_ ? "accessed" : "pinned"));
   }
   AbandonPendingRead();
   return ReturnToDisk();

@@ -317,6 +317,12 @@ class Chunk {
   // been written to it since it was last read or written), and frees it.
   // FailedPrecondition while accessed; OK when not in memory.
   [[nodiscard]] absl::Status EvictPayload();
+  // While pinned (a count), the payload stays in memory: EvictPayload is
+  // FailedPrecondition. For code holding a pointer into it outside an
+  // access (the optimizer's update).
+  void PinPayload() { ++pins_; }
+  void UnpinPayload() { --pins_; }
+  bool payload_pinned() const { return pins_ > 0; }
   // Whether the disk holds the payload as it is in memory: no write is
   // needed to evict it. Any write through the chunk's API or a view of it
   // (ShardView, ShardStorageView, FullView) clears it.
@@ -471,6 +477,7 @@ class Chunk {
   ChunkDiskTier* region_tier_ = nullptr;
   bool payload_on_disk_ = false;
   bool keep_payload_ = false;  // AttachToDisk.
+  int pins_ = 0;
   // See disk_copy_current(); mutable: views handed out clear it.
   mutable bool disk_copy_current_ = false;
   std::unique_ptr<PendingRead> pending_read_;

@@ -45,7 +45,8 @@ std::vector<Chunk*> ChunkDiskResidency::EvictionOrder() const {
   // Managed last first, so that a stable sort breaks ties that way.
   for (auto it = managed_.rbegin(); it != managed_.rend(); ++it) {
     Chunk* chunk = *it;
-    if (!chunk->is_accessed() && chunk != beginning_ && HostBytes(*chunk) > 0) {
+    if (!chunk->is_accessed() && !chunk->payload_pinned() &&
+        chunk != beginning_ && HostBytes(*chunk) > 0) {
       residents.push_back(chunk);
     }
   }

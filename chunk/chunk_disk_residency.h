@@ -80,7 +80,8 @@ class ChunkDiskResidency {
   // buffer.
   static int64_t HostBytes(const Chunk& chunk);
   // Managed chunks holding host memory that may leave now (not accessed,
-  // not beginning), farthest next use first (ties: managed last first).
+  // pinned or beginning), farthest next use first (ties: managed last
+  // first).
   std::vector<Chunk*> EvictionOrder() const;
   bool Evict(Chunk* chunk);
   // Reads `chunk` ahead if room is there or can be made from chunks used

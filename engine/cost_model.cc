@@ -103,6 +103,7 @@ ChunkMemory EstimateChunkMemory(const EngineOptions& o,
     m.chunks = element * padded;
     m.chunks_at_rest = m.chunks;
     m.optimizer = optimizer_bytes * padded;
+    m.rest_per_chunk = element * chunk;
     PutStatesOnDisk(o, packing, chunk, padded, chunk, micro_batches, &m);
     return m;
   }
@@ -151,6 +152,9 @@ ChunkMemory EstimateChunkMemory(const EngineOptions& o,
     m.in_flight_shards = m.in_flight * MeanRestFraction(o.layout, world_size);
   }
   m.optimizer = optimizer_bytes * (at_rest + owner_slack);
+  m.rest_per_chunk =
+      element *
+      (o.layout == ChunkLayout::kSharded ? chunk / world_size : chunk);
   PutStatesOnDisk(
       o, packing, chunk, at_rest + owner_slack,
       o.layout == ChunkLayout::kSharded ? chunk / world_size : chunk,

@@ -74,6 +74,9 @@ struct ChunkMemory {
   // and states, optim/internal/disk_staging.h) and the tier's bounce
   // buffer.
   double disk = 0;
+  // What one compute chunk holds at rest on this rank (its shard, or a
+  // holder's whole chunk): the unit the host tier moves to disk and back.
+  double rest_per_chunk = 0;
 };
 
 // REQUIRES: world_size, micro_batches >= 1; parameters, largest_tensor > 0.

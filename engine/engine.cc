@@ -55,14 +55,20 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   if (placement.limited.has_value()) {
     engine->tracker_->SetLimit(*placement.limited, options.device_memory_limit);
   }
+  if (placement.host_limited) {
+    engine->tracker_->SetLimit(Device::Cpu(), options.host_memory_limit);
+  }
+  ChunkManagerOptions chunk_options = placement.chunks;
   if (options.offload == OffloadPolicy::kNvme) {
     absl::StatusOr<std::unique_ptr<ChunkDiskTier>> disk =
         ChunkDiskTier::Create(options.nvme_path, options.nvme_io);
     CZ_RETURN_IF_ERROR(disk.status(), "EngineOptions::nvme_path");
     engine->disk_ = *std::move(disk);
+    engine->disk_->set_memory_tracker(engine->tracker_);
+    chunk_options.disk = engine->disk_.get();
   }
   engine->chunks_ = std::make_unique<ChunkManager>(
-      &engine->recorded_, placement.chunks, engine->tracker_);
+      &engine->recorded_, chunk_options, engine->tracker_);
   ZeroDdpOptions ddp_options;
   ddp_options.compute_dtype = options.precision;
   ddp_options.max_prefetch = options.max_prefetch;

@@ -42,6 +42,22 @@ absl::StatusOr<Placement> PlaceMemory(const EngineOptions& options) {
         "EngineOptions::device is the host: compute on a GPU or the "
         "simulated device sim:0");
   }
+  if (options.host_memory_limit < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("EngineOptions::host_memory_limit is ",
+                     options.host_memory_limit, " bytes (0: no limit)"));
+  }
+  if (options.host_memory_limit > 0 &&
+      options.offload != OffloadPolicy::kNvme) {
+    return absl::InvalidArgumentError(
+        "EngineOptions::host_memory_limit needs EngineOptions::offload "
+        "kNvme: what does not fit in host memory goes to the disk tier");
+  }
+  if (options.disk_lookahead < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "EngineOptions::disk_lookahead is ", options.disk_lookahead,
+        " (0: read each chunk from disk when it is used)"));
+  }
   if (options.max_prefetch < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("EngineOptions::max_prefetch is ", options.max_prefetch,
@@ -74,6 +90,11 @@ absl::StatusOr<Placement> PlaceMemory(const EngineOptions& options) {
   // ZeRO-Offload: masters and optimizer states in host memory.
   if (options.offload != OffloadPolicy::kNone) where.masters = Device::Cpu();
   if (options.device_memory_limit > 0) where.limited = options.device;
+  if (options.host_memory_limit > 0) {
+    where.host_limited = true;
+    where.chunks.disk_residency = true;
+    where.chunks.disk_lookahead = options.disk_lookahead;
+  }
   return where;
 }
 

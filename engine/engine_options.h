@@ -58,6 +58,18 @@ struct EngineOptions {
   // request past it is ResourceExhausted naming what asked. Needs a
   // `device` other than the host.
   int64_t device_memory_limit = 0;
+  // Bytes of host memory each rank may hold (0: no limit), with kNvme: the
+  // 16-bit parameter chunks that rest in host memory rest on the disk tier
+  // too, their payloads in memory while this limit leaves room, the one
+  // used farthest ahead going to disk when room is needed, and the next
+  // ones read ahead of use (chunk/chunk_disk_residency.h). Everything the
+  // engine's tracker counts on the host counts against it: the chunks, the
+  // model's buffers when it reports them there, the disk tier's buffers. A
+  // request that cannot be met even with every parameter payload on disk
+  // is ResourceExhausted naming what asked.
+  int64_t host_memory_limit = 0;
+  // Parameter chunks read from disk ahead of use, with host_memory_limit.
+  int disk_lookahead = 2;
   // ZeroDdpOptions (ddp/zero_ddp.h): chunks gathered ahead, the order of
   // first use when the model knows it (empty: recorded in step 1), and
   // whether grads missing on some ranks count as zeros.
@@ -83,11 +95,14 @@ struct Placement {
   std::optional<Device> masters;
   // The device the memory limit applies to (std::nullopt: no limit).
   std::optional<Device> limited;
+  // Whether host memory is limited (EngineOptions::host_memory_limit).
+  bool host_limited = false;
 };
 
 // InvalidArgument naming the option for a combination that cannot be
 // placed: an offload policy other than kNvme or a device memory limit
-// with `device` the host, kNvme without an nvme_path, a negative limit or chunk
+// with `device` the host, kNvme without an nvme_path, a host memory limit
+// without kNvme, a negative limit, lookahead or chunk
 // size, a compute dtype other than f16, bf16 or f32, a negative max_prefetch or
 // checkpointing interval, a timeout that is not positive.
 [[nodiscard]] absl::StatusOr<Placement> PlaceMemory(

@@ -177,6 +177,33 @@ TEST(Engine, StepReportsEveryRankAndCountsSteps) {
   }
 }
 
+// A host memory limit needs the NVMe tier; negative figures are refused.
+// (tools/train's nvme_train_test trains under one.)
+TEST(Engine, AHostLimitNeedsTheTier) {
+  EngineOptions nvme = SmallChunks(DType::kBF16);
+  nvme.offload = OffloadPolicy::kNvme;
+  nvme.nvme_path = "/tmp";
+  nvme.host_memory_limit = 1 << 20;
+  ASSERT_TRUE(PlaceMemory(nvme).ok());
+  EXPECT_TRUE(PlaceMemory(nvme)->host_limited);
+  EXPECT_TRUE(PlaceMemory(nvme)->chunks.disk_residency);
+  EXPECT_EQ(PlaceMemory(nvme)->chunks.disk_lookahead, 2);
+  // The limit needs the tier; a negative one is refused.
+  EngineOptions bad = SmallChunks();
+  bad.host_memory_limit = 1 << 20;
+  EXPECT_THAT(PlaceMemory(bad).status().message(),
+              HasSubstr("host_memory_limit needs EngineOptions::offload "
+                        "kNvme"));
+  bad = nvme;
+  bad.host_memory_limit = -1;
+  EXPECT_THAT(PlaceMemory(bad).status().message(),
+              HasSubstr("host_memory_limit is -1 bytes"));
+  bad = nvme;
+  bad.disk_lookahead = -1;
+  EXPECT_THAT(PlaceMemory(bad).status().message(),
+              HasSubstr("disk_lookahead is -1"));
+}
+
 // A run saved after 2 steps and resumed for 2 more has the losses of a
 // run of 4, bit for bit; a config that disagrees is refused naming the key.
 TEST(Engine, SaveAndResumeContinueBitForBit) {

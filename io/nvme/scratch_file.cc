@@ -123,6 +123,18 @@ absl::StatusOr<int64_t> ScratchFile::Grow(int64_t bytes) {
   }
   const int64_t at = size_;
   if (bytes == 0) return at;
+  // More than the filesystem has free is refused before fallocate, which
+  // on ext4 takes every free block before it gives up: for that moment the
+  // disk would be full for everyone (another rank, a checkpoint writer).
+  struct statvfs fs;
+  if (::fstatvfs(fd_, &fs) == 0 &&
+      static_cast<double>(fs.f_bavail) * static_cast<double>(fs.f_frsize) <
+          static_cast<double>(bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot reserve ", Bytes(bytes), " more for ", description_,
+        " (holding ", Bytes(at), "): the disk has ",
+        Bytes(static_cast<int64_t>(fs.f_bavail * fs.f_frsize)), " free"));
+  }
   // Reserved now, so that a disk that cannot hold it says so at once.
   const int reserved = ::posix_fallocate(fd_, at, bytes);
   if (reserved == ENOSPC || reserved == EFBIG) {

@@ -56,6 +56,15 @@ class HostRange {
     HostRange r;
     r.chunk_ = chunk;
     r.bytes_ = static_cast<size_t>(end - begin) * ElementSize(chunk->dtype());
+    // A parameter payload the host tier keeps between uses comes back into
+    // memory, where the chunk's allocator counts it (and the residency may
+    // send it out again later, written since it is then marked changed).
+    if (chunk->keeps_payload_between_uses()) {
+      CZ_RETURN_IF_ERROR(chunk->LoadPayload());
+      // Kept in memory while this range points into it.
+      r.pinned_ = chunk;
+      chunk->PinPayload();
+    }
     if (chunk->payload_on_disk()) {
       // The whole payload read from disk; Finish writes it all back.
       r.copy_.resize(static_cast<size_t>(chunk->rest_payload_bytes()));
@@ -72,6 +81,23 @@ class HostRange {
                        "staging chunk ", chunk->name(), " in host memory");
     return r;
   }
+  HostRange(HostRange&& other) noexcept { *this = std::move(other); }
+  HostRange& operator=(HostRange&& other) noexcept {
+    if (this != &other) {
+      Unpin();
+      chunk_ = other.chunk_;
+      device_pointer_ = other.device_pointer_;
+      bytes_ = other.bytes_;
+      copy_ = std::move(other.copy_);
+      disk_offset_ = other.disk_offset_;
+      pinned_ = std::exchange(other.pinned_, nullptr);
+    }
+    return *this;
+  }
+  HostRange(const HostRange&) = delete;
+  HostRange& operator=(const HostRange&) = delete;
+  ~HostRange() { Unpin(); }
+
   // The staged copy lives in copy_, so the pointer is recomputed (a moved
   // HostRange stays valid).
   void* get() const {
@@ -97,7 +123,13 @@ class HostRange {
   }
 
  private:
+  HostRange() = default;
+  void Unpin() {
+    if (pinned_ != nullptr) std::exchange(pinned_, nullptr)->UnpinPayload();
+  }
+
   Chunk* chunk_ = nullptr;
+  Chunk* pinned_ = nullptr;  // A payload kept in memory for this range.
   char* device_pointer_ = nullptr;
   size_t bytes_ = 0;
   // Host copy of a non-host payload, or of a whole payload on disk (the

@@ -17,6 +17,7 @@ EngineOptions EngineOptionsFromFlags(const TrainOptions& o) {
     e.optimizer.disk_piece_elements = o.nvme_piece_elements;
   }
   e.device_memory_limit = o.device_memory_limit;
+  e.host_memory_limit = o.host_memory_limit;
   e.max_prefetch = o.max_prefetch;
   e.activation_checkpointing = o.activation_checkpointing;
   e.comm_timeout = absl::Seconds(o.comm_timeout_s);

@@ -186,7 +186,7 @@ TrainMemoryEstimate EstimateWithFigures(const TrainMemoryInput& in,
   const double N = static_cast<double>(in.batch) * in.seq_len;
   TrainMemoryEstimate e;
   e.ranks_in_process = in.ranks_in_process;
-  e.model_init = 4 * psi;
+  e.model_init = 12 * largest;
 
   // The engine's chunks, masters and states (engine/cost_model.h). A size
   // still to be searched is at least the largest tensor (the caller checks
@@ -214,6 +214,12 @@ TrainMemoryEstimate EstimateWithFigures(const TrainMemoryInput& in,
   e.in_flight_shards = chunks.in_flight_shards;
   e.optimizer = chunks.optimizer;
   e.disk = chunks.disk;
+  e.rest_per_chunk = chunks.rest_per_chunk;
+  if (in.offload == OffloadPolicy::kNvme) {
+    // A master or state chunk, f32, while registration or the first step
+    // fills it.
+    e.model_init += 4 * chunks.rest_per_chunk / ElementSize(in.dtype);
+  }
 
   e.activations = 4 * f.floats + 4 * (2 * N) + 8 * N;
 

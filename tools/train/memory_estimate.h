@@ -74,9 +74,12 @@ struct TrainMemoryInput {
 // Bytes, by what holds them.
 struct TrainMemoryEstimate {
   // Per rank:
-  double model_init = 0;  // The model's f32 weights before ZeroDdp packs
-                          // them into chunks.
-  double chunks = 0;      // Compute-dtype chunks at rest and in flight.
+  // While ZeroDdp registers the model, beside the chunks: the largest
+  // parameter's deferred values, its f32 master and its compute copy (12
+  // bytes an element), and with --offload=nvme the master or state chunk
+  // being filled before it goes to disk.
+  double model_init = 0;
+  double chunks = 0;  // Compute-dtype chunks at rest and in flight.
   // Of `chunks`: what is held between uses, and the host scratch the
   // collectives reduce 16-bit grads in (never on the compute device).
   double chunks_at_rest = 0;
@@ -99,6 +102,8 @@ struct TrainMemoryEstimate {
   // --offload=nvme: the masters and states on disk (then not in
   // `optimizer`, which keeps the accumulation and the update's staging).
   double disk = 0;
+  // What one compute chunk holds at rest on a rank (ChunkMemory).
+  double rest_per_chunk = 0;
   // Per process:
   double data = 0;  // The token stream (shared by the ranks as threads).
   int ranks_in_process = 1;

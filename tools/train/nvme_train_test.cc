@@ -145,6 +145,53 @@ TEST(NvmeTrain, SavesAndResumesWithOrWithoutTheTier) {
   }
 }
 
+// Under --host_memory_limit the parameter chunks that do not fit go to
+// disk and come back ahead of use: the same losses, a rank's host memory
+// within the limit, and their reads on top of the optimizer's.
+TEST(NvmeTrain, AHostLimitSendsParameterChunksToDiskAndChangesNoBit) {
+  TrainOptions o = Tiny();
+  o.model.layers = 8;
+  o.model.d_model = 256;
+  o.model.heads = 4;
+  o.model.vocab = 512;
+  o.batch = 1;
+  o.steps = 2;
+  o.precision = DType::kBF16;
+  o.chunk_size = 262144;  // c_fc's weight: 25 chunks of 512 KiB.
+  o.offload = OffloadPolicy::kNvme;
+  o.nvme_path = TestDir("host_limit");
+  const TrainResult free_run = Train(o);
+  TrainOptions capped = o;
+  capped.host_memory_limit = 19660000;  // Just above what a rank must hold.
+  const TrainResult capped_run = Train(capped);
+  ASSERT_EQ(capped_run.steps.size(), 2u);
+  EXPECT_EQ(Losses(capped_run), Losses(free_run));
+  const RankStepMetrics& with = capped_run.steps.back().ranks[0];
+  const RankStepMetrics& without = free_run.steps.back().ranks[0];
+  for (const StepMetrics& m : capped_run.steps) {
+    for (const RankStepMetrics& r : m.ranks) {
+      EXPECT_LE(r.peak_host_bytes, capped.host_memory_limit);
+    }
+  }
+  EXPECT_GT(with.disk_read_bytes, without.disk_read_bytes);
+  EXPECT_TRUE(fs::is_empty(o.nvme_path));
+  EXPECT_THAT(FormatSummary(capped, capped_run),
+              HasSubstr("of its 18.75 MiB limit (--host_memory_limit)"));
+
+  // A limit a rank cannot work within is refused before step 1, naming
+  // it; so is one without the tier.
+  capped.host_memory_limit = 1 << 20;
+  absl::Status s = PlanTraining(capped).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(),
+              HasSubstr("--host_memory_limit=1.00 MiB is less than the "));
+  EXPECT_THAT(s.message(), HasSubstr("with every parameter chunk on disk"));
+  capped.offload = OffloadPolicy::kOptimizer;
+  capped.nvme_path.clear();
+  EXPECT_THAT(PlanTraining(capped).status().message(),
+              HasSubstr("--host_memory_limit=1048576: needs --offload=nvme"));
+}
+
 TEST(NvmeTrain, RefusesWhatCannotHoldTheStatesBeforeStepOne) {
   TrainOptions o = Tiny();
   o.offload = OffloadPolicy::kNvme;

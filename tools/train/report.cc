@@ -201,6 +201,14 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
         Bytes(static_cast<double>(ranks[0].disk_written_bytes)),
         ranks[0].disk_wait_s, r.steps.back().optimizer_s);
   }
+  if (o.host_memory_limit > 0) {
+    absl::StrAppendFormat(
+        &s,
+        "  host: rank 0 peaks at %s of its %s limit (--host_memory_limit); "
+        "parameter chunks go to disk as it demands\n",
+        Bytes(static_cast<double>(ranks[0].peak_host_bytes)),
+        Bytes(static_cast<double>(o.host_memory_limit)));
+  }
   if (OffloadsParams(o.offload)) {
     absl::StrAppendFormat(
         &s,

@@ -112,6 +112,11 @@ ABSL_FLAG(std::string, device_memory_limit, "0",
           "Bytes each rank's compute device may hold, e.g. 512MiB; 0: no "
           "limit. With a limit the job computes for the simulated device "
           "sim:0, and a layout that cannot fit is refused before step 1.");
+ABSL_FLAG(std::string, host_memory_limit, "0",
+          "With --offload=nvme: bytes of host memory each rank may hold, "
+          "e.g. 6GiB; 0: no limit. The parameter chunks go to disk too as "
+          "the limit demands (the one used farthest ahead first) and are "
+          "read back ahead of use.");
 ABSL_FLAG(int, max_prefetch, kDefaults.max_prefetch,
           "Chunks gathered ahead of use.");
 ABSL_FLAG(std::string, activation_checkpointing,
@@ -243,6 +248,10 @@ absl::Status ParseEnumFlags(chunkzero::TrainOptions* o) {
       o->device_memory_limit,
       chunkzero::ParseByteCountFlag("device_memory_limit",
                                     absl::GetFlag(FLAGS_device_memory_limit)));
+  CZ_ASSIGN_OR_RETURN(
+      o->host_memory_limit,
+      chunkzero::ParseByteCountFlag("host_memory_limit",
+                                    absl::GetFlag(FLAGS_host_memory_limit)));
   return absl::OkStatus();
 }
 

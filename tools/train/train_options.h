@@ -162,6 +162,13 @@ struct TrainOptions {
   // refused before anything is allocated; a request past the limit while
   // training is ResourceExhausted naming what asked.
   int64_t device_memory_limit = 0;
+  // Bytes of host memory each rank may hold (--host_memory_limit; 0: no
+  // limit), with --offload=nvme: the parameter chunks resting in host
+  // memory go to disk too as the limit demands, the one used farthest ahead
+  // first, and come back ahead of use (engine/engine_options.h). A limit
+  // below what a rank needs with every parameter chunk on disk is refused
+  // before anything is allocated.
+  int64_t host_memory_limit = 0;
 };
 
 }  // namespace chunkzero

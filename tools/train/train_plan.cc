@@ -19,6 +19,7 @@
 #include "base/system_memory.h"
 #include "chunk/chunk_size_search.h"
 #include "comm/rendezvous/rendezvous_store.h"
+#include "engine/engine_options.h"
 #include "io/nvme/scratch_file.h"
 #include "io/pretrained/pretrained_directory.h"
 #include "models/llama/llama_checkpoint.h"
@@ -271,6 +272,16 @@ absl::Status CheckOptions(const TrainOptions& o, const GpuMemoryProbe& probe) {
     return Bad("device_memory_limit", o.device_memory_limit,
                "want >= 0 (0: no limit)");
   }
+  if (o.host_memory_limit < 0) {
+    return Bad("host_memory_limit", o.host_memory_limit,
+               "want >= 0 (0: no limit)");
+  }
+  if (o.host_memory_limit > 0 && o.offload != OffloadPolicy::kNvme) {
+    return Bad("host_memory_limit", o.host_memory_limit,
+               absl::StrCat("needs --offload=nvme, the disk that takes what "
+                            "does not fit (this run has --offload=",
+                            OffloadFlagValue(o.offload), ")"));
+  }
   if (!o.data.empty() && !o.tokens.empty()) {
     return absl::InvalidArgumentError("give --data or --tokens, not both");
   }
@@ -435,8 +446,16 @@ bool Staged(const TrainOptions& o) {
 absl::Status CheckMemory(const TrainPlan& plan) {
   const TrainOptions& o = plan.options;
   const bool gpu = o.device == ComputeDevice::kCuda;
-  const double need =
+  double need =
       gpu ? plan.memory.HostTotal(o.offload, Staged(o)) : plan.memory.total();
+  // A host limit holds each rank to it (CheckHostMemoryLimit has checked
+  // that a rank can work within it).
+  if (o.host_memory_limit > 0) {
+    const double per_rank = need / plan.memory.ranks_in_process;
+    need = std::min(per_rank, static_cast<double>(o.host_memory_limit)) *
+               plan.memory.ranks_in_process +
+           plan.memory.data;
+  }
   if (need <= static_cast<double>(plan.memory_available)) {
     return absl::OkStatus();
   }
@@ -525,8 +544,50 @@ int DeviceWeight(OffloadPolicy offload) {
   return 3;
 }
 
+// The least host memory a rank can work in with --offload=nvme: all it
+// needs but the parameter chunks at rest, which may all be on disk, except
+// the chunks read ahead of use and the one being read (each a read buffer
+// and the payload it lands in). A GPU job's parameter chunks rest on the
+// GPU: its host part is all it needs there.
+double HostFloor(const TrainPlan& plan) {
+  const TrainOptions& o = plan.options;
+  const TrainMemoryEstimate& e = plan.memory;
+  if (o.device == ComputeDevice::kCuda) {
+    return e.HostBytesPerRank(o.offload, Staged(o));
+  }
+  const double reading =
+      (EngineOptions().disk_lookahead + 1) * 2.0 * (e.rest_per_chunk + 4096);
+  return e.per_rank() - e.chunks_at_rest + std::min(reading, e.chunks_at_rest);
+}
+
+// Whether the parameter chunks may go to disk: a host limit below what a
+// rank would hold with all of them in memory.
+bool ParamsMayGoToDisk(const TrainPlan& plan) {
+  const TrainOptions& o = plan.options;
+  return o.host_memory_limit > 0 && o.device != ComputeDevice::kCuda &&
+         plan.memory.per_rank() > static_cast<double>(o.host_memory_limit);
+}
+
+// --host_memory_limit: refuses a limit below HostFloor.
+absl::Status CheckHostMemoryLimit(const TrainPlan& plan) {
+  const TrainOptions& o = plan.options;
+  if (o.host_memory_limit == 0) return absl::OkStatus();
+  const double floor = HostFloor(plan);
+  if (floor <= static_cast<double>(o.host_memory_limit)) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "--host_memory_limit=",
+      FormatBytes(static_cast<double>(o.host_memory_limit)),
+      " is less than the ", FormatBytes(floor),
+      " a rank needs in host memory with every parameter chunk on disk (",
+      plan.memory.Describe(), "); the largest part grows with ",
+      plan.memory.LargestPartFlags()));
+}
+
 // --offload=nvme: the directory can hold scratch files (train_plan.h) and
-// has room for this process's ranks' masters and optimizer states.
+// has room for this process's ranks' masters and optimizer states (and
+// parameter chunks, when a host limit may send them there).
 absl::Status CheckDiskSpace(const TrainPlan& plan) {
   const TrainOptions& o = plan.options;
   if (o.offload != OffloadPolicy::kNvme) return absl::OkStatus();
@@ -537,15 +598,17 @@ absl::Status CheckDiskSpace(const TrainPlan& plan) {
                                      free_bytes.status().message()));
   }
   const int ranks = o.rank < 0 ? o.world_size : 1;
-  const double need = plan.memory.disk * ranks;
+  const bool params = ParamsMayGoToDisk(plan);
+  const double need =
+      (plan.memory.disk + (params ? plan.memory.chunks_at_rest : 0)) * ranks;
   if (static_cast<double>(*free_bytes) >= need) return absl::OkStatus();
-  return absl::ResourceExhaustedError(
-      absl::StrCat("--nvme_path=", o.nvme_path, " has ",
-                   FormatBytes(static_cast<double>(*free_bytes)),
-                   " free, but the masters "
-                   "and optimizer states of ",
-                   ranks, ranks == 1 ? " rank" : " ranks", " need about ",
-                   FormatBytes(need), " there"));
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "--nvme_path=", o.nvme_path, " has ",
+      FormatBytes(static_cast<double>(*free_bytes)), " free, but the masters",
+      params ? ", optimizer states and parameter chunks of "
+             : " and optimizer states of ",
+      ranks, ranks == 1 ? " rank" : " ranks", " need about ", FormatBytes(need),
+      " there"));
 }
 
 // Refuses a configuration whose compute device would need more than
@@ -871,6 +934,7 @@ absl::StatusOr<TrainPlan> PlanTraining(const TrainOptions& options,
   // With the chunk size known, so that the advice is for the chunks the
   // run would have.
   CZ_RETURN_IF_ERROR(CheckDeviceMemory(plan, need, gpus));
+  CZ_RETURN_IF_ERROR(CheckHostMemoryLimit(plan));
   CZ_RETURN_IF_ERROR(CheckDiskSpace(plan));
   if (!options.resume.empty()) {
     absl::StatusOr<CheckpointMeta> meta = ReadCheckpointMeta(options.resume);

@@ -182,9 +182,11 @@ class RankRunner {
         model_, plan_.spec.Create(o_.seed, gpu ? device_ : Device::Cpu(),
                                   o_.fused_attention));
     model_->set_matmul_precision(MatmulPrecision(o_.precision));
-    // The model's working buffers count against the device they live on.
-    if (o_.device_memory_limit > 0 || gpu) {
-      CZ_RETURN_IF_ERROR(model_->set_memory_accounting(&tracker_, device_));
+    // The model's working buffers count against the device they live on
+    // (the host, under a host limit).
+    if (o_.device_memory_limit > 0 || gpu || o_.host_memory_limit > 0) {
+      CZ_RETURN_IF_ERROR(
+          model_->set_memory_accounting(&tracker_, engine_options.device));
     }
     if (plan_.init.has_value()) {
       CZ_RETURN_IF_ERROR(model_->LoadStateDict(*plan_.init),
