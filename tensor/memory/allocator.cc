@@ -1,5 +1,7 @@
 #include "tensor/memory/allocator.h"
 
+#include <sys/mman.h>
+
 #include <cstring>
 #include <new>
 
@@ -8,10 +10,38 @@
 
 namespace chunkzero {
 
+namespace {
+
+// Whether a block of `bytes` is mapped from the kernel on its own rather
+// than taken from the C heap. Large blocks (chunks, their shards) are: a
+// freed one goes back to the kernel at once. From the heap they would not:
+// glibc raises its mmap threshold to the size of each mapped block freed
+// (up to 32 MiB), after which blocks of chunk size come from arenas that
+// fragment between the chunks and the temporaries around them, and a
+// process's resident memory grows well past what it holds (measured: 3.1
+// GB resident for 0.93 GB held while two ranks registered a 311 M
+// parameter model). Sanitizer builds keep the heap, whose blocks they
+// check.
+bool MapsOnItsOwn(size_t bytes) {
+#ifdef CHUNKZERO_SANITIZER_BUILD
+  return false;
+#else
+  return bytes >= kHostMapThreshold;
+#endif
+}
+
+}  // namespace
+
 absl::StatusOr<void*> HostAllocator::Allocate(size_t bytes) {
-  void* ptr =
-      ::operator new(bytes == 0 ? kAllocationAlignment : bytes,
-                     std::align_val_t(kAllocationAlignment), std::nothrow);
+  void* ptr = nullptr;
+  if (MapsOnItsOwn(bytes)) {
+    ptr = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (ptr == MAP_FAILED) ptr = nullptr;
+  } else {
+    ptr = ::operator new(bytes == 0 ? kAllocationAlignment : bytes,
+                         std::align_val_t(kAllocationAlignment), std::nothrow);
+  }
   if (ptr == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("out of memory on ", device_.ToString(), " allocating ",
@@ -21,6 +51,10 @@ absl::StatusOr<void*> HostAllocator::Allocate(size_t bytes) {
 }
 
 void HostAllocator::Deallocate(void* ptr, size_t bytes) {
+  if (MapsOnItsOwn(bytes)) {
+    ::munmap(ptr, bytes);
+    return;
+  }
   ::operator delete(ptr, std::align_val_t(kAllocationAlignment));
 }
 

@@ -26,8 +26,13 @@
 
 namespace chunkzero {
 
-// Host memory from aligned operator new. Used for Device::Cpu() and, as a
-// separate instance per index, for the simulated devices.
+// Blocks of at least this many bytes come straight from the kernel (mmap).
+inline constexpr size_t kHostMapThreshold = size_t{1} << 20;
+
+// Host memory from aligned operator new, or for blocks of kHostMapThreshold
+// bytes or more mapped on their own, returned to the kernel when freed
+// (Deallocate must be given the size allocated). Used for Device::Cpu()
+// and, as a separate instance per index, for the simulated devices.
 class HostAllocator final : public Allocator {
  public:
   explicit HostAllocator(Device device) : device_(device) {}

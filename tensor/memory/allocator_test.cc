@@ -1,6 +1,7 @@
 #include "tensor/memory/allocator.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 
 #include "gtest/gtest.h"
@@ -21,6 +22,46 @@ TEST(HostAllocator, AlignsAndServesItsDevice) {
     if (bytes > 0) std::memset(*p, 0xab, bytes);
     a.Deallocate(*p, bytes);
   }
+}
+
+// Resident kilobytes of this process (VmRSS), or -1.
+int64_t ResidentKiB() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  int64_t kib = -1;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return kib;
+}
+
+// A large block goes back to the kernel the moment it is freed, so freed
+// chunks never linger in resident memory.
+TEST(HostAllocator, ALargeBlockLeavesResidentMemoryWhenFreed) {
+#ifdef CHUNKZERO_SANITIZER_BUILD
+  GTEST_SKIP() << "sanitizer builds take every block from the heap";
+#endif
+  // A mapped 16 MiB heap block, freed, raises glibc's mmap threshold to 16
+  // MiB (and its trim threshold to 32): from then on the heap would serve,
+  // and keep, a block of 8.
+  {
+    char* raise = new char[size_t{16} << 20];
+    std::memset(raise, 0, size_t{16} << 20);
+    delete[] raise;
+  }
+  HostAllocator a(Device::Cpu());
+  constexpr size_t kBytes = size_t{8} << 20;
+  absl::StatusOr<void*> p = a.Allocate(kBytes);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(*p) % 4096, 0u);  // Mapped pages.
+  std::memset(*p, 1, kBytes);
+  const int64_t touched = ResidentKiB();
+  a.Deallocate(*p, kBytes);
+  const int64_t freed = ResidentKiB();
+  ASSERT_GT(touched, 0);
+  EXPECT_GE(touched - freed, 7 << 10);  // KiB: nearly all 8 MiB.
 }
 
 TEST(HostAllocator, HugeRequestIsResourceExhausted) {
