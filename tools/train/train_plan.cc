@@ -547,17 +547,23 @@ int DeviceWeight(OffloadPolicy offload) {
 // The least host memory a rank can work in with --offload=nvme: all it
 // needs but the parameter chunks at rest, which may all be on disk, except
 // the chunks read ahead of use and the one being read (each a read buffer
-// and the payload it lands in). A GPU job's parameter chunks rest on the
-// GPU: its host part is all it needs there.
+// and the payload it lands in); registering and stepping, the larger. A
+// GPU job's parameter chunks rest on the GPU: its host part is all it
+// needs there.
 double HostFloor(const TrainPlan& plan) {
   const TrainOptions& o = plan.options;
   const TrainMemoryEstimate& e = plan.memory;
   if (o.device == ComputeDevice::kCuda) {
     return e.HostBytesPerRank(o.offload, Staged(o));
   }
-  const double reading =
-      (EngineOptions().disk_lookahead + 1) * 2.0 * (e.rest_per_chunk + 4096);
-  return e.per_rank() - e.chunks_at_rest + std::min(reading, e.chunks_at_rest);
+  const double reading = std::min(
+      (EngineOptions().disk_lookahead + 1) * 2.0 * (e.rest_per_chunk + 4096),
+      e.chunks_at_rest);
+  // Registration (model_init) is over before the first step's buffers
+  // exist: the larger of the two.
+  return std::max(e.model_init,
+                  e.per_rank() - e.model_init - e.chunks_at_rest) +
+         reading;
 }
 
 // Whether the parameter chunks may go to disk: a host limit below what a
