@@ -313,11 +313,18 @@ absl::Status Chunk::AfterUseOnDisk() {
   return ReturnToDisk();
 }
 
+bool Chunk::CanEvictPayload() const {
+  return !accessed_ && pins_ == 0 && CanMove() &&
+         (is_holder() || !full_->allocated());
+}
+
 absl::Status Chunk::EvictPayload() {
-  if (accessed_ || pins_ > 0) {
+  if (!CanEvictPayload()) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot evict chunk ", name_, " to disk while it is ",
-                     accessed_ ? "accessed" : "pinned"));
+                     accessed_   ? "accessed"
+                     : pins_ > 0 ? "pinned"
+                                 : "in use"));
   }
   AbandonPendingRead();
   return ReturnToDisk();

@@ -315,8 +315,12 @@ class Chunk {
   bool payload_loading() const { return pending_read_ != nullptr; }
   // Writes the payload out, unless the disk holds it already (nothing has
   // been written to it since it was last read or written), and frees it.
-  // FailedPrecondition while accessed; OK when not in memory.
+  // FailedPrecondition unless CanEvictPayload(); OK when not in memory.
   [[nodiscard]] absl::Status EvictPayload();
+  // Whether nothing is using the payload: not accessed or pinned, no
+  // tensor computing or waiting to be reduced, no full buffer (a reduction
+  // gathers into it and scatters into the payload).
+  bool CanEvictPayload() const;
   // While pinned (a count), the payload stays in memory: EvictPayload is
   // FailedPrecondition. For code holding a pointer into it outside an
   // access (the optimizer's update).

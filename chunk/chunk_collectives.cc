@@ -179,6 +179,8 @@ absl::Status Chunk::Reduce(comm::ReduceOp op) {
         absl::StrCat("cannot reduce chunk ", name_,
                      ": it is not materialised on rank ", group_->rank()));
   }
+  // The reduction lands in the payload at rest.
+  CZ_RETURN_IF_ERROR(BringFromDisk(), "reducing chunk ", name_);
   const comm::MutableBuffer full{full_->data(), static_cast<size_t>(capacity_),
                                  options_.dtype};
   std::unique_ptr<comm::Work> work;

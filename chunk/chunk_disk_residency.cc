@@ -37,7 +37,7 @@ void ChunkDiskResidency::SetSchedule(std::vector<Chunk*> uses) {
 int64_t ChunkDiskResidency::HostBytes(const Chunk& chunk) {
   if (chunk.payload_loading()) return chunk.disk_region().bytes;
   if (chunk.payload_on_disk()) return 0;
-  return chunk.payload_bytes(Device::Cpu());
+  return chunk.rest_payload_bytes();
 }
 
 std::vector<Chunk*> ChunkDiskResidency::EvictionOrder() const {
@@ -45,8 +45,8 @@ std::vector<Chunk*> ChunkDiskResidency::EvictionOrder() const {
   // Managed last first, so that a stable sort breaks ties that way.
   for (auto it = managed_.rbegin(); it != managed_.rend(); ++it) {
     Chunk* chunk = *it;
-    if (!chunk->is_accessed() && !chunk->payload_pinned() &&
-        chunk != beginning_ && HostBytes(*chunk) > 0) {
+    if (chunk->CanEvictPayload() && chunk != beginning_ &&
+        HostBytes(*chunk) > 0) {
       residents.push_back(chunk);
     }
   }

@@ -79,9 +79,9 @@ class ChunkDiskResidency {
   // Host bytes a managed chunk holds now: its payload, or its read-ahead
   // buffer.
   static int64_t HostBytes(const Chunk& chunk);
-  // Managed chunks holding host memory that may leave now (not accessed,
-  // pinned or beginning), farthest next use first (ties: managed last
-  // first).
+  // Managed chunks holding host memory that may leave now
+  // (Chunk::CanEvictPayload, and not beginning), farthest next use first
+  // (ties: managed last first).
   std::vector<Chunk*> EvictionOrder() const;
   bool Evict(Chunk* chunk);
   // Reads `chunk` ahead if room is there or can be made from chunks used

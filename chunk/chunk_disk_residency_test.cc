@@ -181,6 +181,41 @@ TEST(ChunkDiskResidency, ReclaimTakesTheFarthestAndSparesAccessedChunks) {
       })));
 }
 
+// A chunk whose full buffer is materialised outside an access (a rank
+// joining a reduction with zeros) is about to be reduced into its payload:
+// it never goes, and a reduction of a payload on disk brings it back.
+TEST(ChunkDiskResidency, APayloadAboutToBeReducedStays) {
+  const std::string dir = TestDir("reduce");
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(1, [&](comm::ProcessGroup& g) -> absl::Status {
+        Fixture f;
+        CZ_RETURN_IF_ERROR(f.SetUp(g, 64 * kChunkBytes, dir));
+        ChunkDiskResidency& residency =
+            const_cast<ChunkDiskResidency&>(*f.manager->disk_residency());
+        CZ_RETURN_IF_ERROR(f.c[1]->EvictPayload());
+        CZ_RETURN_IF_ERROR(f.c[0]->MaterialiseZeros());
+        CZ_RETURN_IF_ERROR(f.c[1]->MaterialiseZeros());
+        EXPECT_FALSE(f.c[0]->CanEvictPayload());
+        const absl::Status busy = f.c[0]->EvictPayload();
+        EXPECT_EQ(busy.code(), absl::StatusCode::kFailedPrecondition);
+        EXPECT_THAT(busy.message(), HasSubstr("while it is in use"));
+        // Only c2 and c3 may go.
+        EXPECT_EQ(residency.Reclaim(64 * kChunkBytes), 2 * kChunkBytes);
+        EXPECT_EQ(f.InMemory(), "1000");
+        for (Chunk* chunk : {f.c[0], f.c[1]}) {
+          CZ_RETURN_IF_ERROR(chunk->SetTensorState(0, TensorState::kCompute));
+          CZ_RETURN_IF_ERROR(
+              chunk->SetTensorState(0, TensorState::kReadyForReduce));
+          CZ_RETURN_IF_ERROR(chunk->Reduce());
+        }
+        // One rank's sum of zeros: the payloads are zeros now.
+        EXPECT_EQ(f.InMemory(), "1100");
+        CZ_RETURN_IF_ERROR(f.manager->AccessChunk(f.c[1]));
+        EXPECT_EQ(*f.views[1].ToFloats(), std::vector<float>(1024, 0.0f));
+        return f.manager->ReleaseChunk(f.c[1]);
+      })));
+}
+
 // A payload on disk is still checked for Inf and NaN (the fp16 overflow
 // check), from a copy read back.
 TEST(ChunkDiskResidency, InfOrNanIsFoundInAPayloadOnDisk) {

@@ -54,7 +54,6 @@ class Parameter {
   // `data` holds the initial values (any dtype; models create f32).
   Parameter(std::string name, Tensor data, bool requires_grad = true)
       : name_(std::move(name)),
-        shape_(data.shape()),
         data_(std::move(data)),
         requires_grad_(requires_grad) {}
   // A deferred parameter of `shape`: data() holds no memory until
@@ -69,8 +68,10 @@ class Parameter {
   Parameter& operator=(const Parameter&) = delete;
 
   const std::string& name() const { return name_; }
-  const Shape& shape() const { return shape_; }
-  int64_t numel() const { return NumElements(shape_); }
+  // The values' shape (a deferred parameter's is the one it was given;
+  // set_data may change it, as models that fill placeholders do).
+  const Shape& shape() const { return is_deferred() ? shape_ : data_.shape(); }
+  int64_t numel() const { return NumElements(shape()); }
   bool requires_grad() const { return requires_grad_; }
 
   // Whether the values are still to be made.
@@ -85,6 +86,13 @@ class Parameter {
   // post-use hooks (elsewhere it may be freed: not materialised).
   const Tensor& data() const { return data_; }
   Tensor& mutable_data() { return data_; }
+  // Makes the parameter deferred again: its values are what `init` makes
+  // when it is registered (data() holds no memory until then).
+  void Defer(ParameterInit init) {
+    shape_ = shape();
+    data_ = Tensor();
+    init_ = std::move(init);
+  }
   // Replaces the values (a deferred parameter is not deferred any more).
   void set_data(Tensor data) {
     data_ = std::move(data);
@@ -99,7 +107,7 @@ class Parameter {
 
  private:
   const std::string name_;
-  const Shape shape_;
+  Shape shape_;         // While deferred.
   ParameterInit init_;  // Set while deferred.
   Tensor data_;
   Tensor grad_;

@@ -27,6 +27,20 @@ TEST(Parameter, DeferredKnowsItsShapeAndMakesItsValuesOnce) {
   EXPECT_EQ(calls, 1);
 }
 
+TEST(Parameter, SetDataGivesTheShapeAndDeferKeepsIt) {
+  // A placeholder filled later (examples/autoencoder does this).
+  Parameter p("w", Tensor());
+  p.set_data(*Tensor::Zeros({4, 16}, DType::kF32));
+  EXPECT_EQ(p.shape(), (Shape{4, 16}));
+  EXPECT_EQ(p.numel(), 64);
+  p.Defer([]() { return Tensor::Zeros({4, 16}, DType::kF32); });
+  EXPECT_TRUE(p.is_deferred());
+  EXPECT_EQ(p.shape(), (Shape{4, 16}));
+  EXPECT_FALSE(p.data().is_materialized());
+  ASSERT_TRUE(p.Materialize().ok());
+  EXPECT_EQ(p.shape(), (Shape{4, 16}));
+}
+
 TEST(Parameter, SetDataEndsTheDeferral) {
   int calls = 0;
   Parameter p("b", Shape{2}, [&]() -> absl::StatusOr<Tensor> {

@@ -263,6 +263,8 @@ class ZeroDdp final : public ParamHooks {
       const std::string& param_group, const std::string& master_group,
       const std::vector<int>& order,
       const std::function<absl::StatusOr<Tensor>(ParamInfo&)>& master_value);
+  // RestoreParamsFromMasters for one chunk whose payload is in memory.
+  [[nodiscard]] absl::Status RestoreChunk(Chunk* param, Chunk* master);
   // With options_.master_disk: spills the master group's chunks to it, all
   // of them or all but the last (the one registration is filling).
   [[nodiscard]] absl::Status SpillMasters(const std::string& master_group,

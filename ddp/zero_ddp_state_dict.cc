@@ -87,6 +87,22 @@ absl::Status ZeroDdp::RestoreParamsFromMasters() {
     // The payload each rank keeps at rest: the shard, the whole chunk, or
     // nothing (a non-owner).
     if (RestElements(param->sharding()) == 0) continue;
+    // A parameter payload the host tier keeps between uses may be on disk
+    // (holding the reduced grads): it comes back, pinned while written.
+    if (param->keeps_payload_between_uses()) {
+      CZ_RETURN_IF_ERROR(param->LoadPayload(), "restoring chunk ",
+                         param->name(), " from its masters");
+    }
+    param->PinPayload();
+    const absl::Status restored = RestoreChunk(param, master);
+    param->UnpinPayload();
+    CZ_RETURN_IF_ERROR(restored);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroDdp::RestoreChunk(Chunk* param, Chunk* master) {
+  {
     Tensor to = param->ShardStorageView();
     Tensor from = master->ShardStorageView();
     if (master->payload_on_disk()) {
@@ -96,7 +112,12 @@ absl::Status ZeroDdp::RestoreParamsFromMasters() {
                          "restoring chunk ", param->name(),
                          " from its masters");
     }
-    if (!to.is_materialized() || !from.is_materialized()) continue;
+    if (!to.is_materialized() || !from.is_materialized()) {
+      if (!param->rests_on_disk()) return absl::OkStatus();
+      return absl::FailedPreconditionError(
+          absl::StrCat("restoring chunk ", param->name(),
+                       " from its masters: its payload is not in memory"));
+    }
     CZ_RETURN_IF_ERROR(CastTensor(to, from), "restoring chunk ", param->name(),
                        " from its masters");
   }

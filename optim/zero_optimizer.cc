@@ -278,7 +278,12 @@ absl::Status ZeroOptimizer::EnsureAccumulator() {
 }
 
 absl::Status ZeroOptimizer::MoveStates(Device device) {
-  if (options_.offload == OffloadPolicy::kNvme && states_created_) {
+  // (The masters go to disk as they are registered: before the first step
+  // too.)
+  if (options_.offload == OffloadPolicy::kNvme &&
+      (states_created_ ||
+       (num_chunks() > 0 &&
+        GroupChunk(ddp_->master_group(), 0)->rests_on_disk()))) {
     return absl::FailedPreconditionError(
         absl::StrCat("ZeroOptimizer::MoveStates to ", device.ToString(),
                      ": the masters and optimizer states rest on disk "

@@ -111,6 +111,9 @@ struct RunConfig {
   // OffloadPolicy::kNvme: where each rank's disk tier goes (and the tiers'
   // stats at the end, per rank).
   std::string nvme_dir;
+  // With kNvme: the parameter chunks rest on the tier too (the host tier,
+  // with no limit), and every payload goes to disk before each step.
+  bool params_to_disk = false;
 };
 
 std::string Describe(const RunConfig& c) {
@@ -158,6 +161,12 @@ std::vector<absl::Status> RunZero(const RunConfig& c, RunResult* out) {
         options.device = c.device;
         options.comm_timeout = absl::Seconds(10);
         MemoryTracker tracker;
+        std::unique_ptr<ChunkDiskTier> disk;
+        if (c.opt.offload == OffloadPolicy::kNvme) {
+          CZ_ASSIGN_OR_RETURN(disk, ChunkDiskTier::Create(c.nvme_dir));
+          options.disk = disk.get();
+          options.disk_residency = c.params_to_disk;
+        }
         PinnedHostAllocator pinned;
         CachingAllocator staging_memory(&pinned);
         std::optional<comm::StagingProcessGroup> staged;
@@ -178,9 +187,7 @@ std::vector<absl::Status> RunZero(const RunConfig& c, RunResult* out) {
           }
         }
         ZeroOptimizerOptions opt_options = c.opt;
-        std::unique_ptr<ChunkDiskTier> disk;
-        if (c.opt.offload == OffloadPolicy::kNvme) {
-          CZ_ASSIGN_OR_RETURN(disk, ChunkDiskTier::Create(c.nvme_dir));
+        if (disk != nullptr) {
           opt_options.disk = disk.get();
           ddp_options.master_disk = disk.get();
         }
@@ -208,6 +215,12 @@ std::vector<absl::Status> RunZero(const RunConfig& c, RunResult* out) {
             CZ_RETURN_IF_ERROR(ddp->FinishBackward());
             if (m + 1 < c.micro_batches) {
               CZ_RETURN_IF_ERROR(opt->AccumulateGrads());
+            }
+          }
+          if (c.params_to_disk) {
+            for (int i = 0; i < chunks.num_chunks(ddp->param_group()); ++i) {
+              CZ_RETURN_IF_ERROR(
+                  chunks.chunk(ddp->param_group(), i)->EvictPayload());
             }
           }
           losses[g.rank()].push_back(loss);
@@ -902,6 +915,15 @@ TEST(ZeroOptimizer, NvmeEqualsOffloadBitForBit) {
       RunResult got;
       ASSERT_TRUE(AllRanksOk(RunZero(nvme, &got)));
       EXPECT_EQ(got.losses, want.losses);
+      // The same with every parameter payload on disk before each step
+      // (holding the reduced grads): the update, and on the overflow step
+      // the restore from the masters, bring them back.
+      RunConfig params_too = nvme;
+      params_too.params_to_disk = true;
+      RunResult on_disk;
+      ASSERT_TRUE(AllRanksOk(RunZero(params_too, &on_disk)));
+      EXPECT_EQ(on_disk.losses, want.losses);
+      EXPECT_EQ(on_disk.masters, want.masters);
       EXPECT_EQ(got.masters, want.masters);
       ASSERT_EQ(got.shards.size(), want.shards.size());
       for (size_t r = 0; r < got.shards.size(); ++r) {

@@ -96,12 +96,15 @@ absl::Status ParameterScopes::LoadStateDict(
   for (auto& p : params_) {
     const Tensor& from = state.at(p->name());
     if (p->is_deferred()) {
-      // Its values are these now, in f32 in host memory (where a deferred
-      // parameter's init makes them).
-      CZ_ASSIGN_OR_RETURN(Tensor values,
-                          Tensor::Empty(from.shape(), DType::kF32));
-      CZ_RETURN_IF_ERROR(CastTensor(values, from), "loading '", p->name(), "'");
-      p->set_data(std::move(values));
+      // Still deferred: made from the state dict's tensor (shared, not
+      // copied) in f32 in host memory when registered, so that loading a
+      // model never holds all of it in f32 beside the state dict.
+      p->Defer([from]() -> absl::StatusOr<Tensor> {
+        CZ_ASSIGN_OR_RETURN(Tensor values,
+                            Tensor::Empty(from.shape(), DType::kF32));
+        CZ_RETURN_IF_ERROR(CastTensor(values, from));
+        return values;
+      });
       continue;
     }
     CZ_RETURN_IF_ERROR(CastTensor(p->mutable_data(), from), "loading '",

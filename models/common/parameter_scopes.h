@@ -140,7 +140,9 @@ class ParameterScopes {
 
   // Copies `state` (every parameter by name, any float dtype, the
   // parameter's shape, on any device) into the parameters, converting to
-  // their dtype. InvalidArgument naming the tensor when one is missing,
+  // their dtype (a deferred parameter stays deferred, made from its
+  // tensor, which it shares, when registered). InvalidArgument naming the
+  // tensor when one is missing,
   // extra ("not a <kind> parameter"), mis-shaped or without memory;
   // nothing is changed then. FailedPrecondition for a parameter not
   // materialised.

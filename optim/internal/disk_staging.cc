@@ -64,19 +64,30 @@ absl::Status DiskStaging::Fetch(const std::vector<Chunk*>& chunks,
   for (size_t i = 0; i < chunks.size(); ++i) {
     const auto had = static_cast<int64_t>(set.buffers[i].size());
     if (had < set.block_bytes) {
-      const int64_t more = RoundUpToDirectIo(set.block_bytes) - had;
-      if (tracker_ != nullptr) {
-        CZ_RETURN_IF_ERROR(
-            tracker_->MakeRoom(Device::Cpu(), MemoryCategory::kOther, more),
-            "staging chunk ", chunks[i]->name(), " from disk");
-      }
+      // The old buffer goes first, then the new one is counted (room made
+      // for it first) and made.
       set.buffers[i] = AlignedBuffer();
-      CZ_ASSIGN_OR_RETURN(set.buffers[i],
-                          AlignedBuffer::Create(set.block_bytes));
+      const int64_t bytes = RoundUpToDirectIo(set.block_bytes);
       if (tracker_ != nullptr) {
-        tracker_->Add(Device::Cpu(), MemoryCategory::kOther, more);
+        tracker_->Subtract(Device::Cpu(), MemoryCategory::kOther, had);
+        counted_ -= had;
+        CZ_RETURN_IF_ERROR(
+            tracker_->MakeRoom(Device::Cpu(), MemoryCategory::kOther, bytes),
+            "staging chunk ", chunks[i]->name(), " from disk");
+        CZ_RETURN_IF_ERROR(
+            tracker_->TryAdd(Device::Cpu(), MemoryCategory::kOther, bytes),
+            "staging chunk ", chunks[i]->name(), " from disk");
+        counted_ += bytes;
       }
-      counted_ += more;
+      absl::StatusOr<AlignedBuffer> made = AlignedBuffer::Create(bytes);
+      if (!made.ok()) {
+        if (tracker_ != nullptr) {
+          tracker_->Subtract(Device::Cpu(), MemoryCategory::kOther, bytes);
+          counted_ -= bytes;
+        }
+        return made.status();
+      }
+      set.buffers[i] = *std::move(made);
     }
     CZ_ASSIGN_OR_RETURN(IoBatch b,
                         chunks[i]->disk_tier()->StartRead(

@@ -451,7 +451,8 @@ absl::Status CheckMemory(const TrainPlan& plan) {
   // A host limit holds each rank to it (CheckHostMemoryLimit has checked
   // that a rank can work within it).
   if (o.host_memory_limit > 0) {
-    const double per_rank = need / plan.memory.ranks_in_process;
+    const double per_rank =
+        (need - plan.memory.data) / plan.memory.ranks_in_process;
     need = std::min(per_rank, static_cast<double>(o.host_memory_limit)) *
                plan.memory.ranks_in_process +
            plan.memory.data;
