@@ -32,6 +32,34 @@ int ParameterScopes::AddDeferred(std::string name, Shape shape,
   return static_cast<int>(params_.size()) - 1;
 }
 
+absl::StatusOr<int> ParameterScopes::AddInitialised(
+    std::string name, Shape shape, double stddev, float constant,
+    NormalSampler& normal, DType dtype, Device device, ParameterTiming timing) {
+  // ZeroDdp copies deferred values into its chunks from host memory.
+  const Device where =
+      timing == ParameterTiming::kDeferred ? Device::Cpu() : device;
+  ParameterInit make = [from = normal, stddev, constant, shape, dtype, where,
+                        name]() -> absl::StatusOr<Tensor> {
+    NormalSampler draws = from;
+    std::vector<float> values(NumElements(shape), constant);
+    if (stddev > 0) {
+      for (float& v : values) v = static_cast<float>(stddev * draws.Next());
+    }
+    CZ_ASSIGN_OR_RETURN(Tensor data, Tensor::FromFloats(values, shape, dtype));
+    if (where == Device::Cpu()) return data;
+    absl::StatusOr<Tensor> there = data.To(where);
+    CZ_RETURN_IF_ERROR(there.status(), "making parameter '", name, "' on ",
+                       where.ToString());
+    return there;
+  };
+  if (stddev > 0) normal.Skip(NumElements(shape));
+  if (timing == ParameterTiming::kDeferred) {
+    return AddDeferred(std::move(name), std::move(shape), std::move(make));
+  }
+  CZ_ASSIGN_OR_RETURN(Tensor data, make());
+  return Add(std::move(name), std::move(data));
+}
+
 ParameterScopes::Scope ParameterScopes::MakeScope(std::vector<int> index,
                                                   unsigned matrices) const {
   Scope s;

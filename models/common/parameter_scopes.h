@@ -57,6 +57,7 @@
 #include "ddp/param_hooks.h"
 #include "ddp/parameter.h"
 #include "models/common/device_array.h"
+#include "models/common/normal_sampler.h"
 #include "tensor/device.h"
 #include "tensor/dtype.h"
 #include "tensor/memory/memory_tracker.h"
@@ -126,6 +127,18 @@ class ParameterScopes {
   // The same for a deferred parameter (ddp/parameter.h): `init` makes its
   // values when it is registered.
   int AddDeferred(std::string name, Shape shape, ParameterInit init);
+  // Adds the next parameter as models initialise theirs: every element
+  // `constant`, or with stddev > 0 N(0, stddev) draws from `normal` as it
+  // stands now (which moves on past them either way), stored as `dtype`.
+  // kEager makes the values now on `device`; kDeferred in host memory
+  // when the parameter is registered, the same values. Errors name the
+  // parameter.
+  [[nodiscard]] absl::StatusOr<int> AddInitialised(std::string name,
+                                                   Shape shape, double stddev,
+                                                   float constant,
+                                                   NormalSampler& normal,
+                                                   DType dtype, Device device,
+                                                   ParameterTiming timing);
   // The scope of parameters `index` (at most kMaxScopeParams).
   Scope MakeScope(std::vector<int> index, unsigned matrices = 0) const;
   // An f32 grad buffer of `elements` on the reader's device, the largest

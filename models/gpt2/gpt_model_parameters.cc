@@ -122,48 +122,23 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   const double proj_std = 0.02 / std::sqrt(2.0 * L);
   for (auto& [name, shape] : GptParameterShapes(config)) {
     const absl::string_view n = name;
-    // 0: biases; 1: LayerNorm weights; else the normals' stddev. The
-    // residual projections (attn.c_proj, mlp.c_proj) are scaled down so the
-    // residual stream's variance does not grow with depth.
+    // Biases 0, LayerNorm weights 1, the rest normals. The residual
+    // projections (attn.c_proj, mlp.c_proj) are scaled down so the residual
+    // stream's variance does not grow with depth.
     double stddev = 0.02;
+    float constant = 0;
     if (absl::EndsWith(n, ".bias")) {
       stddev = 0;
     } else if (absl::StrContains(n, "ln_")) {
-      stddev = -1;
+      stddev = 0;
+      constant = 1;
     } else if (absl::EndsWith(n, "c_proj.weight")) {
       stddev = proj_std;
     }
-    // The values from the sampler as it stands now, made now on `device`,
-    // or in host memory when the parameter is registered (ZeroDdp copies
-    // them into its chunks from there).
-    const Device where =
-        timing == ParameterTiming::kDeferred ? Device::Cpu() : device;
-    ParameterInit make = [from = normal, stddev, shape = shape, dtype, where,
-                          name = name]() -> absl::StatusOr<Tensor> {
-      NormalSampler draws = from;
-      std::vector<float> values(NumElements(shape));
-      if (stddev == 0) {
-        std::fill(values.begin(), values.end(), 0.0f);
-      } else if (stddev < 0) {
-        std::fill(values.begin(), values.end(), 1.0f);
-      } else {
-        for (float& v : values) v = static_cast<float>(stddev * draws.Next());
-      }
-      CZ_ASSIGN_OR_RETURN(Tensor data,
-                          Tensor::FromFloats(values, shape, dtype));
-      if (where == Device::Cpu()) return data;
-      absl::StatusOr<Tensor> there = data.To(where);
-      CZ_RETURN_IF_ERROR(there.status(), "making parameter '", name, "' on ",
-                         where.ToString());
-      return there;
-    };
-    if (stddev > 0) normal.Skip(NumElements(shape));
-    if (timing == ParameterTiming::kDeferred) {
-      model->scopes_.AddDeferred(name, shape, std::move(make));
-    } else {
-      CZ_ASSIGN_OR_RETURN(Tensor data, make());
-      model->scopes_.Add(name, std::move(data));
-    }
+    CZ_RETURN_IF_ERROR(model->scopes_
+                           .AddInitialised(name, shape, stddev, constant,
+                                           normal, dtype, device, timing)
+                           .status());
   }
 
   // The hook scopes, and the grad buffer sized for the largest group.

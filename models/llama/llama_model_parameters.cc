@@ -145,35 +145,11 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
   NormalSampler normal(seed);
   for (auto& [name, shape] : LlamaParameterShapes(config)) {
     const bool norm = absl::EndsWith(name, "norm.weight");
-    // The values from the sampler as it stands now, made now on `device`,
-    // or in host memory when the parameter is registered (ZeroDdp copies
-    // them into its chunks from there).
-    const Device where =
-        timing == ParameterTiming::kDeferred ? Device::Cpu() : device;
-    ParameterInit make = [from = normal, norm, shape = shape, dtype, where,
-                          name = name]() -> absl::StatusOr<Tensor> {
-      NormalSampler draws = from;
-      std::vector<float> values(NumElements(shape));
-      if (norm) {
-        std::fill(values.begin(), values.end(), 1.0f);
-      } else {
-        for (float& v : values) v = static_cast<float>(0.02 * draws.Next());
-      }
-      CZ_ASSIGN_OR_RETURN(Tensor data,
-                          Tensor::FromFloats(values, shape, dtype));
-      if (where == Device::Cpu()) return data;
-      absl::StatusOr<Tensor> there = data.To(where);
-      CZ_RETURN_IF_ERROR(there.status(), "making parameter '", name, "' on ",
-                         where.ToString());
-      return there;
-    };
-    if (!norm) normal.Skip(NumElements(shape));
-    if (timing == ParameterTiming::kDeferred) {
-      model->scopes_.AddDeferred(name, shape, std::move(make));
-    } else {
-      CZ_ASSIGN_OR_RETURN(Tensor data, make());
-      model->scopes_.Add(name, std::move(data));
-    }
+    CZ_RETURN_IF_ERROR(model->scopes_
+                           .AddInitialised(name, shape, norm ? 0.0 : 0.02,
+                                           norm ? 1.0f : 0.0f, normal, dtype,
+                                           device, timing)
+                           .status());
   }
 
   auto scope = [&](std::vector<int> index, unsigned matrices = 0) {
