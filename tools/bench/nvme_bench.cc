@@ -1,7 +1,7 @@
 // The NVMe tier's optimizer step (masters and Adam states resting on disk,
 // optim/internal/disk_staging.h: chunk k+1's read while chunk k updates
 // and chunk k-1's written back) against the disk itself, measured just
-// before in the same iteration:
+// before and just after in the same iteration:
 //   disk    a plain O_DIRECT read, then write, of the same bytes, one
 //           large synchronous transfer per region (the disk's sequential
 //           read + write rate, what dd oflag=direct measures);
@@ -14,10 +14,13 @@
 // The directory defaults to $TMPDIR or /tmp (it must be on a disk: a tmpfs
 // is refused). Rows: io_uring and the pread/pwrite threads. 8 chunks of 4M
 // parameters held by the rank (48 MiB of master, exp_avg and exp_avg_sq
-// each: 384 MiB read and 384 MiB written per pass). Counter vs_disk =
-// step's bytes per second / disk's: the target is >= 0.8.
+// each: 384 MiB read and 384 MiB written per pass). Counter vs_disk:
+// the median over iterations of step's bytes per second / disk's, the
+// disk timed just before and just after the step (vs_disk_min: the
+// lowest); the target is >= 0.8.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -144,6 +147,11 @@ void BM_NvmeStep(benchmark::State& state) {
   };
   const double bytes = 2.0 * 3 * kChunks * kParams * sizeof(float);
   double step_s = 0, disk_s = 0, waited_s = 0;
+  // This disk's rate drifts between iterations by more than the gap being
+  // measured, so each iteration times the plain transfer both before and
+  // after the step and compares the step with their mean; the counters
+  // report the median of those per-iteration ratios.
+  std::vector<double> ratios;
   for (auto _ : state) {
     if (!status.ok()) break;
     const absl::Time t0 = absl::Now();
@@ -152,19 +160,27 @@ void BM_NvmeStep(benchmark::State& state) {
     const double waited_before = (*disk)->stats().seconds_waited;
     if (status.ok()) status = pass();
     const absl::Time t2 = absl::Now();
-    disk_s += absl::ToDoubleSeconds(t1 - t0);
-    step_s += absl::ToDoubleSeconds(t2 - t1);
+    if (status.ok()) status = PlainReadWrite(chunks, *plain_buffer);
+    const absl::Time t3 = absl::Now();
+    const double plain =
+        (absl::ToDoubleSeconds(t1 - t0) + absl::ToDoubleSeconds(t3 - t2)) / 2;
+    const double stepped = absl::ToDoubleSeconds(t2 - t1);
+    disk_s += plain;
+    step_s += stepped;
+    ratios.push_back(plain / stepped);
     waited_s += (*disk)->stats().seconds_waited - waited_before;
-    state.SetIterationTime(absl::ToDoubleSeconds(t2 - t1));
+    state.SetIterationTime(stepped);
   }
   if (!status.ok()) {
     state.SkipWithError(std::string(status.message()).c_str());
     return;
   }
+  std::sort(ratios.begin(), ratios.end());
   const double n = static_cast<double>(state.iterations());
   state.counters["disk_GBps"] = bytes * n / disk_s / 1e9;
   state.counters["step_GBps"] = bytes * n / step_s / 1e9;
-  state.counters["vs_disk"] = disk_s / step_s;
+  state.counters["vs_disk"] = ratios[ratios.size() / 2];
+  state.counters["vs_disk_min"] = ratios.front();
   state.counters["waited_frac"] = waited_s / step_s;
 }
 BENCHMARK(BM_NvmeStep)
@@ -172,7 +188,7 @@ BENCHMARK(BM_NvmeStep)
     ->Arg(1)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
-    ->Iterations(10);
+    ->Iterations(20);
 
 }  // namespace
 }  // namespace chunkzero
