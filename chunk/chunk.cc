@@ -314,8 +314,10 @@ absl::Status Chunk::AfterUseOnDisk() {
 }
 
 bool Chunk::CanEvictPayload() const {
-  return !accessed_ && pins_ == 0 && CanMove() &&
-         (is_holder() || !full_->allocated());
+  // A payload resting on the device (the auto placement keeps it there)
+  // leaves for the host first, never straight for disk.
+  return !accessed_ && pins_ == 0 && rest_device_ == Device::Cpu() &&
+         CanMove() && (is_holder() || !full_->allocated());
 }
 
 absl::Status Chunk::EvictPayload() {
@@ -324,7 +326,9 @@ absl::Status Chunk::EvictPayload() {
         absl::StrCat("cannot evict chunk ", name_, " to disk while it is ",
                      accessed_   ? "accessed"
                      : pins_ > 0 ? "pinned"
-                                 : "in use"));
+                     : rest_device_ != Device::Cpu()
+                         ? absl::StrCat("resting on ", rest_device_.ToString())
+                         : "in use"));
   }
   AbandonPendingRead();
   return ReturnToDisk();
@@ -332,6 +336,9 @@ absl::Status Chunk::EvictPayload() {
 
 absl::Status Chunk::ReturnToDisk() {
   if (disk_ == nullptr || payload_on_disk_) return absl::OkStatus();
+  // Attached to disk but resting on the device for now (MoveRestTo): the
+  // disk takes it once it is back in host memory.
+  if (rest_device_ != Device::Cpu()) return absl::OkStatus();
   Storage* payload = RestPayload();
   if (payload == nullptr || !payload->allocated()) return absl::OkStatus();
   if (!disk_region_.valid()) {
@@ -530,12 +537,28 @@ absl::Status Chunk::MoveTo(Device device) {
 
 absl::Status Chunk::MoveRestTo(Device rest) {
   if (rest == rest_device_) return absl::OkStatus();
-  CZ_RETURN_IF_ERROR(
-      NotOnDisk(absl::StrCat("move to rest on ", rest.ToString())));
+  // A chunk spilled for good stays on disk; one attached to it (the host
+  // tier's) may rest on the device for a while, its payload brought into
+  // memory first.
+  if (!keep_payload_) {
+    CZ_RETURN_IF_ERROR(
+        NotOnDisk(absl::StrCat("move to rest on ", rest.ToString())));
+  }
   if (accessed_) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot move chunk ", name_, " to rest on ",
                      rest.ToString(), " while it is accessed"));
+  }
+  if (disk_ != nullptr) {
+    if (pins_ > 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot move chunk ", name_, " to rest on ",
+                       rest.ToString(), " while its payload is pinned"));
+    }
+    CZ_RETURN_IF_ERROR(BringFromDisk(), "moving chunk ", name_, " to rest on ",
+                       rest.ToString());
+    // The device may change it without the disk knowing.
+    disk_copy_current_ = false;
   }
   Storage* payload = is_holder() ? full_.get() : shard_.get();
   int64_t moved = 0;

@@ -237,7 +237,12 @@ class Chunk {
   [[nodiscard]] absl::Status MoveTo(Device device);
 
   // Changes where the payload rests between uses (the shard, or a holder's
-  // full buffer), moving it now; where the chunk computes stays. The copy
+  // full buffer), moving it now; where the chunk computes stays. A chunk
+  // attached to disk (AttachToDisk) brings its payload from there first
+  // and stays attached: while it rests off the host the disk tier leaves
+  // it alone (CanEvictPayload is false), and once back it may go to disk
+  // again. FailedPrecondition for a chunk spilled to disk (SpillRest) or
+  // a pinned payload. The copy
   // counts in rest_to_device_bytes() when it brings the payload to
   // device() and in device_to_rest_bytes() when it takes it away, like the
   // copies of each use it saves or causes. Views and grads follow.
@@ -317,9 +322,10 @@ class Chunk {
   // been written to it since it was last read or written), and frees it.
   // FailedPrecondition unless CanEvictPayload(); OK when not in memory.
   [[nodiscard]] absl::Status EvictPayload();
-  // Whether nothing is using the payload: not accessed or pinned, no
-  // tensor computing or waiting to be reduced, no full buffer (a reduction
-  // gathers into it and scatters into the payload).
+  // Whether the payload may go to disk now: it rests in host memory and
+  // nothing is using it (not accessed or pinned, no tensor computing or
+  // waiting to be reduced, no full buffer: a reduction gathers into it and
+  // scatters into the payload).
   bool CanEvictPayload() const;
   // While pinned (a count), the payload stays in memory: EvictPayload is
   // FailedPrecondition. For code holding a pointer into it outside an

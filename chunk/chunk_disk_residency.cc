@@ -36,7 +36,10 @@ void ChunkDiskResidency::SetSchedule(std::vector<Chunk*> uses) {
 
 int64_t ChunkDiskResidency::HostBytes(const Chunk& chunk) {
   if (chunk.payload_loading()) return chunk.disk_region().bytes;
-  if (chunk.payload_on_disk()) return 0;
+  // On disk, or resting on the device for now (the auto placement's).
+  if (chunk.payload_on_disk() || chunk.rest_device() != Device::Cpu()) {
+    return 0;
+  }
   return chunk.rest_payload_bytes();
 }
 

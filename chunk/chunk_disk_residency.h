@@ -16,6 +16,10 @@
 //   tracker.SetReclaimer(Device::Cpu(),
 //                        [&](int64_t b) { return disk_residency.Reclaim(b); });
 //
+// With the auto placement (ChunkResidency) a managed chunk may rest on the
+// device for a while: it stays attached to disk, and this tier counts and
+// moves only payloads resting in host memory.
+//
 // Before a schedule is set every next use counts as equally far, and the
 // chunk managed last goes first (registration keeps the first chunks the
 // step will use). Moves never change values.

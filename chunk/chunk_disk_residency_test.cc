@@ -260,5 +260,74 @@ TEST(ChunkDiskResidency, OnlyChunksRestingInHostMemoryAttach) {
       })));
 }
 
+// Three tiers (the auto placement's): a managed chunk moved to rest on the
+// device brings its payload from disk and stays attached, out of this
+// tier's reach until it comes back to host memory, when it may go to disk
+// again (written: the device may have changed it). Values never change.
+TEST(ChunkDiskResidency, AChunkRestingOnTheDeviceIsOutOfReach) {
+  const std::string dir = TestDir("device");
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(1, [&](comm::ProcessGroup& g) -> absl::Status {
+        CZ_ASSIGN_OR_RETURN(std::unique_ptr<ChunkDiskTier> disk,
+                            ChunkDiskTier::Create(dir));
+        ChunkOptions options;
+        options.capacity = 1024;
+        options.dtype = DType::kF32;
+        options.device = Device::Simulated(0);
+        options.rest_device = Device::Cpu();
+        CZ_ASSIGN_OR_RETURN(std::unique_ptr<Chunk> chunk,
+                            Chunk::Create(options, &g));
+        std::vector<float> want(1024);
+        for (int k = 0; k < 1024; ++k) want[k] = 0.5f * k;
+        CZ_ASSIGN_OR_RETURN(Tensor values, Tensor::FromFloats(want, {1024}));
+        CZ_RETURN_IF_ERROR(chunk->Append("w", values).status());
+        CZ_RETURN_IF_ERROR(chunk->Close());
+        auto payload = [&]() -> absl::StatusOr<std::vector<float>> {
+          std::vector<float> got(1024);
+          CZ_RETURN_IF_ERROR(chunk->ReadRestPayload(got.data()));
+          return got;
+        };
+        ChunkDiskResidency residency(disk.get(), nullptr, 1);
+        CZ_RETURN_IF_ERROR(residency.Manage(chunk.get()));
+        EXPECT_EQ(residency.Reclaim(1), kChunkBytes);
+        EXPECT_TRUE(chunk->payload_on_disk());
+
+        CZ_RETURN_IF_ERROR(chunk->MoveRestTo(Device::Simulated(0)));
+        EXPECT_EQ(disk->stats().bytes_read, kChunkBytes);
+        EXPECT_TRUE(chunk->rests_on_disk());
+        EXPECT_FALSE(chunk->payload_on_disk());
+        EXPECT_EQ(chunk->payload_bytes(Device::Simulated(0)), kChunkBytes);
+        EXPECT_EQ(residency.resident_bytes(), 0);
+        EXPECT_FALSE(chunk->CanEvictPayload());
+        EXPECT_EQ(residency.Reclaim(1 << 20), 0);
+        const absl::Status refused = chunk->EvictPayload();
+        EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+        EXPECT_THAT(refused.message(),
+                    HasSubstr("to disk while it is resting on sim:0"));
+        EXPECT_EQ(*payload(), want);
+
+        CZ_RETURN_IF_ERROR(chunk->MoveRestTo(Device::Cpu()));
+        EXPECT_EQ(residency.resident_bytes(), kChunkBytes);
+        EXPECT_FALSE(chunk->disk_copy_current());
+        EXPECT_EQ(residency.Reclaim(1), kChunkBytes);
+        EXPECT_EQ(disk->stats().bytes_written, 2 * kChunkBytes);
+        EXPECT_EQ(*payload(), want);
+        EXPECT_EQ(residency.evictions(), 2);
+
+        // A pinned payload does not move; a chunk spilled for good (the
+        // masters' way) does not leave the host.
+        CZ_RETURN_IF_ERROR(chunk->LoadPayload());
+        chunk->PinPayload();
+        EXPECT_THAT(chunk->MoveRestTo(Device::Simulated(0)).message(),
+                    HasSubstr("while its payload is pinned"));
+        chunk->UnpinPayload();
+        residency.Forget(chunk.get());
+        CZ_RETURN_IF_ERROR(chunk->SpillRest(disk.get()));
+        EXPECT_THAT(chunk->MoveRestTo(Device::Simulated(0)).message(),
+                    HasSubstr("it rests on disk"));
+        return absl::OkStatus();
+      })));
+}
+
 }  // namespace
 }  // namespace chunkzero

@@ -94,6 +94,13 @@ absl::StatusOr<Placement> PlaceMemory(const EngineOptions& options) {
     where.host_limited = true;
     where.chunks.disk_residency = true;
     where.chunks.disk_lookahead = options.disk_lookahead;
+    // Computing on a device, the parameter chunks get all three tiers:
+    // they rest in host memory, on the device while its limit leaves room
+    // (kAuto's rule), and on disk beyond the host's.
+    if (!on_host) {
+      where.chunks.rest_device = Device::Cpu();
+      where.chunks.auto_residency = true;
+    }
   }
   return where;
 }

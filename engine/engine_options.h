@@ -66,7 +66,11 @@ struct EngineOptions {
   // engine's tracker counts on the host counts against it: the chunks, the
   // model's buffers when it reports them there, the disk tier's buffers. A
   // request that cannot be met even with every parameter payload on disk
-  // is ResourceExhausted naming what asked.
+  // is ResourceExhausted naming what asked. With a `device` other than the
+  // host the parameter chunks get all three tiers: they rest in host memory
+  // (on disk beyond this limit) and on the device while
+  // device_memory_limit leaves room, as kAuto places them, the one used
+  // farthest ahead going down a tier when room is needed.
   int64_t host_memory_limit = 0;
   // Parameter chunks read from disk ahead of use, with host_memory_limit.
   int disk_lookahead = 2;

@@ -188,6 +188,21 @@ TEST(Engine, AHostLimitNeedsTheTier) {
   EXPECT_TRUE(PlaceMemory(nvme)->host_limited);
   EXPECT_TRUE(PlaceMemory(nvme)->chunks.disk_residency);
   EXPECT_EQ(PlaceMemory(nvme)->chunks.disk_lookahead, 2);
+  // On the host the parameter chunks rest where they compute; on a device
+  // they get three tiers: the host (and disk), and the device as kAuto.
+  EXPECT_FALSE(PlaceMemory(nvme)->chunks.rest_device.has_value());
+  EXPECT_FALSE(PlaceMemory(nvme)->chunks.auto_residency);
+  EngineOptions tiers = nvme;
+  tiers.device = Device::Simulated(0);
+  ASSERT_TRUE(PlaceMemory(tiers).ok());
+  EXPECT_EQ(PlaceMemory(tiers)->chunks.rest_device, Device::Cpu());
+  EXPECT_TRUE(PlaceMemory(tiers)->chunks.auto_residency);
+  EXPECT_TRUE(PlaceMemory(tiers)->chunks.disk_residency);
+  EXPECT_EQ(PlaceMemory(tiers)->masters, Device::Cpu());
+  // Without a host limit a device job's parameter chunks stay on it.
+  tiers.host_memory_limit = 0;
+  EXPECT_FALSE(PlaceMemory(tiers)->chunks.rest_device.has_value());
+  EXPECT_FALSE(PlaceMemory(tiers)->chunks.disk_residency);
   // The limit needs the tier; a negative one is refused.
   EngineOptions bad = SmallChunks();
   bad.host_memory_limit = 1 << 20;

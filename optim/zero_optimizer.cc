@@ -445,8 +445,11 @@ absl::Status ZeroOptimizer::Update(float grad_scale, double lr,
     const auto [begin, end] = HeldRange(i);
     if (begin != end) todo.push_back(i);
   }
+  // (Where the payload rests, not where the chunk computes: offloaded
+  // parameter chunks rest on the host, maybe with their payload on disk,
+  // which HostRange brings back and pins.)
   auto travels = [&](int i) {
-    const Device param = ParamChunk(i)->device();
+    const Device param = ParamChunk(i)->rest_device();
     return param != Device::Cpu() &&
            GroupChunk(ddp_->master_group(), i)->device() == Device::Cpu();
   };

@@ -30,6 +30,13 @@ inline char* PayloadAt(Chunk* chunk, int64_t begin) {
          (begin - chunk->shard_begin()) * ElementSize(chunk->dtype());
 }
 
+// Where that payload is now: where the chunk rests, which may be the host
+// while it computes on a device (parameter offload), or its device while
+// a holder's buffer is there for a use.
+inline Device PayloadDevice(const Chunk* chunk) {
+  return chunk->ShardStorageView().device();
+}
+
 // The GPU every chunk rests on, if they all rest on one (null entries are
 // skipped); nullopt when any rests elsewhere.
 inline std::optional<Device> CommonGpu(
@@ -74,10 +81,11 @@ class HostRange {
       return r;
     }
     r.device_pointer_ = PayloadAt(chunk, begin);
-    if (chunk->device().is_host_accessible()) return r;
+    r.device_ = PayloadDevice(chunk);
+    if (r.device_.is_host_accessible()) return r;
     r.copy_.resize(r.bytes_);
     CZ_RETURN_IF_ERROR(CopyBytes(r.get(), Device::Cpu(), r.device_pointer_,
-                                 chunk->device(), r.bytes_),
+                                 r.device_, r.bytes_),
                        "staging chunk ", chunk->name(), " in host memory");
     return r;
   }
@@ -87,6 +95,7 @@ class HostRange {
       Unpin();
       chunk_ = other.chunk_;
       device_pointer_ = other.device_pointer_;
+      device_ = other.device_;
       bytes_ = other.bytes_;
       copy_ = std::move(other.copy_);
       disk_offset_ = other.disk_offset_;
@@ -116,9 +125,9 @@ class HostRange {
                                         copy_.size(),
                                         absl::StrCat("chunk ", chunk_->name()));
     }
-    CZ_RETURN_IF_ERROR(CopyBytes(device_pointer_, chunk_->device(), get(),
-                                 Device::Cpu(), bytes_),
-                       "writing chunk ", chunk_->name(), " back from host");
+    CZ_RETURN_IF_ERROR(
+        CopyBytes(device_pointer_, device_, get(), Device::Cpu(), bytes_),
+        "writing chunk ", chunk_->name(), " back from host");
     return absl::OkStatus();
   }
 
@@ -131,6 +140,7 @@ class HostRange {
   Chunk* chunk_ = nullptr;
   Chunk* pinned_ = nullptr;  // A payload kept in memory for this range.
   char* device_pointer_ = nullptr;
+  Device device_ = Device::Cpu();  // Where device_pointer_ points.
   size_t bytes_ = 0;
   // Host copy of a non-host payload, or of a whole payload on disk (the
   // range then starts disk_offset_ bytes in).

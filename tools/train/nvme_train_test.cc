@@ -48,6 +48,21 @@ TrainOptions Tiny() {
   return o;
 }
 
+// 8 x 256, vocab 512, bf16, 2 steps of one row per rank: big enough for
+// chunks of 512 KiB (c_fc's weight, --chunk_size=262144) to make 25.
+TrainOptions EightLayers() {
+  TrainOptions o = Tiny();
+  o.model.layers = 8;
+  o.model.d_model = 256;
+  o.model.heads = 4;
+  o.model.vocab = 512;
+  o.batch = 1;
+  o.steps = 2;
+  o.precision = DType::kBF16;
+  o.chunk_size = 262144;
+  return o;
+}
+
 TrainResult Train(const TrainOptions& o) {
   absl::StatusOr<TrainResult> r = RunTraining(o, nullptr);
   EXPECT_TRUE(r.ok()) << r.status();
@@ -149,15 +164,7 @@ TEST(NvmeTrain, SavesAndResumesWithOrWithoutTheTier) {
 // disk and come back ahead of use: the same losses, a rank's host memory
 // within the limit, and their reads on top of the optimizer's.
 TEST(NvmeTrain, AHostLimitSendsParameterChunksToDiskAndChangesNoBit) {
-  TrainOptions o = Tiny();
-  o.model.layers = 8;
-  o.model.d_model = 256;
-  o.model.heads = 4;
-  o.model.vocab = 512;
-  o.batch = 1;
-  o.steps = 2;
-  o.precision = DType::kBF16;
-  o.chunk_size = 262144;  // c_fc's weight: 25 chunks of 512 KiB.
+  TrainOptions o = EightLayers();
   o.offload = OffloadPolicy::kNvme;
   o.nvme_path = TestDir("host_limit");
   const TrainResult free_run = Train(o);
@@ -190,6 +197,49 @@ TEST(NvmeTrain, AHostLimitSendsParameterChunksToDiskAndChangesNoBit) {
   capped.nvme_path.clear();
   EXPECT_THAT(PlanTraining(capped).status().message(),
               HasSubstr("--host_memory_limit=1048576: needs --offload=nvme"));
+}
+
+// Computing on a device (sim:0 under --device_memory_limit), the host
+// limit gives the parameter chunks three tiers: the device while its
+// limit leaves room, host memory, disk. Each memory stays within its
+// limit, parameter chunks travel to the device and to disk, and no bit
+// changes against the same job on the host with nothing limited.
+TEST(NvmeTrain, ThreeTiersOnADeviceChangeNoBit) {
+  TrainOptions o = EightLayers();
+  o.offload = OffloadPolicy::kNvme;
+  o.nvme_path = TestDir("three_tiers");
+  const TrainResult free_run = Train(o);
+  TrainOptions tiers = o;
+  tiers.device_memory_limit = 10 << 20;
+  tiers.host_memory_limit = 12 << 20;
+  const TrainResult tiered = Train(tiers);
+  ASSERT_EQ(tiered.steps.size(), 2u);
+  EXPECT_EQ(Losses(tiered), Losses(free_run));
+  for (const StepMetrics& m : tiered.steps) {
+    for (const RankStepMetrics& r : m.ranks) {
+      EXPECT_LE(r.peak_device_bytes, tiers.device_memory_limit);
+      EXPECT_LE(r.peak_host_bytes, tiers.host_memory_limit);
+      EXPECT_GT(r.h2d_bytes, 0);  // Chunks come to the device to compute.
+    }
+  }
+  // Parameter chunks read from disk on top of the masters and states.
+  EXPECT_GT(tiered.steps.back().ranks[0].disk_read_bytes,
+            free_run.steps.back().ranks[0].disk_read_bytes);
+  EXPECT_TRUE(fs::is_empty(o.nvme_path));
+  const std::string summary = FormatSummary(tiers, tiered);
+  EXPECT_THAT(summary, HasSubstr("of its 10.00 MiB limit on rank 0"));
+  EXPECT_THAT(summary, HasSubstr("else in host memory, and on disk beyond "
+                                 "--host_memory_limit"));
+  EXPECT_THAT(summary,
+              HasSubstr("of its 12.00 MiB limit (--host_memory_limit)"));
+
+  // The plan counts the device as --offload=auto's: a cap below even the
+  // chunks in use and the activations is refused before step 1.
+  tiers.device_memory_limit = 2 << 20;
+  const absl::Status s = PlanTraining(tiers).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("--offload=nvme needs about"));
+  EXPECT_THAT(s.message(), HasSubstr("--device_memory_limit is 2.00 MiB"));
 }
 
 TEST(NvmeTrain, RefusesWhatCannotHoldTheStatesBeforeStepOne) {

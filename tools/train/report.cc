@@ -46,7 +46,13 @@ double ExpectedCommBytesPerStep(const TrainOptions& o, int64_t psi) {
 }
 
 // What an offload keeps in host memory, for the summary's device lines.
-const char* OffloadNote(OffloadPolicy offload, bool auto_rests_on_host) {
+const char* OffloadNote(OffloadPolicy offload, bool auto_rests_on_host,
+                        bool three_tiers) {
+  if (three_tiers) {
+    return "; parameters rest on the device while it has room, else in host "
+           "memory, and on disk beyond --host_memory_limit; masters and "
+           "optimizer states on disk (--nvme_path)";
+  }
   if (offload == OffloadPolicy::kAuto && auto_rests_on_host) {
     return "; parameters, masters and optimizer states rest in host memory "
            "(--offload=auto as params: the limit leaves no room for chunks "
@@ -172,14 +178,15 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
         Bytes(activations == ranks[0].peak_bytes.end()
                   ? 0.0
                   : static_cast<double>(activations->second)),
-        OffloadNote(o.offload, r.auto_rests_on_host));
+        // (A host limit needs --offload=nvme: three tiers.)
+        OffloadNote(o.offload, r.auto_rests_on_host, o.host_memory_limit > 0));
   } else if (OffloadsParams(o.offload)) {
     absl::StrAppendFormat(
         &s,
         "  offload: the device (sim:0) peaks at %s on rank 0 (the chunks in "
         "use only)%s\n",
         Bytes(static_cast<double>(ranks[0].peak_device_bytes)),
-        OffloadNote(o.offload, r.auto_rests_on_host));
+        OffloadNote(o.offload, r.auto_rests_on_host, false));
   } else if (o.offload == OffloadPolicy::kOptimizer) {
     absl::StrAppendFormat(
         &s,

@@ -440,14 +440,30 @@ bool Staged(const TrainOptions& o) {
   return o.device == ComputeDevice::kCuda && o.backend != Backend::kNccl;
 }
 
+// Whether the ranks compute on a device (a GPU, or sim:0 under a device
+// cap) while --host_memory_limit gives the parameter chunks all three
+// tiers (engine/engine_options.h): they then rest as --offload=auto places
+// them, in host memory and on the device while its limit leaves room, and
+// on disk beyond the host's.
+bool ThreeTiers(const TrainOptions& o) {
+  return o.offload == OffloadPolicy::kNvme && o.host_memory_limit > 0 &&
+         (o.device == ComputeDevice::kCuda || o.device_memory_limit > 0);
+}
+
+// Where the parameter chunks rest, as an offload policy: kAuto's under
+// three tiers, the flag's otherwise.
+OffloadPolicy ParamPlacement(const TrainOptions& o) {
+  return ThreeTiers(o) ? OffloadPolicy::kAuto : o.offload;
+}
+
 // Refuses a job whose host memory would not hold it: everything, on the
 // CPU; with --device=cuda only what lives on the host (the GPU's share is
 // CheckDeviceMemory's).
 absl::Status CheckMemory(const TrainPlan& plan) {
   const TrainOptions& o = plan.options;
   const bool gpu = o.device == ComputeDevice::kCuda;
-  double need =
-      gpu ? plan.memory.HostTotal(o.offload, Staged(o)) : plan.memory.total();
+  double need = gpu ? plan.memory.HostTotal(ParamPlacement(o), Staged(o))
+                    : plan.memory.total();
   // A host limit holds each rank to it (CheckHostMemoryLimit has checked
   // that a rank can work within it).
   if (o.host_memory_limit > 0) {
@@ -463,7 +479,7 @@ absl::Status CheckMemory(const TrainPlan& plan) {
   return absl::ResourceExhaustedError(absl::StrCat(
       "this job needs about ", FormatBytes(need),
       gpu ? " of host memory (" : " of memory (",
-      gpu ? plan.memory.DescribeHost(o.offload, Staged(o))
+      gpu ? plan.memory.DescribeHost(ParamPlacement(o), Staged(o))
           : plan.memory.Describe(),
       ") but ", FormatBytes(plan.memory_available),
       o.memory_limit_bytes > 0 ? " is its limit" : " is available",
@@ -548,31 +564,41 @@ int DeviceWeight(OffloadPolicy offload) {
 // The least host memory a rank can work in with --offload=nvme: all it
 // needs but the parameter chunks at rest, which may all be on disk, except
 // the chunks read ahead of use and the one being read (each a read buffer
-// and the payload it lands in); registering and stepping, the larger. A
-// GPU job's parameter chunks rest on the GPU: its host part is all it
-// needs there.
+// and the payload it lands in); registering and stepping, the larger.
+// Computing on a device, only the host's part counts, and the parameter
+// chunks rest there (and so may go to disk) only with three tiers.
 double HostFloor(const TrainPlan& plan) {
   const TrainOptions& o = plan.options;
   const TrainMemoryEstimate& e = plan.memory;
-  if (o.device == ComputeDevice::kCuda) {
+  const bool on_device =
+      o.device == ComputeDevice::kCuda || o.device_memory_limit > 0;
+  if (on_device && !ThreeTiers(o)) {
     return e.HostBytesPerRank(o.offload, Staged(o));
   }
   const double reading = std::min(
       (EngineOptions().disk_lookahead + 1) * 2.0 * (e.rest_per_chunk + 4096),
       e.chunks_at_rest);
+  const double host = on_device
+                          ? e.HostBytesPerRank(OffloadPolicy::kAuto, Staged(o))
+                          : e.per_rank();
   // Registration (model_init) is over before the first step's buffers
   // exist: the larger of the two.
-  return std::max(e.model_init,
-                  e.per_rank() - e.model_init - e.chunks_at_rest) +
+  return std::max(e.model_init, host - e.model_init - e.chunks_at_rest) +
          reading;
 }
 
 // Whether the parameter chunks may go to disk: a host limit below what a
-// rank would hold with all of them in memory.
+// rank would hold in host memory with all of them there.
 bool ParamsMayGoToDisk(const TrainPlan& plan) {
   const TrainOptions& o = plan.options;
-  return o.host_memory_limit > 0 && o.device != ComputeDevice::kCuda &&
-         plan.memory.per_rank() > static_cast<double>(o.host_memory_limit);
+  if (o.host_memory_limit == 0) return false;
+  const bool on_device =
+      o.device == ComputeDevice::kCuda || o.device_memory_limit > 0;
+  if (on_device && !ThreeTiers(o)) return false;
+  const double host =
+      on_device ? plan.memory.HostBytesPerRank(OffloadPolicy::kAuto, Staged(o))
+                : plan.memory.per_rank();
+  return host > static_cast<double>(o.host_memory_limit);
 }
 
 // --host_memory_limit: refuses a limit below HostFloor.
@@ -648,11 +674,13 @@ absl::Status CheckDeviceMemory(TrainPlan& plan, const TrainMemoryInput& need,
                           : "");
     }
   }
-  const double bytes = DeviceMemoryNeeded(plan.memory, o.offload);
+  const double bytes = DeviceMemoryNeeded(plan.memory, ParamPlacement(o));
   if (bytes <= limit) return absl::OkStatus();
-  if (o.offload == OffloadPolicy::kAuto &&
+  if (ParamPlacement(o) == OffloadPolicy::kAuto &&
       DeviceMemoryNeeded(plan.memory, OffloadPolicy::kParams) <= limit) {
-    plan.auto_rests_on_host = true;
+    // (Three tiers keep their placement: its residency simply keeps no
+    // chunk on the device.)
+    plan.auto_rests_on_host = o.offload == OffloadPolicy::kAuto;
     return absl::OkStatus();
   }
   const bool can_checkpoint = !o.activation_checkpointing.enabled();
@@ -691,7 +719,7 @@ absl::Status CheckDeviceMemory(TrainPlan& plan, const TrainMemoryInput& need,
     TrainMemoryInput checkpointed = need;
     checkpointed.activation_checkpointing.every = 1;
     absl::StatusOr<TrainMemoryEstimate> e = EstimateTrainMemory(checkpointed);
-    if (e.ok() && DeviceMemoryNeeded(*e, o.offload) <= limit) {
+    if (e.ok() && DeviceMemoryNeeded(*e, ParamPlacement(o)) <= limit) {
       advice = "try --activation_checkpointing=layers";
     }
   }
