@@ -17,8 +17,8 @@ PREFLIGHT_SECTIONS = ("=== ldd --version", "=== /proc/meminfo",
                       "=== nvidia-smi", "=== python3: torch",
                       "=== cuBLAS, cuBLASLt, NCCL and CUDA runtime",
                       "=== ldd tools_train_train")
-GPU_RUNS = ("parity_gpu_1", "capped", "bench_ours", "bench_torch",
-            "parity_gpu_1_fused", "llama_gpu_1", "parity_gpu_2",
+GPU_RUNS = ("parity_gpu_1", "capped", "nvme_tiers", "bench_ours",
+            "bench_torch", "parity_gpu_1_fused", "llama_gpu_1", "parity_gpu_2",
             "bench_shared")
 CPU_RUNS = ("parity_cpu_1", "llama_cpu_1", "parity_cpu_2")
 

@@ -92,6 +92,30 @@ class TrainSummaryTest(unittest.TestCase):
         self.assertEqual(result["capped"]["device_peak_bytes"], (32 << 20) + 1)
         self.assertEqual(result["lines"]["capped_peak_bytes"]["met"], False)
 
+    def test_three_tiers_match_the_capped_run_within_both_limits(self):
+        write(os.path.join(self.work, "codes.txt"),
+              "capped 0\nnvme_tiers 0\n")
+        write(os.path.join(self.work, "capped.jsonl"),
+              jsonl([7.0, 6.5], peak=30 << 20))
+        tiers = "".join(
+            json.dumps({"loss": l, "step_time_s": 0.1,
+                        "ranks": [{"device_peak_bytes": 31 << 20,
+                                   "host_peak_bytes": host}]}) + "\n"
+            for l, host in ((7.0, 19 << 20), (6.5, (20 << 20) + 1)))
+        write(os.path.join(self.work, "nvme_tiers.jsonl"), tiers)
+        rc, result = self.run_summary()
+        self.assertEqual(rc, 1)
+        lines = result["lines"]
+        self.assertIs(lines["nvme_tiers_device_peak_bytes"]["met"], True)
+        self.assertEqual(lines["nvme_tiers_host_peak_bytes"]["value"],
+                         (20 << 20) + 1)
+        self.assertIs(lines["nvme_tiers_host_peak_bytes"]["met"], False)
+        self.assertEqual(lines["nvme_tiers_vs_capped_losses"]["value"], 0.0)
+        self.assertIs(lines["nvme_tiers_vs_capped_losses"]["met"], True)
+        self.assertEqual(result["missed_correctness_lines"],
+                         ["nvme_tiers_host_peak_bytes"])
+        self.assertEqual(result["nvme_tiers"]["losses"], [7.0, 6.5])
+
     def test_speed_lines_are_recorded_not_enforced(self):
         write(os.path.join(self.work, "codes.txt"),
               "bench_ours 0\nbench_torch 0\n")

@@ -13,6 +13,10 @@
 #             parameters, replicated DDP ~162 MiB per rank) on 2 ranks
 #             sharing cuda:0 under a 32 MiB cap with --offload=params: the
 #             device peak against the cap.
+#   nvme_tiers  the capped job with --offload=nvme and a 20 MiB host
+#             limit: parameter chunks on the GPU, in host memory and on disk
+#             (scratch under the bundle), each memory against its limit
+#             and the losses against capped's, which must be equal.
 #   bench     GPT-2 124M (12 x 768, context 1024, vocab 50257) in bf16 at
 #             world size 1 (NCCL), beside PyTorch running the same model eagerly
 #             (torch_gpt2_bench.py) and the GPU's bf16 GEMM rate: step
@@ -103,6 +107,11 @@ run capped gpu 40 "$train" --layers=12 --d_model=256 --heads=8 --seq_len=64 \
   --vocab=2048 --batch=1 --world_size=2 --steps=4 --device=cuda \
   --device_memory_limit=32MiB --offload=params \
   --metrics_out="$work/capped.jsonl"
+mkdir -p "$here/nvme_scratch"
+run nvme_tiers gpu 40 "$train" --layers=12 --d_model=256 --heads=8 \
+  --seq_len=64 --vocab=2048 --batch=1 --world_size=2 --steps=4 --device=cuda \
+  --device_memory_limit=32MiB --offload=nvme --nvme_path="$here/nvme_scratch" \
+  --host_memory_limit=20MiB --metrics_out="$work/nvme_tiers.jsonl"
 # World size 1 on NCCL: the chunks' collectives are device copies, where
 # the in-process group would stage them through the host.
 run bench_ours gpu 90 "$train" "${big[@]}" --batch=8 --steps=8 --world_size=1 \

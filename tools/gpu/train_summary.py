@@ -27,6 +27,7 @@ MFU_LINE = 0.30
 VS_TORCH_LINE = 1.0
 SHARED_LINE = 1.2
 CAP_BYTES = 32 << 20
+TIERS_HOST_BYTES = 20 << 20
 
 
 def metrics(work, name):
@@ -94,6 +95,30 @@ def summarize(work):
                             "losses": [m["loss"] for m in capped]}
         lines["capped_peak_bytes"] = line(peak, "<=", CAP_BYTES,
                                           "correctness")
+
+    # The capped job again with --offload=nvme under a host limit: three
+    # tiers (device, host, disk). Each memory within its limit, and the
+    # losses of the capped run (--offload=params) exactly: the same
+    # kernels on the same values, only their resting places differ.
+    tiers = metrics(work, "nvme_tiers")
+    if tiers:
+        device_peak = max(r["device_peak_bytes"]
+                          for m in tiers for r in m["ranks"])
+        host_peak = max(r.get("host_peak_bytes", 0)
+                        for m in tiers for r in m["ranks"])
+        losses = [m["loss"] for m in tiers]
+        result["nvme_tiers"] = {
+            "cap_bytes": CAP_BYTES, "host_limit_bytes": TIERS_HOST_BYTES,
+            "device_peak_bytes": device_peak, "host_peak_bytes": host_peak,
+            "losses": losses}
+        lines["nvme_tiers_device_peak_bytes"] = line(
+            device_peak, "<=", CAP_BYTES, "correctness")
+        lines["nvme_tiers_host_peak_bytes"] = line(
+            host_peak, "<=", TIERS_HOST_BYTES, "correctness")
+        if capped:
+            lines["nvme_tiers_vs_capped_losses"] = line(
+                max_relative([m["loss"] for m in capped], losses), "<=", 0.0,
+                "correctness")
 
     # 124M: 6 psi + 12 L T C model FLOPs per token (GptModelFlopsPerStep).
     L, C, T, V, B = 12, 768, 1024, 50257, 8
