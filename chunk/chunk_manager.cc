@@ -343,7 +343,30 @@ absl::Status ChunkManager::CloseGroup(absl::string_view name) {
   return absl::OkStatus();
 }
 
+absl::Status ChunkManager::SpillWhenComplete(absl::string_view name,
+                                             ChunkDiskTier* disk) {
+  CZ_ASSIGN_OR_RETURN(Group * group, FindGroup(name));
+  if (disk == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spilling chunk group '", name, "' to no disk tier"));
+  }
+  group->spill_to = disk;
+  // Every chunk but the last is complete (tensors go only into the last);
+  // in a closed group, the last too.
+  const size_t complete = group->closed || group->chunks.empty()
+                              ? group->chunks.size()
+                              : group->chunks.size() - 1;
+  for (size_t c = 0; c < complete; ++c) {
+    CZ_RETURN_IF_ERROR(ManageOnDisk(*group, group->chunks[c].get()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ChunkManager::ManageOnDisk(const Group& group, Chunk* chunk) {
+  if (group.spill_to != nullptr) {
+    if (chunk->rests_on_disk()) return absl::OkStatus();
+    return chunk->SpillRest(group.spill_to);
+  }
   if (disk_residency_ == nullptr || group.category != MemoryCategory::kParam ||
       group.rest_device != Device::Cpu()) {
     return absl::OkStatus();

@@ -150,6 +150,15 @@ class ChunkManager {
       absl::string_view name, absl::string_view source, DType dtype,
       MemoryCategory category, std::optional<Device> device = std::nullopt);
 
+  // From now on each chunk of `group` goes to `disk` for good
+  // (Chunk::SpillRest) as soon as it is complete: when the next one opens,
+  // before that one is allocated, and at CloseGroup; chunks complete
+  // already go now. So a group filled in order never holds more than one
+  // chunk in memory (ZeroDdp's masters under the NVMe tier). NotFound for
+  // an unknown group, InvalidArgument for no disk; SpillRest's errors.
+  [[nodiscard]] absl::Status SpillWhenComplete(absl::string_view group,
+                                               ChunkDiskTier* disk);
+
   // Copies `values` into the group's chunks and returns the view that is
   // the tensor's data from now on. Errors: NotFound (group), AlreadyExists
   // (tensor name in the group), InvalidArgument (dtype; a tensor larger
@@ -252,6 +261,7 @@ class ChunkManager {
     std::vector<int64_t> elements_per_rank;  // For least-loaded owners.
     // Where the next tensor goes (unpaired groups; chunk_packing.h).
     std::optional<ChunkPacker> packer;
+    ChunkDiskTier* spill_to = nullptr;  // SpillWhenComplete.
   };
 
   [[nodiscard]] absl::StatusOr<Group*> FindGroup(absl::string_view name) const;

@@ -1,5 +1,7 @@
 #include "chunk/chunk_manager.h"
 
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
@@ -410,6 +412,69 @@ TEST(ChunkManager, PairedGroupOnAnotherDevice) {
                   0);
         EXPECT_EQ(tracker.Current(Device::Cpu(), MemoryCategory::kMaster),
                   4 * 4);
+        return absl::OkStatus();
+      })));
+}
+
+// A group spilled as it completes holds one chunk in memory at most while
+// it fills: each full chunk goes to disk before the next is allocated, the
+// last at CloseGroup; chunks complete when asked go at once. Values
+// survive; an unknown group or no disk is refused.
+TEST(ChunkManager, SpillWhenCompleteKeepsOneChunkInMemory) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/spill_when_complete");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  EXPECT_TRUE(
+      AllRanksOk(SpawnRanks(1, [&](comm::ProcessGroup& g) -> absl::Status {
+        MemoryTracker tracker;
+        CZ_ASSIGN_OR_RETURN(std::unique_ptr<ChunkDiskTier> disk,
+                            ChunkDiskTier::Create(dir));
+        ChunkManager m(&g, Opts(ChunkLayout::kReplicated, 1024), &tracker);
+        auto filled = [](int t) {
+          std::vector<float> v(1024, 1.0f + t);
+          return *Tensor::FromFloats(v, {1024});
+        };
+        CZ_RETURN_IF_ERROR(
+            m.CreateGroup("m", DType::kF32, MemoryCategory::kMaster));
+        CZ_RETURN_IF_ERROR(m.SpillWhenComplete("m", disk.get()));
+        for (int t = 0; t < 3; ++t) {
+          CZ_RETURN_IF_ERROR(
+              m.AppendTensor("m", absl::StrCat("t", t), filled(t)).status());
+          EXPECT_EQ(tracker.Current(Device::Cpu(), MemoryCategory::kMaster),
+                    4096);
+        }
+        CZ_RETURN_IF_ERROR(m.CloseGroup("m"));
+        EXPECT_EQ(tracker.Peak(Device::Cpu(), MemoryCategory::kMaster), 4096);
+        EXPECT_EQ(tracker.Current(Device::Cpu(), MemoryCategory::kMaster), 0);
+        EXPECT_EQ(disk->stats().bytes_written, 3 * 4096);
+        for (int t = 0; t < 3; ++t) {
+          EXPECT_TRUE(m.chunk("m", t)->rests_on_disk());
+          std::vector<float> back(1024);
+          CZ_RETURN_IF_ERROR(m.chunk("m", t)->ReadRestPayload(back.data()));
+          EXPECT_EQ(back, std::vector<float>(1024, 1.0f + t)) << t;
+        }
+
+        // Asked late: the complete chunk goes now, the one filling stays.
+        CZ_RETURN_IF_ERROR(
+            m.CreateGroup("n", DType::kF32, MemoryCategory::kMaster));
+        for (int t = 0; t < 2; ++t) {
+          CZ_RETURN_IF_ERROR(
+              m.AppendTensor("n", absl::StrCat("t", t), filled(t)).status());
+        }
+        CZ_RETURN_IF_ERROR(m.SpillWhenComplete("n", disk.get()));
+        EXPECT_TRUE(m.chunk("n", 0)->rests_on_disk());
+        EXPECT_FALSE(m.chunk("n", 1)->rests_on_disk());
+        EXPECT_EQ(tracker.Current(Device::Cpu(), MemoryCategory::kMaster),
+                  4096);
+
+        EXPECT_EQ(m.SpillWhenComplete("nope", disk.get()).code(),
+                  absl::StatusCode::kNotFound);
+        EXPECT_THAT(m.SpillWhenComplete("n", nullptr).message(),
+                    HasSubstr("spilling chunk group 'n' to no disk tier"));
+        CZ_RETURN_IF_ERROR(m.RemoveGroup("n"));
+        CZ_RETURN_IF_ERROR(m.RemoveGroup("m"));
         return absl::OkStatus();
       })));
 }

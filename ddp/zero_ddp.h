@@ -265,10 +265,6 @@ class ZeroDdp final : public ParamHooks {
       const std::function<absl::StatusOr<Tensor>(ParamInfo&)>& master_value);
   // RestoreParamsFromMasters for one chunk whose payload is in memory.
   [[nodiscard]] absl::Status RestoreChunk(Chunk* param, Chunk* master);
-  // With options_.master_disk: spills the master group's chunks to it, all
-  // of them or all but the last (the one registration is filling).
-  [[nodiscard]] absl::Status SpillMasters(const std::string& master_group,
-                                          bool all);
   // Step 1 without a given order: makes sure the declaration-order chunks
   // of `params` are materialised, through a round if one is not.
   [[nodiscard]] absl::Status StreamFirstStep(

@@ -208,6 +208,13 @@ absl::Status ZeroDdp::BuildGroups(
   CZ_RETURN_IF_ERROR(chunks_->CreatePairedGroup(
       master_group, param_group, DType::kF32, MemoryCategory::kMaster,
       options_.master_device));
+  // Each master chunk goes to disk as soon as it is complete, before the
+  // next one is allocated.
+  if (options_.master_disk != nullptr) {
+    CZ_RETURN_IF_ERROR(
+        chunks_->SpillWhenComplete(master_group, options_.master_disk),
+        "ZeroDdp: registering the masters");
+  }
   order_.clear();
   for (ParamInfo& info : params_) info.registered = false;
   for (int i : order) {
@@ -221,18 +228,16 @@ absl::Status ZeroDdp::BuildGroups(
                         chunks_->AppendTensor(param_group, p.name(), compute));
     p.set_data(std::move(view));
     CZ_RETURN_IF_ERROR(
-        chunks_->AppendTensor(master_group, p.name(), master).status());
-    // Every master chunk but the one being filled is complete (tensors go
-    // only into the last one, chunk_packing.h): those go to disk now.
-    CZ_RETURN_IF_ERROR(SpillMasters(master_group, /*all=*/false));
+        chunks_->AppendTensor(master_group, p.name(), master).status(),
+        "ZeroDdp: registering the masters");
     CZ_ASSIGN_OR_RETURN(info.where, chunks_->Locate(param_group, p.name()));
     info.registered = true;
     info.order = static_cast<int>(order_.size());
     order_.push_back(i);
   }
   CZ_RETURN_IF_ERROR(chunks_->CloseGroup(param_group));
-  CZ_RETURN_IF_ERROR(chunks_->CloseGroup(master_group));
-  CZ_RETURN_IF_ERROR(SpillMasters(master_group, /*all=*/true));
+  CZ_RETURN_IF_ERROR(chunks_->CloseGroup(master_group),
+                     "ZeroDdp: registering the masters");
   chunk_index_.clear();
   for (int c = 0; c < chunks_->num_chunks(param_group); ++c) {
     chunk_index_[chunks_->chunk(param_group, c)] = c;
@@ -240,18 +245,6 @@ absl::Status ZeroDdp::BuildGroups(
   param_group_ = param_group;
   master_group_ = master_group;
   SetUseSchedule();
-  return absl::OkStatus();
-}
-
-absl::Status ZeroDdp::SpillMasters(const std::string& master_group, bool all) {
-  if (options_.master_disk == nullptr) return absl::OkStatus();
-  const int n = chunks_->num_chunks(master_group);
-  for (int c = 0; c < (all ? n : n - 1); ++c) {
-    Chunk* chunk = chunks_->chunk(master_group, c);
-    if (chunk->rests_on_disk()) continue;
-    CZ_RETURN_IF_ERROR(chunk->SpillRest(options_.master_disk),
-                       "ZeroDdp: registering the masters");
-  }
   return absl::OkStatus();
 }
 
