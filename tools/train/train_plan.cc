@@ -727,7 +727,7 @@ absl::Status CheckDeviceMemory(TrainPlan& plan, const TrainMemoryInput& need,
       absl::StrCat("--storage=", ChunkLayoutName(o.storage),
                    " --offload=", OffloadFlagValue(o.offload), " needs about ",
                    FormatBytes(bytes), " per rank on ", device, " (chunks ",
-                   FormatBytes(DeviceChunkBytes(plan.memory, o.offload)),
+                   FormatBytes(DeviceChunkBytes(plan.memory, ParamPlacement(o))),
                    o.offload != OffloadPolicy::kNone
                        ? ""
                        : absl::StrCat(", masters and optimizer states ",
