@@ -201,40 +201,82 @@ TEST(NvmeTrain, AHostLimitSendsParameterChunksToDiskAndChangesNoBit) {
 
 // Computing on a device (sim:0 under --device_memory_limit), the host
 // limit gives the parameter chunks three tiers: the device while its
-// limit leaves room, host memory, disk. Each memory stays within its
-// limit, parameter chunks travel to the device and to disk, and no bit
-// changes against the same job on the host with nothing limited.
+// limit leaves room, host memory, disk. In every layout and 16-bit
+// precision, with accumulated micro-batches too, each memory stays within
+// its limit, parameter chunks travel to the device and to disk, and no
+// bit changes against the same job on the host with nothing limited; a
+// checkpoint saved there resumes on the host.
 TEST(NvmeTrain, ThreeTiersOnADeviceChangeNoBit) {
-  TrainOptions o = EightLayers();
-  o.offload = OffloadPolicy::kNvme;
-  o.nvme_path = TestDir("three_tiers");
-  const TrainResult free_run = Train(o);
-  TrainOptions tiers = o;
-  tiers.device_memory_limit = 10 << 20;
-  tiers.host_memory_limit = 12 << 20;
-  const TrainResult tiered = Train(tiers);
-  ASSERT_EQ(tiered.steps.size(), 2u);
-  EXPECT_EQ(Losses(tiered), Losses(free_run));
-  for (const StepMetrics& m : tiered.steps) {
-    for (const RankStepMetrics& r : m.ranks) {
-      EXPECT_LE(r.peak_device_bytes, tiers.device_memory_limit);
-      EXPECT_LE(r.peak_host_bytes, tiers.host_memory_limit);
-      EXPECT_GT(r.h2d_bytes, 0);  // Chunks come to the device to compute.
+  struct Case {
+    ChunkLayout layout;
+    DType precision;
+    int grad_accum;
+    int64_t host_limit;  // Accumulating keeps an f32 copy of the grads.
+  };
+  for (const Case& c :
+       {Case{ChunkLayout::kSharded, DType::kBF16, 1, 12 << 20},
+        Case{ChunkLayout::kOwner, DType::kF16, 2, 38 << 20},
+        Case{ChunkLayout::kReplicated, DType::kF16, 1, 16 << 20}}) {
+    SCOPED_TRACE(absl::StrCat(ChunkLayoutName(c.layout), " ",
+                              DTypeName(c.precision), " accum ", c.grad_accum));
+    TrainOptions o = EightLayers();
+    o.storage = c.layout;
+    o.precision = c.precision;
+    o.grad_accum = c.grad_accum;
+    o.offload = OffloadPolicy::kNvme;
+    o.nvme_path = TestDir("three_tiers");
+    const TrainResult free_run = Train(o);
+    TrainOptions tiers = o;
+    tiers.device_memory_limit = 10 << 20;
+    tiers.host_memory_limit = c.host_limit;
+    const TrainResult tiered = Train(tiers);
+    ASSERT_EQ(tiered.steps.size(), 2u);
+    EXPECT_EQ(Losses(tiered), Losses(free_run));
+    for (const StepMetrics& m : tiered.steps) {
+      for (const RankStepMetrics& r : m.ranks) {
+        EXPECT_LE(r.peak_device_bytes, tiers.device_memory_limit);
+        EXPECT_LE(r.peak_host_bytes, tiers.host_memory_limit);
+        EXPECT_GT(r.h2d_bytes, 0);  // Chunks come to the device to compute.
+      }
     }
+    // Parameter chunks read from disk on top of the masters and states.
+    EXPECT_GT(tiered.steps.back().ranks[0].disk_read_bytes,
+              free_run.steps.back().ranks[0].disk_read_bytes);
+    EXPECT_TRUE(fs::is_empty(o.nvme_path));
+    const std::string summary = FormatSummary(tiers, tiered);
+    EXPECT_THAT(summary, HasSubstr("of its 10.00 MiB limit on rank 0"));
+    EXPECT_THAT(summary, HasSubstr("else in host memory, and on disk beyond "
+                                   "--host_memory_limit"));
   }
-  // Parameter chunks read from disk on top of the masters and states.
-  EXPECT_GT(tiered.steps.back().ranks[0].disk_read_bytes,
-            free_run.steps.back().ranks[0].disk_read_bytes);
-  EXPECT_TRUE(fs::is_empty(o.nvme_path));
-  const std::string summary = FormatSummary(tiers, tiered);
-  EXPECT_THAT(summary, HasSubstr("of its 10.00 MiB limit on rank 0"));
-  EXPECT_THAT(summary, HasSubstr("else in host memory, and on disk beyond "
-                                 "--host_memory_limit"));
-  EXPECT_THAT(summary,
-              HasSubstr("of its 12.00 MiB limit (--host_memory_limit)"));
+
+  // A checkpoint saved on three tiers resumes on the host alone, and
+  // continues the uninterrupted run.
+  TrainOptions whole = EightLayers();
+  whole.steps = 4;
+  whole.warmup = 0;
+  whole.min_lr = whole.lr;  // A constant rate: 2 + 2 steps are 4 steps.
+  const TrainResult uninterrupted = Train(whole);
+  TrainOptions first = whole;
+  first.steps = 2;
+  first.offload = OffloadPolicy::kNvme;
+  first.nvme_path = TestDir("three_tiers");
+  first.device_memory_limit = 10 << 20;
+  first.host_memory_limit = 12 << 20;
+  first.save = TestDir("three_tiers_save");
+  ASSERT_EQ(Train(first).steps.size(), 2u);
+  TrainOptions second = whole;
+  second.resume = first.save;
+  const TrainResult rest = Train(second);
+  ASSERT_EQ(rest.steps.size(), 2u);
+  EXPECT_EQ(rest.steps[0].loss, uninterrupted.steps[2].loss);
+  EXPECT_EQ(rest.steps[1].loss, uninterrupted.steps[3].loss);
 
   // The plan counts the device as --offload=auto's: a cap below even the
   // chunks in use and the activations is refused before step 1.
+  TrainOptions tiers = EightLayers();
+  tiers.offload = OffloadPolicy::kNvme;
+  tiers.nvme_path = TestDir("three_tiers");
+  tiers.host_memory_limit = 12 << 20;
   tiers.device_memory_limit = 2 << 20;
   const absl::Status s = PlanTraining(tiers).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);

@@ -723,17 +723,17 @@ absl::Status CheckDeviceMemory(TrainPlan& plan, const TrainMemoryInput& need,
       advice = "try --activation_checkpointing=layers";
     }
   }
-  return absl::ResourceExhaustedError(
-      absl::StrCat("--storage=", ChunkLayoutName(o.storage),
-                   " --offload=", OffloadFlagValue(o.offload), " needs about ",
-                   FormatBytes(bytes), " per rank on ", device, " (chunks ",
-                   FormatBytes(DeviceChunkBytes(plan.memory, ParamPlacement(o))),
-                   o.offload != OffloadPolicy::kNone
-                       ? ""
-                       : absl::StrCat(", masters and optimizer states ",
-                                      FormatBytes(plan.memory.optimizer)),
-                   ", activations ", FormatBytes(plan.memory.activations),
-                   ") but ", limit_text, "; ", advice));
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "--storage=", ChunkLayoutName(o.storage),
+      " --offload=", OffloadFlagValue(o.offload), " needs about ",
+      FormatBytes(bytes), " per rank on ", device, " (chunks ",
+      FormatBytes(DeviceChunkBytes(plan.memory, ParamPlacement(o))),
+      o.offload != OffloadPolicy::kNone
+          ? ""
+          : absl::StrCat(", masters and optimizer states ",
+                         FormatBytes(plan.memory.optimizer)),
+      ", activations ", FormatBytes(plan.memory.activations), ") but ",
+      limit_text, "; ", advice));
 }
 
 }  // namespace
