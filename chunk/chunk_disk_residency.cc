@@ -1,9 +1,11 @@
 #include "chunk/chunk_disk_residency.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "base/status_macros.h"
+#include "chunk/use_schedule.h"
 
 namespace chunkzero {
 
@@ -15,23 +17,18 @@ ChunkDiskResidency::ChunkDiskResidency(ChunkDiskTier* disk,
 absl::Status ChunkDiskResidency::Manage(Chunk* chunk) {
   if (manages(chunk)) return absl::OkStatus();
   CZ_RETURN_IF_ERROR(chunk->AttachToDisk(disk_));
-  managed_.push_back(chunk);
+  managed_.Add(chunk);
   return absl::OkStatus();
 }
 
 bool ChunkDiskResidency::manages(const Chunk* chunk) const {
-  return std::find(managed_.begin(), managed_.end(), chunk) != managed_.end();
+  return managed_.contains(chunk);
 }
 
-void ChunkDiskResidency::Forget(Chunk* chunk) {
-  if (beginning_ == chunk) beginning_ = nullptr;
-  managed_.erase(std::remove(managed_.begin(), managed_.end(), chunk),
-                 managed_.end());
-  schedule_.Forget(chunk);
-}
+void ChunkDiskResidency::Forget(Chunk* chunk) { managed_.Forget(chunk); }
 
 void ChunkDiskResidency::SetSchedule(std::vector<Chunk*> uses) {
-  schedule_.Set(std::move(uses));
+  managed_.SetSchedule(std::move(uses));
 }
 
 int64_t ChunkDiskResidency::HostBytes(const Chunk& chunk) {
@@ -44,20 +41,9 @@ int64_t ChunkDiskResidency::HostBytes(const Chunk& chunk) {
 }
 
 std::vector<Chunk*> ChunkDiskResidency::EvictionOrder() const {
-  std::vector<Chunk*> residents;
-  // Managed last first, so that a stable sort breaks ties that way.
-  for (auto it = managed_.rbegin(); it != managed_.rend(); ++it) {
-    Chunk* chunk = *it;
-    if (chunk->CanEvictPayload() && chunk != beginning_ &&
-        HostBytes(*chunk) > 0) {
-      residents.push_back(chunk);
-    }
-  }
-  std::stable_sort(residents.begin(), residents.end(),
-                   [&](const Chunk* a, const Chunk* b) {
-                     return schedule_.Distance(a) > schedule_.Distance(b);
-                   });
-  return residents;
+  return managed_.FarthestFirst([](const Chunk& chunk) {
+    return chunk.CanEvictPayload() && HostBytes(chunk) > 0;
+  });
 }
 
 void ChunkDiskResidency::Note(const absl::Status& status) {
@@ -88,19 +74,14 @@ bool ChunkDiskResidency::ReadAhead(Chunk* chunk) {
   // The read's buffer, then the payload it is copied into.
   const int64_t need = chunk->disk_region().bytes + chunk->rest_payload_bytes();
   if (tracker_ != nullptr && tracker_->Limit(Device::Cpu()).has_value()) {
-    int64_t room =
+    const int64_t room =
         *tracker_->Limit(Device::Cpu()) - tracker_->CurrentTotal(Device::Cpu());
     if (room < need) {
       // Only from chunks used later than this one, and only if enough.
-      const int64_t distance = schedule_.Distance(chunk);
-      std::vector<Chunk*> later;
-      for (Chunk* resident : EvictionOrder()) {
-        if (room >= need || schedule_.Distance(resident) <= distance) break;
-        later.push_back(resident);
-        room += HostBytes(*resident);
-      }
-      if (room < need) return false;
-      for (Chunk* resident : later) {
+      const std::optional<std::vector<Chunk*>> to_free =
+          managed_.RoomFor(chunk, need, room, EvictionOrder(), HostBytes);
+      if (!to_free.has_value()) return false;
+      for (Chunk* resident : *to_free) {
         if (!Evict(resident)) return false;
       }
     }
@@ -115,15 +96,15 @@ bool ChunkDiskResidency::ReadAhead(Chunk* chunk) {
 }
 
 void ChunkDiskResidency::Began(const Chunk* chunk) {
-  beginning_ = chunk;
-  schedule_.Began(chunk);
+  managed_.Began(chunk);
+  const UseSchedule& schedule = managed_.schedule();
   // The next `lookahead_` other chunks the schedule uses; those already in
   // memory count, so the read never runs further ahead than that.
   std::vector<const Chunk*> seen = {chunk};
   for (int64_t k = 1;
-       k <= schedule_.size() && static_cast<int>(seen.size()) <= lookahead_;
+       k <= schedule.size() && static_cast<int>(seen.size()) <= lookahead_;
        ++k) {
-    Chunk* next = schedule_.Ahead(k);
+    Chunk* next = schedule.Ahead(k);
     if (std::find(seen.begin(), seen.end(), next) != seen.end()) continue;
     seen.push_back(next);
     if (!manages(next) || next->is_accessed() || !next->payload_on_disk() ||
@@ -136,7 +117,7 @@ void ChunkDiskResidency::Began(const Chunk* chunk) {
 
 int64_t ChunkDiskResidency::resident_bytes() const {
   int64_t bytes = 0;
-  for (const Chunk* chunk : managed_) bytes += HostBytes(*chunk);
+  for (const Chunk* chunk : managed_.chunks()) bytes += HostBytes(*chunk);
   return bytes;
 }
 

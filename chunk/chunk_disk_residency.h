@@ -35,7 +35,7 @@
 #include "absl/status/status.h"
 #include "chunk/chunk.h"
 #include "chunk/chunk_disk_tier.h"
-#include "chunk/use_schedule.h"
+#include "chunk/scheduled_chunks.h"
 #include "tensor/memory/memory_tracker.h"
 
 namespace chunkzero {
@@ -96,9 +96,7 @@ class ChunkDiskResidency {
   ChunkDiskTier* const disk_;
   const MemoryTracker* const tracker_;
   const int lookahead_;
-  std::vector<Chunk*> managed_;  // In the order they were managed.
-  UseSchedule schedule_;
-  const Chunk* beginning_ = nullptr;  // Never the one to go.
+  ScheduledChunks managed_{ScheduledChunks::Ties::kAddedLast};
   int64_t evictions_ = 0;
   int64_t reads_ahead_ = 0;
   absl::Status first_error_;

@@ -1,6 +1,6 @@
 #include "chunk/chunk_residency.h"
 
-#include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "chunk/chunk_layout.h"
@@ -19,45 +19,21 @@ ChunkResidency::ChunkResidency(Device device, Device host,
                                const MemoryTracker* tracker)
     : device_(device), host_(host), tracker_(tracker) {}
 
-void ChunkResidency::Manage(Chunk* chunk) {
-  if (std::find(managed_.begin(), managed_.end(), chunk) == managed_.end()) {
-    managed_.push_back(chunk);
-  }
-}
+void ChunkResidency::Manage(Chunk* chunk) { managed_.Add(chunk); }
 
-void ChunkResidency::Forget(Chunk* chunk) {
-  if (beginning_ == chunk) beginning_ = nullptr;
-  managed_.erase(std::remove(managed_.begin(), managed_.end(), chunk),
-                 managed_.end());
-  schedule_.Forget(chunk);
-}
+void ChunkResidency::Forget(Chunk* chunk) { managed_.Forget(chunk); }
 
 void ChunkResidency::SetSchedule(std::vector<Chunk*> uses) {
-  schedule_.Set(std::move(uses));
+  managed_.SetSchedule(std::move(uses));
 }
 
-int64_t ChunkResidency::Distance(const Chunk* chunk) const {
-  return schedule_.Distance(chunk);
-}
-
-void ChunkResidency::Began(const Chunk* chunk) {
-  beginning_ = chunk;
-  schedule_.Began(chunk);
-}
+void ChunkResidency::Began(const Chunk* chunk) { managed_.Began(chunk); }
 
 std::vector<Chunk*> ChunkResidency::EvictionOrder() const {
-  std::vector<Chunk*> residents;
-  for (Chunk* chunk : managed_) {
-    if (chunk->rest_device() == device_ && !chunk->is_accessed() &&
-        chunk != beginning_ && RestBytes(*chunk) > 0) {
-      residents.push_back(chunk);
-    }
-  }
-  std::stable_sort(residents.begin(), residents.end(),
-                   [&](const Chunk* a, const Chunk* b) {
-                     return Distance(a) > Distance(b);
-                   });
-  return residents;
+  return managed_.FarthestFirst([&](const Chunk& chunk) {
+    return chunk.rest_device() == device_ && !chunk.is_accessed() &&
+           RestBytes(chunk) > 0;
+  });
 }
 
 bool ChunkResidency::Evict(Chunk* chunk) {
@@ -81,7 +57,7 @@ int64_t ChunkResidency::Reclaim(int64_t bytes) {
 
 void ChunkResidency::Releasing(Chunk* chunk) {
   if (!chunk->is_accessed() || chunk->rest_device() == device_ ||
-      std::find(managed_.begin(), managed_.end(), chunk) == managed_.end()) {
+      !managed_.contains(chunk)) {
     return;
   }
   // What resting here adds to the device now: a sharded rank's shard; a
@@ -95,16 +71,11 @@ void ChunkResidency::Releasing(Chunk* chunk) {
   if (room < bytes) {
     // Make room only from residents used later than this chunk, farthest
     // first, and only if that is enough.
-    const int64_t distance = Distance(chunk);
-    std::vector<Chunk*> later;
-    int64_t available = room;
-    for (Chunk* resident : EvictionOrder()) {
-      if (available >= bytes || Distance(resident) <= distance) break;
-      later.push_back(resident);
-      available += RestBytes(*resident);
-    }
-    if (available < bytes) return;
-    for (Chunk* resident : later) {
+    const std::optional<std::vector<Chunk*>> to_free = managed_.RoomFor(
+        chunk, bytes, room, EvictionOrder(),
+        [](const Chunk& resident) { return RestBytes(resident); });
+    if (!to_free.has_value()) return;
+    for (Chunk* resident : *to_free) {
       if (!Evict(resident)) return;
     }
   }
@@ -115,7 +86,7 @@ void ChunkResidency::Releasing(Chunk* chunk) {
 
 int64_t ChunkResidency::resident_bytes() const {
   int64_t bytes = 0;
-  for (const Chunk* chunk : managed_) {
+  for (const Chunk* chunk : managed_.chunks()) {
     if (chunk->rest_device() == device_) bytes += RestBytes(*chunk);
   }
   return bytes;

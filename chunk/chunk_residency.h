@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "chunk/chunk.h"
-#include "chunk/use_schedule.h"
+#include "chunk/scheduled_chunks.h"
 #include "tensor/device.h"
 #include "tensor/memory/memory_tracker.h"
 
@@ -79,8 +79,6 @@ class ChunkResidency {
   int64_t evictions() const { return evictions_; }
 
  private:
-  // Uses from the clock to the next use of `chunk` (UseSchedule).
-  int64_t Distance(const Chunk* chunk) const;
   // Managed chunks at rest on the device and not accessed, farthest next
   // use first (ties: the order they were managed in).
   std::vector<Chunk*> EvictionOrder() const;
@@ -89,11 +87,7 @@ class ChunkResidency {
   const Device device_;
   const Device host_;
   const MemoryTracker* const tracker_;
-  std::vector<Chunk*> managed_;  // In the order they were managed.
-  UseSchedule schedule_;
-  // The chunk whose use began last: its access may be allocating (and so
-  // reclaiming) before it counts as accessed, and it is never the one to go.
-  const Chunk* beginning_ = nullptr;
+  ScheduledChunks managed_{ScheduledChunks::Ties::kAddedFirst};
   bool moving_in_ = false;  // Releasing is keeping a chunk on the device.
   int64_t evictions_ = 0;
 };
