@@ -137,7 +137,8 @@ absl::Status MemoryTracker::CheckRoomLocked(Device device,
       MemoryCategoryName(category), ": ",
       FormatBytes(static_cast<double>(held)), " of its ",
       FormatBytes(static_cast<double>(limit->second)),
-      " device memory limit are held",
+      device.type() == DeviceType::kCpu ? " host" : " device",
+      " memory limit are held",
       parts.empty() ? ""
                     : absl::StrCat(" (", absl::StrJoin(parts, ", "), ")")));
 }

@@ -124,6 +124,15 @@ TEST(MemoryTracker, TryAddStaysWithinTheDeviceLimit) {
   ASSERT_TRUE(t.TryAdd(kCpu, MemoryCategory::kParam, int64_t{1} << 40).ok());
 }
 
+TEST(MemoryTracker, AHostLimitIsNamedAsOne) {
+  MemoryTracker t;
+  t.SetLimit(kCpu, 1000);
+  t.Add(kCpu, MemoryCategory::kOther, 900);
+  EXPECT_EQ(t.TryAdd(kCpu, MemoryCategory::kParam, 200).message(),
+            "cpu: cannot hold 200 B more of param: 900 B of its 1000 B "
+            "host memory limit are held (other 900 B)");
+}
+
 TEST(MemoryTracker, ALimitBelowWhatIsHeldRefusesUntilMemoryIsReleased) {
   MemoryTracker t;
   t.Add(kSim, MemoryCategory::kMaster, 1000);
