@@ -5,12 +5,14 @@
 // hold them is refused before step 1, naming the flag and the bytes.
 #include <sys/statfs.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/system_memory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tools/train/report.h"
@@ -197,6 +199,49 @@ TEST(NvmeTrain, AHostLimitSendsParameterChunksToDiskAndChangesNoBit) {
   capped.nvme_path.clear();
   EXPECT_THAT(PlanTraining(capped).status().message(),
               HasSubstr("--host_memory_limit=1048576: needs --offload=nvme"));
+}
+
+// The refusal of a host limit adds up its parts: the larger of
+// registering the model and a step without the parameter chunks at rest,
+// plus the chunks being read (a buffer and a payload each). Computing on a
+// device, the parts are the host's alone (no activations).
+TEST(NvmeTrain, AHostLimitBelowTheFloorNamesItsParts) {
+  for (const bool on_device : {false, true}) {
+    SCOPED_TRACE(on_device ? "sim:0" : "cpu");
+    TrainOptions o = EightLayers();
+    o.offload = OffloadPolicy::kNvme;
+    o.nvme_path = TestDir("floor");
+    // The estimate is the same with or without the limits.
+    const absl::StatusOr<TrainPlan> free_plan = PlanTraining(o);
+    ASSERT_TRUE(free_plan.ok()) << free_plan.status();
+    const TrainMemoryEstimate& e = free_plan->memory;
+    const double host = on_device
+                            ? e.HostBytesPerRank(OffloadPolicy::kAuto, false)
+                            : e.per_rank();
+    const double stepping = host - e.model_init - e.chunks_at_rest;
+    const double reading = 3 * 2 * (e.rest_per_chunk + 4096);
+    ASSERT_LT(reading, e.chunks_at_rest);  // More than 3 chunks at rest.
+    if (on_device) o.device_memory_limit = 10 << 20;
+    o.host_memory_limit = 1 << 20;
+    const absl::Status s = PlanTraining(o).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(
+        s.message(),
+        HasSubstr(absl::StrCat(
+            "--host_memory_limit=1.00 MiB is less than the ",
+            FormatBytes(std::max(e.model_init, stepping) + reading),
+            " a rank needs in host memory with every parameter chunk on disk "
+            "(the larger of registering the model (",
+            FormatBytes(e.model_init),
+            ") and a step without its parameter chunks at rest (",
+            FormatBytes(stepping), "), plus ", FormatBytes(reading),
+            " for the 3 chunks read from disk at once; from ",
+            on_device ? e.DescribeHost(OffloadPolicy::kAuto, false)
+                      : e.Describe(),
+            ")")));
+    EXPECT_EQ(s.message().find("activations") == absl::string_view::npos,
+              on_device);
+  }
 }
 
 // Computing on a device (sim:0 under --device_memory_limit), the host

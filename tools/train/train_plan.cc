@@ -567,24 +567,58 @@ int DeviceWeight(OffloadPolicy offload) {
 // and the payload it lands in); registering and stepping, the larger.
 // Computing on a device, only the host's part counts, and the parameter
 // chunks rest there (and so may go to disk) only with three tiers.
-double HostFloor(const TrainPlan& plan) {
+struct HostFloorParts {
+  double registering = 0;  // model_init: over before the first step.
+  double stepping = 0;     // A step's host buffers but the chunks at rest.
+  double reading = 0;      // The chunks being read from disk.
+  double chunks_read = 0;  // How many that is.
+  // The host's parts the step's figure comes from (Describe or
+  // DescribeHost).
+  std::string described;
+  // Without the tier's help (no parameter chunk may go to disk): the
+  // whole of the rank's host figure.
+  bool all = false;
+
+  double total() const {
+    return all ? stepping : std::max(registering, stepping) + reading;
+  }
+  std::string Describe() const {
+    if (all) return described;
+    return absl::StrCat(
+        "the larger of registering the model (", FormatBytes(registering),
+        ") and a step without its parameter chunks at rest (",
+        FormatBytes(stepping), "), plus ", FormatBytes(reading), " for the ",
+        chunks_read, " chunks read from disk at once; from ", described);
+  }
+};
+HostFloorParts HostFloor(const TrainPlan& plan) {
   const TrainOptions& o = plan.options;
   const TrainMemoryEstimate& e = plan.memory;
   const bool on_device =
       o.device == ComputeDevice::kCuda || o.device_memory_limit > 0;
+  HostFloorParts floor;
   if (on_device && !ThreeTiers(o)) {
-    return e.HostBytesPerRank(o.offload, Staged(o));
+    floor.all = true;
+    floor.stepping = e.HostBytesPerRank(o.offload, Staged(o));
+    floor.described = e.DescribeHost(o.offload, Staged(o));
+    return floor;
   }
-  const double reading = std::min(
-      (EngineOptions().disk_lookahead + 1) * 2.0 * (e.rest_per_chunk + 4096),
-      e.chunks_at_rest);
+  floor.chunks_read = std::min<double>(
+      EngineOptions().disk_lookahead + 1,
+      e.rest_per_chunk > 0 ? std::ceil(e.chunks_at_rest / e.rest_per_chunk)
+                           : 0);
+  floor.reading = std::min(2.0 * floor.chunks_read * (e.rest_per_chunk + 4096),
+                           e.chunks_at_rest);
   const double host = on_device
                           ? e.HostBytesPerRank(OffloadPolicy::kAuto, Staged(o))
                           : e.per_rank();
+  floor.described = on_device ? e.DescribeHost(OffloadPolicy::kAuto, Staged(o))
+                              : e.Describe();
   // Registration (model_init) is over before the first step's buffers
   // exist: the larger of the two.
-  return std::max(e.model_init, host - e.model_init - e.chunks_at_rest) +
-         reading;
+  floor.registering = e.model_init;
+  floor.stepping = host - e.model_init - e.chunks_at_rest;
+  return floor;
 }
 
 // Whether the parameter chunks may go to disk: a host limit below what a
@@ -605,16 +639,16 @@ bool ParamsMayGoToDisk(const TrainPlan& plan) {
 absl::Status CheckHostMemoryLimit(const TrainPlan& plan) {
   const TrainOptions& o = plan.options;
   if (o.host_memory_limit == 0) return absl::OkStatus();
-  const double floor = HostFloor(plan);
-  if (floor <= static_cast<double>(o.host_memory_limit)) {
+  const HostFloorParts floor = HostFloor(plan);
+  if (floor.total() <= static_cast<double>(o.host_memory_limit)) {
     return absl::OkStatus();
   }
   return absl::ResourceExhaustedError(absl::StrCat(
       "--host_memory_limit=",
       FormatBytes(static_cast<double>(o.host_memory_limit)),
-      " is less than the ", FormatBytes(floor),
+      " is less than the ", FormatBytes(floor.total()),
       " a rank needs in host memory with every parameter chunk on disk (",
-      plan.memory.Describe(), "); the largest part grows with ",
+      floor.Describe(), "); the largest part grows with ",
       plan.memory.LargestPartFlags()));
 }
 
