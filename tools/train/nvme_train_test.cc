@@ -244,6 +244,48 @@ TEST(NvmeTrain, AHostLimitBelowTheFloorNamesItsParts) {
   }
 }
 
+// The plan printed before step 1 adds the disk: the masters and states,
+// and the parameter chunks when the host limit may send them there; the
+// host line names the limit and the least a rank can work in.
+TEST(NvmeTrain, ThePlanShowsDeviceHostAndDiskBytes) {
+  TrainOptions o = EightLayers();
+  o.offload = OffloadPolicy::kNvme;
+  o.nvme_path = TestDir("plan");
+  absl::StatusOr<TrainPlan> plan = PlanTraining(o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const TrainMemoryEstimate e = plan->memory;
+  const std::string header = "plan (what each rank will hold, estimated):\n";
+  EXPECT_EQ(FormatPlan(*plan),
+            absl::StrCat(header, "  host: ", e.Describe(),
+                         "\n  disk (--nvme_path=", o.nvme_path,
+                         "): masters and optimizer states ",
+                         FormatBytes(e.disk), " per rank\n"));
+
+  o.device_memory_limit = 10 << 20;
+  o.host_memory_limit = 12 << 20;
+  plan = PlanTraining(o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(
+      FormatPlan(*plan),
+      absl::StrCat(
+          header, "  device: ",
+          FormatBytes(DeviceMemoryNeeded(e, OffloadPolicy::kAuto)),
+          " per rank on sim:0 (chunks ",
+          FormatBytes(e.in_flight + e.in_flight_shards), ", activations ",
+          FormatBytes(e.activations),
+          "); --device_memory_limit=10.00 MiB\n  host: ",
+          e.DescribeHost(OffloadPolicy::kAuto, false),
+          "; --host_memory_limit=12.00 MiB (at least ",
+          FormatBytes(e.HostBytesPerRank(OffloadPolicy::kAuto, false) -
+                      e.model_init - e.chunks_at_rest +
+                      3 * 2 * (e.rest_per_chunk + 4096)),
+          " with every parameter chunk on disk): parameter chunks go to disk "
+          "as it demands\n  disk (--nvme_path=",
+          o.nvme_path, "): masters and optimizer states ", FormatBytes(e.disk),
+          " per rank, and parameter chunks up to ",
+          FormatBytes(e.chunks_at_rest), "\n"));
+}
+
 // Computing on a device (sim:0 under --device_memory_limit), the host
 // limit gives the parameter chunks three tiers: the device while its
 // limit leaves room, host memory, disk. In every layout and 16-bit

@@ -27,6 +27,7 @@
 #include "tools/train/report.h"
 #include "tools/train/tensorboard_report.h"
 #include "tools/train/train_flags.h"
+#include "tools/train/train_plan.h"
 #include "tools/train/trainer.h"
 
 namespace {
@@ -343,11 +344,16 @@ int Main(int argc, char** argv) {
   }
   chunkzero::ProgressPrinter progress(stderr, isatty(fileno(stderr)) != 0);
   auto result = chunkzero::RunTraining(
-      o, [&](const chunkzero::StepMetrics& m) -> absl::Status {
+      o,
+      [&](const chunkzero::StepMetrics& m) -> absl::Status {
         progress.OnStep(m);
         if (tensorboard != nullptr) CZ_RETURN_IF_ERROR(tensorboard->OnStep(m));
         if (!metrics.is_open()) return absl::OkStatus();
         return metrics.Append(chunkzero::StepMetricsJson(m));
+      },
+      [](const chunkzero::TrainPlan& plan) {
+        std::cerr << chunkzero::FormatPlan(plan);
+        std::cerr.flush();
       });
   progress.Finish();
   absl::Status status = result.status();

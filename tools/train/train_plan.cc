@@ -9,10 +9,12 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "base/file.h"
 #include "base/parallel_for.h"
 #include "base/status_macros.h"
@@ -678,6 +680,26 @@ absl::Status CheckDiskSpace(const TrainPlan& plan) {
       " there"));
 }
 
+// "17.16 MiB per rank on sim:0 (chunks 13.00 MiB, activations 4.16 MiB)":
+// what a rank needs on its compute device as the flags place it.
+std::string DescribeDeviceNeed(const TrainPlan& plan,
+                               absl::string_view device) {
+  const TrainOptions& o = plan.options;
+  // Auto placement that keeps no chunk on the device needs what params'
+  // does.
+  const OffloadPolicy placement =
+      plan.auto_rests_on_host ? OffloadPolicy::kParams : ParamPlacement(o);
+  return absl::StrCat(FormatBytes(DeviceMemoryNeeded(plan.memory, placement)),
+                      " per rank on ", device, " (chunks ",
+                      FormatBytes(DeviceChunkBytes(plan.memory, placement)),
+                      o.offload != OffloadPolicy::kNone
+                          ? ""
+                          : absl::StrCat(", masters and optimizer states ",
+                                         FormatBytes(plan.memory.optimizer)),
+                      ", activations ", FormatBytes(plan.memory.activations),
+                      ")");
+}
+
 // Refuses a configuration whose compute device would need more than
 // --device_memory_limit or, with --device=cuda, more than the GPU has free
 // for each of its ranks, naming the parts and the first lighter
@@ -760,14 +782,7 @@ absl::Status CheckDeviceMemory(TrainPlan& plan, const TrainMemoryInput& need,
   return absl::ResourceExhaustedError(absl::StrCat(
       "--storage=", ChunkLayoutName(o.storage),
       " --offload=", OffloadFlagValue(o.offload), " needs about ",
-      FormatBytes(bytes), " per rank on ", device, " (chunks ",
-      FormatBytes(DeviceChunkBytes(plan.memory, ParamPlacement(o))),
-      o.offload != OffloadPolicy::kNone
-          ? ""
-          : absl::StrCat(", masters and optimizer states ",
-                         FormatBytes(plan.memory.optimizer)),
-      ", activations ", FormatBytes(plan.memory.activations), ") but ",
-      limit_text, "; ", advice));
+      DescribeDeviceNeed(plan, device), " but ", limit_text, "; ", advice));
 }
 
 }  // namespace
@@ -1103,6 +1118,51 @@ absl::Status CheckFileDescriptorLimit(const TrainOptions& o, int64_t limit) {
       limit,
       " (ulimit -n); raise it, or run one process per rank "
       "(tools/train/launch.sh)"));
+}
+
+std::string FormatPlan(const TrainPlan& plan) {
+  const TrainOptions& o = plan.options;
+  const TrainMemoryEstimate& e = plan.memory;
+  const bool gpu = o.device == ComputeDevice::kCuda;
+  const bool on_device = gpu || o.device_memory_limit > 0;
+  std::string text = "plan (what each rank will hold, estimated):\n";
+  if (on_device) {
+    absl::StrAppend(&text, "  device: ",
+                    DescribeDeviceNeed(plan, gpu ? "its GPU" : "sim:0"));
+    if (o.device_memory_limit > 0) {
+      absl::StrAppend(&text, "; --device_memory_limit=",
+                      FormatBytes(static_cast<double>(o.device_memory_limit)));
+    }
+    if (plan.auto_rests_on_host) {
+      absl::StrAppend(&text, "; every chunk rests in host memory");
+    }
+    absl::StrAppend(&text, "\n");
+  }
+  absl::StrAppend(
+      &text, "  host: ",
+      on_device ? e.DescribeHost(ParamPlacement(o), Staged(o)) : e.Describe());
+  if (o.host_memory_limit > 0) {
+    absl::StrAppend(
+        &text, "; --host_memory_limit=",
+        FormatBytes(static_cast<double>(o.host_memory_limit)), " (at least ",
+        FormatBytes(HostFloor(plan).total()),
+        ParamsMayGoToDisk(plan)
+            ? " with every parameter chunk on disk): parameter chunks go to "
+              "disk as it demands"
+            : " with every parameter chunk on disk): all of it fits");
+  }
+  absl::StrAppend(&text, "\n");
+  if (o.offload == OffloadPolicy::kNvme) {
+    absl::StrAppend(&text, "  disk (--nvme_path=", o.nvme_path,
+                    "): masters and optimizer states ", FormatBytes(e.disk),
+                    " per rank");
+    if (ParamsMayGoToDisk(plan)) {
+      absl::StrAppend(&text, ", and parameter chunks up to ",
+                      FormatBytes(e.chunks_at_rest));
+    }
+    absl::StrAppend(&text, "\n");
+  }
+  return text;
 }
 
 }  // namespace chunkzero

@@ -102,6 +102,12 @@ int GpuIndexOfRank(const TrainOptions& options, int rank, int gpus);
 double DeviceMemoryNeeded(const TrainMemoryEstimate& estimate,
                           OffloadPolicy offload);
 
+// What each rank will hold, as planned, before step 1: on the compute
+// device (a GPU or sim:0), in host memory (under --host_memory_limit, the
+// least it can work in), and with --offload=nvme on disk; a line each,
+// for the train tool to print before training starts.
+std::string FormatPlan(const TrainPlan& plan);
+
 // The checkpoint's record of the model and the data order: a resumed run
 // must match these (world size and layout may differ).
 std::map<std::string, std::string> CheckpointConfig(const TrainPlan& plan);

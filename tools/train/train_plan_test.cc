@@ -18,6 +18,7 @@ namespace {
 
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr int64_t kGiB = int64_t{1} << 30;
@@ -67,6 +68,39 @@ TEST(PlanTrainingOnGpus, TheHostHoldsOnlyWhatLivesThere) {
   EXPECT_THAT(std::string(cpu.status().message()),
               StartsWith("this job needs about "));
   EXPECT_THAT(std::string(cpu.status().message()), HasSubstr(" of memory ("));
+}
+
+// The plan printed before step 1: what a rank holds on its GPU and in
+// host memory, the same figures the checks used; a CPU job has one line.
+TEST(PlanTrainingOnGpus, ThePlanNamesTheDeviceAndTheHostBytes) {
+  TrainOptions o = Gpt2Small();
+  o.offload = OffloadPolicy::kOptimizer;
+  absl::StatusOr<TrainPlan> plan = PlanTraining(o, FakeGpus({140 * kGiB}));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const TrainMemoryEstimate& e = plan->memory;
+  EXPECT_EQ(
+      FormatPlan(*plan),
+      absl::StrCat(
+          "plan (what each rank will hold, estimated):\n  device: ",
+          FormatBytes(DeviceMemoryNeeded(e, OffloadPolicy::kOptimizer)),
+          " per rank on its GPU (chunks ",
+          FormatBytes(e.chunks - e.reduce_scratch), ", activations ",
+          FormatBytes(e.activations), ")\n  host: ",
+          e.DescribeHost(OffloadPolicy::kOptimizer, /*staged=*/true), "\n"));
+  // Only the host's share: no activations there.
+  EXPECT_THAT(e.DescribeHost(OffloadPolicy::kOptimizer, true),
+              Not(HasSubstr("activations")));
+
+  o.device = ComputeDevice::kCpu;
+  o.memory_limit_bytes = 0;
+  o.batch = 1;
+  o.model.seq_len = 64;
+  plan = PlanTraining(o, FakeGpus({}));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(
+      FormatPlan(*plan),
+      absl::StrCat("plan (what each rank will hold, estimated):\n  host: ",
+                   plan->memory.Describe(), "\n"));
 }
 
 TEST(PlanTrainingOnGpus, AHostTooSmallForItsShareIsRefusedNamingThatShare) {

@@ -333,9 +333,11 @@ gemm::Precision MatmulPrecision(DType precision) {
 }
 
 absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
-                                        const StepCallback& on_step) {
+                                        const StepCallback& on_step,
+                                        const PlanCallback& on_plan) {
   CZ_ASSIGN_OR_RETURN(const TrainPlan plan, PlanTraining(options));
   CZ_RETURN_IF_ERROR(CheckTrainOutputs(plan));
+  if (on_plan && options.rank <= 0) on_plan(plan);
   // One job at a time saves into a directory: a second one would race the
   // first's commits (rank 0's process holds the lock for the whole run).
   std::unique_ptr<FileLock> save_lock;

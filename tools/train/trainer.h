@@ -45,6 +45,7 @@
 #include "tools/train/model_spec.h"
 #include "tools/train/step_metrics.h"
 #include "tools/train/train_options.h"
+#include "tools/train/train_plan.h"
 
 namespace chunkzero {
 
@@ -86,6 +87,8 @@ struct TrainResult {
 // Called after every step on rank 0; an error ends the run with it (for
 // instance a metrics file that cannot be written).
 using StepCallback = std::function<absl::Status(const StepMetrics&)>;
+// Runs once, with the job planned and checked, before any rank starts.
+using PlanCallback = std::function<void(const TrainPlan&)>;
 
 // Trains as described above; `on_step` runs after every step on rank 0's
 // thread (in rank 0's process), and an error it returns ends the run on
@@ -111,8 +114,12 @@ gemm::Precision MatmulPrecision(DType precision);
 // nothing was computed for a device).
 int64_t DevicePeak(const TrainResult& result);
 
+// `on_plan` (may be empty) runs in rank 0's process before any rank
+// starts, once the plan and the destinations are checked (the train tool
+// prints FormatPlan there).
 [[nodiscard]] absl::StatusOr<TrainResult> RunTraining(
-    const TrainOptions& options, const StepCallback& on_step);
+    const TrainOptions& options, const StepCallback& on_step,
+    const PlanCallback& on_plan = nullptr);
 
 }  // namespace chunkzero
 

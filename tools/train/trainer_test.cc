@@ -248,6 +248,34 @@ TEST(TrainerTest, ReportsEveryStepToTheCallback) {
   EXPECT_DOUBLE_EQ(r.steps[1].lr, o.lr);
 }
 
+// The plan is handed over once, before the first step, and is the job's;
+// a job that fails to plan hands none over.
+TEST(TrainerTest, HandsThePlanOverBeforeTheFirstStep) {
+  TrainOptions o = Tiny();
+  o.steps = 2;
+  std::vector<std::string> events;
+  absl::StatusOr<TrainResult> r = RunTraining(
+      o,
+      [&](const StepMetrics& m) {
+        events.push_back(absl::StrCat("step ", m.step));
+        return absl::OkStatus();
+      },
+      [&](const TrainPlan& plan) {
+        events.push_back(absl::StrCat("plan ", plan.spec.ParameterCount(), " ",
+                                      plan.chunk_size.value_or(0)));
+      });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(events,
+            (std::vector<std::string>{"plan 21472 8192", "step 1", "step 2"}));
+
+  events.clear();
+  o.batch = 0;
+  r = RunTraining(o, nullptr,
+                  [&](const TrainPlan&) { events.push_back("plan"); });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(events.empty());
+}
+
 // ---- 2. --export and --init.
 
 TEST(TrainerTest, ExportThenInitRoundTripsExactly) {
