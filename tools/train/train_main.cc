@@ -181,6 +181,15 @@ namespace {
 // ends the run instead of losing the figures silently).
 class MetricsFile {
  public:
+  // Before anything else: that the file can be created, leaving what is
+  // there untouched (a job refused later keeps an earlier run's figures).
+  static absl::Status Check(const std::string& path) {
+    const absl::Status can = chunkzero::CheckCanCreateFile(path);
+    if (can.ok()) return can;
+    return absl::Status(
+        can.code(), absl::StrCat("--metrics_out=", path, ": ", can.message()));
+  }
+  // Creates or truncates it, once the job is planned.
   absl::Status Open(const std::string& path) {
     path_ = path;
     // A FIFO or a device is refused before it is opened: opening a FIFO
@@ -326,8 +335,8 @@ int Main(int argc, char** argv) {
   MetricsFile metrics;
   const std::string metrics_path = absl::GetFlag(FLAGS_metrics_out);
   if (!metrics_path.empty() && reporter) {
-    if (absl::Status opened = metrics.Open(metrics_path); !opened.ok()) {
-      std::cerr << "error: " << opened << "\n";
+    if (absl::Status can = MetricsFile::Check(metrics_path); !can.ok()) {
+      std::cerr << "error: " << can << "\n";
       return 2;
     }
   }
@@ -351,9 +360,11 @@ int Main(int argc, char** argv) {
         if (!metrics.is_open()) return absl::OkStatus();
         return metrics.Append(chunkzero::StepMetricsJson(m));
       },
-      [](const chunkzero::TrainPlan& plan) {
+      [&](const chunkzero::TrainPlan& plan) -> absl::Status {
         std::cerr << chunkzero::FormatPlan(plan);
         std::cerr.flush();
+        if (metrics_path.empty() || !reporter) return absl::OkStatus();
+        return metrics.Open(metrics_path);
       });
   progress.Finish();
   absl::Status status = result.status();

@@ -337,7 +337,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
                                         const PlanCallback& on_plan) {
   CZ_ASSIGN_OR_RETURN(const TrainPlan plan, PlanTraining(options));
   CZ_RETURN_IF_ERROR(CheckTrainOutputs(plan));
-  if (on_plan && options.rank <= 0) on_plan(plan);
+  if (on_plan && options.rank <= 0) CZ_RETURN_IF_ERROR(on_plan(plan));
   // One job at a time saves into a directory: a second one would race the
   // first's commits (rank 0's process holds the lock for the whole run).
   std::unique_ptr<FileLock> save_lock;

@@ -87,8 +87,9 @@ struct TrainResult {
 // Called after every step on rank 0; an error ends the run with it (for
 // instance a metrics file that cannot be written).
 using StepCallback = std::function<absl::Status(const StepMetrics&)>;
-// Runs once, with the job planned and checked, before any rank starts.
-using PlanCallback = std::function<void(const TrainPlan&)>;
+// Runs once, with the job planned and checked, before any rank starts; an
+// error it returns ends the job there.
+using PlanCallback = std::function<absl::Status(const TrainPlan&)>;
 
 // Trains as described above; `on_step` runs after every step on rank 0's
 // thread (in rank 0's process), and an error it returns ends the run on
@@ -116,7 +117,8 @@ int64_t DevicePeak(const TrainResult& result);
 
 // `on_plan` (may be empty) runs in rank 0's process before any rank
 // starts, once the plan and the destinations are checked (the train tool
-// prints FormatPlan there).
+// prints FormatPlan and creates its --metrics_out file there, so that a
+// job refused before it leaves an old file as it was).
 [[nodiscard]] absl::StatusOr<TrainResult> RunTraining(
     const TrainOptions& options, const StepCallback& on_step,
     const PlanCallback& on_plan = nullptr);

@@ -249,29 +249,39 @@ TEST(TrainerTest, ReportsEveryStepToTheCallback) {
 }
 
 // The plan is handed over once, before the first step, and is the job's;
-// a job that fails to plan hands none over.
+// its error ends the job before any step, and a job that fails to plan
+// hands none over.
 TEST(TrainerTest, HandsThePlanOverBeforeTheFirstStep) {
   TrainOptions o = Tiny();
   o.steps = 2;
   std::vector<std::string> events;
-  absl::StatusOr<TrainResult> r = RunTraining(
-      o,
-      [&](const StepMetrics& m) {
-        events.push_back(absl::StrCat("step ", m.step));
-        return absl::OkStatus();
-      },
-      [&](const TrainPlan& plan) {
+  auto on_step = [&](const StepMetrics& m) {
+    events.push_back(absl::StrCat("step ", m.step));
+    return absl::OkStatus();
+  };
+  absl::StatusOr<TrainResult> r =
+      RunTraining(o, on_step, [&](const TrainPlan& plan) {
         events.push_back(absl::StrCat("plan ", plan.spec.ParameterCount(), " ",
                                       plan.chunk_size.value_or(0)));
+        return absl::OkStatus();
       });
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(events,
             (std::vector<std::string>{"plan 21472 8192", "step 1", "step 2"}));
 
   events.clear();
+  r = RunTraining(o, on_step, [&](const TrainPlan&) {
+    return absl::PermissionDeniedError("--metrics_out=x: read-only");
+  });
+  EXPECT_EQ(r.status(),
+            absl::PermissionDeniedError("--metrics_out=x: read-only"));
+  EXPECT_TRUE(events.empty());
+
   o.batch = 0;
-  r = RunTraining(o, nullptr,
-                  [&](const TrainPlan&) { events.push_back("plan"); });
+  r = RunTraining(o, on_step, [&](const TrainPlan&) {
+    events.push_back("plan");
+    return absl::OkStatus();
+  });
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(events.empty());
 }
