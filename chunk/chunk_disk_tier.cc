@@ -115,8 +115,11 @@ absl::Status ChunkDiskTier::Transfer(IoKind kind, const DiskRegion& region,
       std::memcpy(bounce_.data(), host + at, static_cast<size_t>(mine));
       std::memset(bounce_.data() + mine, 0, static_cast<size_t>(span - mine));
     }
+    // The caller waits from the submission on (Wait counts the rest).
+    const absl::Time submitted = absl::Now();
     CZ_ASSIGN_OR_RETURN(IoBatch batch,
                         Start(kind, region, at, span, bounce_, &what));
+    stats_.seconds_waited += absl::ToDoubleSeconds(absl::Now() - submitted);
     CZ_RETURN_IF_ERROR(Wait(batch));
     if (kind == IoKind::kRead) {
       std::memcpy(host + at, bounce_.data(), static_cast<size_t>(mine));

@@ -15,8 +15,9 @@
 // a whole payload's copy would be a chunk of host memory held for good);
 // StartRead/StartWrite/Wait move aligned buffers asynchronously, for the
 // optimizer's pipeline. The stats count every
-// byte moved and the time callers spent waiting for the disk (time the
-// disk worked while they computed is not in it).
+// byte moved, the time callers spent waiting for the disk, and the time the
+// disk had the tier's I/O in flight (the difference: time it worked while
+// they computed).
 //
 // Errors are the scratch file's and the engine's, naming the bytes' `what`.
 // Thread-safety: a tier is used by its rank's thread.
@@ -52,6 +53,9 @@ struct DiskTierStats {
   int64_t bytes_read = 0;
   int64_t bytes_written = 0;
   double seconds_waited = 0;  // In Write, Read and Wait.
+  // While the disk had this tier's I/O in flight (IoEngine::busy_seconds);
+  // less seconds_waited, the disk's time hidden behind the caller's work.
+  double seconds_busy = 0;
 };
 
 class ChunkDiskTier {
@@ -90,7 +94,11 @@ class ChunkDiskTier {
   void set_memory_tracker(MemoryTracker* tracker);
   ~ChunkDiskTier();
 
-  const DiskTierStats& stats() const { return stats_; }
+  DiskTierStats stats() const {
+    DiskTierStats now = stats_;
+    now.seconds_busy = engine_->busy_seconds();
+    return now;
+  }
   // The host memory Write and Read stage through now (<= kBounceBytes).
   size_t bounce_bytes() const { return bounce_.size(); }
   const ScratchFile& file() const { return *file_; }

@@ -55,6 +55,12 @@ TEST(ChunkDiskTier, RegionsGrowTheFileAndRoundTripAnySize) {
   // Whole regions move: 8192 + 4096 each way.
   EXPECT_EQ((*disk)->stats().bytes_written, 12288);
   EXPECT_EQ((*disk)->stats().bytes_read, 12288);
+  // Write and Read wait for the disk from submission to completion: its
+  // busy time is the engine's, and none of it is hidden.
+  const DiskTierStats stats = (*disk)->stats();
+  EXPECT_GT(stats.seconds_busy, 0);
+  EXPECT_EQ(stats.seconds_busy, (*disk)->engine().busy_seconds());
+  EXPECT_LE(stats.seconds_busy, stats.seconds_waited);
   EXPECT_THAT((*disk)->Write(a, out.data(), 5000, "a").message(),
               HasSubstr("a: 5000 bytes for a region of 4096"));
   AlignedBuffer small = *AlignedBuffer::Create(4096);

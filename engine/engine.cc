@@ -150,11 +150,12 @@ absl::StatusOr<StepMetrics> Engine::Step(int micro_batches,
   RankStepMetrics mine =
       MeasureRankStep(*tracker_, comm, h2d, d2h, options_.device);
   if (disk_ != nullptr) {
-    const DiskTierStats& now = disk_->stats();
+    const DiskTierStats now = disk_->stats();
     mine.disk = true;
     mine.disk_read_bytes = now.bytes_read - disk_stats_.bytes_read;
     mine.disk_written_bytes = now.bytes_written - disk_stats_.bytes_written;
     mine.disk_wait_s = now.seconds_waited - disk_stats_.seconds_waited;
+    mine.disk_busy_s = now.seconds_busy - disk_stats_.seconds_busy;
     disk_stats_ = now;
   }
   CZ_ASSIGN_OR_RETURN(const std::vector<std::vector<int64_t>> figures,

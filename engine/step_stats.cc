@@ -41,6 +41,7 @@ std::vector<int64_t> EncodeRankStepMetrics(const RankStepMetrics& m) {
   v.push_back(m.disk_read_bytes);
   v.push_back(m.disk_written_bytes);
   v.push_back(static_cast<int64_t>(std::llround(m.disk_wait_s * 1e6)));
+  v.push_back(static_cast<int64_t>(std::llround(m.disk_busy_s * 1e6)));
   for (int k = 0; k < comm::kNumCollectiveKinds; ++k) {
     auto it = m.comm_bytes.find(SnakeCase(
         comm::CollectiveKindName(static_cast<comm::CollectiveKind>(k))));
@@ -66,6 +67,7 @@ RankStepMetrics DecodeRankStepMetrics(const std::vector<int64_t>& v) {
   m.disk_read_bytes = v[i++];
   m.disk_written_bytes = v[i++];
   m.disk_wait_s = static_cast<double>(v[i++]) / 1e6;
+  m.disk_busy_s = static_cast<double>(v[i++]) / 1e6;
   for (int k = 0; k < comm::kNumCollectiveKinds; ++k) {
     const bool present = v[i++] != 0;
     const int64_t bytes = v[i++];

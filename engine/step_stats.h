@@ -36,13 +36,18 @@ struct RankStepMetrics {
   int64_t h2d_bytes = 0;
   int64_t d2h_bytes = 0;
   // With the masters and states on disk (OffloadPolicy::kNvme): the bytes
-  // this rank read and wrote there in this step, and the time it waited
-  // for the disk (the rest of the disk's work was hidden behind compute;
+  // this rank read and wrote there in this step, the time it waited for
+  // the disk, and the time the disk had its I/O in flight (DiskTierStats;
   // the travel encoding keeps microseconds).
   bool disk = false;
   int64_t disk_read_bytes = 0;
   int64_t disk_written_bytes = 0;
   double disk_wait_s = 0;
+  double disk_busy_s = 0;
+  // The disk's time hidden behind this rank's compute: busy, not waited.
+  double disk_hidden_s() const {
+    return disk_busy_s > disk_wait_s ? disk_busy_s - disk_wait_s : 0;
+  }
   // Bus bytes (DESIGN.md §7) this rank sent and received in this step, by
   // collective ("all_gather", "reduce_scatter", ...).
   std::map<std::string, int64_t> comm_bytes;

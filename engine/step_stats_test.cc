@@ -20,6 +20,7 @@ TEST(RankStepMetrics, EncodingRoundTripsAndHasAFixedLength) {
   m.disk_read_bytes = 31;
   m.disk_written_bytes = 37;
   m.disk_wait_s = 0.125;
+  m.disk_busy_s = 0.5;
   m.comm_bytes = {{"all_gather", 1397760}, {"reduce_scatter", 698880}};
   const std::vector<int64_t> encoded = EncodeRankStepMetrics(m);
   EXPECT_EQ(encoded.size(), EncodeRankStepMetrics(RankStepMetrics()).size());
@@ -40,6 +41,8 @@ TEST(RankStepMetrics, EncodingRoundTripsAndHasAFixedLength) {
   EXPECT_EQ(back.disk_read_bytes, 31);
   EXPECT_EQ(back.disk_written_bytes, 37);
   EXPECT_EQ(back.disk_wait_s, 0.125);
+  EXPECT_EQ(back.disk_busy_s, 0.5);
+  EXPECT_EQ(back.disk_hidden_s(), 0.375);
   EXPECT_FALSE(DecodeRankStepMetrics(EncodeRankStepMetrics({})).disk);
   EXPECT_EQ(back.comm_bytes, m.comm_bytes);
 }

@@ -91,6 +91,12 @@ class IoEngine {
   // Waits for every piece of `batch`; its first error. NotFound for a batch
   // this engine did not submit or already waited for.
   [[nodiscard]] virtual absl::Status Wait(IoBatch batch) = 0;
+  // Seconds during which at least one of this engine's pieces was in
+  // flight, since it was made (BusyClock): the disk's time, waited for or
+  // not. The threads time each piece as it finishes; io_uring times each
+  // completion as the ring posts it (an eventfd's watcher; where the
+  // kernel refuses one, as it is reaped at the next Submit or Wait).
+  virtual double busy_seconds() const = 0;
   // Why kAuto did not get io_uring, or "".
   const std::string& fallback_reason() const { return fallback_reason_; }
 

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "io/nvme/aligned_buffer.h"
@@ -53,6 +55,27 @@ AlignedBuffer Pattern(size_t bytes, int seed) {
     b.data()[i] = static_cast<char>((i * 131 + seed) % 251);
   }
   return b;
+}
+
+// The disk's time is counted while pieces are in flight, and ends when
+// they finish, not when someone waits: a batch done long before its Wait
+// counts its transfer only, and nothing is counted while idle.
+TEST_P(IoEngineTest, BusyTimeEndsWhenThePiecesFinishNotAtTheWait) {
+  EXPECT_EQ(engine_->busy_seconds(), 0);
+  AlignedBuffer out = Pattern(4 << 20, 7);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<IoBatch> batch = engine_->Submit(
+      {{IoKind::kWrite, file_->fd(), 0, out.data(), out.size(), &what_}});
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  absl::SleepFor(absl::Milliseconds(600));  // The caller computes.
+  ASSERT_TRUE(engine_->Wait(*batch).ok());
+  const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
+  const double busy = engine_->busy_seconds();
+  EXPECT_GT(busy, 0);
+  // 4 MiB take milliseconds; the margin is for a loaded machine.
+  EXPECT_LT(busy, 0.4) << "of " << elapsed << " s from submit to wait";
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(engine_->busy_seconds(), busy);  // Idle: no more.
 }
 
 TEST_P(IoEngineTest, WritesAndReadsBackBatchesInAnyOrder) {

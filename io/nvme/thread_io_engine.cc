@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/mutex.h"
 #include "base/thread.h"
+#include "io/nvme/busy_clock.h"
 #include "io/nvme/io_pieces.h"
 
 namespace chunkzero {
@@ -71,8 +72,14 @@ class ThreadIoEngine final : public IoEngine {
     const int64_t id = next_id_++;
     auto [unused, pieces] = batches_.Add(Split(requests, id), id);
     for (Piece& p : *pieces) queue_.push_back(&p);
+    busy_.Started(static_cast<int>(pieces->size()), absl::Now());
     work_.SignalAll();
     return IoBatch{id};
+  }
+
+  double busy_seconds() const override {
+    MutexLock lock(&mu_);
+    return busy_.Seconds(absl::Now());
   }
 
   absl::Status Wait(IoBatch batch) override {
@@ -100,13 +107,15 @@ class ThreadIoEngine final : public IoEngine {
       {
         MutexLock lock(&mu_);
         batches_.Done(p->batch, status);
+        busy_.Finished(absl::Now());
       }
       done_.SignalAll();
     }
   }
 
-  Mutex mu_;
+  mutable Mutex mu_;
   CondVar work_, done_;
+  BusyClock busy_ ABSL_GUARDED_BY(mu_);
   std::deque<Piece*> queue_ ABSL_GUARDED_BY(mu_);
   Batches batches_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;

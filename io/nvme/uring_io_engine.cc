@@ -1,6 +1,7 @@
 // The io_uring IoEngine: one ring, every piece of a batch queued on it and
 // submitted together; completions are reaped as Wait (or a full ring)
-// needs them, whichever batch they belong to.
+// needs them, whichever batch they belong to, and those already there at
+// every Submit and Wait (so that the busy clock sees them soon).
 #include <liburing.h>
 
 #include <cerrno>
@@ -11,7 +12,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "io/nvme/busy_clock.h"
 #include "io/nvme/io_pieces.h"
+#include "io/nvme/uring_post_times.h"
 
 namespace chunkzero {
 namespace io_internal {
@@ -24,6 +27,7 @@ class UringIoEngine final : public IoEngine {
     if (!initialized_) return;
     // Nothing may still write into buffers the callers are about to free.
     for (int64_t id : batches_.Ids()) Wait(IoBatch{id}).IgnoreError();
+    post_times_.Stop();
     io_uring_queue_exit(&ring_);
   }
 
@@ -36,6 +40,8 @@ class UringIoEngine final : public IoEngine {
     }
     depth_ = depth;
     initialized_ = true;
+    // Without it, completions are timed when reaped.
+    post_times_.Start(&ring_).IgnoreError();
     return absl::OkStatus();
   }
 
@@ -47,6 +53,8 @@ class UringIoEngine final : public IoEngine {
     for (const IoRequest& r : requests) {
       if (absl::Status s = CheckRequest(r); !s.ok()) return s;
     }
+    if (absl::Status s = ReapReady(); !s.ok()) Break(s);
+    if (!broken_.ok()) return broken_;
     const int64_t id = next_id_++;
     auto [unused, pieces] = batches_.Add(Split(requests, id), id);
     int queued = 0;
@@ -70,6 +78,7 @@ class UringIoEngine final : public IoEngine {
       Prepare(sqe, &p);
       ++inflight_;
       ++queued;
+      busy_.Started(1, absl::Now());
     }
     if (broken_.ok()) {
       if (absl::Status s = SubmitQueued(); !s.ok()) Break(s);
@@ -89,6 +98,9 @@ class UringIoEngine final : public IoEngine {
       return absl::NotFoundError(
           absl::StrCat("no I/O batch ", batch.id, " is in flight"));
     }
+    if (broken_.ok()) {
+      if (absl::Status s = ReapReady(); !s.ok()) Break(s);
+    }
     while (batches_.Outstanding(batch.id) > 0) {
       // A ring that failed cannot account for its pieces: they stay (the
       // kernel may still hold their addresses), and so does the error.
@@ -97,6 +109,8 @@ class UringIoEngine final : public IoEngine {
     }
     return batches_.Take(batch.id);
   }
+
+  double busy_seconds() const override { return busy_.Seconds(absl::Now()); }
 
  private:
   static void Prepare(io_uring_sqe* sqe, Piece* p) {
@@ -132,8 +146,7 @@ class UringIoEngine final : public IoEngine {
     }
   }
 
-  // Waits for one completion and records it; a piece the kernel asked to
-  // retry (EAGAIN) goes back on the ring.
+  // Waits for one completion and records it.
   absl::Status ReapOne() {
     io_uring_cqe* cqe = nullptr;
     int waited;
@@ -144,8 +157,25 @@ class UringIoEngine final : public IoEngine {
       return absl::InternalError(
           absl::StrCat("io_uring wait: ", std::strerror(-waited)));
     }
+    return Record(cqe);
+  }
+
+  // Records the completions already on the ring, without waiting.
+  absl::Status ReapReady() {
+    io_uring_cqe* cqe = nullptr;
+    while (inflight_ > 0 && io_uring_peek_cqe(&ring_, &cqe) == 0) {
+      CZ_RETURN_IF_ERROR(Record(cqe));
+    }
+    return absl::OkStatus();
+  }
+
+  // Records one completion; a piece the kernel asked to retry (EAGAIN)
+  // goes back on the ring.
+  absl::Status Record(io_uring_cqe* cqe) {
     Piece* p = static_cast<Piece*>(io_uring_cqe_get_data(cqe));
     const int64_t result = cqe->res;
+    const absl::Time posted =
+        post_times_.PostedAt(*ring_.cq.khead, absl::Now());
     io_uring_cqe_seen(&ring_, cqe);
     --inflight_;
     if (result == -EAGAIN || result == -EINTR) {
@@ -157,10 +187,12 @@ class UringIoEngine final : public IoEngine {
         if (again.ok()) return again;
         --inflight_;
         batches_.Done(p->batch, again);
+        busy_.Finished(posted);
         return again;
       }
     }
     batches_.Done(p->batch, PieceStatus(*p, result));
+    busy_.Finished(posted);
     return absl::OkStatus();
   }
 
@@ -168,6 +200,8 @@ class UringIoEngine final : public IoEngine {
   bool initialized_ = false;
   int depth_ = 0;
   int inflight_ = 0;  // Pieces queued or with the kernel, not yet reaped.
+  BusyClock busy_;
+  UringPostTimes post_times_;
   absl::Status broken_;
   Batches batches_;
   int64_t next_id_ = 0;

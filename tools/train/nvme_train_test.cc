@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/system_memory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -124,9 +125,19 @@ TEST(NvmeTrain, EqualsOptimizerOffloadBitForBit) {
       EXPECT_GE(extra, moved / 3);
       EXPECT_LE(extra, moved / 3 + 4096 * 8);
     }
+    // The disk worked while bytes moved; what it did beyond the rank's
+    // wait was hidden behind compute, and the step holds all of it.
+    EXPECT_GT(r.disk_busy_s, 0);
+    EXPECT_EQ(r.disk_hidden_s(), std::max(0.0, r.disk_busy_s - r.disk_wait_s));
+    EXPECT_LE(r.disk_hidden_s(), got.steps.back().step_time_s);
     EXPECT_TRUE(fs::is_empty(nvme.nvme_path));
     const std::string summary = FormatSummary(nvme, got);
     EXPECT_THAT(summary, HasSubstr("NVMe tier (" + nvme.nvme_path));
+    EXPECT_THAT(summary,
+                HasSubstr(absl::StrFormat(
+                    "per step there; the disk works %.3f s of the step, %.3f "
+                    "s of it hidden behind compute, and the rank waits %.3f s",
+                    r.disk_busy_s, r.disk_hidden_s(), r.disk_wait_s)));
     EXPECT_THAT(summary, HasSubstr("masters and optimizer states rest on "
                                    "disk"));
     EXPECT_THAT(got.disk_io,

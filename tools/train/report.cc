@@ -200,13 +200,15 @@ std::string FormatSummary(const TrainOptions& o, const TrainResult& r) {
   if (o.offload == OffloadPolicy::kNvme) {
     absl::StrAppendFormat(
         &s,
-        "  NVMe tier (%s, %s): rank 0 reads %s and writes %s per step there, "
-        "waiting %.3f s for the disk in the optimizer's %.3f s; masters and "
-        "optimizer states rest on disk\n",
+        "  NVMe tier (%s, %s): rank 0 reads %s and writes %s per step there; "
+        "the disk works %.3f s of the step, %.3f s of it hidden behind "
+        "compute, and the rank waits %.3f s for it (the optimizer takes "
+        "%.3f s); masters and optimizer states rest on disk\n",
         o.nvme_path, r.disk_io.empty() ? "?" : r.disk_io,
         Bytes(static_cast<double>(ranks[0].disk_read_bytes)),
         Bytes(static_cast<double>(ranks[0].disk_written_bytes)),
-        ranks[0].disk_wait_s, r.steps.back().optimizer_s);
+        ranks[0].disk_busy_s, ranks[0].disk_hidden_s(), ranks[0].disk_wait_s,
+        r.steps.back().optimizer_s);
   }
   if (o.host_memory_limit > 0) {
     absl::StrAppendFormat(

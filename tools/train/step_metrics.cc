@@ -35,10 +35,13 @@ std::string StepMetricsJson(const StepMetrics& m) {
         JsonMap(r.comm_bytes), ",\"device_peak_bytes\":", r.peak_device_bytes,
         ",\"host_peak_bytes\":", r.peak_host_bytes,
         ",\"h2d_bytes\":", r.h2d_bytes, ",\"d2h_bytes\":", r.d2h_bytes,
-        r.disk ? absl::StrCat(",\"disk_read_bytes\":", r.disk_read_bytes,
-                              ",\"disk_written_bytes\":", r.disk_written_bytes,
-                              ",\"disk_wait_s\":", JsonNumber(r.disk_wait_s))
-               : "",
+        r.disk
+            ? absl::StrCat(",\"disk_read_bytes\":", r.disk_read_bytes,
+                           ",\"disk_written_bytes\":", r.disk_written_bytes,
+                           ",\"disk_wait_s\":", JsonNumber(r.disk_wait_s),
+                           ",\"disk_busy_s\":", JsonNumber(r.disk_busy_s),
+                           ",\"disk_hidden_s\":", JsonNumber(r.disk_hidden_s()))
+            : "",
         "}"));
   }
   return absl::StrCat(

@@ -743,6 +743,23 @@ TEST(StepMetricsJsonTest, SyntheticMetricsExactly) {
   m.skipped = false;
   EXPECT_FALSE(ParseJson(StepMetricsJson(m)).at("skipped").get<bool>());
 
+  // A rank with the disk tier adds its bytes, its wait, the disk's busy
+  // time and the part of it hidden behind compute (busy less waited).
+  m.ranks[1].disk = true;
+  m.ranks[1].disk_read_bytes = 4096;
+  m.ranks[1].disk_written_bytes = 8192;
+  m.ranks[1].disk_wait_s = 0.25;
+  m.ranks[1].disk_busy_s = 1.75;
+  EXPECT_THAT(StepMetricsJson(m),
+              EndsWith("{\"peak_bytes\":{},\"comm_bytes\":{},"
+                       "\"device_peak_bytes\":0,\"host_peak_bytes\":0,"
+                       "\"h2d_bytes\":0,\"d2h_bytes\":0,"
+                       "\"disk_read_bytes\":4096,\"disk_written_bytes\":8192,"
+                       "\"disk_wait_s\":0.25,\"disk_busy_s\":1.75,"
+                       "\"disk_hidden_s\":1.5}]}"));
+  m.ranks[1].disk_busy_s = 0.125;  // Less than waited: nothing hidden.
+  EXPECT_THAT(StepMetricsJson(m), HasSubstr("\"disk_hidden_s\":0}"));
+
   // JSON has no NaN or Infinity: a skipped fp16 step's norm is null.
   m.grad_norm = std::numeric_limits<double>::quiet_NaN();
   m.loss = std::numeric_limits<double>::infinity();
