@@ -442,14 +442,19 @@ bool Staged(const TrainOptions& o) {
   return o.device == ComputeDevice::kCuda && o.backend != Backend::kNccl;
 }
 
-// Whether the ranks compute on a device (a GPU, or sim:0 under a device
-// cap) while --host_memory_limit gives the parameter chunks all three
-// tiers (engine/engine_options.h): they then rest as --offload=auto places
-// them, in host memory and on the device while its limit leaves room, and
-// on disk beyond the host's.
+// Whether the ranks compute on a device: a GPU, or sim:0 under a device
+// cap.
+bool ComputesOnDevice(const TrainOptions& o) {
+  return o.device == ComputeDevice::kCuda || o.device_memory_limit > 0;
+}
+
+// Whether the ranks compute on a device while --host_memory_limit gives the
+// parameter chunks all three tiers (engine/engine_options.h): they then
+// rest as --offload=auto places them, in host memory and on the device
+// while its limit leaves room, and on disk beyond the host's.
 bool ThreeTiers(const TrainOptions& o) {
   return o.offload == OffloadPolicy::kNvme && o.host_memory_limit > 0 &&
-         (o.device == ComputeDevice::kCuda || o.device_memory_limit > 0);
+         ComputesOnDevice(o);
 }
 
 // Where the parameter chunks rest, as an offload policy: kAuto's under
@@ -570,6 +575,9 @@ int DeviceWeight(OffloadPolicy offload) {
 // Computing on a device, only the host's part counts, and the parameter
 // chunks rest there (and so may go to disk) only with three tiers.
 struct HostFloorParts {
+  // What a rank holds in host memory with its parameter chunks there too
+  // (with `all`, the same as `stepping`).
+  double whole = 0;
   double registering = 0;  // model_init: over before the first step.
   double stepping = 0;     // A step's host buffers but the chunks at rest.
   double reading = 0;      // The chunks being read from disk.
@@ -596,12 +604,11 @@ struct HostFloorParts {
 HostFloorParts HostFloor(const TrainPlan& plan) {
   const TrainOptions& o = plan.options;
   const TrainMemoryEstimate& e = plan.memory;
-  const bool on_device =
-      o.device == ComputeDevice::kCuda || o.device_memory_limit > 0;
+  const bool on_device = ComputesOnDevice(o);
   HostFloorParts floor;
   if (on_device && !ThreeTiers(o)) {
     floor.all = true;
-    floor.stepping = e.HostBytesPerRank(o.offload, Staged(o));
+    floor.whole = floor.stepping = e.HostBytesPerRank(o.offload, Staged(o));
     floor.described = e.DescribeHost(o.offload, Staged(o));
     return floor;
   }
@@ -611,15 +618,14 @@ HostFloorParts HostFloor(const TrainPlan& plan) {
                            : 0);
   floor.reading = std::min(2.0 * floor.chunks_read * (e.rest_per_chunk + 4096),
                            e.chunks_at_rest);
-  const double host = on_device
-                          ? e.HostBytesPerRank(OffloadPolicy::kAuto, Staged(o))
+  floor.whole = on_device ? e.HostBytesPerRank(OffloadPolicy::kAuto, Staged(o))
                           : e.per_rank();
   floor.described = on_device ? e.DescribeHost(OffloadPolicy::kAuto, Staged(o))
                               : e.Describe();
   // Registration (model_init) is over before the first step's buffers
   // exist: the larger of the two.
   floor.registering = e.model_init;
-  floor.stepping = host - e.model_init - e.chunks_at_rest;
+  floor.stepping = floor.whole - e.model_init - e.chunks_at_rest;
   return floor;
 }
 
@@ -628,13 +634,8 @@ HostFloorParts HostFloor(const TrainPlan& plan) {
 bool ParamsMayGoToDisk(const TrainPlan& plan) {
   const TrainOptions& o = plan.options;
   if (o.host_memory_limit == 0) return false;
-  const bool on_device =
-      o.device == ComputeDevice::kCuda || o.device_memory_limit > 0;
-  if (on_device && !ThreeTiers(o)) return false;
-  const double host =
-      on_device ? plan.memory.HostBytesPerRank(OffloadPolicy::kAuto, Staged(o))
-                : plan.memory.per_rank();
-  return host > static_cast<double>(o.host_memory_limit);
+  const HostFloorParts floor = HostFloor(plan);
+  return !floor.all && floor.whole > static_cast<double>(o.host_memory_limit);
 }
 
 // --host_memory_limit: refuses a limit below HostFloor.
@@ -1124,7 +1125,8 @@ std::string FormatPlan(const TrainPlan& plan) {
   const TrainOptions& o = plan.options;
   const TrainMemoryEstimate& e = plan.memory;
   const bool gpu = o.device == ComputeDevice::kCuda;
-  const bool on_device = gpu || o.device_memory_limit > 0;
+  const bool on_device = ComputesOnDevice(o);
+  const bool params_to_disk = ParamsMayGoToDisk(plan);
   std::string text = "plan (what each rank will hold, estimated):\n";
   if (on_device) {
     absl::StrAppend(&text, "  device: ",
@@ -1142,21 +1144,19 @@ std::string FormatPlan(const TrainPlan& plan) {
       &text, "  host: ",
       on_device ? e.DescribeHost(ParamPlacement(o), Staged(o)) : e.Describe());
   if (o.host_memory_limit > 0) {
-    absl::StrAppend(
-        &text, "; --host_memory_limit=",
-        FormatBytes(static_cast<double>(o.host_memory_limit)), " (at least ",
-        FormatBytes(HostFloor(plan).total()),
-        ParamsMayGoToDisk(plan)
-            ? " with every parameter chunk on disk): parameter chunks go to "
-              "disk as it demands"
-            : " with every parameter chunk on disk): all of it fits");
+    absl::StrAppend(&text, "; --host_memory_limit=",
+                    FormatBytes(static_cast<double>(o.host_memory_limit)),
+                    " (at least ", FormatBytes(HostFloor(plan).total()),
+                    " with every parameter chunk on disk): ",
+                    params_to_disk ? "parameter chunks go to disk as it demands"
+                                   : "all of it fits");
   }
   absl::StrAppend(&text, "\n");
   if (o.offload == OffloadPolicy::kNvme) {
     absl::StrAppend(&text, "  disk (--nvme_path=", o.nvme_path,
                     "): masters and optimizer states ", FormatBytes(e.disk),
                     " per rank");
-    if (ParamsMayGoToDisk(plan)) {
+    if (params_to_disk) {
       absl::StrAppend(&text, ", and parameter chunks up to ",
                       FormatBytes(e.chunks_at_rest));
     }
