@@ -1,6 +1,8 @@
 #include "base/file.h"
 
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -249,6 +251,63 @@ absl::Status CheckCanCreateFile(const std::string& path) {
   if (fd < 0) return ErrnoError("cannot create files in", dir);
   ::close(fd);
   ::unlink(probe.c_str());
+  return CheckCanReplaceOrRemove(target);
+}
+
+namespace {
+
+// The inode flags (FS_IOC_GETFLAGS) of what `path` names, without following
+// a link or blocking; 0 where the file system keeps none.
+unsigned InodeFlags(const std::string& path, bool directory) {
+  const int fd =
+      ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC |
+                               (directory ? O_DIRECTORY : 0));
+  if (fd < 0) return 0;
+  int flags = 0;
+  if (::ioctl(fd, FS_IOC_GETFLAGS, &flags) != 0) flags = 0;
+  ::close(fd);
+  return static_cast<unsigned>(flags);
+}
+
+constexpr unsigned kUnchangeable = FS_IMMUTABLE_FL | FS_APPEND_FL;
+
+}  // namespace
+
+absl::Status CheckCanReplaceOrRemove(const std::string& path) {
+  struct stat entry;
+  if (::lstat(path.c_str(), &entry) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return absl::OkStatus();
+    return ErrnoError("cannot stat", path);
+  }
+  if (!S_ISREG(entry.st_mode) && !S_ISLNK(entry.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is ", FileTypeName(entry.st_mode),
+                     ", not a regular file; refusing to replace or remove it"));
+  }
+  const std::string dir = DirectoryOf(path);
+  struct stat parent;
+  if (::stat(dir.c_str(), &parent) != 0) return ErrnoError("cannot stat", dir);
+  if (InodeFlags(dir, /*directory=*/true) & kUnchangeable) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot replace or remove ", path, ": its directory ", dir,
+                     " is immutable or append-only (lsattr shows it)"));
+  }
+  if (S_ISREG(entry.st_mode) &&
+      (InodeFlags(path, /*directory=*/false) & kUnchangeable)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot replace or remove ", path,
+                     ": it is immutable or append-only (lsattr shows it)"));
+  }
+  const uid_t me = ::geteuid();
+  if ((parent.st_mode & S_ISVTX) != 0 && me != 0 && entry.st_uid != me &&
+      parent.st_uid != me) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "cannot replace or remove ", path, ": it belongs to uid ", entry.st_uid,
+        " and its directory ", dir,
+        " is sticky, where only the file's owner, the directory's owner "
+        "(uid ",
+        parent.st_uid, ") or root may (this process runs as uid ", me, ")"));
+  }
   return absl::OkStatus();
 }
 

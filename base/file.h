@@ -97,12 +97,26 @@ class FileDescriptor {
 
 // Checks, before any work is done, that a file can later be created at
 // `path`: what is there is a regular file or nothing (ResolveFileToReplace,
-// following symbolic links), and this process may create files in its
-// directory (a probe file is created there and removed). NotFound for a
+// following symbolic links), this process may create files in its
+// directory (a probe file is created there and removed) and replace what is
+// there (CheckCanReplaceOrRemove of the target). NotFound for a
 // missing directory, FailedPrecondition for a path that is a directory,
 // another kind of file, or whose parent is not a directory, errno's code
 // otherwise.
 [[nodiscard]] absl::Status CheckCanCreateFile(const std::string& path);
+
+// Checks, before any work is done, that this process may later replace the
+// directory entry `path` (rename a new file over it) or remove it, as the
+// user it runs as: nothing is there, or a regular file or a symbolic link
+// (the link itself is what is replaced or removed); its directory is not
+// immutable or append-only, nor is the file (chattr +i, +a); and where the
+// directory is sticky (/tmp's mode 1777), the file or the directory belongs
+// to this process's effective user, or that user is root. FailedPrecondition
+// naming the entry and its type for anything else (a FIFO, a directory, a
+// device: never replaced or unlinked), PermissionDenied naming the owner
+// and the rule. The directory's own write permission is for
+// CheckCanCreateFile's probe to show.
+[[nodiscard]] absl::Status CheckCanReplaceOrRemove(const std::string& path);
 
 // Opens `path` for writing from its start, creating it or truncating it,
 // without blocking: the errors of ResolveFileToReplace (a FIFO or a device

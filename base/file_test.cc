@@ -1,9 +1,12 @@
 #include "base/file.h"
 
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -294,6 +297,123 @@ TEST(CheckCanCreateFile, FifoSocketAndLinkToADeviceAreRefused) {
   ASSERT_EQ(::symlink("/dev/zero", link.c_str()), 0);
   EXPECT_EQ(CheckCanCreateFile(link).code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(CheckCanReplaceOrRemove, RegularFilesLinksAndNothingPass) {
+  const std::string dir = TempDir() + "/replace_ok";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  EXPECT_TRUE(CheckCanReplaceOrRemove(dir + "/absent").ok());
+  ASSERT_TRUE(WriteString(dir + "/file", "x").ok());
+  EXPECT_TRUE(CheckCanReplaceOrRemove(dir + "/file").ok());
+  // A link is replaced itself, whatever it leads to.
+  ASSERT_EQ(::symlink("/dev/null", (dir + "/link").c_str()), 0);
+  EXPECT_TRUE(CheckCanReplaceOrRemove(dir + "/link").ok());
+}
+
+TEST(CheckCanReplaceOrRemove, FifoAndDirectoryAreRefusedNamingTheType) {
+  const std::string dir = TempDir() + "/replace_types";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0644), 0);
+  ASSERT_EQ(::mkdir((dir + "/sub").c_str(), 0755), 0);
+  const absl::Status fifo = CheckCanReplaceOrRemove(dir + "/fifo");
+  EXPECT_EQ(fifo.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(fifo.message(),
+            dir +
+                "/fifo is a FIFO (named pipe), not a regular file; refusing "
+                "to replace or remove it");
+  EXPECT_EQ(CheckCanReplaceOrRemove(dir + "/sub").message(),
+            dir +
+                "/sub is a directory, not a regular file; refusing to "
+                "replace or remove it");
+}
+
+// chattr +i: even root can neither rename over nor unlink the file. Needs
+// root and a file system that keeps the flag (ext4, xfs; not tmpfs).
+TEST(CheckCanReplaceOrRemove, ImmutableFileIsRefused) {
+  const std::string dir = TempDir() + "/replace_immutable";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  const std::string file = dir + "/model.safetensors";
+  ASSERT_TRUE(WriteString(file, "x").ok());
+  const int fd = ::open(file.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  int flags = 0;
+  const bool set =
+      ::ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0 &&
+      (flags |= FS_IMMUTABLE_FL, ::ioctl(fd, FS_IOC_SETFLAGS, &flags) == 0);
+  if (!set) {
+    ::close(fd);
+    GTEST_SKIP() << "cannot set the immutable flag here (not root, or the "
+                    "file system keeps no flags)";
+  }
+  const absl::Status status = CheckCanReplaceOrRemove(file);
+  const absl::Status create = CheckCanCreateFile(file);
+  // What the check foresees is what a rename over the file meets.
+  ASSERT_TRUE(WriteString(dir + "/new", "y").ok());
+  const int renamed = ::rename((dir + "/new").c_str(), file.c_str());
+  flags &= ~FS_IMMUTABLE_FL;
+  ASSERT_EQ(::ioctl(fd, FS_IOC_SETFLAGS, &flags), 0);
+  ::close(fd);
+  EXPECT_EQ(renamed, -1);
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(status.message(),
+            "cannot replace or remove " + file +
+                ": it is immutable or append-only (lsattr shows it)");
+  EXPECT_EQ(create.code(), absl::StatusCode::kPermissionDenied);
+}
+
+// A sticky directory (mode 1777, as /tmp) holding root's file: a process of
+// another user may create files there but not replace or remove root's.
+// Runs the check (and the rename it foresees) as nobody, in a child; needs
+// root to switch users.
+TEST(CheckCanReplaceOrRemove, StickyDirectoryRefusesAnotherUsersFile) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a child as nobody";
+  // Under /tmp: the test directory's parents need not be searchable by
+  // nobody.
+  std::string dir = "/tmp/cz_sticky_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  ASSERT_EQ(::chmod(dir.c_str(), 01777), 0);
+  const std::string file = dir + "/model.safetensors";
+  ASSERT_TRUE(WriteString(file, "x").ok());
+  ASSERT_EQ(::chmod(file.c_str(), 0666), 0);
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
+    const absl::Status status = CheckCanReplaceOrRemove(file);
+    const absl::Status create = CheckCanCreateFile(file);
+    const std::string mine = dir + "/mine";
+    const int fd = ::open(mine.c_str(), O_WRONLY | O_CREAT, 0644);
+    const bool renamed = ::rename(mine.c_str(), file.c_str()) == 0;
+    if (fd >= 0) ::close(fd);
+    ::unlink(mine.c_str());
+    const std::string report = absl::StrCat(
+        static_cast<int>(status.code()), "|", static_cast<int>(create.code()),
+        "|", renamed ? 1 : 0, "|", status.message());
+    (void)!::write(pipe_fds[1], report.data(), report.size());
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  std::string report;
+  char buffer[512];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buffer, sizeof(buffer))) > 0;) {
+    report.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(pipe_fds[0]);
+  int wait_status = 0;
+  ASSERT_EQ(::waitpid(child, &wait_status, 0), child);
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+  ASSERT_TRUE(WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0);
+  const int denied = static_cast<int>(absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(report,
+            absl::StrCat(denied, "|", denied, "|0|cannot replace or remove ",
+                         file, ": it belongs to uid 0 and its directory ", dir,
+                         " is sticky, where only the file's owner, the "
+                         "directory's owner (uid 0) or root may (this process "
+                         "runs as uid 65534)"));
 }
 
 TEST(CheckCanCreateFile, ProbesBesideALinksTarget) {

@@ -8,8 +8,7 @@
 //   const nlohmann::json& config = dir.config();
 //   CZ_ASSIGN_OR_RETURN(Tensor w, dir.Get("model.norm.weight"));
 //
-//   CZ_RETURN_IF_ERROR(WritePretrainedDirectory(
-//       "out", config.dump(2), tensors, /*shard_bytes=*/5'000'000'000));
+// Writing is pretrained_export.h's.
 //
 // Reading checks config.json is a JSON object, every shard the index names
 // (or the single file) with the safetensors checks, and that the index and
@@ -19,15 +18,11 @@
 // for a missing directory, config.json or weights, DataLoss for corrupt or
 // disagreeing files. Every shard is held in memory (a model's weights).
 //
-// Writing creates the directory if needed, writes the weights (one file up
-// to `shard_bytes`, else shards of at most that many bytes, a tensor larger
-// than that alone in its shard, in the order given) with the metadata
-// {"format": "pt"}, the index when sharded, and config.json into a staging
-// directory inside `dir`, then moves them into place: a failed write (a
-// full disk) leaves an earlier export whole. The earlier export's weights
-// entry (model.safetensors or the index, which from_pretrained would read)
-// and the shards its index listed are replaced or removed; other files
-// (a tokenizer) stay.
+// Only what config.json and the entry point name is read: other files in the
+// directory (a tokenizer, pytorch_model.bin, a FIFO or a directory named
+// backup.safetensors) are never opened. JSON is read within
+// io/json/json_text.h's bounds; a shard name that is empty, holds a '/' or
+// a NUL byte, or is "." or ".." is DataLoss.
 #ifndef CHUNKZERO_IO_PRETRAINED_PRETRAINED_DIRECTORY_H_
 #define CHUNKZERO_IO_PRETRAINED_PRETRAINED_DIRECTORY_H_
 
@@ -39,6 +34,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "io/safetensors/safetensors.h"
 #include "nlohmann/json.hpp"
 #include "tensor/tensor.h"
@@ -79,15 +75,46 @@ class PretrainedDirectory {
   std::map<std::string, int> where_;  // Tensor name -> files_ index.
 };
 
+// The files a directory's weights are read from, found without reading any
+// weights: model.safetensors if it is there (from_pretrained reads it before
+// an index), else the shards model.safetensors.index.json names, in the
+// order the weight map first names them. Paths, joined to the directory.
+struct PretrainedFiles {
+  std::string config;                // config.json
+  std::string index;                 // The index; empty for one file.
+  std::vector<std::string> weights;  // model.safetensors, or the shards.
+};
+// NotFound for a missing directory or neither entry point, the index's
+// errors (ParseWeightIndex) naming it.
+[[nodiscard]] absl::StatusOr<PretrainedFiles> ListPretrainedFiles(
+    const std::string& dir);
+
+// An index's weight map: every tensor's shard, and the shards in the order
+// the map first names them.
+struct WeightIndex {
+  std::vector<std::string> shards;
+  std::map<std::string, std::string> shard_of;  // Tensor name -> shard.
+};
+// `text`, the index at `index_path` (which starts each error): DataLoss for
+// JSON that is not an object (json_text.h's checks), no "weight_map" object
+// of tensors, a shard that is not a string, or a shard name that is not a
+// file in the directory (empty, ".", "..", or holding '/' or NUL).
+[[nodiscard]] absl::StatusOr<WeightIndex> ParseWeightIndex(
+    absl::string_view text, const std::string& index_path);
+
+// config.json's `text` (at `path`, which starts each error) as a JSON
+// object: DataLoss for anything else, saying what and where
+// ("...config.json: not valid JSON at byte 37 (line 3, column 15): number
+// overflow parsing '1e999'", "...: not a JSON object but an array").
+[[nodiscard]] absl::StatusOr<nlohmann::json> ParseConfigJson(
+    absl::string_view text, const std::string& path);
+
+// Whether `name` can name a file in the directory: not empty, "." or "..",
+// and without '/' or NUL.
+bool IsPlainFileName(absl::string_view name);
+
 // Whether `path` names a directory (following symbolic links).
 bool IsDirectory(const std::string& path);
-
-// Writes `tensors` and `config_json` into `dir` (see above). InvalidArgument
-// for shard_bytes < 1 or no tensors; file errors name the file.
-[[nodiscard]] absl::Status WritePretrainedDirectory(
-    const std::string& dir, const std::string& config_json,
-    const std::vector<std::pair<std::string, Tensor>>& tensors,
-    int64_t shard_bytes);
 
 }  // namespace chunkzero
 

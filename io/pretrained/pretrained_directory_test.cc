@@ -1,6 +1,7 @@
 #include "io/pretrained/pretrained_directory.h"
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <csignal>
@@ -14,6 +15,7 @@
 #include "base/file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "io/pretrained/pretrained_export.h"
 
 namespace chunkzero {
 namespace {
@@ -75,64 +77,6 @@ TEST(PretrainedDirectory, ShardsSplitAtTheSizeAndReplaceASingleFile) {
   EXPECT_EQ(PretrainedDirectory::Read(dir)->num_files(), 3);
 }
 
-// Files in the directory after an export: the shards of an earlier export
-// that the new one does not overwrite are gone, staging leaves nothing,
-// and what else the directory holds (a tokenizer) stays.
-std::vector<std::string> Entries(const std::string& dir) {
-  std::vector<std::string> out;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    out.push_back(entry.path().filename().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-TEST(PretrainedDirectory, AReExportRemovesTheEarlierShardsOnly) {
-  const std::string dir = TestDir("again");
-  ASSERT_TRUE(WritePretrainedDirectory(dir, "{}", Tensors(), 10).ok());
-  ASSERT_TRUE(
-      WriteFileAtomically(dir + "/tokenizer.json", [](int fd,
-                                                      const std::string& p) {
-        return WriteAll(fd, "{}", 2, p);
-      }).ok());
-  ASSERT_TRUE(WritePretrainedDirectory(dir, "{}", Tensors(), 40).ok());
-  EXPECT_THAT(Entries(dir),
-              ElementsAre("config.json", "model-00001-of-00002.safetensors",
-                          "model-00002-of-00002.safetensors",
-                          "model.safetensors.index.json", "tokenizer.json"));
-  ASSERT_TRUE(WritePretrainedDirectory(dir, "{}", Tensors(), 1000).ok());
-  EXPECT_THAT(Entries(dir), ElementsAre("config.json", "model.safetensors",
-                                        "tokenizer.json"));
-}
-
-// A write that fails half way (here: past the process's file size limit,
-// as a full disk would) leaves the earlier export as it was.
-TEST(PretrainedDirectory, AFailedExportLeavesTheEarlierOneWhole) {
-  const std::string dir = TestDir("failed");
-  ASSERT_TRUE(WritePretrainedDirectory(dir, R"({"v": 1})", Tensors(), 40).ok());
-  const std::vector<std::string> before = Entries(dir);
-  std::vector<std::pair<std::string, Tensor>> large = Tensors();
-  large.push_back(
-      {"d", *Tensor::FromFloats(std::vector<float>(1024, 1.f), {1024})});
-  struct rlimit old_limit;
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
-  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
-  struct rlimit small = old_limit;
-  small.rlim_cur = 2048;
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
-  const absl::Status s =
-      WritePretrainedDirectory(dir, R"({"v": 2})", large, 40);
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old_limit), 0);
-  std::signal(SIGXFSZ, old_handler);
-  ASSERT_FALSE(s.ok());
-  EXPECT_THAT(s.message(), HasSubstr("model-00003-of-00003.safetensors"));
-  EXPECT_EQ(Entries(dir), before);
-  absl::StatusOr<PretrainedDirectory> read = PretrainedDirectory::Read(dir);
-  ASSERT_TRUE(read.ok()) << read.status();
-  EXPECT_EQ(read->config()["v"], 1);
-  EXPECT_THAT(read->names(), ElementsAre("a", "b", "c"));
-}
-
 TEST(PretrainedDirectory, RefusesWhatDoesNotAgreeNamingTheFile) {
   const std::string dir = TestDir("bad");
   EXPECT_EQ(PretrainedDirectory::Read(dir).status().code(),
@@ -164,10 +108,95 @@ TEST(PretrainedDirectory, RefusesWhatDoesNotAgreeNamingTheFile) {
                                                    const std::string& p) {
         return WriteAll(fd, "[1]", 3, p);
       }).ok());
-  EXPECT_THAT(PretrainedDirectory::Read(dir).status().message(),
-              HasSubstr("config.json: not a JSON object"));
+  EXPECT_THAT(std::string(PretrainedDirectory::Read(dir).status().message()),
+              HasSubstr("config.json: not a JSON object but an array (3 "
+                        "bytes)"));
   EXPECT_EQ(WritePretrainedDirectory(dir, "{}", Tensors(), 0).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  ASSERT_TRUE(WriteFileAtomically(path, [&](int fd, const std::string& p) {
+                return WriteAll(fd, text.data(), text.size(), p);
+              }).ok());
+}
+
+// NaN, 1e999 and a nesting 100,000 deep: what and where, never a crash or a
+// message that quotes the file whole.
+TEST(PretrainedDirectory, BadConfigJsonSaysWhatAndWhere) {
+  const std::string dir = TestDir("bad_json");
+  ASSERT_TRUE(WritePretrainedDirectory(dir, "{}", Tensors(), 1000).ok());
+  const struct {
+    std::string text;
+    std::string says;
+  } cases[] = {
+      {"{\"n_layer\": NaN}",
+       "config.json: not valid JSON at byte 12 (line 1, column 13): syntax "
+       "error while parsing value - invalid literal"},
+      {"{\"rope_theta\": 1e999}",
+       "config.json: not valid JSON at byte 19 (line 1, column 20): number "
+       "overflow parsing '1e999'"},
+      {"{\"model_type\": " + std::string(100000, '[') +
+           std::string(100000, ']') + "}",
+       "config.json: not valid JSON: nested too deeply (more than 32 levels "
+       "of arrays and objects)"},
+      {"{\"a\": 1, \"a\": 2}",
+       "config.json: not valid JSON: an object lists the key \"a\" twice"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.says);
+    WriteText(dir + "/config.json", c.text);
+    const absl::Status s = PretrainedDirectory::Read(dir).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(std::string(s.message()),
+                ::testing::StartsWith(dir + "/" + c.says));
+  }
+}
+
+TEST(PretrainedDirectory, ShardNamesThatAreNoFileAreRefused) {
+  for (const std::string& shard :
+       {std::string("a\\u0000b.safetensors"), std::string("../x.safetensors"),
+        std::string(".."), std::string("")}) {
+    SCOPED_TRACE(shard);
+    const absl::StatusOr<WeightIndex> index = ParseWeightIndex(
+        "{\"weight_map\": {\"t\": \"" + shard + "\"}}", "i.json");
+    ASSERT_FALSE(index.ok());
+    EXPECT_EQ(index.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(std::string(index.status().message()),
+                HasSubstr("is not a file in the directory"));
+  }
+  // An embedded NUL would have been cut to "a" at the file system.
+  EXPECT_EQ(
+      ParseWeightIndex(R"({"weight_map": {"t": "a\u0000b.safetensors"}})",
+                       "i.json")
+          .status()
+          .message(),
+      "i.json: shard 'a\\x00\\x62.safetensors' of 't' is not a file in the "
+      "directory");
+  absl::StatusOr<WeightIndex> index = ParseWeightIndex(
+      R"({"weight_map": {"x": "s2", "y": "s1", "z": "s2"}})", "i.json");
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_THAT(index->shards, ElementsAre("s2", "s1"));
+  EXPECT_EQ(index->shard_of.at("y"), "s1");
+}
+
+// Only what the index names is read: a FIFO and a directory named like
+// shards beside it never block the import (nor are they opened).
+TEST(PretrainedDirectory, ReadsOnlyWhatTheIndexNames) {
+  const std::string dir = TestDir("unrelated");
+  ASSERT_TRUE(WritePretrainedDirectory(dir, "{}", Tensors(), 40).ok());
+  ASSERT_EQ(::mkfifo((dir + "/old.safetensors").c_str(), 0644), 0);
+  fs::create_directories(dir + "/backup.safetensors");
+  absl::StatusOr<PretrainedFiles> files = ListPretrainedFiles(dir);
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(files->config, dir + "/config.json");
+  EXPECT_EQ(files->index, dir + "/model.safetensors.index.json");
+  EXPECT_THAT(files->weights,
+              ElementsAre(dir + "/model-00001-of-00002.safetensors",
+                          dir + "/model-00002-of-00002.safetensors"));
+  absl::StatusOr<PretrainedDirectory> read = PretrainedDirectory::Read(dir);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_THAT(read->names(), ElementsAre("a", "b", "c"));
 }
 
 }  // namespace

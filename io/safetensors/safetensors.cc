@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "base/file.h"
 #include "base/status_macros.h"
+#include "io/json/json_text.h"
 #include "nlohmann/json.hpp"
 
 namespace chunkzero {
@@ -29,22 +30,6 @@ using Json = nlohmann::ordered_json;
 
 // Deep enough for any safetensors header; bounds the work on hostile input.
 constexpr int kMaxDepth = 32;
-
-// `text` with every byte outside printable ASCII as \xHH: one printable
-// line. Unlike QuoteForMessage, quotes and backslashes stay as they are
-// (for text that is not quoted, such as a parser's message).
-std::string Printable(absl::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    const unsigned char u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7f) {
-      out.push_back(c);
-    } else {
-      absl::StrAppendFormat(&out, "\\x%02x", u);
-    }
-  }
-  return out;
-}
 
 // The JSON text `text` parsed, or DataLoss saying why not (the message goes
 // after "safetensors file <path>: "). Beyond strict JSON (RFC 8259, UTF-8):
@@ -100,21 +85,8 @@ absl::StatusOr<Json> ParseHeader(absl::string_view text) {
   } catch (const absl::Status& status) {
     return status;
   } catch (const Json::exception& e) {
-    // "[json.exception.parse_error.101] parse error at line 1, column 7:
-    // syntax error while parsing ...; last read: '...'": the id is of no use
-    // to a reader, and what was last read can be a whole (hostile) string.
-    absl::string_view what = e.what();
-    if (const size_t id_end = what.find("] ");
-        absl::StartsWith(what, "[json.exception.") &&
-        id_end != absl::string_view::npos) {
-      what.remove_prefix(id_end + 2);
-    }
-    // What was last read is the file's bytes (nlohmann writes control
-    // characters as <U+XXXX>, but not DEL or bytes that are not UTF-8).
-    constexpr size_t kMaxMessage = 256;
-    return absl::DataLossError(absl::StrCat(
-        "bad JSON header: ", Printable(what.substr(0, kMaxMessage)),
-        what.size() > kMaxMessage ? "..." : ""));
+    return absl::DataLossError(
+        absl::StrCat("bad JSON header: ", JsonErrorText(e.what())));
   }
 }
 

@@ -13,6 +13,7 @@
 #include "base/file.h"
 #include "base/status_macros.h"
 #include "io/pretrained/pretrained_directory.h"
+#include "io/pretrained/pretrained_export.h"
 #include "io/safetensors/safetensors.h"
 #include "models/common/export_tensor.h"
 

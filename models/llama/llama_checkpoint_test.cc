@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "io/pretrained/pretrained_directory.h"
+#include "io/pretrained/pretrained_export.h"
 #include "io/safetensors/safetensors.h"
 
 namespace chunkzero {
