@@ -1,5 +1,6 @@
 #include "models/gpt2/gpt_checkpoint.h"
 
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -9,9 +10,11 @@
 #include "absl/strings/strip.h"
 #include "base/file.h"
 #include "base/status_macros.h"
+#include "io/json/json_text.h"
 #include "io/pretrained/pretrained_directory.h"
 #include "io/pretrained/pretrained_export.h"
 #include "io/safetensors/safetensors.h"
+#include "models/common/config_keys.h"
 #include "models/common/export_tensor.h"
 
 namespace chunkzero {
@@ -19,11 +22,25 @@ namespace {
 
 constexpr absl::string_view kPrefix = "transformer.";
 
-// Buffers and tied copies that Hugging Face files carry beside the
+// The attention mask buffers Hugging Face files carry beside the
 // parameters.
 bool Ignored(absl::string_view name) {
   return absl::EndsWith(name, ".attn.bias") ||
-         absl::EndsWith(name, ".attn.masked_bias") || name == "lm_head.weight";
+         absl::EndsWith(name, ".attn.masked_bias");
+}
+
+// The output layer GPT2LMHeadModel ties to wte: a file may hold a copy.
+constexpr char kLmHead[] = "lm_head.weight";
+
+// Whether two tensors hold the same values (of any float dtypes).
+absl::StatusOr<bool> SameValues(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return false;
+  if (a.dtype() == b.dtype()) {
+    return std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+  }
+  CZ_ASSIGN_OR_RETURN(const std::vector<float> x, a.ToFloats());
+  CZ_ASSIGN_OR_RETURN(const std::vector<float> y, b.ToFloats());
+  return x == y;
 }
 
 // The config that `shapes` (parameter name -> shape) describe, checked to
@@ -89,10 +106,20 @@ absl::StatusOr<GptCheckpoint> ReadGptTensors(const Source& source, int heads,
                                              const std::string& where) {
   std::map<std::string, std::string> file_names;  // Parameter -> in file.
   std::map<std::string, Shape> shapes;
+  std::string lm_head;  // Its name in the file, if there.
   for (const std::string& file_name : source.names()) {
     absl::string_view name = file_name;
     absl::ConsumePrefix(&name, kPrefix);
     if (Ignored(name)) continue;
+    if (name == kLmHead) {
+      if (!lm_head.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": tensor '", kLmHead,
+                         "' appears with and without '", kPrefix, "'"));
+      }
+      lm_head = file_name;
+      continue;
+    }
     if (!file_names.emplace(std::string(name), file_name).second) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": tensor ", QuoteForMessage(name),
@@ -117,6 +144,19 @@ absl::StatusOr<GptCheckpoint> ReadGptTensors(const Source& source, int heads,
   }
   for (const auto& [name, file_name] : file_names) {
     CZ_ASSIGN_OR_RETURN(out.state[name], source.Get(file_name));
+  }
+  // A tensor the model does not use is never dropped unseen: an lm_head
+  // that is not wte's copy (a model saved untied) is refused.
+  if (!lm_head.empty()) {
+    CZ_ASSIGN_OR_RETURN(const Tensor head, source.Get(lm_head));
+    CZ_ASSIGN_OR_RETURN(const bool tied,
+                        SameValues(head, out.state.at("wte.weight")));
+    if (!tied) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": tensor ", QuoteForMessage(lm_head),
+          " is not a copy of 'wte.weight': the output layer is the token "
+          "embedding, and an untied lm_head is not supported"));
+    }
   }
   return out;
 }
@@ -146,7 +186,7 @@ absl::StatusOr<int> ConfigInt(const nlohmann::json& config, const char* key,
       it->get<int64_t>() < 1 || it->get<int64_t>() > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": \"", key, "\" is ",
-                     it == config.end() ? "missing" : it->dump(),
+                     it == config.end() ? "missing" : JsonForMessage(*it),
                      ", want a positive integer"));
   }
   return static_cast<int>(it->get<int64_t>());
@@ -161,42 +201,89 @@ absl::StatusOr<GptCheckpoint> ReadGptCheckpoint(const std::string& path,
                         absl::StrCat("GPT-2 safetensors file ", path));
 }
 
+const std::vector<ConfigKeyRule>& GptConfigKeyRules() {
+  using U = ConfigKeyUse;
+  static const auto* const kRules =
+      new std::vector<ConfigKeyRule>(WithCommonConfigKeyRules({
+          {"model_type", U::kRead, {}, "must be \"gpt2\""},
+          {"n_layer", U::kRead, {}, "the number of blocks"},
+          {"n_embd", U::kRead, {}, "the width"},
+          {"n_head", U::kRead, {}, "the attention heads"},
+          {"n_positions", U::kRead, {}, "the learned positions"},
+          {"n_ctx", U::kRead, {}, "older files' n_positions; must equal it"},
+          {"vocab_size", U::kRead, {}, "the vocabulary"},
+          {"n_inner", U::kRead, {}, "null or 4 n_embd: the MLP's width"},
+          {"activation_function",
+           U::kMustBe,
+           {"gelu_new", "gelu_pytorch_tanh"},
+           "the MLP is GELU, tanh form (gelu_new or gelu_pytorch_tanh)"},
+          {"layer_norm_epsilon", U::kMustBe, {1e-5}, "the LayerNorms use 1e-5"},
+          {"scale_attn_weights",
+           U::kMustBe,
+           {true},
+           "the attention scores are always scaled by 1 / sqrt(head size)"},
+          {"scale_attn_by_inverse_layer_idx",
+           U::kMustBe,
+           {false},
+           "scaling the attention by 1 / (layer + 1) is not supported"},
+          {"reorder_and_upcast_attn",
+           U::kMustBe,
+           {false},
+           "the attention is not reordered and upcast"},
+          {"add_cross_attention",
+           U::kMustBe,
+           {false},
+           "cross-attention is not supported"},
+          {"tie_word_embeddings",
+           U::kMustBe,
+           {true},
+           "the output layer is the token embedding wte; an untied lm_head is "
+           "not supported"},
+          {"attn_pdrop", U::kNoEffect, {}, "dropout: chunkzero applies none"},
+          {"embd_pdrop", U::kNoEffect, {}, "dropout: chunkzero applies none"},
+          {"resid_pdrop", U::kNoEffect, {}, "dropout: chunkzero applies none"},
+          {"summary_first_dropout",
+           U::kNoEffect,
+           {},
+           "GPT2DoubleHeadsModel's summary head (whose tensors are refused)"},
+          {"summary_type", U::kNoEffect, {}, "the summary head's"},
+          {"summary_use_proj", U::kNoEffect, {}, "the summary head's"},
+          {"summary_activation", U::kNoEffect, {}, "the summary head's"},
+          {"summary_proj_to_labels", U::kNoEffect, {}, "the summary head's"},
+      }));
+  return *kRules;
+}
+
 absl::StatusOr<GptConfig> GptConfigFromJson(const nlohmann::json& config,
                                             const std::string& source) {
   auto type = config.find("model_type");
   if (type == config.end() || *type != "gpt2") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": \"model_type\" is ",
-        type == config.end() ? "missing" : type->dump(), ", want \"gpt2\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": \"model_type\" is ",
+                     type == config.end() ? "missing" : JsonForMessage(*type),
+                     ", want \"gpt2\""));
   }
-  auto refuse = [&](const char* key, absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": \"", key, "\" is ", config.at(key).dump(), "; ", why));
-  };
-  if (config.contains("activation_function") &&
-      config.at("activation_function") != "gelu_new" &&
-      config.at("activation_function") != "gelu_pytorch_tanh") {
-    return refuse("activation_function", "the MLP is GELU, tanh form");
-  }
-  if (config.contains("layer_norm_epsilon") &&
-      config.at("layer_norm_epsilon") != nlohmann::json(1e-5)) {
-    return refuse("layer_norm_epsilon", "the LayerNorms use 1e-5");
-  }
-  for (const char* key :
-       {"add_cross_attention", "scale_attn_by_inverse_layer_idx"}) {
-    if (config.contains(key) && config.at(key) == true) {
-      return refuse(key, "not supported");
-    }
-  }
-  if (config.contains("n_inner") && !config.at("n_inner").is_null()) {
-    return refuse("n_inner", "the MLP is 4 n_embd wide");
-  }
+  CZ_RETURN_IF_ERROR(CheckConfigKeys(config, GptConfigKeyRules(), source));
   GptConfig c;
   CZ_ASSIGN_OR_RETURN(c.layers, ConfigInt(config, "n_layer", source));
   CZ_ASSIGN_OR_RETURN(c.d_model, ConfigInt(config, "n_embd", source));
   CZ_ASSIGN_OR_RETURN(c.heads, ConfigInt(config, "n_head", source));
   CZ_ASSIGN_OR_RETURN(c.seq_len, ConfigInt(config, "n_positions", source));
   CZ_ASSIGN_OR_RETURN(c.vocab, ConfigInt(config, "vocab_size", source));
+  auto refuse = [&](const char* key, absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": \"", key, "\" is ",
+                     JsonForMessage(config.at(key)), "; ", why));
+  };
+  if (config.contains("n_inner") && !config.at("n_inner").is_null() &&
+      config.at("n_inner") != nlohmann::json(int64_t{4} * c.d_model)) {
+    return refuse("n_inner", "the MLP is 4 n_embd wide");
+  }
+  if (config.contains("n_ctx") &&
+      config.at("n_ctx") != nlohmann::json(c.seq_len)) {
+    return refuse("n_ctx",
+                  absl::StrCat("it must equal n_positions (", c.seq_len, ")"));
+  }
   if (absl::Status s = c.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": ", s.message()));
   }
@@ -228,6 +315,12 @@ std::string GptConfigJson(const GptConfig& c) {
 absl::StatusOr<GptCheckpoint> ReadGptDirectory(const std::string& dir) {
   CZ_ASSIGN_OR_RETURN(const PretrainedDirectory files,
                       PretrainedDirectory::Read(dir));
+  return ReadGptDirectory(files);
+}
+
+absl::StatusOr<GptCheckpoint> ReadGptDirectory(
+    const PretrainedDirectory& files) {
+  const std::string& dir = files.path();
   const std::string config_path = JoinPath(dir, kPretrainedConfigName);
   CZ_ASSIGN_OR_RETURN(const GptConfig config,
                       GptConfigFromJson(files.config(), config_path));

@@ -9,13 +9,14 @@
 //
 // Reading accepts Hugging Face GPT-2 files (GPT2Model or GPT2LMHeadModel):
 // tensor names with or without the "transformer." prefix; the attention
-// mask buffers "*.attn.bias" and "*.attn.masked_bias" and the tied
-// "lm_head.weight" are ignored. The config comes from the shapes: V and C
-// from wte, P from wpe, the layer count from the h.N names; the head count
-// is not in the file and is given. Every parameter must be present with
-// its shape (gpt_model.h lists them); any other tensor is an error. Every
-// parameter must be F32, F16 or BF16 (checked before any value is read) and
-// keeps the file's dtype; the ignored tensors may be of any dtype.
+// mask buffers "*.attn.bias" and "*.attn.masked_bias" are ignored, and an
+// "lm_head.weight" must be a copy of "wte.weight" (the output layer is the
+// token embedding; an untied head is refused, naming the tensor). The config
+// comes from the shapes: V and C from wte, P from wpe, the layer count from the
+// h.N names; the head count is not in the file and is given. Every parameter
+// must be present with its shape (gpt_model.h lists them); any other tensor is
+// an error. Every parameter must be F32, F16 or BF16 (checked before any value
+// is read) and keeps the file's dtype; the ignored tensors may be of any dtype.
 //
 // Writing stores the consolidated model in f32 under "transformer."-
 // prefixed names, in declaration order, with the metadata {"format":
@@ -33,9 +34,12 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "io/pretrained/pretrained_directory.h"
+#include "models/common/config_keys.h"
 #include "models/gpt2/gpt_model.h"
 #include "nlohmann/json.hpp"
 #include "tensor/tensor.h"
@@ -59,16 +63,21 @@ struct GptCheckpoint {
     const std::string& path, const std::map<std::string, Tensor>& state);
 
 // GPT-2 as a Hugging Face directory (io/pretrained): config.json's
-// model_type "gpt2", n_layer, n_embd, n_head, n_positions and vocab_size
-// (what the model does not compute refused naming the key: another
-// activation or LayerNorm epsilon, n_inner, cross-attention, scaled
-// attention), the tensors as ReadGptCheckpoint takes them, in one file or
-// sharded; the config must agree with the tensors' shapes.
+// model_type "gpt2", n_layer, n_embd, n_head, n_positions and vocab_size,
+// every other key GPT2Config writes as GptConfigKeyRules() says (what the
+// model does not compute refused naming the key: another activation or
+// LayerNorm epsilon, n_inner, cross-attention, unscaled or re-scaled
+// attention, an untied head), the tensors as ReadGptCheckpoint takes them,
+// in one file or sharded; the config must agree with the tensors' shapes.
+const std::vector<ConfigKeyRule>& GptConfigKeyRules();
 [[nodiscard]] absl::StatusOr<GptConfig> GptConfigFromJson(
     const nlohmann::json& config, const std::string& source);
 std::string GptConfigJson(const GptConfig& config);
 [[nodiscard]] absl::StatusOr<GptCheckpoint> ReadGptDirectory(
     const std::string& dir);
+// The same, from a directory already read.
+[[nodiscard]] absl::StatusOr<GptCheckpoint> ReadGptDirectory(
+    const PretrainedDirectory& dir);
 // WriteGptCheckpoint's tensors in a directory GPT2LMHeadModel.from_pretrained
 // reads, with `heads`, in shards of at most `shard_bytes`.
 [[nodiscard]] absl::Status WriteGptDirectory(

@@ -15,6 +15,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "io/safetensors/safetensors.h"
+#include "models/common/config_keys.h"
+#include "models/common/testing/config_keys_testing.h"
 
 namespace chunkzero {
 namespace {
@@ -148,6 +150,115 @@ TEST(GptCheckpointTest, HalfModelIsSavedAsF32) {
   }
 }
 
+// config.json as GPT2LMHeadModel(GPT2Config(...)).save_pretrained writes
+// it in transformers 4.57.6 and 5.25.0 (sizes set to SmallConfig's).
+constexpr const char* kTransformersGpt2Configs[] = {
+    R"({"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"],
+        "attn_pdrop": 0.1, "bos_token_id": 50256, "embd_pdrop": 0.1,
+        "eos_token_id": 50256, "initializer_range": 0.02,
+        "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_embd": 8,
+        "n_head": 2, "n_inner": null, "n_layer": 2, "n_positions": 6,
+        "reorder_and_upcast_attn": false, "resid_pdrop": 0.1,
+        "scale_attn_by_inverse_layer_idx": false, "scale_attn_weights": true,
+        "summary_activation": null, "summary_first_dropout": 0.1,
+        "summary_proj_to_labels": true, "summary_type": "cls_index",
+        "summary_use_proj": true, "torch_dtype": "float32",
+        "transformers_version": "4.57.6", "use_cache": true,
+        "vocab_size": 13})",
+    R"({"activation_function": "gelu_new", "add_cross_attention": false,
+        "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
+        "bos_token_id": 50256, "dtype": "float32", "embd_pdrop": 0.1,
+        "eos_token_id": 50256, "initializer_range": 0.02,
+        "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_embd": 8,
+        "n_head": 2, "n_inner": null, "n_layer": 2, "n_positions": 6,
+        "pad_token_id": null, "reorder_and_upcast_attn": false,
+        "resid_pdrop": 0.1, "scale_attn_by_inverse_layer_idx": false,
+        "scale_attn_weights": true, "summary_activation": null,
+        "summary_first_dropout": 0.1, "summary_proj_to_labels": true,
+        "summary_type": "cls_index", "summary_use_proj": true,
+        "tie_word_embeddings": true, "transformers_version": "5.25.0",
+        "use_cache": true, "vocab_size": 13})",
+    // The hub's gpt2 (an older writer): n_ctx and task_specific_params.
+    R"({"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"],
+        "attn_pdrop": 0.1, "bos_token_id": 50256, "embd_pdrop": 0.1,
+        "eos_token_id": 50256, "initializer_range": 0.02,
+        "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 6,
+        "n_embd": 8, "n_head": 2, "n_layer": 2, "n_positions": 6,
+        "resid_pdrop": 0.1, "summary_activation": null,
+        "summary_first_dropout": 0.1, "summary_proj_to_labels": true,
+        "summary_type": "cls_index", "summary_use_proj": true,
+        "task_specific_params": {"text-generation": {"do_sample": true,
+        "max_length": 50}}, "vocab_size": 13})",
+};
+
+// A value other than `v` (of its type where it has one).
+nlohmann::json OtherValue(const nlohmann::json& v) {
+  if (v.is_boolean()) return !v.get<bool>();
+  if (v.is_string()) return v.get<std::string>() + "_other";
+  if (v.is_number()) return v.get<double>() * 2 + 1;
+  if (v.is_null()) return 1;
+  return nlohmann::json::object();
+}
+
+bool SameConfig(const GptConfig& a, const GptConfig& b) {
+  return a.layers == b.layers && a.d_model == b.d_model && a.heads == b.heads &&
+         a.seq_len == b.seq_len && a.vocab == b.vocab;
+}
+
+// Every key transformers writes is read, refused unless the model computes
+// it, or of no effect: none is dropped unseen.
+TEST(GptCheckpointTest, EveryKeyTransformersWritesIsRuledOn) {
+  for (const char* text : kTransformersGpt2Configs) {
+    config_keys_testing::ExpectEveryKeyIsRuledOn<GptConfig>(
+        nlohmann::json::parse(text), GptConfigKeyRules(),
+        [](const nlohmann::json& j) { return GptConfigFromJson(j, "c.json"); },
+        SameConfig, OtherValue);
+    EXPECT_TRUE(
+        SameConfig(*GptConfigFromJson(nlohmann::json::parse(text), "c.json"),
+                   SmallConfig()));
+  }
+}
+
+TEST(GptCheckpointTest, WhatTheModelDoesNotComputeIsRefusedByKey) {
+  const nlohmann::json base =
+      nlohmann::json::parse(kTransformersGpt2Configs[1]);
+  const struct {
+    const char* key;
+    nlohmann::json value;
+    const char* message;
+  } cases[] = {
+      {"scale_attn_weights", false,
+       "d/config.json: \"scale_attn_weights\" is false; the attention "
+       "scores are always scaled by 1 / sqrt(head size)"},
+      {"tie_word_embeddings", false,
+       "d/config.json: \"tie_word_embeddings\" is false; the output layer "
+       "is the token embedding wte; an untied lm_head is not supported"},
+      {"reorder_and_upcast_attn", true, "\"reorder_and_upcast_attn\" is true"},
+      {"n_ctx", 1024, "\"n_ctx\" is 1024; it must equal n_positions (6)"},
+      {"n_inner", 32, nullptr},  // 4 n_embd: the same MLP.
+      {"activation_function", "gelu_pytorch_tanh", nullptr},
+  };
+  for (const auto& [key, value, message] : cases) {
+    SCOPED_TRACE(key);
+    nlohmann::json config = base;
+    config[key] = value;
+    const absl::StatusOr<GptConfig> read =
+        GptConfigFromJson(config, "d/config.json");
+    if (message == nullptr) {
+      EXPECT_TRUE(read.ok()) << read.status();
+    } else {
+      EXPECT_THAT(std::string(read.status().message()), HasSubstr(message));
+    }
+  }
+  // A hostile value is quoted short, with what it is.
+  nlohmann::json hostile = base;
+  hostile["model_type"] = std::string(60'000'000, 'x');
+  const absl::Status s = GptConfigFromJson(hostile, "d/config.json").status();
+  EXPECT_LT(s.message().size(), 200u);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("(a string of 60000000 bytes), want \"gpt2\""));
+}
+
 // What Hugging Face writes: GPT2LMHeadModel's "transformer."-prefixed
 // names or GPT2Model's bare ones, the causal-mask buffers and the tied
 // lm_head copy; here also a mix of dtypes.
@@ -190,6 +301,27 @@ TEST(GptCheckpointTest, ReadsHuggingFaceLayouts) {
     auto loaded = *GptModel::Create(ckpt->config, 1);
     ASSERT_TRUE(loaded->LoadStateDict(ckpt->state).ok());
   }
+}
+
+// A saved untied model's head differs from wte: refused, not dropped.
+TEST(GptCheckpointTest, AnLmHeadThatIsNotWtesCopyIsRefused) {
+  auto model = *GptModel::Create(SmallConfig(), 5);
+  std::vector<std::pair<std::string, Tensor>> tensors =
+      HuggingFaceTensors(*model, true);
+  const std::string path = TempPath("untied.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, tensors).ok());
+  EXPECT_TRUE(ReadGptCheckpoint(path, 2).ok());  // The tied copy.
+  Tensor head = *Tensor::FromFloats(*tensors.back().second.ToFloats(),
+                                    tensors.back().second.shape());
+  head.data<float>()[3] += 1;
+  tensors.back().second = head;
+  ASSERT_TRUE(WriteSafetensors(path, tensors).ok());
+  const absl::Status s = ReadGptCheckpoint(path, 2).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("tensor 'lm_head.weight' is not a copy of "
+                        "'wte.weight': the output layer is the token "
+                        "embedding, and an untied lm_head is not supported"));
 }
 
 TEST(GptCheckpointTest, BadCheckpointsNameFileAndTensor) {

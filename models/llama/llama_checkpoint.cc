@@ -12,9 +12,11 @@
 #include "absl/strings/strip.h"
 #include "base/file.h"
 #include "base/status_macros.h"
+#include "io/json/json_text.h"
 #include "io/pretrained/pretrained_directory.h"
 #include "io/pretrained/pretrained_export.h"
 #include "io/safetensors/safetensors.h"
+#include "models/common/config_keys.h"
 #include "models/common/export_tensor.h"
 
 namespace chunkzero {
@@ -40,8 +42,9 @@ absl::Status ReadInt(const Json& config, const char* key, int fallback,
   const Json& v = config.at(key);
   if (!v.is_number_integer() || v.get<int64_t>() < 1 ||
       v.get<int64_t>() > std::numeric_limits<int>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": \"", key, "\" is ", v.dump(), ", want a positive integer"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": \"", key, "\" is ", JsonForMessage(v),
+                     ", want a positive integer"));
   }
   *out = static_cast<int>(v.get<int64_t>());
   return absl::OkStatus();
@@ -56,8 +59,9 @@ absl::Status ReadDouble(const Json& config, const char* key, double fallback,
   const Json& v = config.at(key);
   if (!v.is_number() || !(v.get<double>() > 0) ||
       !std::isfinite(v.get<double>())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": \"", key, "\" is ", v.dump(), ", want a positive number"));
+    return absl::InvalidArgumentError(absl::StrCat(source, ": \"", key,
+                                                   "\" is ", JsonForMessage(v),
+                                                   ", want a positive number"));
   }
   *out = v.get<double>();
   return absl::OkStatus();
@@ -65,8 +69,8 @@ absl::Status ReadDouble(const Json& config, const char* key, double fallback,
 
 absl::Status Refuse(const std::string& source, const char* key,
                     const Json& value, absl::string_view why) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(source, ": \"", key, "\" is ", value.dump(), "; ", why));
+  return absl::InvalidArgumentError(absl::StrCat(
+      source, ": \"", key, "\" is ", JsonForMessage(value), "; ", why));
 }
 
 // Parameter name -> name in the directory, and the dtype check.
@@ -143,33 +147,63 @@ absl::StatusOr<std::map<std::string, std::string>> ParameterNames(
 
 }  // namespace
 
+const std::vector<ConfigKeyRule>& LlamaConfigKeyRules() {
+  using U = ConfigKeyUse;
+  static const auto* const kRules =
+      new std::vector<ConfigKeyRule>(WithCommonConfigKeyRules({
+          {"model_type", U::kRead, {}, "must be \"llama\""},
+          {"hidden_size", U::kRead, {}, "the width"},
+          {"intermediate_size", U::kRead, {}, "the MLP's width"},
+          {"num_hidden_layers", U::kRead, {}, "the number of decoder layers"},
+          {"num_attention_heads", U::kRead, {}, "the query heads"},
+          {"num_key_value_heads", U::kRead, {}, "the key/value heads"},
+          {"head_dim", U::kRead, {}, "each head's width"},
+          {"vocab_size", U::kRead, {}, "the vocabulary"},
+          {"max_position_embeddings", U::kRead, {}, "the positions"},
+          {"rms_norm_eps", U::kRead, {}, "the RMSNorms' epsilon"},
+          {"rope_theta", U::kRead, {}, "the rotary base (transformers 4)"},
+          {"rope_parameters",
+           U::kRead,
+           {},
+           "the rotary base (transformers 5); rope_type must be \"default\""},
+          {"tie_word_embeddings",
+           U::kRead,
+           {},
+           "whether lm_head is the token embedding"},
+          {"rope_scaling",
+           U::kMustBe,
+           {nullptr},
+           "rope scaling is not supported"},
+          {"attention_bias", U::kMustBe, {false}, "the model has no biases"},
+          {"mlp_bias", U::kMustBe, {false}, "the model has no biases"},
+          {"hidden_act", U::kMustBe, {"silu"}, "the MLP is SwiGLU (silu)"},
+          {"sliding_window",
+           U::kMustBe,
+           {nullptr},
+           "sliding-window attention is not supported"},
+          {"pretraining_tp",
+           U::kNoEffect,
+           {},
+           "how the projections were split across devices; the same function"},
+          {"attention_dropout",
+           U::kNoEffect,
+           {},
+           "dropout: chunkzero applies none"},
+      }));
+  return *kRules;
+}
+
 absl::StatusOr<LlamaConfig> LlamaConfigFromJson(const Json& config,
                                                 const std::string& source) {
   auto type = config.find("model_type");
   if (type == config.end() || !type->is_string() ||
       type->get<std::string>() != "llama") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": \"model_type\" is ",
-        type == config.end() ? "missing" : type->dump(), ", want \"llama\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": \"model_type\" is ",
+                     type == config.end() ? "missing" : JsonForMessage(*type),
+                     ", want \"llama\""));
   }
-  // What the model does not compute, refused by name.
-  if (!Unset(config, "rope_scaling")) {
-    return Refuse(source, "rope_scaling", config.at("rope_scaling"),
-                  "rope scaling is not supported");
-  }
-  for (const char* bias : {"attention_bias", "mlp_bias"}) {
-    if (!Unset(config, bias) && config.at(bias) != Json(false)) {
-      return Refuse(source, bias, config.at(bias), "the model has no biases");
-    }
-  }
-  if (!Unset(config, "sliding_window")) {
-    return Refuse(source, "sliding_window", config.at("sliding_window"),
-                  "sliding-window attention is not supported");
-  }
-  if (!Unset(config, "hidden_act") && config.at("hidden_act") != "silu") {
-    return Refuse(source, "hidden_act", config.at("hidden_act"),
-                  "the MLP is SwiGLU (silu)");
-  }
+  CZ_RETURN_IF_ERROR(CheckConfigKeys(config, LlamaConfigKeyRules(), source));
   // transformers' LlamaConfig defaults.
   LlamaConfig c;
   CZ_RETURN_IF_ERROR(
@@ -246,6 +280,12 @@ std::string LlamaConfigJson(const LlamaConfig& c) {
 absl::StatusOr<LlamaCheckpoint> ReadLlamaDirectory(const std::string& dir) {
   CZ_ASSIGN_OR_RETURN(const PretrainedDirectory files,
                       PretrainedDirectory::Read(dir));
+  return ReadLlamaDirectory(files);
+}
+
+absl::StatusOr<LlamaCheckpoint> ReadLlamaDirectory(
+    const PretrainedDirectory& files) {
+  const std::string& dir = files.path();
   const std::string where = absl::StrCat("Llama directory ", dir);
   LlamaCheckpoint out;
   CZ_ASSIGN_OR_RETURN(

@@ -14,9 +14,10 @@
 // max_position_embeddings, rms_norm_eps, tie_word_embeddings, with
 // transformers' defaults for those left out, and rope_theta either at the
 // top (transformers 4) or under rope_parameters (transformers 5, whose
-// rope_type must be "default"). What the model does not compute is
-// refused naming the key: rope scaling, attention or MLP biases, a
-// sliding window, an activation other than silu.
+// rope_type must be "default"). Every other key LlamaConfig writes is as
+// LlamaConfigKeyRules() says: what the model does not compute is refused
+// naming the key (rope scaling, attention or MLP biases, a sliding window,
+// an activation other than silu), the rest changes nothing it computes.
 //
 // Tensors: the parameters of llama_model.h, with or without the "model."
 // prefix (a LlamaModel's own directory has none); the rotary embedding's
@@ -37,9 +38,12 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "io/pretrained/pretrained_directory.h"
+#include "models/common/config_keys.h"
 #include "models/llama/llama_model.h"
 #include "nlohmann/json.hpp"
 #include "tensor/tensor.h"
@@ -52,6 +56,8 @@ struct LlamaCheckpoint {
   std::map<std::string, Tensor> state;
 };
 
+const std::vector<ConfigKeyRule>& LlamaConfigKeyRules();
+
 // The LlamaConfig config.json describes; `source` starts the errors.
 [[nodiscard]] absl::StatusOr<LlamaConfig> LlamaConfigFromJson(
     const nlohmann::json& config, const std::string& source);
@@ -60,6 +66,9 @@ std::string LlamaConfigJson(const LlamaConfig& config);
 
 [[nodiscard]] absl::StatusOr<LlamaCheckpoint> ReadLlamaDirectory(
     const std::string& dir);
+// The same, from a directory already read.
+[[nodiscard]] absl::StatusOr<LlamaCheckpoint> ReadLlamaDirectory(
+    const PretrainedDirectory& dir);
 
 // Writes `state` (every parameter of `config` by name, any float dtype,
 // readable on the host) as f32 with `config` into `dir`, in shards of at

@@ -12,6 +12,8 @@
 #include "io/pretrained/pretrained_directory.h"
 #include "io/pretrained/pretrained_export.h"
 #include "io/safetensors/safetensors.h"
+#include "models/common/config_keys.h"
+#include "models/common/testing/config_keys_testing.h"
 
 namespace chunkzero {
 namespace {
@@ -142,6 +144,93 @@ TEST(LlamaCheckpoint, RefusesWhatTheModelDoesNotComputeNamingTheKey) {
     EXPECT_THAT(s.message(), HasSubstr(message)) << key;
     EXPECT_THAT(s.message(), HasSubstr("dir/config.json")) << key;
   }
+}
+
+// config.json as LlamaForCausalLM(LlamaConfig(...)).save_pretrained writes
+// it in transformers 4.57.6 and 5.25.0 (sizes set to Tiny's).
+constexpr const char* kTransformersLlamaConfigs[] = {
+    R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false,
+        "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
+        "head_dim": 4, "hidden_act": "silu", "hidden_size": 16,
+        "initializer_range": 0.02, "intermediate_size": 24,
+        "max_position_embeddings": 8, "mlp_bias": false, "model_type": "llama",
+        "num_attention_heads": 4, "num_hidden_layers": 2,
+        "num_key_value_heads": 2, "pretraining_tp": 1, "rms_norm_eps": 1e-06,
+        "rope_scaling": null, "rope_theta": 500000.0,
+        "tie_word_embeddings": false, "torch_dtype": "float32",
+        "transformers_version": "4.57.6", "use_cache": true,
+        "vocab_size": 32})",
+    R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false,
+        "attention_dropout": 0.0, "bos_token_id": 1, "dtype": "float32",
+        "eos_token_id": 2, "head_dim": 4, "hidden_act": "silu",
+        "hidden_size": 16, "initializer_range": 0.02,
+        "intermediate_size": 24, "max_position_embeddings": 8,
+        "mlp_bias": false, "model_type": "llama", "num_attention_heads": 4,
+        "num_hidden_layers": 2, "num_key_value_heads": 2, "pad_token_id": null,
+        "pretraining_tp": 1, "rms_norm_eps": 1e-06,
+        "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"},
+        "tie_word_embeddings": false, "transformers_version": "5.25.0",
+        "use_cache": true, "vocab_size": 32})",
+};
+
+Json OtherValue(const Json& v) {
+  if (v.is_boolean()) return !v.get<bool>();
+  if (v.is_string()) return v.get<std::string>() + "_other";
+  if (v.is_number()) return v.get<double>() * 2 + 1;
+  if (v.is_null()) return {{"rope_type", "linear"}, {"factor", 2.0}};
+  return {{"rope_type", "default"}, {"rope_theta", 7.0}};
+}
+
+bool SameConfig(const LlamaConfig& a, const LlamaConfig& b) {
+  return a.layers == b.layers && a.d_model == b.d_model && a.heads == b.heads &&
+         a.kv_heads == b.kv_heads &&
+         a.resolved_head_dim() == b.resolved_head_dim() && a.ffn == b.ffn &&
+         a.vocab == b.vocab && a.seq_len == b.seq_len &&
+         a.rope_theta == b.rope_theta && a.rms_norm_eps == b.rms_norm_eps &&
+         a.tie_word_embeddings == b.tie_word_embeddings;
+}
+
+// Every key transformers writes is read, refused unless the model computes
+// it, or of no effect: none is dropped unseen.
+TEST(LlamaCheckpoint, EveryKeyTransformersWritesIsRuledOn) {
+  for (const char* text : kTransformersLlamaConfigs) {
+    config_keys_testing::ExpectEveryKeyIsRuledOn<LlamaConfig>(
+        Json::parse(text), LlamaConfigKeyRules(),
+        [](const Json& j) { return LlamaConfigFromJson(j, "c.json"); },
+        SameConfig, OtherValue);
+    EXPECT_TRUE(SameConfig(*LlamaConfigFromJson(Json::parse(text), "c.json"),
+                           Tiny(false)));
+  }
+}
+
+// A base whose rotary frequencies or angles overflow f32 is refused naming
+// the key, instead of training to NaN.
+TEST(LlamaCheckpoint, ARopeThetaWhoseAnglesAreNotFiniteIsRefused) {
+  Json config = Json::parse(kTransformersLlamaConfigs[0]);
+  for (double theta : {1e-300, 1e-46, 1e39}) {
+    SCOPED_TRACE(theta);
+    config["rope_theta"] = theta;
+    const absl::Status s = LlamaConfigFromJson(config, "c.json").status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("c.json: Llama config: rope_theta = "));
+  }
+  config["rope_theta"] = 1e-300;
+  EXPECT_THAT(
+      std::string(LlamaConfigFromJson(config, "c.json").status().message()),
+      HasSubstr("rope_theta = 1e-300 gives rotary frequencies (1 / "
+                "theta^(2i / head_dim)) or angles (position x frequency, "
+                "positions up to 7) that are not finite in f32, at pair 0 of "
+                "a head 4 wide"));
+  for (double theta : {1e-30, 0.5, 1e30}) {
+    config["rope_theta"] = theta;
+    EXPECT_TRUE(LlamaConfigFromJson(config, "c.json").ok()) << theta;
+  }
+  EXPECT_EQ(RopeThetaProblem(10000, 128, 131072), "");
+  // Wider heads reach larger exponents: the top pair's angle overflows.
+  EXPECT_THAT(RopeThetaProblem(1e-36, 128, 2048),
+              HasSubstr("not finite in f32, at pair 63 of a head 128 wide"));
+  EXPECT_EQ(RopeThetaProblem(1e-36, 4, 2048), "");
 }
 
 TEST(LlamaCheckpoint, TensorsMustBeTheConfigsNamingTheOffender) {

@@ -92,13 +92,23 @@ struct LlamaConfig {
 
   // InvalidArgument naming the field (as config.json names it) when a size
   // is not positive, heads is not a multiple of kv_heads, head_dim is odd or
-  // (when 0) d_model is not a multiple of heads, or theta or eps is not
-  // positive and finite.
+  // (when 0) d_model is not a multiple of heads, theta or eps is not
+  // positive and finite, or theta gives rotary angles that are not finite
+  // (RopeThetaProblem).
   [[nodiscard]] absl::Status Validate() const;
   int resolved_head_dim() const {
     return head_dim > 0 ? head_dim : d_model / heads;
   }
 };
+
+// Why the rotary tables of `theta` (for heads `head_dim` wide, over
+// `positions` positions) cannot be computed, or "" when they can: a base
+// that is not a positive finite number, or one whose frequencies
+// 1 / theta^(2i / head_dim) or angles t x frequency are not finite in f32,
+// as RopeTables computes them (a base below about 1e-38 rounds to 0 in f32;
+// a tiny one, 1e-36, makes the top pair's angle overflow). The message
+// starts with the value: "1e-300 gives rotary frequencies ...".
+std::string RopeThetaProblem(double theta, int head_dim, int positions);
 
 // Every parameter's name and shape in declaration order (the list above).
 // REQUIRES: config.Validate().ok().

@@ -39,6 +39,31 @@ enum LayerParam {
 
 }  // namespace
 
+std::string RopeThetaProblem(double theta, int head_dim, int positions) {
+  if (!(std::isfinite(theta) && theta > 0)) {
+    return absl::StrCat(theta, " is not a positive number");
+  }
+  // As RopeTables: the base, the exponent, the frequency and the angle in
+  // f32 (the largest angle is the last position's).
+  const float base = static_cast<float>(theta);
+  const float last = static_cast<float>(std::max(positions, 1) - 1);
+  for (int i = 0; i < head_dim / 2; ++i) {
+    const float exponent =
+        static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    const float inv_freq = 1.0f / std::pow(base, exponent);
+    if (!(base > 0) || !std::isfinite(base) || !std::isfinite(inv_freq) ||
+        !std::isfinite(last * inv_freq)) {
+      return absl::StrCat(
+          theta,
+          " gives rotary frequencies (1 / theta^(2i / head_dim)) or "
+          "angles (position x frequency, positions up to ",
+          positions - 1, ") that are not finite in f32, at pair ", i,
+          " of a head ", head_dim, " wide");
+    }
+  }
+  return "";
+}
+
 absl::Status LlamaConfig::Validate() const {
   CZ_RETURN_IF_ERROR(CheckPositive("num_hidden_layers", layers));
   CZ_RETURN_IF_ERROR(CheckPositive("hidden_size", d_model));
@@ -72,6 +97,12 @@ absl::Status LlamaConfig::Validate() const {
   if (!(std::isfinite(rope_theta) && rope_theta > 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Llama config: rope_theta must be positive, got ", rope_theta));
+  }
+  if (const std::string problem =
+          RopeThetaProblem(rope_theta, resolved_head_dim(), seq_len);
+      !problem.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Llama config: rope_theta = ", problem));
   }
   if (!(std::isfinite(rms_norm_eps) && rms_norm_eps > 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
