@@ -31,10 +31,11 @@ constexpr std::array<uint32_t, 256> kCrc32cTable = MakeCrc32cTable();
 #if defined(__x86_64__)
 // Eight bytes per instruction: several GB/s, so checksumming costs little
 // beside the disk.
-__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(const void* data,
+__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(uint32_t start,
+                                                       const void* data,
                                                        size_t n) {
   const auto* p = static_cast<const unsigned char*>(data);
-  uint64_t crc = 0xFFFFFFFFu;
+  uint64_t crc = ~start;
   for (; n >= 8; p += 8, n -= 8) {
     uint64_t word;
     std::memcpy(&word, p, sizeof(word));
@@ -48,21 +49,27 @@ __attribute__((target("sse4.2"))) uint32_t Crc32cSse42(const void* data,
 
 }  // namespace
 
-uint32_t Crc32cPortable(const void* data, size_t n) {
+uint32_t Crc32cPortableExtend(uint32_t start, const void* data, size_t n) {
   const auto* p = static_cast<const unsigned char*>(data);
-  uint32_t crc = 0xFFFFFFFFu;
+  uint32_t crc = ~start;
   for (size_t i = 0; i < n; ++i) {
     crc = (crc >> 8) ^ kCrc32cTable[(crc ^ p[i]) & 0xFF];
   }
   return ~crc;
 }
 
-uint32_t Crc32c(const void* data, size_t n) {
+uint32_t Crc32cPortable(const void* data, size_t n) {
+  return Crc32cPortableExtend(0, data, n);
+}
+
+uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n) {
 #if defined(__x86_64__)
   static const bool kHaveSse42 = __builtin_cpu_supports("sse4.2");
-  if (kHaveSse42) return Crc32cSse42(data, n);
+  if (kHaveSse42) return Crc32cSse42(crc, data, n);
 #endif
-  return Crc32cPortable(data, n);
+  return Crc32cPortableExtend(crc, data, n);
 }
+
+uint32_t Crc32c(const void* data, size_t n) { return Crc32cExtend(0, data, n); }
 
 }  // namespace chunkzero

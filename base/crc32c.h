@@ -16,8 +16,15 @@ namespace chunkzero {
 // it, else Crc32cPortable. Both give the same value.
 uint32_t Crc32c(const void* data, size_t n);
 
+// The CRC-32C of the bytes `crc` was the CRC of, followed by these `n`:
+// Crc32cExtend(Crc32c(a, i), a + i, n - i) == Crc32c(a, n), and
+// Crc32cExtend(0, a, n) == Crc32c(a, n). For data read in pieces.
+uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n);
+
 // The table-driven version, for any CPU.
 uint32_t Crc32cPortable(const void* data, size_t n);
+// Its Crc32cExtend.
+uint32_t Crc32cPortableExtend(uint32_t crc, const void* data, size_t n);
 
 }  // namespace chunkzero
 

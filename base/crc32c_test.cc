@@ -27,5 +27,22 @@ TEST(Crc32c, HardwareAndPortableAgreeAtEveryLengthAndAlignment) {
   }
 }
 
+TEST(Crc32c, ExtendsAcrossPiecesWithEitherVersion) {
+  std::string bytes;
+  for (int i = 0; i < 1000; ++i) bytes.push_back(static_cast<char>(i * 7));
+  const uint32_t whole = Crc32c(bytes.data(), bytes.size());
+  for (size_t cut :
+       {size_t{0}, size_t{1}, size_t{9}, size_t{512}, size_t{1000}}) {
+    SCOPED_TRACE(cut);
+    EXPECT_EQ(Crc32cExtend(Crc32c(bytes.data(), cut), bytes.data() + cut,
+                           bytes.size() - cut),
+              whole);
+    EXPECT_EQ(Crc32cPortableExtend(Crc32cPortable(bytes.data(), cut),
+                                   bytes.data() + cut, bytes.size() - cut),
+              whole);
+  }
+  EXPECT_EQ(Crc32cExtend(0, "123456789", 9), 0xE3069283u);
+}
+
 }  // namespace
 }  // namespace chunkzero

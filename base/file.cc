@@ -170,6 +170,33 @@ absl::Status CreateDirectories(const std::string& dir) {
   return FsyncDir(DirectoryOf(dir));
 }
 
+absl::Status CheckCanCreateDirectories(const std::string& dir) {
+  if (dir.empty()) return absl::OkStatus();
+  // Up from `dir` to the first path that exists.
+  std::string existing = dir;
+  struct stat info;
+  while (::stat(existing.c_str(), &info) != 0) {
+    if (errno != ENOENT) {
+      if (errno == ENOTDIR) break;
+      return ErrnoError("cannot stat", existing);
+    }
+    const std::string parent = DirectoryOf(existing);
+    if (parent == existing) break;
+    existing = parent;
+  }
+  if (::stat(existing.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create directory ", dir,
+        ": it or one of its parents exists and is not a directory"));
+  }
+  std::string probe = JoinPath(existing, ".chunkzero-probe-XXXXXX");
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) return ErrnoError("cannot create files in", existing);
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return absl::OkStatus();
+}
+
 namespace {
 
 // What `mode` is, for messages: "a directory", "a FIFO", ...

@@ -85,6 +85,14 @@ class FileDescriptor {
 // parent exists but is not a directory.
 [[nodiscard]] absl::Status CreateDirectories(const std::string& dir);
 
+// Checks, without creating anything, that CreateDirectories(dir) could make
+// `dir` and files could then be created in it: `dir` is a directory, or its
+// nearest existing ancestor is one; a probe file is made and removed in
+// whichever exists. FailedPrecondition "cannot create directory DIR: it or
+// one of its parents exists and is not a directory" as CreateDirectories
+// says it, errno's code and text for the probe.
+[[nodiscard]] absl::Status CheckCanCreateDirectories(const std::string& dir);
+
 // The file a write to `path` replaces: `path` itself, or, where `path` is a
 // symbolic link (or a chain of them), the file the last link names, so that
 // the link stays and its target gets the new contents. The result need not

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,6 +46,15 @@ std::string Holder(const std::string& path, bool directory) {
   return pid.empty() ? "" : absl::StrCat(" (pid ", pid, ")");
 }
 
+// Whether `fd` is still the file `path` names: a holder that removed its
+// lock file (FileLock::Remove) between our open and our flock leaves us a
+// lock on a file nobody else can find.
+bool StillNamed(int fd, const std::string& path) {
+  struct stat held, named;
+  return ::fstat(fd, &held) == 0 && ::stat(path.c_str(), &named) == 0 &&
+         held.st_dev == named.st_dev && held.st_ino == named.st_ino;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<FileLock>> FileLock::TryAcquire(
@@ -65,13 +75,37 @@ absl::StatusOr<std::unique_ptr<FileLock>> FileLock::AcquireDirectory(
 absl::StatusOr<std::unique_ptr<FileLock>> FileLock::Lock(
     const std::string& path, bool directory, LockMode mode,
     absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (int attempt = 0;; ++attempt) {
+    absl::StatusOr<std::unique_ptr<FileLock>> lock =
+        LockOnce(path, directory, mode, deadline, timeout);
+    if (!lock.ok() || directory || StillNamed((*lock)->fd_, path) ||
+        attempt >= 100) {
+      return lock;
+    }
+  }
+}
+
+absl::Status FileLock::Remove() {
+  struct stat held;
+  if (::fstat(fd_, &held) == 0 && S_ISDIR(held.st_mode)) {
+    return absl::OkStatus();
+  }
+  if (::unlink(path_.c_str()) == 0 || errno == ENOENT) {
+    return absl::OkStatus();
+  }
+  return ErrnoError("removing the lock file", path_);
+}
+
+absl::StatusOr<std::unique_ptr<FileLock>> FileLock::LockOnce(
+    const std::string& path, bool directory, LockMode mode, absl::Time deadline,
+    absl::Duration timeout) {
   const int fd = OpenToLock(path, directory);
   if (fd < 0) {
     return ErrnoError(
         directory ? "cannot open directory to lock" : "cannot open lock file",
         path);
   }
-  const absl::Time start = absl::Now();
   absl::Duration pause = absl::Milliseconds(1);
   for (;;) {
     const int error = TryLock(fd, mode);
@@ -81,8 +115,8 @@ absl::StatusOr<std::unique_ptr<FileLock>> FileLock::Lock(
       errno = error;
       return ErrnoError("cannot lock", path);
     }
-    const absl::Duration waited = absl::Now() - start;
-    if (waited >= timeout) {
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
       ::close(fd);
       if (timeout <= absl::ZeroDuration()) {
         return absl::FailedPreconditionError(absl::StrCat(
@@ -92,7 +126,7 @@ absl::StatusOr<std::unique_ptr<FileLock>> FileLock::Lock(
           path, " is still locked by another process", Holder(path, directory),
           " after ", absl::FormatDuration(timeout)));
     }
-    absl::SleepFor(std::min(pause, timeout - waited));
+    absl::SleepFor(std::min(pause, deadline - now));
     pause = std::min(2 * pause, absl::Milliseconds(50));
   }
   // Ours now: an exclusive holder of a file records who holds it, for the

@@ -62,6 +62,12 @@ class FileLock {
   AcquireDirectory(const std::string& dir, LockMode mode,
                    absl::Duration timeout);
 
+  // Removes the lock file while it is held (a directory lock: nothing), for
+  // a holder that leaves nothing behind. A process that opened the file
+  // before and locks it after sees that the path no longer names what it
+  // locked, and tries again on what the path names now.
+  [[nodiscard]] absl::Status Remove();
+
   ~FileLock();  // Releases the lock (the file stays).
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
@@ -76,6 +82,11 @@ class FileLock {
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<FileLock>> Lock(
       const std::string& path, bool directory, LockMode mode,
       absl::Duration timeout);
+  // One open and flock, trying until `deadline`; `timeout` is for the
+  // message.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<FileLock>> LockOnce(
+      const std::string& path, bool directory, LockMode mode,
+      absl::Time deadline, absl::Duration timeout);
 
   const std::string path_;
   const LockMode mode_;

@@ -33,6 +33,29 @@ TEST(FileLock, SecondHolderIsRefusedNamingThePid) {
                          ::getpid(), ")"));
 }
 
+// A holder that removes its lock file leaves nothing; the next job makes a
+// new one and locks that, while the first still holds the old.
+TEST(FileLock, RemoveLeavesNothingAndTheNextHolderStartsAfresh) {
+  const std::string path = ::testing::TempDir() + "/removed.lock";
+  absl::StatusOr<std::unique_ptr<FileLock>> first = FileLock::TryAcquire(path);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE((*first)->Remove().ok());
+  EXPECT_NE(::access(path.c_str(), F_OK), 0);
+  EXPECT_TRUE((*first)->Remove().ok());  // Gone already: nothing to do.
+  absl::StatusOr<std::unique_ptr<FileLock>> second = FileLock::TryAcquire(path);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(FileLock::TryAcquire(path).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A directory's lock removes nothing.
+  const std::string dir = ::testing::TempDir() + "/removed_dir";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  absl::StatusOr<std::unique_ptr<FileLock>> held = FileLock::AcquireDirectory(
+      dir, LockMode::kExclusive, absl::ZeroDuration());
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_TRUE((*held)->Remove().ok());
+  EXPECT_EQ(::access(dir.c_str(), F_OK), 0);
+}
+
 TEST(FileLock, ReleasedWhenDestroyed) {
   const std::string path = LockPath("b.lock");
   {

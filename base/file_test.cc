@@ -299,6 +299,25 @@ TEST(CheckCanCreateFile, FifoSocketAndLinkToADeviceAreRefused) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST(CheckCanCreateDirectories, ChecksTheNearestExistingAncestorOnly) {
+  const std::string dir = TempDir() + "/create_dirs";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  EXPECT_TRUE(CheckCanCreateDirectories(dir).ok());
+  EXPECT_TRUE(CheckCanCreateDirectories(dir + "/a/b/c").ok());
+  EXPECT_FALSE(Exists(dir + "/a"));
+  ASSERT_TRUE(WriteString(dir + "/plain", "x").ok());
+  const absl::Status under_file = CheckCanCreateDirectories(dir + "/plain/x");
+  EXPECT_EQ(under_file.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(under_file.message(),
+            "cannot create directory " + dir +
+                "/plain/x: it or one of its parents exists and is not a "
+                "directory");
+  EXPECT_EQ(CheckCanCreateDirectories(dir + "/plain").code(),
+            absl::StatusCode::kFailedPrecondition);
+  // What CreateDirectories says for the same paths.
+  EXPECT_EQ(CreateDirectories(dir + "/plain/x"), under_file);
+}
+
 TEST(CheckCanReplaceOrRemove, RegularFilesLinksAndNothingPass) {
   const std::string dir = TempDir() + "/replace_ok";
   ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);

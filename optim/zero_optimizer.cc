@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <utility>
@@ -54,7 +55,13 @@ absl::Status CheckOptions(const ZeroOptimizerOptions& o, double weight_decay) {
   if (o.max_overflows_at_min_scale < 0) {
     return bad("max_overflows_at_min_scale", o.max_overflows_at_min_scale);
   }
-  if (!(o.lr.lr() >= 0) || !(o.lr.min_lr() >= 0)) return bad("lr", o.lr.lr());
+  if (const std::optional<OptimizerRateProblem> problem =
+          CheckOptimizerRates(o.kind, o.lr.lr(), o.lr.min_lr(), weight_decay);
+      problem.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer option ", problem->option, " = ",
+                     problem->value, ": ", problem->why));
+  }
   if (!(o.beta1 >= 0 && o.beta1 < 1))
     return bad("beta1 (want [0, 1))", o.beta1);
   if (!(o.beta2 >= 0 && o.beta2 < 1))
@@ -72,6 +79,45 @@ absl::Status CheckOptions(const ZeroOptimizerOptions& o, double weight_decay) {
 }
 
 }  // namespace
+
+std::optional<OptimizerRateProblem> CheckOptimizerRates(
+    OptimizerKind kind, double lr, double min_lr,
+    std::optional<double> weight_decay) {
+  const double decay = weight_decay.value_or(DefaultWeightDecay(kind));
+  const struct {
+    const char* option;
+    double value;
+  } rates[] = {{"lr", lr}, {"min_lr", min_lr}, {"weight_decay", decay}};
+  constexpr double kF32Max = std::numeric_limits<float>::max();
+  for (const auto& [option, value] : rates) {
+    if (!std::isfinite(value) || value < 0) {
+      return OptimizerRateProblem{option, value, "is not a finite number >= 0"};
+    }
+    if (value > kF32Max) {
+      return OptimizerRateProblem{
+          option, value,
+          "is past the largest f32 (3.4e38), which the update computes in: "
+          "it would be Inf"};
+    }
+  }
+  if (min_lr > lr) {
+    return OptimizerRateProblem{
+        "min_lr", min_lr,
+        absl::StrCat("is above lr (", lr,
+                     "): the rate decays from lr down to min_lr")};
+  }
+  const bool factor =
+      kind == OptimizerKind::kAdamW || kind == OptimizerKind::kSgd;
+  if (factor && lr * decay >= 2) {
+    return OptimizerRateProblem{
+        "weight_decay", decay,
+        absl::StrCat("times lr (", lr, ") is ", lr * decay,
+                     ": each step multiplies the weights by 1 - lr x "
+                     "weight_decay, <= -1 here, so they would grow without "
+                     "bound; want lr x weight_decay < 2")};
+  }
+  return std::nullopt;
+}
 
 absl::string_view OptimizerKindName(OptimizerKind kind) {
   switch (kind) {

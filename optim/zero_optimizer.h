@@ -144,6 +144,22 @@ inline bool OffloadsParams(OffloadPolicy offload) {
   return offload == OffloadPolicy::kParams || offload == OffloadPolicy::kAuto;
 }
 
+// What makes a set of rates unusable for `kind`: the option to blame ("lr",
+// "min_lr" or "weight_decay"), its value and why. nullopt when they can be
+// used. Checked: each finite and >= 0 and finite in f32 (what the update
+// computes in: 1e39 is Inf there); min_lr <= lr; and with decoupled (AdamW) or
+// SGD weight decay, lr x weight_decay < 2, else the decay factor 1 - lr x
+// weight_decay is <= -1 and the weights grow without bound. `weight_decay`
+// nullopt: the kind's default (AdamW 0.01, else 0).
+struct OptimizerRateProblem {
+  std::string option;
+  double value = 0;
+  std::string why;  // "is above lr (0.001): ..."
+};
+std::optional<OptimizerRateProblem> CheckOptimizerRates(
+    OptimizerKind kind, double lr, double min_lr,
+    std::optional<double> weight_decay);
+
 struct ZeroOptimizerOptions {
   OptimizerKind kind = OptimizerKind::kAdamW;
   LrSchedule lr = LrSchedule::Constant(1e-3);
