@@ -1,6 +1,7 @@
 #include "io/tensorboard/event_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -42,7 +43,18 @@ uint32_t MaskedCrc32c(const void* data, size_t n) {
 
 absl::StatusOr<std::unique_ptr<EventFileWriter>> EventFileWriter::Create(
     const std::string& dir) {
+  struct stat st;
+  const bool existed = ::stat(dir.c_str(), &st) == 0;
   CZ_RETURN_IF_ERROR(CreateDirectories(dir));
+  absl::StatusOr<std::unique_ptr<EventFileWriter>> writer = CreateIn(dir);
+  // A failure (a full disk) leaves no empty file, nor a directory made for
+  // it.
+  if (!writer.ok() && !existed) ::rmdir(dir.c_str());
+  return writer;
+}
+
+absl::StatusOr<std::unique_ptr<EventFileWriter>> EventFileWriter::CreateIn(
+    const std::string& dir) {
   char host[256] = "localhost";
   if (::gethostname(host, sizeof(host) - 1) != 0) {
     std::strcpy(host, "localhost");
@@ -69,7 +81,12 @@ absl::StatusOr<std::unique_ptr<EventFileWriter>> EventFileWriter::Create(
   tensorboard::Event version;
   version.set_wall_time(Now());
   version.set_file_version("brain.Event:2");
-  CZ_RETURN_IF_ERROR(writer->WriteRecord(version.SerializeAsString()));
+  if (absl::Status s = writer->WriteRecord(version.SerializeAsString());
+      !s.ok()) {
+    (void)writer->Close();
+    ::unlink(path.c_str());
+    return s;
+  }
   return writer;
 }
 

@@ -45,6 +45,7 @@ uint32_t MaskedCrc32c(const void* data, size_t n);
 class EventFileWriter {
  public:
   // A new event file in `dir` (made if missing), its first event written.
+  // On failure nothing is left: neither the file nor a directory it made.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<EventFileWriter>> Create(
       const std::string& dir);
 
@@ -57,6 +58,8 @@ class EventFileWriter {
   [[nodiscard]] absl::Status Close();
 
  private:
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<EventFileWriter>>
+  CreateIn(const std::string& dir);
   EventFileWriter(std::string path, std::unique_ptr<FileDescriptor> fd)
       : path_(std::move(path)), fd_(std::move(fd)) {}
   absl::Status WriteRecord(const std::string& event);

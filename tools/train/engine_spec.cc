@@ -1,7 +1,9 @@
 #include "tools/train/engine_spec.h"
 
 #include <algorithm>
+#include <utility>
 
+#include "absl/strings/str_replace.h"
 #include "base/status_macros.h"
 
 namespace chunkzero {
@@ -47,6 +49,31 @@ absl::StatusOr<EngineOptions> EngineOptionsForRun(const TrainPlan& plan,
       e.optimizer.lr,
       LrSchedule::WarmupCosine(o.lr, o.min_lr, o.warmup, std::max(o.steps, 1)));
   return e;
+}
+
+absl::Status EngineErrorInFlags(const absl::Status& status) {
+  if (status.ok()) return status;
+  // Longest first: "device_memory_limit" before "device".
+  static const std::pair<const char*, const char*> kFlags[] = {
+      {"EngineOptions::activation_checkpointing.every",
+       "--activation_checkpointing"},
+      {"EngineOptions::activation_checkpointing", "--activation_checkpointing"},
+      {"EngineOptions::device_memory_limit", "--device_memory_limit"},
+      {"EngineOptions::host_memory_limit", "--host_memory_limit"},
+      {"EngineOptions::max_prefetch", "--max_prefetch"},
+      {"EngineOptions::comm_timeout", "--comm_timeout_s"},
+      {"EngineOptions::chunk_size", "--chunk_size"},
+      {"EngineOptions::nvme_path", "--nvme_path"},
+      {"EngineOptions::nvme_io", "--nvme_io"},
+      {"EngineOptions::precision", "--precision"},
+      {"EngineOptions::offload", "--offload"},
+      {"EngineOptions::device", "--device"},
+  };
+  std::string message(status.message());
+  for (const auto& [field, flag] : kFlags) {
+    message = absl::StrReplaceAll(message, {{field, flag}});
+  }
+  return absl::Status(status.code(), message);
 }
 
 }  // namespace chunkzero

@@ -3,6 +3,7 @@
 #ifndef CHUNKZERO_TOOLS_TRAIN_ENGINE_SPEC_H_
 #define CHUNKZERO_TOOLS_TRAIN_ENGINE_SPEC_H_
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/engine_options.h"
 #include "tensor/device.h"
@@ -25,6 +26,11 @@ EngineOptions EngineOptionsFromFlags(const TrainOptions& options);
 // optimizer refuses.
 [[nodiscard]] absl::StatusOr<EngineOptions> EngineOptionsForRun(
     const TrainPlan& plan, Device rank_device);
+
+// An engine's error as the train job says it: every EngineOptions field the
+// message names ("EngineOptions::nvme_path") becomes the flag that set it
+// ("--nvme_path"); the code and the rest stay.
+absl::Status EngineErrorInFlags(const absl::Status& status);
 
 }  // namespace chunkzero
 

@@ -87,5 +87,23 @@ TEST(EngineOptionsForRun, AScheduleTheOptimizerRefusesIsAnError) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// The engine names its options; the train job names its flags.
+TEST(EngineErrorInFlags, TranslatesEveryFieldToItsFlag) {
+  const absl::Status engine(
+      absl::StatusCode::kNotFound,
+      "cannot open /x: No such file; EngineOptions::nvme_path; "
+      "EngineOptions::device_memory_limit caps the compute device, but "
+      "EngineOptions::device is the host; EngineOptions::nvme_io, "
+      "EngineOptions::activation_checkpointing.every is -1, "
+      "EngineOptions::comm_timeout");
+  const absl::Status flags = EngineErrorInFlags(engine);
+  EXPECT_EQ(flags.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(flags.message(),
+            "cannot open /x: No such file; --nvme_path; --device_memory_limit "
+            "caps the compute device, but --device is the host; --nvme_io, "
+            "--activation_checkpointing is -1, --comm_timeout_s");
+  EXPECT_TRUE(EngineErrorInFlags(absl::OkStatus()).ok());
+}
+
 }  // namespace
 }  // namespace chunkzero

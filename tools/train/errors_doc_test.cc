@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <regex>
 #include <set>
@@ -30,10 +31,11 @@
 #include "checkpoint/testing/edit_manifest.h"
 #include "gtest/gtest.h"
 #include "io/safetensors/safetensors.h"
+#include "models/gpt2/gpt_checkpoint.h"
 #include "models/gpt2/gpt_model.h"
+#include "nlohmann/json.hpp"
 #include "tensor/tensor.h"
-
-extern char** environ;
+#include "tools/train/testing/run_train.h"
 
 namespace chunkzero {
 namespace {
@@ -60,56 +62,16 @@ void Write(const std::string& path, const std::string& bytes) {
               }).ok());
 }
 
-struct Outcome {
-  int exit_code = -1;
-  std::string err;
-};
+using Outcome = train_testing::TrainOutcome;
 
 // Runs the train binary with `args` and this process's environment plus
-// `env` ("NAME=value"); stdout is dropped, stderr kept.
+// `env` ("NAME=value").
 Outcome RunTrain(const std::vector<std::string>& args,
-                 const std::vector<std::string>& env, const std::string& tmp) {
-  std::vector<std::string> argv = {Runfile("tools/train/train")};
-  argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<char*> raw;
-  for (std::string& a : argv) raw.push_back(a.data());
-  raw.push_back(nullptr);
-  const std::string err_path = JoinPath(tmp, "stderr.txt");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<std::string> environment = env;
-  for (char** e = environ; *e != nullptr; ++e) environment.emplace_back(*e);
-  std::vector<char*> envp;
-  for (std::string& e : environment) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid = -1;
-  Outcome out;
-  if (posix_spawn(&pid, raw[0], &actions, nullptr, raw.data(), envp.data()) !=
-      0) {
-    ADD_FAILURE() << "cannot start " << raw[0];
-    return out;
-  }
-  posix_spawn_file_actions_destroy(&actions);
-  // A deadline, so that a hang fails the test instead of stalling it.
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::minutes(3);
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      ADD_FAILURE() << "hung: killed after 3 minutes";
-      return out;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  out.exit_code =
-      WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  out.err = Read(err_path);
-  return out;
+                 const std::vector<std::string>& env, const std::string&) {
+  train_testing::TrainRun run;
+  run.args = args;
+  run.env = env;
+  return train_testing::RunTrainBinary(run);
 }
 
 struct Row {
@@ -206,6 +168,77 @@ void MakeFixtures(const std::string& tmp) {
       tensors.emplace_back("transformer." + param, std::move(t));
     }
     ASSERT_TRUE(WriteSafetensors(JoinPath(tmp, name), tensors).ok());
+  }
+  // Hugging Face directories of the base model, and hostile or unsupported
+  // variants of it.
+  {
+    GptConfig config;
+    config.layers = 1;
+    config.d_model = 32;
+    config.heads = 2;
+    config.seq_len = 16;
+    config.vocab = 256;
+    std::map<std::string, Tensor> state;
+    for (const auto& [param, shape] : GptParameterShapes(config)) {
+      Tensor t = *Tensor::Zeros(shape, DType::kF32);
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        t.data<float>()[i] = 0.001f * static_cast<float>(i % 13);
+      }
+      state[param] = std::move(t);
+    }
+    const std::string hf = JoinPath(tmp, "gpt2_hf");
+    ASSERT_TRUE(WriteGptDirectory(hf, state, 2, 5'000'000'000).ok());
+    const std::string config_json = Read(JoinPath(hf, "config.json"));
+    auto variant = [&](const std::string& name, const std::string& config) {
+      const std::string dir = JoinPath(tmp, name);
+      fs::copy(hf, dir, fs::copy_options::recursive);
+      Write(JoinPath(dir, "config.json"), config);
+    };
+    auto with_key = [&](const std::string& key, const std::string& value) {
+      nlohmann::json j = nlohmann::json::parse(config_json);
+      j.erase(key);
+      std::string text = j.dump();
+      text.insert(1, "\"" + key + "\": " + value + ", ");
+      return text;
+    };
+    variant("deep_hf", with_key("model_type", std::string(100000, '[') +
+                                                  std::string(100000, ']')));
+    variant("nan_hf", R"({"model_type": "gpt2", "n_layer": NaN})");
+    variant("overflow_hf", R"({"model_type": "gpt2", "n_layer": 1e999})");
+    variant("untied_hf", with_key("tie_word_embeddings", "false"));
+    variant("unscaled_hf", with_key("scale_attn_weights", "false"));
+    // A saved untied model: its own lm_head beside wte.
+    {
+      const std::string dir = JoinPath(tmp, "head_hf");
+      fs::copy(hf, dir, fs::copy_options::recursive);
+      std::vector<std::pair<std::string, Tensor>> tensors;
+      for (const auto& [param, shape] : GptParameterShapes(config)) {
+        tensors.emplace_back("transformer." + param, state.at(param));
+      }
+      tensors.emplace_back("lm_head.weight",
+                           *Tensor::Zeros({256, 32}, DType::kF32));
+      ASSERT_TRUE(
+          WriteSafetensors(JoinPath(dir, "model.safetensors"), tensors).ok());
+    }
+    // An index whose shard name hides a NUL.
+    {
+      const std::string dir = JoinPath(tmp, "nul_hf");
+      fs::create_directories(dir);
+      Write(JoinPath(dir, "config.json"), config_json);
+      Write(JoinPath(dir, "model.safetensors.index.json"),
+            R"({"weight_map": {"transformer.wte.weight": )"
+            R"("model-00001-of-00002.safetensors\u0000x"}})");
+    }
+    // Export destinations: a directory where a shard goes, a FIFO where
+    // the weights go.
+    const std::string blocked = JoinPath(tmp, "blocked_export");
+    fs::copy(hf, blocked, fs::copy_options::recursive);
+    fs::create_directories(
+        JoinPath(blocked, "model-00001-of-00002.safetensors"));
+    fs::create_directories(JoinPath(tmp, "fifo_export"));
+    ASSERT_EQ(
+        ::mkfifo(JoinPath(tmp, "fifo_export/model.safetensors").c_str(), 0644),
+        0);
   }
   // A checkpoint of the base model, and a damaged copy.
   const std::string ckpt = JoinPath(tmp, "ckpt");

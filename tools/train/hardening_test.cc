@@ -268,8 +268,10 @@ TEST(Hardening, NonFiniteHyperParametersAreRefused) {
   }
 }
 
-// --lr=1e308 is finite but makes every weight Inf at the first update. In
-// fp32 the next grads are not finite and the step fails; in fp16 the loss
+// --lr=1e30 is finite (in f32 too) but makes every weight Inf within a
+// step or two (--lr=1e308 is refused: it is Inf in f32, the update's
+// dtype; so is a weight decay whose factor 1 - lr x wd is <= -1). In fp32
+// the next grads are not finite and the step fails; in fp16 the loss
 // scaler cannot help either (the loss itself is NaN). Either way the run
 // fails, and the good checkpoint in --save stays as it was.
 TEST(Hardening, ADivergingRunFailsAndKeepsTheGoodCheckpoint) {
@@ -284,8 +286,11 @@ TEST(Hardening, ADivergingRunFailsAndKeepsTheGoodCheckpoint) {
     TrainOptions bad = good;
     bad.resume = good.save;
     bad.steps = 6;
-    bad.save_every = 1;
-    bad.lr = bad.min_lr = 1e308;
+    // Step 3's update makes the weights garbage and step 4 fails, before
+    // its save.
+    bad.save_every = 2;
+    bad.lr = bad.min_lr = 1e30;
+    bad.weight_decay = 0;
     int steps = 0;
     const absl::Status status = RunJob(bad, &steps);
     EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
@@ -483,7 +488,7 @@ TEST(Hardening, ContradictoryFlagsAreRefused) {
             "--rank=-2: want -1 (every rank as a thread of this process) or "
             "this process's rank in [0, world_size)"},
            {[](TrainOptions& o) { o.save_every = 5; },
-            "--save_every=5: needs --save, the directory to save to"},
+            "--save_every=5: is for --save, the directory to save to"},
            {[](TrainOptions& o) { o.rendezvous = "/tmp/r"; },
             "--rendezvous=/tmp/r: a rendezvous is for one rank per process: "
             "give --rank too (tools/train/launch.sh does)"},

@@ -209,7 +209,7 @@ TEST(NvmeTrain, AHostLimitSendsParameterChunksToDiskAndChangesNoBit) {
   capped.offload = OffloadPolicy::kOptimizer;
   capped.nvme_path.clear();
   EXPECT_THAT(PlanTraining(capped).status().message(),
-              HasSubstr("--host_memory_limit=1048576: needs --offload=nvme"));
+              HasSubstr("--host_memory_limit=1048576: is for --offload=nvme"));
 }
 
 // The refusal of a host limit adds up its parts: the larger of

@@ -1,8 +1,12 @@
 #include "tools/train/tensorboard_report.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/file.h"
 
 namespace chunkzero {
 
@@ -28,8 +32,17 @@ std::vector<std::pair<std::string, float>> TensorBoardScalars(
           {"copies/d2h_bytes", f(static_cast<double>(d2h))}};
 }
 
+absl::Status TensorBoardReport::Check(const std::string& dir) {
+  const absl::Status can = CheckCanCreateDirectories(dir);
+  if (can.ok()) return can;
+  return absl::Status(
+      can.code(), absl::StrCat("--tensorboard_dir=", dir, ": ", can.message()));
+}
+
 absl::StatusOr<std::unique_ptr<TensorBoardReport>> TensorBoardReport::Create(
     const std::string& dir) {
+  struct stat st;
+  const bool existed = ::stat(dir.c_str(), &st) == 0;
   absl::StatusOr<std::unique_ptr<EventFileWriter>> writer =
       EventFileWriter::Create(dir);
   if (!writer.ok()) {
@@ -38,7 +51,7 @@ absl::StatusOr<std::unique_ptr<TensorBoardReport>> TensorBoardReport::Create(
                                      writer.status().message()));
   }
   return std::unique_ptr<TensorBoardReport>(
-      new TensorBoardReport(dir, *std::move(writer)));
+      new TensorBoardReport(dir, existed, *std::move(writer)));
 }
 
 absl::Status TensorBoardReport::Flagged(const absl::Status& status) const {
@@ -48,10 +61,18 @@ absl::Status TensorBoardReport::Flagged(const absl::Status& status) const {
 }
 
 absl::Status TensorBoardReport::OnStep(const StepMetrics& metrics) {
+  wrote_a_step_ = true;
   return Flagged(
       writer_->WriteScalars(metrics.step, TensorBoardScalars(metrics)));
 }
 
 absl::Status TensorBoardReport::Close() { return Flagged(writer_->Close()); }
+
+void TensorBoardReport::CloseAfterFailure() {
+  (void)writer_->Close();
+  if (wrote_a_step_) return;
+  ::unlink(writer_->path().c_str());
+  if (!dir_existed_) ::rmdir(dir_.c_str());
+}
 
 }  // namespace chunkzero

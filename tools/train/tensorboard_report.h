@@ -28,6 +28,9 @@ std::vector<std::pair<std::string, float>> TensorBoardScalars(
 
 class TensorBoardReport {
  public:
+  // Before the job is planned, creating nothing: that `dir` can be made
+  // and an event file created in it (CheckCanCreateDirectories).
+  [[nodiscard]] static absl::Status Check(const std::string& dir);
   // A new event file in `dir` (made if missing); errors start with
   // "--tensorboard_dir=DIR".
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<TensorBoardReport>>
@@ -36,13 +39,22 @@ class TensorBoardReport {
   const std::string& path() const { return writer_->path(); }
   [[nodiscard]] absl::Status OnStep(const StepMetrics& metrics);
   [[nodiscard]] absl::Status Close();
+  // For a job that failed: closes the file, and if no step reached it
+  // removes it (and the directory, if made for it and empty), so that a
+  // run refused at the rendezvous leaves no event file.
+  void CloseAfterFailure();
 
  private:
-  TensorBoardReport(std::string dir, std::unique_ptr<EventFileWriter> writer)
-      : dir_(std::move(dir)), writer_(std::move(writer)) {}
+  TensorBoardReport(std::string dir, bool dir_existed,
+                    std::unique_ptr<EventFileWriter> writer)
+      : dir_(std::move(dir)),
+        dir_existed_(dir_existed),
+        writer_(std::move(writer)) {}
   absl::Status Flagged(const absl::Status& status) const;
 
   std::string dir_;
+  bool dir_existed_;
+  bool wrote_a_step_ = false;
   std::unique_ptr<EventFileWriter> writer_;
 };
 

@@ -329,6 +329,8 @@ int Main(int argc, char** argv) {
     std::cerr << "error: " << s << "\n";
     return 1;
   }
+  o.tool_flags = {{"metrics_out", absl::GetFlag(FLAGS_metrics_out)},
+                  {"tensorboard_dir", absl::GetFlag(FLAGS_tensorboard_dir)}};
   // With one rank per process, rank 0 reports; the others stay quiet.
   const bool reporter = o.rank <= 0;
 
@@ -340,16 +342,15 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
+  // Created once the job is planned (a refused job leaves no event file).
   std::unique_ptr<chunkzero::TensorBoardReport> tensorboard;
   const std::string tensorboard_dir = absl::GetFlag(FLAGS_tensorboard_dir);
   if (!tensorboard_dir.empty() && reporter) {
-    absl::StatusOr<std::unique_ptr<chunkzero::TensorBoardReport>> made =
-        chunkzero::TensorBoardReport::Create(tensorboard_dir);
-    if (!made.ok()) {
-      std::cerr << "error: " << made.status() << "\n";
+    if (absl::Status can = chunkzero::TensorBoardReport::Check(tensorboard_dir);
+        !can.ok()) {
+      std::cerr << "error: " << can << "\n";
       return 1;
     }
-    tensorboard = *std::move(made);
   }
   chunkzero::ProgressPrinter progress(stderr, isatty(fileno(stderr)) != 0);
   auto result = chunkzero::RunTraining(
@@ -363,7 +364,12 @@ int Main(int argc, char** argv) {
       [&](const chunkzero::TrainPlan& plan) -> absl::Status {
         std::cerr << chunkzero::FormatPlan(plan);
         std::cerr.flush();
-        if (metrics_path.empty() || !reporter) return absl::OkStatus();
+        if (!reporter) return absl::OkStatus();
+        if (!tensorboard_dir.empty()) {
+          CZ_ASSIGN_OR_RETURN(tensorboard, chunkzero::TensorBoardReport::Create(
+                                               tensorboard_dir));
+        }
+        if (metrics_path.empty()) return absl::OkStatus();
         return metrics.Open(metrics_path);
       });
   progress.Finish();
@@ -371,8 +377,11 @@ int Main(int argc, char** argv) {
   const absl::Status closed = metrics.Close();
   if (status.ok()) status = closed;
   if (tensorboard != nullptr) {
-    const absl::Status done = tensorboard->Close();
-    if (status.ok()) status = done;
+    if (status.ok()) {
+      status = tensorboard->Close();
+    } else {
+      tensorboard->CloseAfterFailure();
+    }
   }
   if (!status.ok()) {
     std::cerr << "error: " << status << "\n";
@@ -396,6 +405,10 @@ int main(int argc, char** argv) {
   // failed, Gloo's writev to it; `train | head`) must be an error the
   // caller reports, not SIGPIPE ending the process.
   std::signal(SIGPIPE, SIG_IGN);
+  // A write past the file size limit (ulimit -f) must fail with EFBIG, which
+  // every writer reports naming the file and cleans up after, rather than
+  // SIGXFSZ killing the process with its temporary files in place.
+  std::signal(SIGXFSZ, SIG_IGN);
   // Nothing may escape as an exception (an abort, exit code 134): what the
   // checks could not foresee is reported like any other error.
   try {

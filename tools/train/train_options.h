@@ -5,6 +5,7 @@
 #define CHUNKZERO_TOOLS_TRAIN_TRAIN_OPTIONS_H_
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 
@@ -103,6 +104,10 @@ struct TrainOptions {
   // --layers, --d_model or --vocab given that disagrees with it is refused
   // (a library caller names here the model fields it set).
   std::set<std::string> given_flags;
+  // Flags of the calling tool that the library never reads but the ranks
+  // must agree on, compared at the rendezvous by name (the train tool's
+  // --metrics_out and --tensorboard_dir, which only rank 0 writes).
+  std::map<std::string, std::string> tool_flags;
   // Where to write the final f32 weights: a Hugging Face directory, or
   // for GPT-2 one safetensors file (train_plan.h's ExportsDirectory).
   std::string export_path;

@@ -22,8 +22,10 @@
 #include "chunk/chunk_size_search.h"
 #include "comm/rendezvous/rendezvous_store.h"
 #include "engine/engine_options.h"
+#include "io/json/json_text.h"
 #include "io/nvme/scratch_file.h"
 #include "io/pretrained/pretrained_directory.h"
+#include "io/pretrained/pretrained_export.h"
 #include "models/llama/llama_checkpoint.h"
 #include "nlohmann/json.hpp"
 #include "tensor/cpu/reduction_kernels.h"
@@ -100,7 +102,62 @@ absl::Status CheckModelFlags(const TrainOptions& o) {
         absl::StrCat("--d_model / --heads = ", o.model.d_model / o.model.heads,
                      " must be even for the rotary embedding"));
   }
+  // The rotary tables' own rule (llama_model.h), for the flags' shape (with
+  // --init the file's is checked as it is read).
+  if (o.init.empty() && o.model.heads > 0 &&
+      o.model.d_model % o.model.heads == 0) {
+    const std::string problem =
+        RopeThetaProblem(o.llama.rope_theta, o.model.d_model / o.model.heads,
+                         o.seq_len > 0 ? o.seq_len : o.model.seq_len);
+    if (!problem.empty()) {
+      return Bad("rope_theta", o.llama.rope_theta,
+                 problem.substr(problem.find(' ') + 1));
+    }
+  }
   return CheckLlamaCanRun(o);
+}
+
+// Flags that only mean something with another, one rule for all: set (on
+// the command line, or to a value other than the default) without the other
+// is refused, naming both.
+absl::Status CheckDependentFlags(const TrainOptions& o) {
+  const TrainOptions defaults;
+  const bool nvme = o.offload == OffloadPolicy::kNvme;
+  const std::string offload_now = absl::StrCat(
+      " (this run has --offload=", OffloadFlagValue(o.offload), ")");
+  const struct {
+    const char* flag;
+    bool set;
+    std::string value;
+    bool has_what_it_needs;
+    std::string needs;
+  } dependent[] = {
+      {"nvme_path", !o.nvme_path.empty(), o.nvme_path, nvme,
+       "--offload=nvme" + offload_now},
+      {"nvme_io",
+       o.given_flags.count("nvme_io") > 0 || o.nvme_io != defaults.nvme_io,
+       std::string(NvmeIoFlagValue(o.nvme_io)), nvme,
+       "--offload=nvme" + offload_now},
+      {"host_memory_limit", o.host_memory_limit > 0,
+       absl::StrCat(o.host_memory_limit), nvme,
+       "--offload=nvme, the disk that takes what does not fit" + offload_now},
+      {"token_dtype", o.given_flags.count("token_dtype") > 0,
+       std::string(TokenDTypeFlagValue(o.token_dtype)), !o.tokens.empty(),
+       "--tokens (a file of token ids)"},
+      {"save_every", o.save_every > 0, absl::StrCat(o.save_every),
+       !o.save.empty(), "--save, the directory to save to"},
+      {"export_shard_size",
+       o.given_flags.count("export_shard_size") > 0 ||
+           o.export_shard_size != defaults.export_shard_size,
+       absl::StrCat(o.export_shard_size), !o.export_path.empty(),
+       "--export, a directory whose weights it shards"},
+  };
+  for (const auto& [flag, set, value, has_what_it_needs, needs] : dependent) {
+    if (set && !has_what_it_needs) {
+      return Bad(flag, value, absl::StrCat("is for ", needs));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckOptions(const TrainOptions& o, const GpuMemoryProbe& probe) {
@@ -146,11 +203,7 @@ absl::Status CheckOptions(const TrainOptions& o, const GpuMemoryProbe& probe) {
                "needs --nvme_path, a directory on a disk for the masters and "
                "optimizer states");
   }
-  if (o.offload != OffloadPolicy::kNvme && !o.nvme_path.empty()) {
-    return Bad("nvme_path", o.nvme_path,
-               absl::StrCat("is for --offload=nvme (this run has --offload=",
-                            OffloadFlagValue(o.offload), ")"));
-  }
+  CZ_RETURN_IF_ERROR(CheckDependentFlags(o));
   if (o.backend == Backend::kNccl && o.device != ComputeDevice::kCuda) {
     return Bad("backend", "nccl",
                "NCCL moves GPU memory: give --device=cuda too (or use inproc "
@@ -227,10 +280,6 @@ absl::Status CheckOptions(const TrainOptions& o, const GpuMemoryProbe& probe) {
                absl::StrCat("must be a multiple of --heads=", o.model.heads));
   }
   CZ_RETURN_IF_ERROR(CheckModelFlags(o));
-  if (o.given_flags.count("token_dtype") && o.tokens.empty()) {
-    return Bad("token_dtype", TokenDTypeFlagValue(o.token_dtype),
-               "is for --tokens (a file of token ids)");
-  }
   if (o.steps < 0) return Bad("steps", o.steps, "want >= 0");
   if (o.warmup < 0) return Bad("warmup", o.warmup, "want >= 0");
   if (o.save_every < 0) return Bad("save_every", o.save_every, "want >= 0");
@@ -258,6 +307,19 @@ absl::Status CheckOptions(const TrainOptions& o, const GpuMemoryProbe& probe) {
     }
     if (!negative_ok && value < 0) return Bad(flag, value, "want >= 0");
   }
+  // The optimizer's own rule for its rates (optim/zero_optimizer.h), whose
+  // options are these flags.
+  if (const std::optional<OptimizerRateProblem> problem = CheckOptimizerRates(
+          o.optimizer, o.lr, o.min_lr,
+          o.weight_decay < 0 ? std::nullopt
+                             : std::optional<double>(o.weight_decay));
+      problem.has_value()) {
+    return Bad(problem->option, problem->value, problem->why);
+  }
+  if (o.export_shard_size < 1) {
+    return Bad("export_shard_size", o.export_shard_size,
+               "want a positive number of bytes");
+  }
   // A day at most: deadlines are added to clocks, and no collective or
   // rendezvous should wait longer.
   // At least a millisecond: deadlines count whole milliseconds, and a
@@ -278,18 +340,8 @@ absl::Status CheckOptions(const TrainOptions& o, const GpuMemoryProbe& probe) {
     return Bad("host_memory_limit", o.host_memory_limit,
                "want >= 0 (0: no limit)");
   }
-  if (o.host_memory_limit > 0 && o.offload != OffloadPolicy::kNvme) {
-    return Bad("host_memory_limit", o.host_memory_limit,
-               absl::StrCat("needs --offload=nvme, the disk that takes what "
-                            "does not fit (this run has --offload=",
-                            OffloadFlagValue(o.offload), ")"));
-  }
   if (!o.data.empty() && !o.tokens.empty()) {
     return absl::InvalidArgumentError("give --data or --tokens, not both");
-  }
-  if (o.save_every > 0 && o.save.empty()) {
-    return Bad("save_every", o.save_every,
-               "needs --save, the directory to save to");
   }
   if (!o.init.empty() && !o.resume.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -319,34 +371,26 @@ absl::StatusOr<int64_t> MemoryAvailable(const TrainOptions& o) {
 }
 
 // The bytes PretrainedDirectory::Read takes in from `dir`: config.json and
-// model.safetensors, or without it the index and the .safetensors shards
-// (other files there, a tokenizer or pytorch_model.bin, are not read).
+// the weight files its entry point names (model.safetensors, or the index
+// and the shards it lists, whatever their names); nothing else there (a
+// tokenizer, pytorch_model.bin, an unrelated FIFO) is looked at.
 absl::StatusOr<int64_t> DirectoryBytes(const std::string& dir) {
-  auto size_of = [&](const std::string& name) -> absl::StatusOr<int64_t> {
-    absl::StatusOr<int64_t> size = RegularFileSize(JoinPath(dir, name));
-    if (!size.ok()) {
-      return absl::Status(size.status().code(),
-                          absl::StrCat("--init: ", size.status().message()));
-    }
-    return size;
+  auto flagged = [](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat("--init: ", s.message()));
   };
-  CZ_ASSIGN_OR_RETURN(int64_t bytes, size_of(kPretrainedConfigName));
-  if (absl::StatusOr<int64_t> single = size_of(kPretrainedWeightsName);
-      single.ok()) {
-    return bytes + *single;
-  }
-  std::error_code error;
-  std::filesystem::directory_iterator it(dir, error), end;
-  for (; !error && it != end; it.increment(error)) {
-    const std::string name = it->path().filename().string();
-    if (name == kPretrainedIndexName || absl::EndsWith(name, ".safetensors")) {
-      CZ_ASSIGN_OR_RETURN(const int64_t size, size_of(name));
-      bytes += size;
-    }
-  }
-  if (error) {
-    return absl::Status(absl::ErrnoToStatusCode(error.value()),
-                        absl::StrCat("--init=", dir, ": ", error.message()));
+  absl::StatusOr<int64_t> config =
+      RegularFileSize(JoinPath(dir, kPretrainedConfigName));
+  if (!config.ok()) return flagged(config.status());
+  absl::StatusOr<PretrainedFiles> files = ListPretrainedFiles(dir);
+  if (!files.ok()) return flagged(files.status());
+  std::vector<std::string> read;
+  if (!files->index.empty()) read.push_back(files->index);
+  read.insert(read.end(), files->weights.begin(), files->weights.end());
+  int64_t bytes = *config;
+  for (const std::string& path : read) {
+    absl::StatusOr<int64_t> size = RegularFileSize(path);
+    if (!size.ok()) return flagged(size.status());
+    bytes += *size;
   }
   return bytes;
 }
@@ -393,31 +437,28 @@ absl::StatusOr<InitWeights> ReadInit(const TrainOptions& o, int64_t available) {
     out.spec.gpt = ckpt->config;
     out.state = std::move(ckpt->state);
   } else {
-    const std::string config_path = JoinPath(o.init, kPretrainedConfigName);
-    absl::StatusOr<std::string> text =
-        ReadFileToString(config_path, int64_t{64} << 20);
-    if (!text.ok()) return flagged(text.status());
-    const nlohmann::json config =
-        nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    const bool llama = config.is_object() && config.contains("model_type") &&
-                       config["model_type"] == "llama";
+    absl::StatusOr<PretrainedDirectory> files =
+        PretrainedDirectory::Read(o.init);
+    if (!files.ok()) return flagged(files.status());
+    const nlohmann::json& config = files->config();
+    const auto type = config.find("model_type");
+    const bool llama = type != config.end() && *type == "llama";
     out.spec.family = llama ? ModelFamily::kLlama : ModelFamily::kGpt2;
     if (o.given_flags.count("model") && o.model_family != out.spec.family) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--model=", ModelFamilyName(o.model_family),
           " disagrees with --init=", o.init, ", whose config.json says ",
-          config.is_object() && config.contains("model_type")
-              ? config["model_type"].dump()
-              : "nothing of model_type",
+          type != config.end() ? JsonForMessage(*type)
+                               : "nothing of model_type",
           "; drop --model"));
     }
     if (llama) {
-      absl::StatusOr<LlamaCheckpoint> ckpt = ReadLlamaDirectory(o.init);
+      absl::StatusOr<LlamaCheckpoint> ckpt = ReadLlamaDirectory(*files);
       if (!ckpt.ok()) return flagged(ckpt.status());
       out.spec.llama = ckpt->config;
       out.state = std::move(ckpt->state);
     } else {
-      absl::StatusOr<GptCheckpoint> ckpt = ReadGptDirectory(o.init);
+      absl::StatusOr<GptCheckpoint> ckpt = ReadGptDirectory(*files);
       if (!ckpt.ok()) return flagged(ckpt.status());
       out.spec.gpt = ckpt->config;
       out.state = std::move(ckpt->state);
@@ -1052,6 +1093,17 @@ absl::Status CheckSavedConfig(const std::map<std::string, std::string>& saved,
   return absl::OkStatus();
 }
 
+std::vector<std::string> ExportFiles(const TrainPlan& plan) {
+  std::vector<int64_t> bytes;
+  const auto shapes = plan.spec.family == ModelFamily::kLlama
+                          ? LlamaParameterShapes(plan.spec.llama)
+                          : GptParameterShapes(plan.spec.gpt);
+  for (const auto& [name, shape] : shapes) {
+    bytes.push_back(NumElements(shape) * 4);  // Exported as f32.
+  }
+  return PretrainedExportFiles(bytes, plan.options.export_shard_size);
+}
+
 absl::Status CheckTrainOutputs(const TrainPlan& plan) {
   const TrainOptions& options = plan.options;
   auto flagged = [](const absl::Status& status, absl::string_view flag,
@@ -1072,27 +1124,24 @@ absl::Status CheckTrainOutputs(const TrainPlan& plan) {
             "safetensors weights); give a directory's path"));
       }
       CZ_RETURN_IF_ERROR(flagged(CheckCanCreateFile(path), "export", path));
-    } else if (IsDirectory(path)) {
-      CZ_RETURN_IF_ERROR(
-          flagged(CheckCanCreateFile(JoinPath(path, kPretrainedConfigName)),
-                  "export", path));
     } else {
-      // Nothing there yet: its parent must take a new directory, whether
-      // the path ends in a slash ("out/") or not.
-      const std::string bare = path.substr(0, path.find_last_not_of('/') + 1);
-      CZ_RETURN_IF_ERROR(flagged(CheckCanCreateFile(bare), "export", path));
+      // Every name the export will create, replace or remove, now: a
+      // failure after training would lose the run's weights.
+      CZ_RETURN_IF_ERROR(
+          flagged(CheckCanWritePretrainedDirectory(path, ExportFiles(plan)),
+                  "export", path));
     }
   }
-  if (options.export_shard_size < 1) {
-    return Bad("export_shard_size", options.export_shard_size,
-               "want a positive number of bytes");
-  }
   if (!options.save.empty()) {
+    // Nothing is created yet (RunTraining makes the directory once the
+    // ranks have met).
     CZ_RETURN_IF_ERROR(
-        flagged(CreateDirectories(options.save), "save", options.save));
-    CZ_RETURN_IF_ERROR(flagged(
-        CheckCanCreateFile(JoinPath(options.save, kCheckpointManifestName)),
-        "save", options.save));
+        flagged(CheckCanCreateDirectories(options.save), "save", options.save));
+    if (IsDirectory(options.save)) {
+      CZ_RETURN_IF_ERROR(flagged(
+          CheckCanCreateFile(JoinPath(options.save, kCheckpointManifestName)),
+          "save", options.save));
+    }
   }
   return absl::OkStatus();
 }

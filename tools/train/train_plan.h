@@ -133,11 +133,18 @@ LlamaConfig LlamaFromOptions(const TrainOptions& options);
 // rather than one GPT-2 safetensors file.
 bool ExportsDirectory(const std::string& path);
 
-// Checks the destinations before step 1: the --export file's directory
-// exists and is writable, or the --export directory is one or can be made
-// (on the process running rank 0), and the --save directory can be created
-// and written. The model family is the plan's: a Llama from --init=DIR
-// exports a directory even without --model. Errors carry errno's text.
+// The files a directory --export of the plan's model creates
+// (io/pretrained/pretrained_export.h), in the order written.
+std::vector<std::string> ExportFiles(const TrainPlan& plan);
+
+// Checks the destinations before step 1, creating nothing: that the
+// --export file can be created or replaced, or that the --export directory
+// (or its parent, when it is not there yet) lets this process create,
+// replace and remove every file the export will (on the process running
+// rank 0); and that the --save directory can be made and its manifest
+// written. The model family is the plan's: a Llama from --init=DIR exports
+// a directory even without --model. Errors name the flag and the file and
+// carry errno's text.
 [[nodiscard]] absl::Status CheckTrainOutputs(const TrainPlan& plan);
 
 // Ranks over Gloo hold a socket per peer: as threads of one process,

@@ -1,6 +1,9 @@
 #include "tools/train/trainer.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,11 +16,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/crc32c.h"
 #include "base/file.h"
 #include "base/file_lock.h"
 #include "base/parallel_for.h"
 #include "base/status_macros.h"
 #include "base/thread.h"
+#include "checkpoint/checkpoint.h"
 #include "comm/agree.h"
 #include "comm/gather.h"
 #include "comm/net/bind_address.h"
@@ -25,6 +30,7 @@
 #include "comm/rendezvous/rendezvous_store.h"
 #include "comm/world.h"
 #include "engine/engine.h"
+#include "io/pretrained/pretrained_directory.h"
 #include "models/common/language_model.h"
 #include "models/gpt2/gemm.h"
 #include "models/gpt2/gpt_checkpoint.h"
@@ -59,9 +65,100 @@ absl::Status RaiseFileDescriptorLimit(const TrainOptions& o) {
   return CheckFileDescriptorLimit(o, static_cast<int64_t>(limit.rlim_cur));
 }
 
+// --save's directory, claimed by rank 0's process for the job: made if
+// missing and locked against a second job. A job that fails before it has
+// saved leaves nothing behind it made: the lock file (unless it was there
+// before, or a checkpoint now is) and the directory (if it made it and it is
+// empty) go again.
+class SaveClaim {
+ public:
+  static absl::StatusOr<std::unique_ptr<SaveClaim>> Take(
+      const std::string& dir) {
+    struct stat st;
+    const bool existed = ::stat(dir.c_str(), &st) == 0;
+    CZ_RETURN_IF_ERROR(CreateDirectories(dir), "--save=", dir);
+    const std::string lock_path = JoinPath(dir, kSaveLockName);
+    const bool lock_existed = ::lstat(lock_path.c_str(), &st) == 0;
+    absl::StatusOr<std::unique_ptr<FileLock>> locked =
+        FileLock::TryAcquire(lock_path);
+    if (!locked.ok()) {
+      if (!existed) ::rmdir(dir.c_str());
+      return absl::Status(
+          locked.status().code(),
+          absl::StrCat("--save=", dir, " is in use by another training job: ",
+                       locked.status().message(),
+                       "; wait for it to finish or save elsewhere"));
+    }
+    return std::unique_ptr<SaveClaim>(
+        new SaveClaim(dir, existed, lock_existed, *std::move(locked)));
+  }
+  // The job succeeded: everything stays.
+  void Keep() { keep_ = true; }
+  ~SaveClaim() {
+    if (!keep_) {
+      struct stat st;
+      const bool checkpoint =
+          ::stat(JoinPath(dir_, kCheckpointManifestName).c_str(), &st) == 0;
+      // Removed while held: a job that opened it meanwhile retries on what
+      // the path names next (FileLock::Remove).
+      if (!lock_existed_ && !checkpoint) (void)lock_->Remove();
+      lock_.reset();
+      if (!existed_) ::rmdir(dir_.c_str());  // Only if empty.
+    }
+  }
+
+ private:
+  SaveClaim(std::string dir, bool existed, bool lock_existed,
+            std::unique_ptr<FileLock> lock)
+      : dir_(std::move(dir)),
+        existed_(existed),
+        lock_existed_(lock_existed),
+        lock_(std::move(lock)) {}
+  const std::string dir_;
+  const bool existed_, lock_existed_;
+  std::unique_ptr<FileLock> lock_;
+  bool keep_ = false;
+};
+
+// "<bytes> bytes, crc32c <hex>" of the regular file `path`, read through
+// once in blocks.
+absl::StatusOr<std::string> FileFingerprint(const std::string& path) {
+  const int fd_number = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_number < 0) return ErrnoError("cannot open", path);
+  FileDescriptor fd(fd_number);
+  CZ_ASSIGN_OR_RETURN(const int64_t size, RegularFileSize(path));
+  constexpr int64_t kBlock = int64_t{4} << 20;
+  std::vector<char> block(static_cast<size_t>(std::min(size, kBlock)));
+  uint32_t crc = 0;
+  for (int64_t at = 0; at < size; at += kBlock) {
+    const size_t n = static_cast<size_t>(std::min(kBlock, size - at));
+    CZ_RETURN_IF_ERROR(ReadAt(fd.get(), at, block.data(), n, path));
+    crc = Crc32cExtend(crc, block.data(), n);
+  }
+  return absl::StrCat(size, " bytes, crc32c ", absl::Hex(crc, absl::kZeroPad8));
+}
+
+// The files --init reads: the safetensors file, or a directory's config.json
+// and the weight files its entry point names.
+absl::StatusOr<std::vector<std::string>> InitFiles(const std::string& init) {
+  if (!IsDirectory(init)) return std::vector<std::string>{init};
+  CZ_ASSIGN_OR_RETURN(const PretrainedFiles files, ListPretrainedFiles(init));
+  std::vector<std::string> out = {files.config};
+  if (!files.index.empty()) out.push_back(files.index);
+  out.insert(out.end(), files.weights.begin(), files.weights.end());
+  return out;
+}
+
 // What every rank of a job must agree on, compared at the rendezvous so
-// that ranks started with different flags fail at once, naming the flag.
-std::map<std::string, std::string> RendezvousConfig(const TrainPlan& plan) {
+// that ranks started with different flags fail at once, naming the flag:
+// the model's shape, the optimizer's and the schedule's every setting, the
+// layout, and every flag that reads or writes a file (a --export given to
+// rank 0 alone would otherwise be found only after training). With one
+// rank per process the input files' contents are compared too, not only
+// their names: ranks on hosts whose copies of --init differ would train
+// from different weights.
+absl::StatusOr<std::map<std::string, std::string>> RendezvousConfig(
+    const TrainPlan& plan) {
   const TrainOptions& o = plan.options;
   std::map<std::string, std::string> config = CheckpointConfig(plan);
   config["context"] = absl::StrCat(plan.seq_len);
@@ -75,11 +172,51 @@ std::map<std::string, std::string> RendezvousConfig(const TrainPlan& plan) {
   config["backend"] = std::string(BackendFlagValue(o.backend));
   config["fused_attention"] = o.fused_attention ? "true" : "false";
   config["param_order"] = std::string(ParamOrderFlagValue(o.param_order));
-  config["save"] = o.save;
-  config["resume"] = o.resume;
   config["seed"] = absl::StrCat(o.seed);
   config["lr"] = absl::StrCat(o.lr);
+  config["min_lr"] = absl::StrCat(o.min_lr);
+  config["warmup"] = absl::StrCat(o.warmup);
+  config["weight_decay"] = absl::StrCat(o.weight_decay);
+  config["clip"] = absl::StrCat(o.clip);
+  config["activation_checkpointing"] = o.activation_checkpointing.ToString();
   config["data"] = absl::StrCat(plan.data.size(), " tokens");
+  // The flags that read or write files (the train tool's own too).
+  config["init"] = o.init;
+  config["data_file"] = o.data;
+  config["tokens"] = o.tokens;
+  config["token_dtype"] = std::string(TokenDTypeFlagValue(o.token_dtype));
+  config["save"] = o.save;
+  config["save_every"] = absl::StrCat(o.save_every);
+  config["resume"] = o.resume;
+  config["export"] = o.export_path;
+  config["export_shard_size"] = absl::StrCat(o.export_shard_size);
+  config["nvme_path"] = o.nvme_path;
+  for (const auto& [flag, value] : o.tool_flags) config[flag] = value;
+  if (o.rank >= 0) {
+    std::vector<std::pair<std::string, std::string>> inputs;
+    if (!o.init.empty()) {
+      absl::StatusOr<std::vector<std::string>> files = InitFiles(o.init);
+      if (!files.ok()) {
+        return absl::Status(files.status().code(),
+                            absl::StrCat("--init: ", files.status().message()));
+      }
+      for (const std::string& file : *files) inputs.push_back({"init", file});
+    }
+    if (!o.data.empty()) inputs.push_back({"data_file", o.data});
+    if (!o.tokens.empty()) inputs.push_back({"tokens", o.tokens});
+    if (!o.resume.empty()) {
+      inputs.push_back({"resume", JoinPath(o.resume, kCheckpointManifestName)});
+    }
+    for (const auto& [flag, file] : inputs) {
+      absl::StatusOr<std::string> print = FileFingerprint(file);
+      if (!print.ok()) {
+        return absl::Status(
+            print.status().code(),
+            absl::StrCat("--", flag, ": ", print.status().message()));
+      }
+      config[absl::StrCat(flag, " content: ", file)] = *print;
+    }
+  }
   return config;
 }
 
@@ -105,8 +242,9 @@ class RankRunner {
     try {
       return RunSteps();
     } catch (const std::bad_alloc&) {
-      return absl::ResourceExhaustedError(
-          "out of memory (an allocation failed)");
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "out of memory (an allocation failed) while ", doing_,
+          "; the plan before step 1 says what each rank was to hold"));
     } catch (const std::exception& e) {
       return absl::InternalError(
           absl::StrCat("unexpected exception: ", e.what()));
@@ -119,16 +257,19 @@ class RankRunner {
     const int64_t first = engine_->step();
     if (rank() == 0) result_->first_step = first;
     for (int64_t step = first; step < o_.steps; ++step) {
+      doing_ = absl::StrCat("step ", step + 1);
       CZ_RETURN_IF_ERROR(TrainStep(step), "step ", step + 1);
       const bool last = step + 1 == o_.steps;
       if (!o_.save.empty() &&
           (last || (o_.save_every > 0 && (step + 1) % o_.save_every == 0))) {
         // A save that fails anywhere fails on every rank and leaves the
         // previous checkpoint whole.
+        doing_ = absl::StrCat("saving to --save=", o_.save);
         CZ_RETURN_IF_ERROR(engine_->Save(o_.save, CheckpointConfig(plan_)),
                            "saving to ", o_.save);
       }
     }
+    doing_ = "finishing the run";
     // Model data only: the model's working buffers (reported under a
     // device memory limit) are not chunk payloads.
     CZ_ASSIGN_OR_RETURN(
@@ -146,6 +287,8 @@ class RankRunner {
       }
     }
     if (!o_.export_path.empty()) {
+      doing_ =
+          absl::StrCat("gathering the weights for --export=", o_.export_path);
       CZ_ASSIGN_OR_RETURN(auto dict, engine_->GatherWeights());
       absl::Status exported;
       if (rank() == 0) exported = Export(dict);
@@ -178,9 +321,11 @@ class RankRunner {
     CZ_ASSIGN_OR_RETURN(const EngineOptions engine_options,
                         EngineOptionsForRun(plan_, device_));
     const bool gpu = o_.device == ComputeDevice::kCuda;
-    CZ_ASSIGN_OR_RETURN(
-        model_, plan_.spec.Create(o_.seed, gpu ? device_ : Device::Cpu(),
-                                  o_.fused_attention));
+    doing_ = "creating the model";
+    absl::StatusOr<std::unique_ptr<LanguageModel>> model = plan_.spec.Create(
+        o_.seed, gpu ? device_ : Device::Cpu(), o_.fused_attention);
+    CZ_RETURN_IF_ERROR(model.status(), doing_);
+    model_ = *std::move(model);
     model_->set_matmul_precision(MatmulPrecision(o_.precision));
     // The model's working buffers count against the device they live on
     // (the host, under a host limit).
@@ -189,39 +334,44 @@ class RankRunner {
           model_->set_memory_accounting(&tracker_, engine_options.device));
     }
     if (plan_.init.has_value()) {
+      doing_ = absl::StrCat("loading --init=", o_.init);
       CZ_RETURN_IF_ERROR(model_->LoadStateDict(*plan_.init),
                          "--init=", o_.init);
     }
-    CZ_ASSIGN_OR_RETURN(
-        engine_, Engine::Create(group_, *model_, engine_options, &tracker_));
+    doing_ = "registering the parameters in chunks (the engine)";
+    absl::StatusOr<std::unique_ptr<Engine>> engine =
+        Engine::Create(group_, *model_, engine_options, &tracker_);
+    CZ_RETURN_IF_ERROR(EngineErrorInFlags(engine.status()), doing_);
+    engine_ = *std::move(engine);
     if (!o_.resume.empty()) {
+      doing_ = absl::StrCat("resuming from --resume=", o_.resume);
       CZ_RETURN_IF_ERROR(engine_
                              ->Resume(o_.resume, CheckpointConfig(plan_),
                                       absl::StrCat("--resume=", o_.resume))
                              .status());
     }
+    // One micro-batch's tokens, filled just before its forward: nothing
+    // here grows with --grad_accum.
     const size_t tokens_per_rank =
         static_cast<size_t>(o_.batch) * plan_.seq_len;
-    inputs_.assign(o_.grad_accum, std::vector<int32_t>(tokens_per_rank));
-    targets_.assign(o_.grad_accum, std::vector<int32_t>(tokens_per_rank));
+    inputs_.assign(tokens_per_rank, 0);
+    targets_.assign(tokens_per_rank, 0);
     return absl::OkStatus();
   }
 
   absl::Status TrainStep(int64_t step) {
     const BatchOrder order{o_.batch, o_.world_size, o_.grad_accum,
                            plan_.seq_len};
-    for (int m = 0; m < o_.grad_accum; ++m) {
-      CZ_RETURN_IF_ERROR(plan_.data.FillBatch(order, step, m, rank(),
-                                              absl::MakeSpan(inputs_[m]),
-                                              absl::MakeSpan(targets_[m])));
-    }
     CZ_ASSIGN_OR_RETURN(
         StepMetrics m,
         engine_->Step(
             o_.grad_accum,
             [&](ParamHooks& hooks, int micro) -> absl::StatusOr<double> {
-              return model_->Forward(hooks, o_.batch, plan_.seq_len,
-                                     inputs_[micro], targets_[micro]);
+              CZ_RETURN_IF_ERROR(plan_.data.FillBatch(
+                  order, step, micro, rank(), absl::MakeSpan(inputs_),
+                  absl::MakeSpan(targets_)));
+              return model_->Forward(hooks, o_.batch, plan_.seq_len, inputs_,
+                                     targets_);
             },
             [&](ParamHooks& hooks, int, float loss_scale) {
               return model_->Backward(hooks, loss_scale);
@@ -254,8 +404,10 @@ class RankRunner {
   MemoryTracker tracker_;
   std::unique_ptr<LanguageModel> model_;
   std::unique_ptr<Engine> engine_;
-  // Each micro-batch's tokens, filled before the step.
-  std::vector<std::vector<int32_t>> inputs_, targets_;
+  // The micro-batch's tokens, filled before its forward.
+  std::vector<int32_t> inputs_, targets_;
+  // What the rank is doing, for an out-of-memory message.
+  std::string doing_ = "starting";
 };
 
 // The address this process's rank listens on: --interface's, else the
@@ -340,19 +492,9 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   if (on_plan && options.rank <= 0) CZ_RETURN_IF_ERROR(on_plan(plan));
   // One job at a time saves into a directory: a second one would race the
   // first's commits (rank 0's process holds the lock for the whole run).
-  std::unique_ptr<FileLock> save_lock;
+  std::unique_ptr<SaveClaim> save_claim;
   if (!options.save.empty() && options.rank <= 0) {
-    absl::StatusOr<std::unique_ptr<FileLock>> locked =
-        FileLock::TryAcquire(JoinPath(options.save, kSaveLockName));
-    if (!locked.ok()) {
-      return absl::Status(
-          locked.status().code(),
-          absl::StrCat(
-              "--save=", options.save,
-              " is in use by another training job: ", locked.status().message(),
-              "; wait for it to finish or save elsewhere"));
-    }
-    save_lock = *std::move(locked);
+    CZ_ASSIGN_OR_RETURN(save_claim, SaveClaim::Take(options.save));
   }
   if (options.backend == Backend::kGloo) {
     CZ_RETURN_IF_ERROR(RaiseFileDescriptorLimit(options));
@@ -382,7 +524,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
           : (options.backend == Backend::kGloo ? comm::WorldBackend::kGloo
                                                : comm::WorldBackend::kNccl);
   spec.rank = options.rank;
-  spec.job_config = RendezvousConfig(plan);
+  CZ_ASSIGN_OR_RETURN(spec.job_config, RendezvousConfig(plan));
   spec.timeout = absl::Seconds(options.comm_timeout_s);
   if (gpu) {
     for (int r = 0; r < options.world_size; ++r) {
@@ -499,6 +641,7 @@ absl::StatusOr<TrainResult> RunTraining(const TrainOptions& options,
   for (std::thread& t : threads) t.join();
   const absl::Status cause = failures.cause();
   if (!cause.ok()) return absl::Status(cause.code(), cause.message());
+  if (save_claim != nullptr) save_claim->Keep();
   return result;
 }
 
