@@ -79,6 +79,12 @@ class ChunkDiskResidency {
   // in memory; a read ahead that failed is read again by the access).
   const absl::Status& first_error() const { return first_error_; }
 
+  // The use clock (ScheduledChunks::Clock), to save and put back.
+  ScheduledChunks::Clock use_clock() const { return managed_.clock(); }
+  void set_use_clock(const ScheduledChunks::Clock& clock) {
+    managed_.set_clock(clock);
+  }
+
  private:
   // Host bytes a managed chunk holds now: its payload, or its read-ahead
   // buffer.

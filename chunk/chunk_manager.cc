@@ -394,6 +394,18 @@ Chunk* ChunkManager::chunk(absl::string_view group, int i) const {
   return (*FindGroup(group))->chunks[i].get();
 }
 
+ChunkManager::UseClocks ChunkManager::SaveUseClocks() const {
+  UseClocks clocks;
+  if (residency_ != nullptr) clocks.device = residency_->use_clock();
+  if (disk_residency_ != nullptr) clocks.disk = disk_residency_->use_clock();
+  return clocks;
+}
+
+void ChunkManager::RestoreUseClocks(const UseClocks& clocks) {
+  if (residency_ != nullptr) residency_->set_use_clock(clocks.device);
+  if (disk_residency_ != nullptr) disk_residency_->set_use_clock(clocks.disk);
+}
+
 std::vector<Chunk*> ChunkManager::AllChunks() const {
   std::vector<Chunk*> all;
   for (const auto& g : groups_) {

@@ -225,6 +225,14 @@ class ChunkManager {
   // The order in which one step uses the chunks, a chunk once per use
   // (forward, then backward), for the auto residency; ignored without it.
   void SetUseSchedule(std::vector<Chunk*> uses);
+  // Where the residencies' use clocks stand, and putting them back: for a
+  // pass that is not a step's (a forward-only evaluation between steps),
+  // so that the step after it places chunks as if it had not run.
+  struct UseClocks {
+    ScheduledChunks::Clock device, disk;
+  };
+  UseClocks SaveUseClocks() const;
+  void RestoreUseClocks(const UseClocks& clocks);
   // The auto residency, or null.
   const ChunkResidency* residency() const { return residency_.get(); }
   // The host/disk residency, or null.

@@ -78,6 +78,12 @@ class ChunkResidency {
   // Chunks sent back to the host to make room, since construction.
   int64_t evictions() const { return evictions_; }
 
+  // The use clock (ScheduledChunks::Clock), to save and put back.
+  ScheduledChunks::Clock use_clock() const { return managed_.clock(); }
+  void set_use_clock(const ScheduledChunks::Clock& clock) {
+    managed_.set_clock(clock);
+  }
+
  private:
   // Managed chunks at rest on the device and not accessed, farthest next
   // use first (ties: the order they were managed in).

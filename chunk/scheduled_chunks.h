@@ -54,6 +54,17 @@ class ScheduledChunks {
   // A use of `chunk` begins: the clock moves to it, and it may not go.
   void Began(const Chunk* chunk);
   const UseSchedule& schedule() const { return schedule_; }
+  // The clock and the chunk whose use began last, to put back after uses
+  // that are not the step's (a forward-only pass).
+  struct Clock {
+    int64_t clock = -1;
+    const Chunk* beginning = nullptr;
+  };
+  Clock clock() const { return {schedule_.clock(), beginning_}; }
+  void set_clock(const Clock& clock) {
+    schedule_.set_clock(clock.clock);
+    beginning_ = clock.beginning;
+  }
 
   // The chunks for which `may_go` holds, but the one whose use began last,
   // farthest next use first (ties: Ties).

@@ -73,6 +73,27 @@ TEST(ScheduledChunks, FarthestNextUseFirstAndNeverTheOneBeginning) {
   });
 }
 
+// Uses that are not the step's (a forward-only pass) move the clock; put
+// back, the next uses are planned as if they had not happened.
+TEST(ScheduledChunks, TheClockPutBackPlansAsBefore) {
+  WithChunks(3, [](const std::vector<Chunk*>& c) {
+    ScheduledChunks chunks(ScheduledChunks::Ties::kAddedFirst);
+    for (Chunk* chunk : c) chunks.Add(chunk);
+    chunks.SetSchedule({c[0], c[1], c[2], c[2], c[1], c[0]});
+    chunks.Began(c[0]);
+    const ScheduledChunks::Clock saved = chunks.clock();
+    EXPECT_EQ(saved.clock, 0);
+    EXPECT_EQ(saved.beginning, c[0]);
+    const std::vector<Chunk*> before = chunks.FarthestFirst(Any);
+    chunks.Began(c[1]);
+    chunks.Began(c[2]);
+    EXPECT_NE(chunks.FarthestFirst(Any), before);
+    chunks.set_clock(saved);
+    EXPECT_EQ(chunks.FarthestFirst(Any), before);
+    EXPECT_EQ(chunks.schedule().Distance(c[1]), 1);
+  });
+}
+
 TEST(ScheduledChunks, TiesGoInTheOrderAskedFor) {
   WithChunks(3, [](const std::vector<Chunk*>& c) {
     // No schedule: every next use is equally far ("never").

@@ -41,6 +41,11 @@ class UseSchedule {
   // wrapping; null when the schedule is empty.
   Chunk* Ahead(int64_t ahead) const;
 
+  // Where the clock stands (the position of the use last begun), and
+  // putting it back there: for uses that are not the step's.
+  int64_t clock() const { return clock_; }
+  void set_clock(int64_t clock) { clock_ = clock; }
+
   bool empty() const { return uses_.empty(); }
   int64_t size() const { return static_cast<int64_t>(uses_.size()); }
 

@@ -152,6 +152,19 @@ RecordingSnapshot RecordingProcessGroup::SnapshotAndReset() {
   return snapshot;
 }
 
+void RecordingProcessGroup::Restore(const RecordingSnapshot& snapshot) {
+  MutexLock lock(&mu_);
+  calls_ = snapshot.calls;
+  calls_not_logged_ = snapshot.calls_not_logged;
+  for (int k = 0; k < kNumCollectiveKinds; ++k) {
+    counts_[k] = snapshot.per_kind[k].calls;
+    payload_bytes_[k] = snapshot.per_kind[k].payload_bytes;
+  }
+  waits_->blocked_ns = absl::ToInt64Nanoseconds(snapshot.blocked);
+  waits_->host_waits = snapshot.host_waits;
+  waits_->stream_waits = snapshot.stream_waits;
+}
+
 std::unique_ptr<Work> RecordingProcessGroup::DoBroadcast(
     MutableBuffer buffer, const BroadcastOptions& options) {
   Record(DescribeBroadcast(buffer, options));

@@ -94,6 +94,10 @@ class RecordingProcessGroup final : public ForwardingProcessGroup {
   void Reset();
   // Snapshot() and Reset() in one atomic step (for per-step reports).
   RecordingSnapshot SnapshotAndReset();
+  // Puts back what `snapshot` (taken with SnapshotAndReset) recorded,
+  // dropping what was recorded since: for collectives that belong to no
+  // report (an evaluation between steps).
+  void Restore(const RecordingSnapshot& snapshot);
 
  protected:
   std::unique_ptr<Work> DoBroadcast(MutableBuffer buffer,

@@ -126,6 +126,31 @@ TEST(RecordingProcessGroup, RecordsCallsAndCountsExactBytes) {
   }
 }
 
+// Restore puts back what a snapshot had and drops what came since.
+TEST(RecordingProcessGroup, RestoreDropsWhatCameSinceTheSnapshot) {
+  EXPECT_TRUE(AllRanksOk(SpawnRanks(2, [&](ProcessGroup& g) -> absl::Status {
+    RecordingProcessGroup rec(g);
+    std::vector<float> a(100, 1.0f);
+    if (absl::Status s = AllReduce(rec, MutableBuffer::Of(a)); !s.ok()) {
+      return s;
+    }
+    const RecordingSnapshot kept = rec.SnapshotAndReset();
+    if (absl::Status s = AllReduce(rec, MutableBuffer::Of(a)); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = Barrier(rec); !s.ok()) return s;
+    rec.Restore(kept);
+    const RecordingSnapshot now = rec.Snapshot();
+    if (now.calls != kept.calls || now.Total().payload_bytes != 400u ||
+        now[CollectiveKind::kAllReduce].calls != 1 ||
+        now[CollectiveKind::kBarrier].calls != 0 ||
+        now.blocked != kept.blocked) {
+      return absl::InternalError("not restored");
+    }
+    return absl::OkStatus();
+  })));
+}
+
 // comm_wait: a rank whose peer arrives 100 ms late spends about that long
 // blocked (in the call or in Wait); Reset clears it.
 TEST(RecordingProcessGroup, MeasuresTimeBlockedInCollectives) {

@@ -23,6 +23,21 @@
 // scope per use and one HandGrad per use; the grads add up. Calls out of
 // order are errors naming the parameter (ddp/hook_order.h checks them).
 //
+// ZeroDdp (ddp/zero_ddp.h) also holds a model to these, each slip an error
+// naming the parameter rather than a wrong update:
+// - one HandGrad per forward use: a parameter used k times in the step's
+//   forward has k grads by its end;
+// - weights are read before their HandGrad: the last grad of the step is
+//   written into the parameter's own chunk slice (grad reuse), so from
+//   then until the optimizer step data() holds the grad, and a read of it
+//   (or a backward scope opened on it) fails the step;
+// - under an Engine, hooks run only inside Engine::Step or the forward-only
+//   pass of Engine::Evaluate (no use counted, no backward, no grad);
+//   anywhere else they refuse every call.
+// Outside any scope, data() is the weights where the chunk keeps them (the
+// replicated layout, a chunk not yet released) and not materialised
+// elsewhere.
+//
 // HookScope makes the pairing hard to get wrong: Exit() runs the post hook
 // and returns its status; a scope left without Exit() (an early return)
 // runs the post hook from its destructor and hands any error to

@@ -83,8 +83,18 @@ class Parameter {
 
   // The values the model computes with. Under ZeroDdp: a view of the
   // parameter's slice of its chunk, materialised between the pre-use and
-  // post-use hooks (elsewhere it may be freed: not materialised).
-  const Tensor& data() const { return data_; }
+  // post-use hooks (elsewhere it may be freed: not materialised). From the
+  // moment its grad is written into that slice (its last HandGrad of the
+  // step) until the optimizer has put the weights back, the slice holds the
+  // grad, not the weights: a read then is reported to the read guard
+  // (ZeroDdp fails the step with an error naming the parameter) and gets
+  // the slice as it is.
+  const Tensor& data() const {
+    if (holds_grad_ && read_guard_) read_guard_(*this);
+    return data_;
+  }
+  // ZeroDdp's, to place the view, and a test's, to see where it points:
+  // not a read of the weights (no read guard).
   Tensor& mutable_data() { return data_; }
   // Makes the parameter deferred again: its values are what `init` makes
   // when it is registered (data() holds no memory until then).
@@ -105,6 +115,13 @@ class Parameter {
   const Tensor& grad() const { return grad_; }
   void set_grad(Tensor grad) { grad_ = std::move(grad); }
 
+  // ZeroDdp's: whether data() holds this step's grad instead of the
+  // weights, and what a read of it then calls.
+  using ReadGuard = std::function<void(const Parameter&)>;
+  void set_read_guard(ReadGuard guard) { read_guard_ = std::move(guard); }
+  void set_holds_grad(bool holds_grad) { holds_grad_ = holds_grad; }
+  bool holds_grad() const { return holds_grad_; }
+
  private:
   const std::string name_;
   Shape shape_;         // While deferred.
@@ -112,6 +129,8 @@ class Parameter {
   Tensor data_;
   Tensor grad_;
   const bool requires_grad_;
+  bool holds_grad_ = false;
+  ReadGuard read_guard_;
 };
 
 // A model, or a part of one, from ddp/'s point of view.

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "comm/agree.h"
 #include "comm/process_group.h"
 #include "ddp/zero_ddp_internal.h"
 #include "tensor/ops/axpy_tensor.h"
@@ -282,7 +283,99 @@ absl::Status ZeroDdp::ReleaseLazily(absl::Span<Parameter* const> params,
   return chunks_->ReleaseAccessedExcept(keep).status();
 }
 
+absl::Status ZeroDdp::CheckWindow(absl::Span<Parameter* const> params,
+                                  const char* call) const {
+  if (window_ == HookWindow::kAnytime || window_ == HookWindow::kTraining) {
+    return absl::OkStatus();
+  }
+  const std::string name =
+      params.empty() ? std::string("(none)") : params.front()->name();
+  if (window_ == HookWindow::kIdle) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        call, " on parameter '", name,
+        "' outside Engine::Step and Engine::Evaluate: a forward between "
+        "steps (to evaluate) runs through Engine::Evaluate, which counts "
+        "no use and takes no grad; any other use would corrupt the next "
+        "update"));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      call, " on parameter '", name,
+      "' in a forward-only pass (Engine::Evaluate): it runs no backward "
+      "and takes no grad"));
+}
+
+absl::Status ZeroDdp::BeginEvaluation() {
+  if (window_ == HookWindow::kEvaluating) {
+    return absl::FailedPreconditionError(
+        "BeginEvaluation inside a forward-only pass: end it first");
+  }
+  if (step_started_ || in_backward_) {
+    return absl::FailedPreconditionError(
+        "BeginEvaluation inside a step (after its first forward hook, "
+        "before FinishBackward): evaluate between steps");
+  }
+  window_before_evaluation_ = window_;
+  window_ = HookWindow::kEvaluating;
+  evaluation_started_ = false;
+  clocks_before_evaluation_ = chunks_->SaveUseClocks();
+  return absl::OkStatus();
+}
+
+absl::Status ZeroDdp::EvaluationPreForward(
+    absl::Span<Parameter* const> params) {
+  CZ_RETURN_IF_ERROR(Indices(params).status());
+  CZ_RETURN_IF_ERROR(evaluation_order_.PreForward(params));
+  if (!evaluation_started_) {
+    evaluation_started_ = true;
+    // As a step's first forward hook: the same point on every rank.
+    if (registered_) CZ_RETURN_IF_ERROR(AccessPinned());
+  }
+  if (!registered_) CZ_RETURN_IF_ERROR(StreamFirstStep(params));
+  CZ_RETURN_IF_ERROR(Use(params));
+  return registered_ ? Prefetch(params, +1) : absl::OkStatus();
+}
+
+absl::Status ZeroDdp::EvaluationPostForward(
+    absl::Span<Parameter* const> params) {
+  CZ_RETURN_IF_ERROR(evaluation_order_.PostForward(params));
+  for (Parameter* p : params) {
+    CZ_ASSIGN_OR_RETURN(ParamInfo * info, Info(*p));
+    CZ_RETURN_IF_ERROR(info->where.chunk->SetTensorState(info->where.index,
+                                                         TensorState::kHold));
+  }
+  return registered_ ? ReleaseLazily(params, +1) : absl::OkStatus();
+}
+
+absl::Status ZeroDdp::EndEvaluation() {
+  if (window_ != HookWindow::kEvaluating) {
+    return absl::FailedPreconditionError(
+        "EndEvaluation without BeginEvaluation");
+  }
+  absl::Status status = evaluation_order_.EndStep();
+  // Gathers nobody used: finished, so that nothing is left in flight.
+  for (auto& [chunk, work] : prefetching_) {
+    absl::Status done = work->Wait();
+    if (status.ok() && !done.ok()) status = done;
+  }
+  prefetching_.clear();
+  // Before the first step the ranks end their passes together (rounds).
+  if (!registered_ && evaluation_started_) {
+    absl::Status ended = EndFirstForward();
+    if (status.ok()) status = ended;
+  }
+  absl::Status released = chunks_->ReleaseAccessedExcept({}).status();
+  if (status.ok()) status = released;
+  chunks_->RestoreUseClocks(clocks_before_evaluation_);
+  if (status.ok() && !deferred_.empty()) status = deferred_.front();
+  deferred_.clear();
+  window_ = window_before_evaluation_;
+  evaluation_started_ = false;
+  return status;
+}
+
 absl::Status ZeroDdp::PreForward(absl::Span<Parameter* const> params) {
+  if (window_ == HookWindow::kEvaluating) return EvaluationPreForward(params);
+  CZ_RETURN_IF_ERROR(CheckWindow(params, "PreForward"));
   CZ_ASSIGN_OR_RETURN(std::vector<int> indices, Indices(params));
   for (int i : indices) {
     if (params_[i].grad_in_slice) {
@@ -324,6 +417,8 @@ absl::Status ZeroDdp::PreForward(absl::Span<Parameter* const> params) {
 }
 
 absl::Status ZeroDdp::PostForward(absl::Span<Parameter* const> params) {
+  if (window_ == HookWindow::kEvaluating) return EvaluationPostForward(params);
+  CZ_RETURN_IF_ERROR(CheckWindow(params, "PostForward"));
   CZ_RETURN_IF_ERROR(hook_order_.PostForward(params));
   for (Parameter* p : params) {
     CZ_ASSIGN_OR_RETURN(ParamInfo * info, Info(*p));
@@ -335,7 +430,21 @@ absl::Status ZeroDdp::PostForward(absl::Span<Parameter* const> params) {
 }
 
 absl::Status ZeroDdp::PreBackward(absl::Span<Parameter* const> params) {
+  CZ_RETURN_IF_ERROR(CheckWindow(params, "PreBackward"));
   CZ_ASSIGN_OR_RETURN(std::vector<int> indices, Indices(params));
+  for (int i : indices) {
+    const ParamInfo& info = params_[i];
+    if (info.grad_in_slice) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "parameter '", info.param->name(),
+          "' is used by a backward scope after its grad was written into its "
+          "chunk slice in this step (its ",
+          info.forward_uses,
+          info.forward_uses == 1 ? " forward use has " : " forward uses have ",
+          "had their grads; grad reuse: the slice holds the grad, not the "
+          "weights): one backward scope and one HandGrad per forward use"));
+    }
+  }
   CZ_RETURN_IF_ERROR(hook_order_.PreBackward(params));
   schedule_.Begin(StepSchedule::kBackward, std::move(indices));
   recomputing_before_ = false;
@@ -366,6 +475,7 @@ absl::Status ZeroDdp::PreBackward(absl::Span<Parameter* const> params) {
 }
 
 absl::Status ZeroDdp::PostBackward(absl::Span<Parameter* const> params) {
+  CZ_RETURN_IF_ERROR(CheckWindow(params, "PostBackward"));
   CZ_RETURN_IF_ERROR(hook_order_.PostBackward(params));
   for (Parameter* p : params) {
     CZ_ASSIGN_OR_RETURN(ParamInfo * info, Info(*p));
@@ -384,6 +494,8 @@ absl::Status ZeroDdp::PostBackward(absl::Span<Parameter* const> params) {
 }
 
 absl::Status ZeroDdp::HandGrad(Parameter& param, const Tensor& grad) {
+  Parameter* const one[] = {&param};
+  CZ_RETURN_IF_ERROR(CheckWindow(one, "HandGrad"));
   CZ_ASSIGN_OR_RETURN(ParamInfo * info, Info(param));
   if (grad.dtype() != DType::kF32 || grad.shape() != param.shape() ||
       !grad.is_materialized()) {
@@ -427,6 +539,7 @@ absl::Status ZeroDdp::WriteGrad(ParamInfo& info, const Tensor& grad32) {
   CZ_RETURN_IF_ERROR(chunk.WriteTensorScaled(info.where.index, grad32, scale),
                      "writing the grad of '", info.param->name(), "'");
   info.grad_in_slice = true;
+  info.param->set_holds_grad(true);
   return chunk.SetTensorState(info.where.index, TensorState::kReadyForReduce);
 }
 
@@ -454,19 +567,46 @@ void ZeroDdp::RecordDeferredError(absl::Status status) {
   deferred_.push_back(std::move(status));
 }
 
-absl::Status ZeroDdp::CheckUnusedAgreement() {
+absl::Status ZeroDdp::LocalStepProblems(const absl::Status& order) {
+  for (int i : order_) {
+    const ParamInfo& info = params_[i];
+    if (info.forward_uses > 0 && info.grads != info.forward_uses) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "parameter '", info.param->name(), "' was used ", info.forward_uses,
+          info.forward_uses == 1 ? " time" : " times",
+          " in this step's forward but handed ", info.grads,
+          info.grads == 1 ? " grad" : " grads",
+          ": every forward use needs its HandGrad (one per use, "
+          "ddp/param_hooks.h); a missing one would train as a zero grad"));
+    }
+  }
+  if (!deferred_.empty()) return deferred_.front();
+  return order;
+}
+
+absl::Status ZeroDdp::CheckUnusedAgreement(const absl::Status& local) {
   comm::ProcessGroup& group = chunks_->process_group();
   const size_t n = order_.size();
   // How many ranks had each parameter's grad: one i32 sum says both
-  // "somewhere" (> 0) and "everywhere" (== world size).
-  std::vector<int32_t> ranks_with_grad(n);
+  // "somewhere" (> 0) and "everywhere" (== world size). One more entry
+  // counts the ranks whose step broke the contract.
+  std::vector<int32_t> ranks_with_grad(n + 1);
   for (size_t k = 0; k < n; ++k) {
     ranks_with_grad[k] = params_[order_[k]].had_grad ? 1 : 0;
   }
+  ranks_with_grad[n] = local.ok() ? 0 : 1;
   comm::AllReduceOptions sum;
   sum.timeout = chunks_->options().comm_timeout;
   CZ_RETURN_IF_ERROR(
       comm::AllReduce(group, comm::MutableBuffer::Of(ranks_with_grad), sum));
+  if (ranks_with_grad[n] > 0) {
+    // Every rank saw the same count: all of them enter the agreement, and
+    // all of them fail, the rank at fault with its own error.
+    return comm::AgreeOnStatus(
+        group, local,
+        "another rank's step broke the model contract (ddp/param_hooks.h)",
+        chunks_->options().comm_timeout);
+  }
   std::vector<std::string> partial;
   for (size_t k = 0; k < n; ++k) {
     const bool somewhere = ranks_with_grad[k] > 0;
@@ -511,7 +651,11 @@ absl::Status ZeroDdp::AdoptSchedule(std::vector<StepSchedule::Op> ran) {
 }
 
 void ZeroDdp::ClearGrads() {
-  for (ParamInfo& info : params_) info.param->set_grad(Tensor());
+  for (ParamInfo& info : params_) {
+    info.param->set_grad(Tensor());
+    // The optimizer puts the weights back from here on.
+    info.param->set_holds_grad(false);
+  }
 }
 
 absl::Status ZeroDdp::FinishBackward() {
@@ -549,16 +693,16 @@ absl::Status ZeroDdp::FinishBackward() {
     if (status.ok() && !done.ok()) status = done;
   }
   prefetching_.clear();
-  if (status.ok()) status = CheckUnusedAgreement();
+  const absl::Status order = hook_order_.EndStep();
+  if (status.ok()) status = CheckUnusedAgreement(LocalStepProblems(order));
   std::vector<StepSchedule::Op> ran = schedule_.EndStep();
   if (status.ok() && steps_ == 0) status = AdoptSchedule(std::move(ran));
-  absl::Status order = hook_order_.EndStep();
-  if (status.ok() && !deferred_.empty()) status = deferred_.front();
-  if (status.ok()) status = order;
-  // Grads are views of what this rank holds of the reduced chunks.
+  // Grads are views of what this rank holds of the reduced chunks; every
+  // slice holds its grad now (zeros where none came), not the weights.
   for (ParamInfo& info : params_) {
     if (info.registered) {
       info.param->set_grad(info.where.chunk->ShardView(info.where.index));
+      info.param->set_holds_grad(true);
     }
     info.forward_uses = 0;
     info.grads = 0;

@@ -84,6 +84,21 @@
 // backward in reverse, and a recomputed scope neither gathers ahead nor
 // releases (its chunks wait for the block's backward).
 //
+// A forward-only pass (BeginEvaluation .. EndEvaluation, what
+// Engine::Evaluate runs) gathers and releases chunks as a forward does but
+// counts no use and takes no grad; the step after it is bit for bit the
+// step without it.
+//
+// The contract, checked: a parameter is read (data()) only before its
+// grad for the step is written into its slice, so a backward computes
+// with the weights first and hands the grad after; a read after it, until
+// the optimizer has put the weights back, fails the step naming the
+// parameter (as does a backward scope opened on it then). Every forward
+// use gets its HandGrad: at the end of the step a parameter used k times
+// in forward must have had k grads on this rank, else the step fails on
+// every rank, naming it with both counts (with or without
+// find_unused_parameters, which is about parameters no forward used).
+//
 // FinishBackward reduces the chunks left: grads that never arrived on this
 // rank are zeros. Then the ranks compare which parameters had grads: one
 // that had grads on some ranks but not others fails the step on every rank,
@@ -159,11 +174,20 @@ struct StepCounters {
 
 class ZeroDdp final : public ParamHooks {
  public:
+  // When the hooks may run. On its own a ZeroDdp takes every hook for the
+  // step being run (kAnytime). An Engine narrows that: nothing between
+  // steps (kIdle: a hook is FailedPrecondition naming the parameter), the
+  // forward and backward of a step (kTraining), or a forward-only pass
+  // (kEvaluating, BeginEvaluation to EndEvaluation).
+  enum class HookWindow { kAnytime, kIdle, kTraining, kEvaluating };
+
   // Broadcasts the parameters from rank 0 (a collective: every rank calls
   // Create). InvalidArgument for an empty model, duplicate names or a
   // compute dtype the process group cannot reduce.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<ZeroDdp>> Create(
       Module* model, ChunkManager* chunks, const ZeroDdpOptions& options);
+  // A model outlives its ZeroDdp: its parameters forget the read guard.
+  ~ZeroDdp() override;
 
   [[nodiscard]] absl::Status PreForward(
       absl::Span<Parameter* const> params) override;
@@ -179,6 +203,25 @@ class ZeroDdp final : public ParamHooks {
 
   // Ends the step's backward (see above). Collective.
   [[nodiscard]] absl::Status FinishBackward();
+
+  // Who may run hooks now (HookWindow); the Engine sets kIdle once and
+  // kTraining around each step.
+  void set_hook_window(HookWindow window) { window_ = window; }
+  HookWindow hook_window() const { return window_; }
+
+  // A forward-only pass (an evaluation between steps): forward scopes
+  // gather and release chunks as a step's forward does (prefetch and lazy
+  // release in the registration order; before the first step, the
+  // agreement rounds), but count no use, record nothing for the schedule
+  // or the first-use order, and take no backward scope or grad
+  // (FailedPrecondition naming the parameter). EndEvaluation releases
+  // every chunk it gathered, puts the residencies' use clocks back, and
+  // returns the pass's first error (a scope left open, a deferred one);
+  // collective when it ends before the first step (its rounds). The step
+  // after it runs as if it had not happened. FailedPrecondition for a
+  // BeginEvaluation inside a step or a second one.
+  [[nodiscard]] absl::Status BeginEvaluation();
+  [[nodiscard]] absl::Status EndEvaluation();
 
   // The full fp32 value of every parameter (masters; parameters kept out of
   // chunks give their own data), one chunk at a time: `fn` sees each
@@ -328,7 +371,22 @@ class ZeroDdp final : public ParamHooks {
   // Reduces chunks in reduce_order_ while the next eager one can reduce.
   [[nodiscard]] absl::Status ReduceReady();
   [[nodiscard]] absl::Status ReduceChunk(int index);
-  [[nodiscard]] absl::Status CheckUnusedAgreement();
+  // The hooks' gate: OK when `call` on `params` may run in this window,
+  // else FailedPrecondition naming the first parameter.
+  [[nodiscard]] absl::Status CheckWindow(absl::Span<Parameter* const> params,
+                                         const char* call) const;
+  // What this rank's step broke of the contract, found at its end: a
+  // forward use without its grad (or a grad too many), a weight read after
+  // its grad was written, an error deferred by a scope, a scope left open.
+  [[nodiscard]] absl::Status LocalStepProblems(const absl::Status& order);
+  // `local` is this rank's LocalStepProblems: when any rank has one, every
+  // rank fails with it (AgreeOnStatus); then the unused-parameter check.
+  [[nodiscard]] absl::Status CheckUnusedAgreement(const absl::Status& local);
+  // The forward hooks of a forward-only pass.
+  [[nodiscard]] absl::Status EvaluationPreForward(
+      absl::Span<Parameter* const> params);
+  [[nodiscard]] absl::Status EvaluationPostForward(
+      absl::Span<Parameter* const> params);
 
   ChunkManager* const chunks_;
   const ZeroDdpOptions options_;
@@ -339,6 +397,13 @@ class ZeroDdp final : public ParamHooks {
   absl::flat_hash_map<const Chunk*, int> chunk_index_;
   HookOrder hook_order_;
   std::vector<absl::Status> deferred_;
+  HookWindow window_ = HookWindow::kAnytime;
+  // The window before BeginEvaluation, the pass's own scope pairing, and
+  // the use clocks it puts back.
+  HookWindow window_before_evaluation_ = HookWindow::kAnytime;
+  HookOrder evaluation_order_;
+  bool evaluation_started_ = false;  // A forward hook ran in the pass.
+  ChunkManager::UseClocks clocks_before_evaluation_;
   bool registered_ = false;
   bool in_backward_ = false;
   bool step_started_ = false;  // A forward hook ran in this step.

@@ -178,6 +178,26 @@ ZeroDdp::ZeroDdp(ChunkManager* chunks, const ZeroDdpOptions& options,
     params_[i].param = params[i];
     params_[i].declaration_index = static_cast<int>(i);
     index_of_[params[i]] = static_cast<int>(i);
+    // A weight read while its slice holds the grad fails the step (the
+    // first few reads are kept; one is enough to name the parameter).
+    params[i]->set_holds_grad(false);
+    params[i]->set_read_guard([this](const Parameter& p) {
+      if (deferred_.size() >= 8) return;
+      deferred_.push_back(absl::FailedPreconditionError(absl::StrCat(
+          "parameter '", p.name(),
+          "' was read (data()) after its grad was written into its chunk "
+          "slice in this step: the slice holds the grad, not the weights "
+          "(grad reuse), until the optimizer step puts them back; a "
+          "backward reads the weights before its HandGrad "
+          "(ddp/param_hooks.h)")));
+    });
+  }
+}
+
+ZeroDdp::~ZeroDdp() {
+  for (ParamInfo& info : params_) {
+    info.param->set_read_guard(nullptr);
+    info.param->set_holds_grad(false);
   }
 }
 

@@ -98,6 +98,8 @@ absl::Status ZeroDdp::RestoreParamsFromMasters() {
     param->UnpinPayload();
     CZ_RETURN_IF_ERROR(restored);
   }
+  // The slices hold the weights again.
+  for (ParamInfo& info : params_) info.param->set_holds_grad(false);
   return absl::OkStatus();
 }
 

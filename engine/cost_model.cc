@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
+#include "base/system_memory.h"
 #include "chunk/chunk_layout.h"
+#include "chunk/chunk_packing.h"
 
 namespace chunkzero {
 namespace {
@@ -160,6 +163,127 @@ ChunkMemory EstimateChunkMemory(const EngineOptions& o,
       o.layout == ChunkLayout::kSharded ? chunk / world_size : chunk,
       micro_batches, &m);
   return m;
+}
+
+double DeviceChunkBytes(const ChunkMemory& m, OffloadPolicy placement) {
+  switch (placement) {
+    case OffloadPolicy::kParams:
+      return m.in_flight;
+    case OffloadPolicy::kAuto:
+      return m.in_flight + m.in_flight_shards;
+    default:
+      return m.chunks - m.reduce_scratch;
+  }
+}
+
+double DeviceModelDataBytes(const ChunkMemory& m, OffloadPolicy placement) {
+  const double chunks = DeviceChunkBytes(m, placement);
+  return placement == OffloadPolicy::kNone ? chunks + m.optimizer : chunks;
+}
+
+OffloadPolicy ParamPlacement(const EngineOptions& o) {
+  const bool three_tiers = o.offload == OffloadPolicy::kNvme &&
+                           o.host_memory_limit > 0 && o.device != Device::Cpu();
+  return three_tiers ? OffloadPolicy::kAuto : o.offload;
+}
+
+int OffloadDeviceWeight(OffloadPolicy offload) {
+  switch (offload) {
+    case OffloadPolicy::kNone:
+      return 3;
+    case OffloadPolicy::kOptimizer:
+    case OffloadPolicy::kNvme:
+      return 2;
+    case OffloadPolicy::kAuto:
+      return 1;
+    case OffloadPolicy::kParams:
+      return 0;
+  }
+  return 3;
+}
+
+namespace {
+
+// The device bytes `o` needs at least: auto placement may always fall back
+// to params' (every chunk resting on the host).
+double LeastDeviceBytes(const EngineOptions& o, const ParameterPacking& packing,
+                        int world_size) {
+  const ChunkMemory m = EstimateChunkMemory(o, packing, world_size, 1);
+  const OffloadPolicy placement = ParamPlacement(o);
+  return DeviceModelDataBytes(m, placement == OffloadPolicy::kAuto
+                                     ? OffloadPolicy::kParams
+                                     : placement);
+}
+
+}  // namespace
+
+absl::Status CheckDeviceLimit(const EngineOptions& o,
+                              const std::vector<int64_t>& sizes, int world_size,
+                              int64_t model_bytes) {
+  if (o.device_memory_limit <= 0 || sizes.empty()) return absl::OkStatus();
+  ParameterPacking packing;
+  for (int64_t n : sizes) {
+    packing.parameters += static_cast<double>(n);
+    packing.largest_tensor =
+        std::max(packing.largest_tensor, static_cast<double>(n));
+  }
+  if (o.chunk_size.has_value() && *o.chunk_size > 0) {
+    absl::StatusOr<ChunkPlan> plan = PlanChunks(sizes, *o.chunk_size);
+    // A tensor past the chunk size: the chunk manager says so, naming it.
+    if (!plan.ok()) return absl::OkStatus();
+    packing.num_chunks = static_cast<int64_t>(plan->capacities.size());
+  }
+  const double limit = static_cast<double>(o.device_memory_limit);
+  const double model = static_cast<double>(model_bytes);
+  if (LeastDeviceBytes(o, packing, world_size) + model <= limit) {
+    return absl::OkStatus();
+  }
+  const ChunkMemory m = EstimateChunkMemory(o, packing, world_size, 1);
+  const OffloadPolicy placement = ParamPlacement(o);
+  std::string advice =
+      "no layout fits: raise the limit or make the model's "
+      "buffers smaller (a smaller batch)";
+  const struct {
+    ChunkLayout layout;
+    OffloadPolicy offload;
+  } lighter[] = {{ChunkLayout::kSharded, o.offload},
+                 {o.layout, OffloadPolicy::kOptimizer},
+                 {ChunkLayout::kSharded, OffloadPolicy::kOptimizer},
+                 {o.layout, OffloadPolicy::kParams},
+                 {ChunkLayout::kSharded, OffloadPolicy::kParams}};
+  for (const auto& [layout, offload] : lighter) {
+    if (layout == o.layout && offload == o.offload) continue;
+    // Only lighter: never advise bringing offloaded state back.
+    if (OffloadDeviceWeight(offload) > OffloadDeviceWeight(o.offload)) continue;
+    EngineOptions other = o;
+    other.layout = layout;
+    other.offload = offload;
+    if (LeastDeviceBytes(other, packing, world_size) + model > limit) continue;
+    advice = "try";
+    if (layout != o.layout) {
+      absl::StrAppend(&advice,
+                      " EngineOptions::layout=", ChunkLayoutName(layout));
+    }
+    if (offload != o.offload) {
+      absl::StrAppend(&advice,
+                      " EngineOptions::offload=", OffloadPolicyName(offload));
+    }
+    break;
+  }
+  const bool states_on_device = placement == OffloadPolicy::kNone;
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "EngineOptions::device_memory_limit is ", FormatBytes(limit),
+      ", but a step needs about ",
+      FormatBytes(LeastDeviceBytes(o, packing, world_size) + model), " on ",
+      o.device.ToString(), " (compute chunks ",
+      FormatBytes(DeviceChunkBytes(m, placement == OffloadPolicy::kAuto
+                                          ? OffloadPolicy::kParams
+                                          : placement)),
+      states_on_device ? absl::StrCat(", masters and optimizer states ",
+                                      FormatBytes(m.optimizer),
+                                      " (the states made at the first update)")
+                       : "",
+      ", the model's buffers ", FormatBytes(model), "); ", advice));
 }
 
 }  // namespace chunkzero

@@ -11,7 +11,9 @@
 #define CHUNKZERO_ENGINE_COST_MODEL_H_
 
 #include <cstdint>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "engine/engine_options.h"
 
 namespace chunkzero {
@@ -85,6 +87,38 @@ struct ChunkMemory {
 ChunkMemory EstimateChunkMemory(const EngineOptions& options,
                                 const ParameterPacking& packing, int world_size,
                                 int micro_batches);
+
+// Of `m`, the bytes on the compute device when the parameter chunks rest
+// as `placement` says: every compute chunk but the host's reduce scratch;
+// with kParams only those in use; with kAuto also their shards (the least
+// it holds, every resting chunk sent back to the host).
+double DeviceChunkBytes(const ChunkMemory& m, OffloadPolicy placement);
+// DeviceChunkBytes, plus the masters and optimizer states unless offloaded
+// (kNone): the model data a step keeps on the device at its peak.
+double DeviceModelDataBytes(const ChunkMemory& m, OffloadPolicy placement);
+
+// How much of the model data an offload policy keeps on the device, as an
+// order: none 3 (most), optimizer and nvme 2, auto 1, params 0 (least).
+int OffloadDeviceWeight(OffloadPolicy offload);
+
+// How the parameter chunks rest under `options`: the offload policy, but
+// kAuto's placement for three tiers (kNvme with a host limit, computing
+// on a device).
+OffloadPolicy ParamPlacement(const EngineOptions& options);
+
+// Refuses, before anything is allocated, a device_memory_limit that cannot
+// hold a step's peak on the device: the compute chunks at rest and in
+// flight, the masters and the optimizer states unless offloaded (the
+// states are made at the first update, so a limit they do not fit would
+// fail only then), plus `model_bytes` (the model's buffers, counted in the
+// engine's tracker). ResourceExhausted naming the parts and the first
+// lighter layout that fits (EngineOptions::layout, EngineOptions::offload),
+// or saying that none does. Sizes: the parameters' elements in the order
+// they pack. OK without a limit.
+[[nodiscard]] absl::Status CheckDeviceLimit(const EngineOptions& options,
+                                            const std::vector<int64_t>& sizes,
+                                            int world_size,
+                                            int64_t model_bytes);
 
 }  // namespace chunkzero
 

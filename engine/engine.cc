@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "comm/agree.h"
 #include "comm/gather.h"
 #include "comm/types.h"
+#include "engine/cost_model.h"
 
 namespace chunkzero {
 
@@ -53,6 +56,22 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   std::unique_ptr<Engine> engine(
       new Engine(group, options, placement, tracker));
   if (placement.limited.has_value()) {
+    // Before anything is allocated: the chunks, masters and states (made
+    // at the first update) and the model's buffers counted so far must fit.
+    std::vector<int64_t> sizes;
+    const std::vector<Parameter*> params = model.Parameters();
+    if (options.first_use_order.size() == params.size()) {
+      std::map<std::string, int64_t> by_name;
+      for (Parameter* p : params) by_name[p->name()] = p->numel();
+      for (const std::string& name : options.first_use_order) {
+        sizes.push_back(by_name.count(name) ? by_name[name] : 0);
+      }
+    } else {
+      for (Parameter* p : params) sizes.push_back(p->numel());
+    }
+    CZ_RETURN_IF_ERROR(
+        CheckDeviceLimit(options, sizes, group.size(),
+                         engine->tracker_->CurrentTotal(*placement.limited)));
     engine->tracker_->SetLimit(*placement.limited, options.device_memory_limit);
   }
   if (placement.host_limited) {
@@ -85,10 +104,51 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   CZ_ASSIGN_OR_RETURN(
       engine->optimizer_,
       ZeroOptimizer::Create(engine->ddp_.get(), optimizer_options));
+  // From here on the hooks run only inside Step and Evaluate.
+  engine->ddp_->set_hook_window(ZeroDdp::HookWindow::kIdle);
   // Step 1's traffic starts here: the broadcast of the initial weights is
   // not a step's.
   engine->recorded_.Reset();
   return engine;
+}
+
+absl::StatusOr<double> Engine::Evaluate(int micro_batches,
+                                        const ForwardFn& forward) {
+  if (micro_batches < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Engine::Evaluate: ", micro_batches,
+                     " micro-batches; a pass runs at least one"));
+  }
+  CZ_RETURN_IF_ERROR(ddp_->BeginEvaluation());
+  // What it moves is not a step's traffic.
+  const comm::RecordingSnapshot before = recorded_.SnapshotAndReset();
+  double loss = 0;
+  absl::Status status;
+  for (int m = 0; m < micro_batches && status.ok(); ++m) {
+    absl::StatusOr<double> l = forward(*ddp_, m);
+    if (l.ok()) {
+      loss += *l;
+    } else {
+      status = absl::Status(
+          l.status().code(),
+          absl::StrCat(l.status().message(), "; evaluation micro-batch ", m));
+    }
+  }
+  const absl::Status ended = ddp_->EndEvaluation();
+  if (status.ok()) status = ended;
+  recorded_.Restore(before);
+  CZ_RETURN_IF_ERROR(Agree(status, "another rank's evaluation failed"));
+  std::vector<float> sum = {static_cast<float>(loss / micro_batches)};
+  comm::AllReduceOptions sum_options;
+  sum_options.timeout = options_.comm_timeout;
+  CZ_RETURN_IF_ERROR(
+      comm::AllReduce(group_, comm::MutableBuffer::Of(sum), sum_options));
+  if (!std::isfinite(sum[0])) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the evaluation loss is ", sum[0] / world_size(),
+                     ": the weights or the data are not finite"));
+  }
+  return sum[0] / world_size();
 }
 
 absl::StatusOr<StepMetrics> Engine::Step(int micro_batches,
@@ -99,6 +159,14 @@ absl::StatusOr<StepMetrics> Engine::Step(int micro_batches,
         absl::StrCat("Engine::Step: ", micro_batches,
                      " micro-batches; a step runs at least one"));
   }
+  // The hooks are open for this step only.
+  struct Window {
+    ZeroDdp& ddp;
+    explicit Window(ZeroDdp& d) : ddp(d) {
+      ddp.set_hook_window(ZeroDdp::HookWindow::kTraining);
+    }
+    ~Window() { ddp.set_hook_window(ZeroDdp::HookWindow::kIdle); }
+  } window(*ddp_);
   const absl::Time start = absl::Now();
   absl::Duration forward_time, backward_time, optimizer_time;
   double loss = 0;

@@ -109,6 +109,21 @@ class Engine {
                                                  const ForwardFn& forward,
                                                  const BackwardFn& backward);
 
+  // A forward-only pass over `micro_batches` micro-batches (collective), to
+  // evaluate between steps: `forward` runs through the hooks as in Step,
+  // its chunks gathered and freed as there, but it counts no use, takes no
+  // grad and runs no optimizer (ZeroDdp::BeginEvaluation); the next Step
+  // is bit for bit the Step without it, in every layout, precision,
+  // offload mode and tier. Returns the mean loss over micro-batches and
+  // ranks, as Step does. FailedPrecondition inside a Step, for a backward
+  // hook or HandGrad in `forward`, or a loss that is not finite; the
+  // forward's errors (on every rank: the ranks agree on the outcome).
+  // Anywhere but in Step and Evaluate the hooks refuse every call, naming
+  // the parameter: a forward of one's own between steps would count as a
+  // use the next step's backward never pays back.
+  [[nodiscard]] absl::StatusOr<double> Evaluate(int micro_batches,
+                                                const ForwardFn& forward);
+
   // Saves a checkpoint of every rank's optimizer shard and a manifest with
   // `config` and the engine's step count into `dir` (collective;
   // checkpoint/sharded_checkpoint.h): a save that fails anywhere fails on

@@ -119,6 +119,22 @@ std::optional<OptimizerRateProblem> CheckOptimizerRates(
   return std::nullopt;
 }
 
+absl::string_view OffloadPolicyName(OffloadPolicy offload) {
+  switch (offload) {
+    case OffloadPolicy::kNone:
+      return "none";
+    case OffloadPolicy::kOptimizer:
+      return "optimizer";
+    case OffloadPolicy::kParams:
+      return "params";
+    case OffloadPolicy::kAuto:
+      return "auto";
+    case OffloadPolicy::kNvme:
+      return "nvme";
+  }
+  return "";
+}
+
 absl::string_view OptimizerKindName(OptimizerKind kind) {
   switch (kind) {
     case OptimizerKind::kSgd:

@@ -138,6 +138,10 @@ enum class OffloadPolicy {
   kNvme,
 };
 
+// "none", "optimizer", "params", "auto", "nvme" (the train job's --offload
+// spells them so).
+absl::string_view OffloadPolicyName(OffloadPolicy offload);
+
 // True when the parameter chunks rest in host memory by default (kParams,
 // kAuto).
 inline bool OffloadsParams(OffloadPolicy offload) {

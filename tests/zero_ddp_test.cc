@@ -603,13 +603,15 @@ TEST(ZeroDdp, CommVolumePerStepMatchesDesign) {
             EXPECT_EQ(scatter.calls, 1);
             EXPECT_EQ(gather.bus_bytes + scatter.bus_bytes, 3 * psi_bytes / 2);
             EXPECT_EQ(all_reduce.calls, 1);
-            EXPECT_EQ(all_reduce.payload_bytes, 4u * 4);
+            // The grads check: one i32 per parameter, and one more saying
+            // whether a rank broke the contract.
+            EXPECT_EQ(all_reduce.payload_bytes, 4u * 5);
           } else {
             EXPECT_EQ(gather.calls, 0);
             EXPECT_EQ(scatter.calls, 0);
             EXPECT_EQ(all_reduce.calls, 2);
             // All-reduce bus factor 2(N-1)/N = 1 at N = 2.
-            EXPECT_EQ(all_reduce.bus_bytes, 2 * psi_bytes / 2 + 4 * 4);
+            EXPECT_EQ(all_reduce.bus_bytes, 2 * psi_bytes / 2 + 4 * 5);
           }
           return absl::OkStatus();
         })));

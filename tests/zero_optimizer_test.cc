@@ -731,9 +731,12 @@ absl::Status CheckViewsFollowChunks(ZeroDdp& ddp, ChunkManager& chunks,
         chunks.Locate(ddp.param_group(), p->name());
     if (!where.ok()) continue;  // Unused: not in a chunk.
     Chunk* c = where->chunk;
-    if (p->data().device() != c->device()) {
+    // Where the view is, not what it holds (after backward, the grad):
+    // mutable_data() does not count as a read of the weights.
+    const Tensor& view = p->mutable_data();
+    if (view.device() != c->device()) {
       return absl::InternalError(
-          absl::StrCat(p->name(), " data on ", p->data().device().ToString(),
+          absl::StrCat(p->name(), " data on ", view.device().ToString(),
                        ", chunk on ", c->device().ToString()));
     }
     if (!grads) continue;

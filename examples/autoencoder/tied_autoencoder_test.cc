@@ -78,6 +78,24 @@ TEST(TiedAutoencoder, AParameterAStepDoesNotUseStaysPut) {
   EXPECT_NE(after_two->final.at("weight"), after_one->final.at("weight"));
 }
 
+// Evaluating on held-out rows between steps changes no bit of the
+// training, and the held-out loss falls as the model learns.
+TEST(TiedAutoencoder, EvaluatingBetweenStepsChangesNothing) {
+  TrainSettings s = Settings(12);
+  s.engine.optimizer.kind = chunkzero::OptimizerKind::kAdam;
+  s.engine.optimizer.lr = chunkzero::LrSchedule::Constant(0.02);
+  const absl::StatusOr<Trained> plain = TrainOnRanks(2, s);
+  s.eval_every = 3;
+  const absl::StatusOr<Trained> evaluated = TrainOnRanks(2, s);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE(evaluated.ok()) << evaluated.status();
+  EXPECT_EQ(evaluated->losses, plain->losses);
+  EXPECT_EQ(evaluated->final, plain->final);
+  ASSERT_EQ(evaluated->held_out_losses.size(), 5u);  // Steps 1, 4, 7, 10, end.
+  EXPECT_LT(evaluated->held_out_losses.back(),
+            evaluated->held_out_losses.front());
+}
+
 TEST(TiedAutoencoder, RowsThatDoNotSplitAreRefused) {
   TrainSettings s = Settings(1);
   s.rows = 31;

@@ -34,7 +34,26 @@ absl::Status RunRank(chunkzero::comm::ProcessGroup& group,
                       Engine::Create(group, model, options));
   CZ_ASSIGN_OR_RETURN(const auto initial, engine->GatherWeights());
   const int rows = s.rows / group.size();
+  // Held-out rows, this rank's share, and a forward-only pass over them:
+  // it changes nothing the steps compute.
+  const std::vector<float> held_out = MakeData(s.rows, s.width, /*seed=*/1);
+  const std::vector<float> my_held_out(
+      held_out.begin() + group.rank() * rows * s.width,
+      held_out.begin() + (group.rank() + 1) * rows * s.width);
+  auto evaluate = [&]() -> absl::Status {
+    CZ_ASSIGN_OR_RETURN(const double loss,
+                        engine->Evaluate(
+                            /*micro_batches=*/1, [&](ParamHooks& hooks, int) {
+                              return model.Forward(hooks, my_held_out, rows,
+                                                   /*use_gate=*/true);
+                            }));
+    if (group.rank() == 0) trained->held_out_losses.push_back(loss);
+    return absl::OkStatus();
+  };
   for (int step = 0; step < s.steps; ++step) {
+    if (s.eval_every > 0 && step % s.eval_every == 0) {
+      CZ_RETURN_IF_ERROR(evaluate());
+    }
     const std::vector<float> batch =
         MakeData(s.rows, s.width, /*seed=*/1000 + step);
     const std::vector<float> mine(
@@ -52,6 +71,7 @@ absl::Status RunRank(chunkzero::comm::ProcessGroup& group,
                             }));
     if (group.rank() == 0) trained->losses.push_back(m.loss);
   }
+  if (s.eval_every > 0) CZ_RETURN_IF_ERROR(evaluate());
   CZ_ASSIGN_OR_RETURN(const auto final, engine->GatherWeights());
   if (group.rank() == 0) {
     trained->initial = ToVectors(initial);

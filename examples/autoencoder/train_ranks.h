@@ -21,6 +21,9 @@ struct TrainSettings {
   int rows = 32;  // Per step, over all ranks; a multiple of the world size.
   int steps = 30;
   uint32_t seed = 7;
+  // Evaluate on held-out rows (data no step trains on) before every this
+  // many steps and after the last (0: never), through Engine::Evaluate.
+  int eval_every = 0;
   // The engine's options (chunk size, precision, optimizer, ...);
   // find_unused_parameters is set, since odd steps leave the gate unused.
   chunkzero::EngineOptions engine;
@@ -28,6 +31,9 @@ struct TrainSettings {
 
 struct Trained {
   std::vector<double> losses;  // Per step, over all ranks.
+  // With eval_every: the held-out loss before step 1, every eval_every
+  // steps, and after the last.
+  std::vector<double> held_out_losses;
   // The full f32 weights before the first step and after the last.
   std::map<std::string, std::vector<float>> initial, final;
 };

@@ -220,7 +220,9 @@ TEST(WritePretrainedDirectory, EveryFailureLeavesOneWholeExport) {
     int64_t before, after;  // Shard sizes: 1000 one file, 40 two, 10 three.
   } layouts[] = {{40, 40},     {10, 10}, {1000, 40}, {40, 1000},
                  {1000, 1000}, {10, 40}, {40, 10}};
-  for (const auto& [before, after] : layouts) {
+  for (const auto& layout : layouts) {
+    // Plain copies: clang (C++17) does not capture structured bindings.
+    const int64_t before = layout.before, after = layout.after;
     int switched_at = 0;
     for (int n = 1; n < 30; ++n) {
       SCOPED_TRACE(absl::StrCat(before, " -> ", after, ", operation ", n));

@@ -2,8 +2,10 @@
 // ranks, as a user's own model is: every layout, precision, offload and
 // activation checkpointing, against the same model trained on one rank.
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -47,11 +49,16 @@ void Batch(int step, int first_row, int rows, std::vector<int32_t>* tokens,
 
 struct Trained {
   std::vector<double> losses;
+  // With `evaluate`: Engine::Evaluate's loss on each step's batch, run just
+  // before the step (and once more after the last).
+  std::vector<double> evaluated;
+  // Every parameter's final f32 bytes, rank 0's.
+  std::map<std::string, std::vector<float>> weights;
 };
 
 absl::StatusOr<Trained> Train(int world_size, EngineOptions options,
                               gemm::Precision products = gemm::Precision::kF32,
-                              bool tied = false) {
+                              bool tied = false, bool evaluate = false) {
   comm::WorldSpec spec;
   spec.world_size = world_size;
   CZ_ASSIGN_OR_RETURN(std::unique_ptr<comm::World> world,
@@ -75,8 +82,20 @@ absl::StatusOr<Trained> Train(int world_size, EngineOptions options,
             model->set_memory_accounting(&tracker, options.device));
         const int rows = kBatch / world_size;
         std::vector<int32_t> tokens, targets;
-        for (int step = 0; step < kSteps; ++step) {
+        auto forward = [&](ParamHooks& hooks, int) -> absl::StatusOr<double> {
+          CZ_ASSIGN_OR_RETURN(
+              const float loss,
+              model->Forward(hooks, rows, kSeq, tokens, targets));
+          return loss;
+        };
+        for (int step = 0; step <= kSteps; ++step) {
           Batch(step, r * rows, rows, &tokens, &targets);
+          if (evaluate) {
+            CZ_ASSIGN_OR_RETURN(const double loss,
+                                engine->Evaluate(1, forward));
+            if (r == 0) trained.evaluated.push_back(loss);
+          }
+          if (step == kSteps) break;
           CZ_ASSIGN_OR_RETURN(
               const StepMetrics m,
               engine->Step(
@@ -91,6 +110,12 @@ absl::StatusOr<Trained> Train(int world_size, EngineOptions options,
                     return model->Backward(hooks, scale);
                   }));
           if (r == 0) trained.losses.push_back(m.loss);
+        }
+        CZ_ASSIGN_OR_RETURN(const auto weights, engine->GatherWeights());
+        if (r == 0) {
+          for (const auto& [name, t] : weights) {
+            trained.weights[name] = *t.ToFloats();
+          }
         }
         engine.reset();
         return model->set_memory_accounting(nullptr, options.device);
@@ -158,6 +183,75 @@ TEST(LlamaThroughTheEngine, SixteenBitOffloadedAndTied) {
     const absl::StatusOr<Trained> again = Train(2, o, products, true);
     ASSERT_TRUE(again.ok()) << again.status();
     EXPECT_EQ(again->losses, plain->losses);
+  }
+}
+
+// A forward-only pass between steps changes no bit of the training, in
+// every layout, precision, offload mode, tier and checkpointing mode, from
+// before step 1 (whose order is still to be recorded) on; and its loss is
+// the next step's, bit for bit, since it computes the same forward.
+TEST(LlamaThroughTheEngine, EvaluationBetweenStepsChangesNoBit) {
+  struct Case {
+    std::string name;
+    void (*set)(EngineOptions&);
+    gemm::Precision products = gemm::Precision::kF32;
+  };
+  const std::string scratch = ::testing::TempDir();
+  const Case cases[] = {
+      {"sharded f32", [](EngineOptions&) {}},
+      {"replicated",
+       [](EngineOptions& o) { o.layout = ChunkLayout::kReplicated; }},
+      {"owner", [](EngineOptions& o) { o.layout = ChunkLayout::kOwner; }},
+      {"f16", [](EngineOptions& o) { o.precision = DType::kF16; }},
+      {"bf16", [](EngineOptions& o) { o.precision = DType::kBF16; },
+       gemm::Precision::kBf16},
+      {"checkpointing",
+       [](EngineOptions& o) { o.activation_checkpointing.every = 1; }},
+      {"offload optimizer",
+       [](EngineOptions& o) {
+         o.device = Device::Simulated(0);
+         o.offload = OffloadPolicy::kOptimizer;
+       }},
+      {"offload params",
+       [](EngineOptions& o) {
+         o.device = Device::Simulated(0);
+         o.offload = OffloadPolicy::kParams;
+       }},
+      {"auto under a limit",
+       [](EngineOptions& o) {
+         o.device = Device::Simulated(0);
+         o.offload = OffloadPolicy::kAuto;
+         o.device_memory_limit = 400 << 10;
+       }},
+      {"nvme",
+       [](EngineOptions& o) {
+         o.offload = OffloadPolicy::kNvme;
+         o.nvme_path = ::testing::TempDir();
+       }},
+      {"three tiers",
+       [](EngineOptions& o) {
+         o.device = Device::Simulated(0);
+         o.offload = OffloadPolicy::kNvme;
+         o.nvme_path = ::testing::TempDir();
+         o.host_memory_limit = 2 << 20;
+       }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    EngineOptions o = F32();
+    o.chunk_size = 4096;
+    c.set(o);
+    const absl::StatusOr<Trained> plain = Train(2, o, c.products);
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    const absl::StatusOr<Trained> evaluated =
+        Train(2, o, c.products, /*tied=*/false, /*evaluate=*/true);
+    ASSERT_TRUE(evaluated.ok()) << evaluated.status();
+    EXPECT_EQ(evaluated->losses, plain->losses);
+    EXPECT_EQ(evaluated->weights, plain->weights);
+    ASSERT_EQ(evaluated->evaluated.size(), kSteps + 1u);
+    for (int s = 0; s < kSteps; ++s) {
+      EXPECT_EQ(evaluated->evaluated[s], plain->losses[s]) << "step " << s + 1;
+    }
   }
 }
 

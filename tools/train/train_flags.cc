@@ -108,19 +108,7 @@ absl::StatusOr<OffloadPolicy> ParseOffloadFlag(absl::string_view value) {
 }
 
 absl::string_view OffloadFlagValue(OffloadPolicy offload) {
-  switch (offload) {
-    case OffloadPolicy::kNone:
-      return "none";
-    case OffloadPolicy::kOptimizer:
-      return "optimizer";
-    case OffloadPolicy::kParams:
-      return "params";
-    case OffloadPolicy::kAuto:
-      return "auto";
-    case OffloadPolicy::kNvme:
-      return "nvme";
-  }
-  return "";
+  return OffloadPolicyName(offload);
 }
 
 absl::StatusOr<IoEngineKind> ParseNvmeIoFlag(absl::string_view value) {

@@ -21,6 +21,7 @@
 #include "base/system_memory.h"
 #include "chunk/chunk_size_search.h"
 #include "comm/rendezvous/rendezvous_store.h"
+#include "engine/cost_model.h"
 #include "engine/engine_options.h"
 #include "io/json/json_text.h"
 #include "io/nvme/scratch_file.h"
@@ -575,38 +576,23 @@ absl::StatusOr<GpuShare> TightestGpu(const TrainOptions& o,
   return *tightest;
 }
 
-// The compute chunks' bytes on the device: all of them but the host's
-// reduce scratch, or only those in use when the parameters rest on the host
-// (with auto placement, also those chunks' shards: the least it can hold,
-// every resting chunk having been sent back to the host).
-double DeviceChunkBytes(const TrainMemoryEstimate& e, OffloadPolicy offload) {
-  const double on_device = e.chunks - e.reduce_scratch;
-  switch (offload) {
-    case OffloadPolicy::kParams:
-      return e.in_flight;
-    case OffloadPolicy::kAuto:
-      return e.in_flight + e.in_flight_shards;
-    default:
-      return on_device;
-  }
+// The estimate's chunk figures as the engine's cost model has them.
+ChunkMemory ChunkFigures(const TrainMemoryEstimate& e) {
+  ChunkMemory m;
+  m.chunks = e.chunks;
+  m.chunks_at_rest = e.chunks_at_rest;
+  m.reduce_scratch = e.reduce_scratch;
+  m.in_flight = e.in_flight;
+  m.in_flight_shards = e.in_flight_shards;
+  m.optimizer = e.optimizer;
+  m.disk = e.disk;
+  m.rest_per_chunk = e.rest_per_chunk;
+  return m;
 }
 
-// How much an offload policy keeps on the device, as an order: none (most),
-// optimizer, auto, params (least).
-int DeviceWeight(OffloadPolicy offload) {
-  switch (offload) {
-    case OffloadPolicy::kNone:
-      return 3;
-    case OffloadPolicy::kOptimizer:
-      return 2;
-    case OffloadPolicy::kAuto:
-      return 1;
-    case OffloadPolicy::kParams:
-      return 0;
-    case OffloadPolicy::kNvme:  // The device holds what kOptimizer's does.
-      return 2;
-  }
-  return 3;
+// The compute chunks' bytes on the device (engine/cost_model.h).
+double DeviceChunkBytes(const TrainMemoryEstimate& e, OffloadPolicy offload) {
+  return chunkzero::DeviceChunkBytes(ChunkFigures(e), offload);
 }
 
 // The least host memory a rank can work in with --offload=nvme: all it
@@ -798,7 +784,7 @@ absl::Status CheckDeviceMemory(TrainPlan& plan, const TrainMemoryInput& need,
   for (const auto& [layout, offload] : lighter) {
     // Only lighter: never advise bringing offloaded state back.
     if (layout == o.storage && offload == o.offload) continue;
-    if (DeviceWeight(offload) > DeviceWeight(o.offload)) continue;
+    if (OffloadDeviceWeight(offload) > OffloadDeviceWeight(o.offload)) continue;
     TrainMemoryInput other = need;
     other.layout = layout;
     absl::StatusOr<TrainMemoryEstimate> e = EstimateTrainMemory(other);
@@ -843,9 +829,7 @@ GpuMemoryProbe CudaGpus() {
 }
 
 double DeviceMemoryNeeded(const TrainMemoryEstimate& e, OffloadPolicy offload) {
-  const double chunks = DeviceChunkBytes(e, offload);
-  return offload == OffloadPolicy::kNone ? chunks + e.activations + e.optimizer
-                                         : chunks + e.activations;
+  return DeviceModelDataBytes(ChunkFigures(e), offload) + e.activations;
 }
 
 std::map<std::string, std::string> CheckpointConfig(const TrainPlan& plan) {

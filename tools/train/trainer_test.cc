@@ -582,7 +582,9 @@ std::map<std::string, int64_t> ExpectedCommBytes(const TrainOptions& o,
   const int64_t capacity = Sum(capacities);
   const int64_t gathered = 2 * capacity + capacities[0];
   // All-reduce bus factor 2(N - 1)/N.
-  const int64_t small = NumParameters(o.model) * a * 4 + 8;
+  // Per micro-batch the grads check (an i32 per parameter and one flag of
+  // a rank that broke the contract); per step the norm (an f64).
+  const int64_t small = (NumParameters(o.model) + 1) * a * 4 + 8;
   std::map<std::string, int64_t> want;
   if (o.storage == ChunkLayout::kSharded) {
     want["all_gather"] = a * c * gathered * (n - 1) / n;
