@@ -388,15 +388,25 @@ bool Worker::ExchangeWithPeers(uint8_t prefix, const Op& op, void* all,
     buf->recv(peer, slot, peer * bytes, bytes);
     buf->send(peer, slot, rank_ * bytes, bytes);
   }
+  // An aborted wait returns while operations on the buffer may still be
+  // completing on Gloo's network thread: the buffer is kept, not freed.
+  auto aborted = [&] {
+    MutexLock lock(&mu_);
+    retired_.push_back(std::move(buf));
+    return false;
+  };
   for (int i = 0; i < size_ - 1; ++i) {
     int source = -1;
-    if (!buf->waitRecv(&source, comm_internal::MillisecondsLeft(deadline)))
-      return false;
+    if (!buf->waitRecv(&source, comm_internal::MillisecondsLeft(deadline))) {
+      return aborted();
+    }
     if (source >= 0 && source < size_) arrived[source] = true;
   }
   // Every peer has posted its receives (before sending): these complete.
   for (int i = 0; i < size_ - 1; ++i) {
-    if (!buf->waitSend(comm_internal::MillisecondsLeft(deadline))) return false;
+    if (!buf->waitSend(comm_internal::MillisecondsLeft(deadline))) {
+      return aborted();
+    }
   }
   return true;
 }

@@ -161,6 +161,12 @@ class Worker {
   bool aborting_ ABSL_GUARDED_BY(mu_) = false;
   // The unbound buffers of the collective in flight (see Tracked).
   std::vector<gloo::transport::UnboundBuffer*> active_ ABSL_GUARDED_BY(mu_);
+  // Unbound buffers of exchanges an abort cut short: Gloo's network thread
+  // may still be completing an operation on one (signalling its condition
+  // variable) as the wait returns, and an UnboundBuffer must not be
+  // destroyed under it. They go with the worker, long after.
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> retired_
+      ABSL_GUARDED_BY(mu_);
   // Scratch(); the worker thread's alone.
   std::vector<uint8_t> scratch_;
   // Null when the ranks do not share a host (or it is switched off); the

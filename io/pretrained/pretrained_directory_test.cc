@@ -21,6 +21,7 @@ namespace chunkzero {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -173,6 +174,21 @@ TEST(PretrainedDirectory, ShardNamesThatAreNoFileAreRefused) {
           .message(),
       "i.json: shard 'a\\x00\\x62.safetensors' of 't' is not a file in the "
       "directory");
+  // Long names are cut (found by the fuzzer: a 4 KiB tensor name of \f
+  // and a 4 KiB shard name made a message of 33 KiB).
+  std::string name_json;
+  for (int i = 0; i < 4098; ++i) name_json += "\\f";
+  const std::string long_shard = "x/" + std::string(4094, 'y');
+  const absl::Status long_names =
+      ParseWeightIndex(
+          "{\"weight_map\": {\"" + name_json + "\": \"" + long_shard + "\"}}",
+          "i.json")
+          .status();
+  EXPECT_EQ(long_names.code(), absl::StatusCode::kDataLoss);
+  EXPECT_LT(long_names.message().size(), 1024u);
+  EXPECT_THAT(std::string(long_names.message()),
+              AllOf(HasSubstr("...' (a name of 4096 bytes) of '"),
+                    HasSubstr("...' (a name of 4098 bytes) is not a file")));
   absl::StatusOr<WeightIndex> index = ParseWeightIndex(
       R"({"weight_map": {"x": "s2", "y": "s1", "z": "s2"}})", "i.json");
   ASSERT_TRUE(index.ok()) << index.status();

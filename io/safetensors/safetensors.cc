@@ -192,7 +192,11 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 }  // namespace
 
 std::string QuoteForMessage(absl::string_view text) {
-  return absl::StrCat("'", absl::CHexEscape(text), "'");
+  if (text.size() <= kMaxQuotedBytes) {
+    return absl::StrCat("'", absl::CHexEscape(text), "'");
+  }
+  return absl::StrCat("'", absl::CHexEscape(text.substr(0, kMaxQuotedBytes)),
+                      "...' (a name of ", text.size(), " bytes)");
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {

@@ -94,7 +94,11 @@ class SafetensorsFile {
 // `text` from a file (a tensor name, a dtype string) as messages show it:
 // in single quotes, C-escaped by absl::CHexEscape ('a\nb', 'it\'s',
 // '\xc3\xa9'), so that whatever bytes a file holds, an error naming them
-// is one line of printable ASCII.
+// is one line of printable ASCII. Text longer than kMaxQuotedBytes is cut
+// there and its size said ('aaaa...' (a name of 70000 bytes)), so that a
+// hostile name cannot make an error of megabytes; two quoted names and a
+// path stay well under 2 KiB.
+inline constexpr size_t kMaxQuotedBytes = 128;
 std::string QuoteForMessage(absl::string_view text);
 
 // Writes `tensors` (of any DType, readable on the host; unique UTF-8

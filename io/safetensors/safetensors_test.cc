@@ -219,6 +219,22 @@ TEST(SafetensorsTest, ErrorsShowTheFilesTextEscapedOnOneLine) {
                                              " has no tensor 'n\\x00'")));
 }
 
+// A quoted name is cut at kMaxQuotedBytes and its size said: a hostile
+// 70000-byte name of control characters (four bytes each, escaped) makes a
+// message of a few hundred bytes, not 280 KB.
+TEST(SafetensorsTest, LongNamesAreCutInMessages) {
+  EXPECT_EQ(QuoteForMessage(std::string(kMaxQuotedBytes, 'a')),
+            absl::StrCat("'", std::string(kMaxQuotedBytes, 'a'), "'"));
+  const std::string hostile(70000, '\f');
+  std::string expected = "'";
+  for (size_t i = 0; i < kMaxQuotedBytes; ++i) expected += "\\x0c";
+  expected += "...' (a name of 70000 bytes)";
+  EXPECT_EQ(QuoteForMessage(hostile), expected);
+  EXPECT_EQ(QuoteForMessage(std::string(kMaxQuotedBytes + 1, 'b')),
+            absl::StrCat("'", std::string(kMaxQuotedBytes, 'b'),
+                         "...' (a name of 129 bytes)"));
+}
+
 TEST(SafetensorsTest, TruncatedFilesNameTheFileAndTensor) {
   const std::string path = TempPath("full.safetensors");
   ASSERT_TRUE(

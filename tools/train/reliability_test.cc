@@ -29,6 +29,16 @@
 #include "tools/train/train_plan.h"
 #include "tools/train/trainer.h"
 
+// Whether this is a ThreadSanitizer build (the binary under test is one
+// too).
+#if defined(__SANITIZE_THREAD__)
+#define CZ_RELIABILITY_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CZ_RELIABILITY_TSAN 1
+#endif
+#endif
+
 namespace chunkzero {
 namespace {
 
@@ -246,6 +256,12 @@ TEST(Reliability, RefusedRunsLeaveNothing) {
 // no SIGXFSZ (exit 153), no staging, no temporaries. The test sets only the
 // limit, never the signal's disposition.
 TEST(Reliability, AFileSizeLimitIsAnErrorThatLeavesNothing) {
+#ifdef CZ_RELIABILITY_TSAN
+  // Under a 16 KiB file size limit ThreadSanitizer's runtime itself faults
+  // (SIGBUS before main's first line runs); the plain and asan builds run
+  // this test.
+  GTEST_SKIP() << "ThreadSanitizer's runtime cannot start under this limit";
+#endif
   const std::string dir = TestDir("out");
   const std::string hf = GptDirectory(TestDir("hf"), 1);
   const std::string old = dir + "/old_export";
