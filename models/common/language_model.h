@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/model.h"
-#include "models/gpt2/gemm_types.h"
+#include "kernels/gemm_types.h"
 #include "tensor/device.h"
 #include "tensor/memory/memory_tracker.h"
 

@@ -56,6 +56,7 @@
 #include "absl/strings/string_view.h"
 #include "ddp/param_hooks.h"
 #include "ddp/parameter.h"
+#include "kernels/weight_reader.h"
 #include "models/common/device_array.h"
 #include "models/common/normal_sampler.h"
 #include "tensor/device.h"
@@ -64,29 +65,6 @@
 #include "tensor/tensor.h"
 
 namespace chunkzero {
-
-// A weight matrix as a product reads it: its f32 values, and its bf16 bit
-// patterns when its parameter is stored in bf16 (else null). bf16 products
-// read the bits when present (f32 may then be null); f32 products read the
-// values.
-struct MatrixWeight {
-  const float* f32 = nullptr;
-  const uint16_t* bf16 = nullptr;
-};
-
-// Where a model's layers compute, as far as reading weights goes.
-class WeightReader {
- public:
-  virtual ~WeightReader() = default;
-  // The device the layers compute on (where the widened weights and grads
-  // are made).
-  virtual Device device() const = 0;
-  // Whether the layers read a tensor on `device` in place.
-  virtual bool Reads(Device device) const = 0;
-  // out[n] = the f32 value of x[n], of `dtype` (f16 or bf16).
-  virtual absl::Status Widen(float* out, const void* x, DType dtype,
-                             size_t n) = 0;
-};
 
 class ParameterScopes {
  public:

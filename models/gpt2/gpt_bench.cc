@@ -1,5 +1,5 @@
 // One GPT-2 training step (forward + backward, f32, LocalHooks) on the CPU,
-// beside Gemm (models/gpt2/gemm.h) measured in the same run.
+// beside Gemm (kernels/gemm.h) measured in the same run.
 //
 //   bazel run --config=opt //models/gpt2:gpt_bench
 //
@@ -22,7 +22,7 @@
 
 #include "benchmark/benchmark.h"
 #include "ddp/local_hooks.h"
-#include "models/gpt2/gemm.h"
+#include "kernels/gemm.h"
 #include "models/gpt2/gpt_model.h"
 
 namespace chunkzero {

@@ -47,15 +47,16 @@ struct GptModel::Scratch {
   DeviceArray<float> dresidual;  // [N, C]
   DeviceArray<float> dln;        // [N, C]
   // [N, C] and [N, 3C], unless the backend's attention backward works in
-  // place (GptBackend::AttentionBackwardInPlace).
+  // place (LayerBackend::AttentionBackwardInPlace).
   DeviceArray<float> datty;
   DeviceArray<float> dqkv;
-  // AttentionBackward's scratch (GptBackend::AttentionScratchElements): on
+  // AttentionBackward's scratch (LayerBackend::AttentionScratchElements): on
   // the CPU a T x T block and a head's dQ, dK, dV per thread.
   DeviceArray<float> datt;
 };
 
-GptModel::GptModel(const GptConfig& config, std::unique_ptr<GptBackend> backend)
+GptModel::GptModel(const GptConfig& config,
+                   std::unique_ptr<LayerBackend> backend)
     : config_(config),
       backend_(std::move(backend)),
       scopes_("GptModel", backend_.get()),

@@ -48,8 +48,8 @@
 // LocalHooks and ZeroDdp do).
 //
 // Device: the model computes on the CPU or on one GPU (Create's `device`),
-// through a GptBackend (models/gpt2/gpt_backend.h): the same scopes, hooks
-// and buffers, with the CPU layers of gpt_kernels.h or their CUDA
+// through a LayerBackend (kernels/layer_backend.h): the same scopes, hooks
+// and buffers, with the CPU layers of kernels/cpu_kernels.h or their CUDA
 // counterparts. Parameters, activations, scratch and the grads handed to
 // the hooks live on that device; a parameter must be there (or, for the CPU,
 // on any host-readable device) when its scope runs. On a GPU the layers are
@@ -60,7 +60,7 @@
 // scope, 16-bit weights are widened into a scratch buffer; f32 weights are
 // read in place. Grads are f32.
 //
-// Threads (CPU): every layer, matmuls included (models/gpt2/gemm.h), runs on
+// Threads (CPU): every layer, matmuls included (kernels/gemm.h), runs on
 // base/parallel_for.h's one pool (CHUNKZERO_NUM_THREADS), from the thread
 // running Forward/Backward. Models on several threads (ranks as threads)
 // share that pool; each caller uses at most its ScopedParallelThreads share
@@ -104,10 +104,10 @@
 #include "ddp/param_hooks.h"
 #include "ddp/parameter.h"
 #include "engine/activation_checkpointing.h"
+#include "kernels/gemm.h"
+#include "kernels/layer_backend.h"
 #include "models/common/language_model.h"
 #include "models/common/parameter_scopes.h"
-#include "models/gpt2/gemm.h"
-#include "models/gpt2/gpt_backend.h"
 #include "tensor/device.h"
 #include "tensor/dtype.h"
 #include "tensor/memory/memory_tracker.h"
@@ -181,7 +181,7 @@ class GptModel final : public LanguageModel {
   // Where the layers compute.
   Device compute_device() const { return backend_->device(); }
 
-  // What the matrix products multiply (models/gpt2/gemm.h): f32 (the
+  // What the matrix products multiply (kernels/gemm.h): f32 (the
   // default), or bf16-rounded inputs with f32 accumulation, which is
   // torch.autocast's bf16 on the CPU: every product of the model, forward
   // and backward, attention included, while embeddings, LayerNorm, GELU,
@@ -191,7 +191,7 @@ class GptModel final : public LanguageModel {
     scopes_.set_bf16_products(precision == gemm::Precision::kBf16);
   }
   gemm::Precision matmul_precision() const { return matmul_precision_; }
-  // The fused attention on a GPU (GptBackend::set_fused_attention): no
+  // The fused attention on a GPU (LayerBackend::set_fused_attention): no
   // B NH T^2 probabilities kept per block, B NH T log-sum-exps instead.
   // InvalidArgument on the CPU. Takes effect at the next Forward, whose
   // buffers are made again; a pending Backward is dropped.
@@ -259,7 +259,7 @@ class GptModel final : public LanguageModel {
   struct Activations;
   struct Scratch;
 
-  GptModel(const GptConfig& config, std::unique_ptr<GptBackend> backend);
+  GptModel(const GptConfig& config, std::unique_ptr<LayerBackend> backend);
 
   using Scope = ParameterScopes::Scope;
   using ScopeWeights = ParameterScopes::GroupWeights;
@@ -293,7 +293,7 @@ class GptModel final : public LanguageModel {
   void VisitBuffers(int batch, int seq, Fn fn);
 
   GptConfig config_;
-  const std::unique_ptr<GptBackend> backend_;
+  const std::unique_ptr<LayerBackend> backend_;
   gemm::Precision matmul_precision_ = gemm::Precision::kF32;
   ActivationCheckpointing checkpointing_;
   // The parameters (declaration order), their hook scopes and the

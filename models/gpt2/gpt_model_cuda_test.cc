@@ -9,16 +9,16 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/testing/compare.h"
 #include "models/common/testing/one_step.h"
 #include "models/gpt2/gpt_model.h"
-#include "models/gpt2/testing/compare.h"
 #include "tensor/cuda/cuda_runtime.h"
 #include "tensor/memory/memory_tracker.h"
 
 namespace chunkzero {
 namespace {
 
-using ::chunkzero::gpt_testing::RelativeError;
+using ::chunkzero::kernels_testing::RelativeError;
 using ::chunkzero::model_testing::Norm;
 using ::chunkzero::model_testing::OneStep;
 using ::chunkzero::model_testing::StepResult;

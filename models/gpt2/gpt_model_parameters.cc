@@ -106,11 +106,11 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
     const GptConfig& config, uint64_t seed, DType dtype, Device device,
     ParameterTiming timing) {
   CZ_RETURN_IF_ERROR(config.Validate());
-  std::unique_ptr<GptBackend> backend;
+  std::unique_ptr<LayerBackend> backend;
   if (device == Device::Cpu()) {
-    backend = MakeCpuGptBackend();
+    backend = MakeCpuLayerBackend();
   } else if (device.type() == DeviceType::kCuda) {
-    CZ_ASSIGN_OR_RETURN(backend, MakeCudaGptBackend(device));
+    CZ_ASSIGN_OR_RETURN(backend, MakeCudaLayerBackend(device));
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("GptModel computes on the cpu or a GPU (cuda:N), not ",

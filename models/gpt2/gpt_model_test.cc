@@ -17,8 +17,8 @@
 #include "ddp/local_hooks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/gemm.h"
 #include "models/common/recording_hooks.h"
-#include "models/gpt2/gemm.h"
 
 namespace chunkzero {
 namespace {

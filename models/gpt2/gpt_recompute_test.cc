@@ -13,8 +13,8 @@
 #include "ddp/hook_order.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/gemm.h"
 #include "models/common/recording_hooks.h"
-#include "models/gpt2/gemm.h"
 #include "models/gpt2/gpt_model.h"
 
 namespace chunkzero {

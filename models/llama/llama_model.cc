@@ -47,20 +47,18 @@ struct LlamaModel::Scratch {
   DeviceArray<float> dgated;           // [N, F]
   DeviceArray<float> datty;            // [N, Ch]
   // [N, 3 Ch], unless the attention backward writes dqkv over qkv
-  // (GptBackend::AttentionBackwardInPlace: the CPU's).
+  // (LayerBackend::AttentionBackwardInPlace: the CPU's).
   DeviceArray<float> dqkv;
-  // The attention backward's (GptBackend::AttentionScratchElements): on the
+  // The attention backward's (LayerBackend::AttentionScratchElements): on the
   // CPU a T x T block and a head's dQ, dK, dV per thread.
   DeviceArray<float> datt;
 };
 
 LlamaModel::LlamaModel(const LlamaConfig& config,
-                       std::unique_ptr<GptBackend> shared,
-                       std::unique_ptr<LlamaLayers> own)
+                       std::unique_ptr<LayerBackend> backend)
     : config_(config),
-      shared_(std::move(shared)),
-      own_(std::move(own)),
-      scopes_("LlamaModel", shared_.get()),
+      backend_(std::move(backend)),
+      scopes_("LlamaModel", backend_.get()),
       acts_(std::make_unique<Activations>()),
       scratch_(std::make_unique<Scratch>()) {}
 
@@ -94,12 +92,12 @@ void LlamaModel::VisitBuffers(int batch, int seq, Fn fn) {
   const size_t S = checkpointing_.Slots(c.layers);
   const size_t N = static_cast<size_t>(batch) * seq;
   const size_t att =
-      static_cast<size_t>(shared_->AttentionElements(batch, seq, c.heads));
+      static_cast<size_t>(backend_->AttentionElements(batch, seq, c.heads));
   const size_t datt =
       batch == 0 ? 0
-                 : static_cast<size_t>(shared_->AttentionScratchElements(
+                 : static_cast<size_t>(backend_->AttentionScratchElements(
                        batch, seq, static_cast<int>(ch), c.heads, threads_));
-  const size_t own = shared_->AttentionBackwardInPlace() ? 0 : 1;
+  const size_t own = backend_->AttentionBackwardInPlace() ? 0 : 1;
   const bool shared = checkpointing_.enabled();
   auto slots = [&](auto& buffer, size_t per_slot) {
     fn(buffer, S * per_slot, BufferRole::kKept, shared ? per_slot : size_t{0});
@@ -156,10 +154,10 @@ absl::Status LlamaModel::ResizeBuffers(int batch, int seq) {
   a.batch = a.seq = 0;  // Until the new ones are made.
   CZ_RETURN_IF_ERROR(
       RemakeBuffers([this](int b, int t, auto fn) { VisitBuffers(b, t, fn); },
-                    batch, seq, shared_->device(), scopes_));
-  CZ_RETURN_IF_ERROR(own_->RopeTables(a.rope_cos.data(), a.rope_sin.data(), seq,
-                                      config_.resolved_head_dim(),
-                                      config_.rope_theta));
+                    batch, seq, backend_->device(), scopes_));
+  CZ_RETURN_IF_ERROR(backend_->RopeTables(a.rope_cos.data(), a.rope_sin.data(),
+                                          seq, config_.resolved_head_dim(),
+                                          config_.rope_theta));
   a.batch = batch;
   a.seq = seq;
   return absl::OkStatus();
@@ -172,7 +170,7 @@ int64_t LlamaModel::workspace_bytes() const {
 absl::Status LlamaModel::set_memory_accounting(MemoryTracker* tracker,
                                                Device device) {
   CZ_RETURN_IF_ERROR(scopes_.set_memory_accounting(tracker, device));
-  shared_->set_scratch_accounting(tracker);
+  backend_->set_scratch_accounting(tracker);
   return absl::OkStatus();
 }
 
@@ -182,9 +180,9 @@ absl::Status LlamaModel::RmsNormBackward(ParamHooks& hooks, const Scope& scope,
   const int N = acts_->batch * acts_->seq;
   return scopes_.RunBackward(hooks, scope, /*read_weights=*/true,
                              [&](const ScopeWeights& w, float* const* g) {
-                               return own_->RmsNormBackward(dx, g[0], dout, x,
-                                                            w[0], rstd, N,
-                                                            config_.d_model);
+                               return backend_->RmsNormBackward(
+                                   dx, g[0], dout, x, w[0], rstd, N,
+                                   config_.d_model);
                              });
 }
 
@@ -205,7 +203,7 @@ absl::Status LlamaModel::LayerForward(ParamHooks& hooks, int l) {
   float* rstd1 = a.rstd1.data() + s * N;
   float* qkv = a.qkv.data() + s * N * 3 * static_cast<size_t>(ch);
   float* att = a.att.data() +
-               s * static_cast<size_t>(shared_->AttentionElements(B, T, NH));
+               s * static_cast<size_t>(backend_->AttentionElements(B, T, NH));
   float* atty = a.atty.data() + s * N * static_cast<size_t>(ch);
   float* res2 = a.res2.data() + s * NC;
   float* xn2 = a.xn2.data() + s * NC;
@@ -218,46 +216,46 @@ absl::Status LlamaModel::LayerForward(ParamHooks& hooks, int l) {
 
   CZ_RETURN_IF_ERROR(
       scopes_.RunForward(hooks, layer.input_norm, [&](const ScopeWeights& w) {
-        return own_->RmsNormForward(xn1, rstd1, x, w[0], N, C, eps);
+        return backend_->RmsNormForward(xn1, rstd1, x, w[0], N, C, eps);
       }));
   CZ_RETURN_IF_ERROR(scopes_.RunForwardByGroup(
       hooks, layer.attn, [&](ScopeAccess& access) -> absl::Status {
         CZ_ASSIGN_OR_RETURN(const ScopeWeights in, access.Weights(0, 3));
-        CZ_RETURN_IF_ERROR(shared_->MatmulTransposedForward(
+        CZ_RETURN_IF_ERROR(backend_->MatmulTransposedForward(
             sc.q.data(), xn1, in.matrix(0), N, C, ch, p));
-        CZ_RETURN_IF_ERROR(shared_->MatmulTransposedForward(
+        CZ_RETURN_IF_ERROR(backend_->MatmulTransposedForward(
             sc.k.data(), xn1, in.matrix(1), N, C, ckv, p));
-        CZ_RETURN_IF_ERROR(shared_->MatmulTransposedForward(
+        CZ_RETURN_IF_ERROR(backend_->MatmulTransposedForward(
             sc.v.data(), xn1, in.matrix(2), N, C, ckv, p));
-        CZ_RETURN_IF_ERROR(own_->RopeForward(sc.q.data(), a.rope_cos.data(),
-                                             a.rope_sin.data(), N, T, NH, hd));
-        CZ_RETURN_IF_ERROR(own_->RopeForward(sc.k.data(), a.rope_cos.data(),
-                                             a.rope_sin.data(), N, T, KV, hd));
-        CZ_RETURN_IF_ERROR(own_->ExpandQkv(qkv, sc.q.data(), sc.k.data(),
-                                           sc.v.data(), N, NH, KV, hd));
+        CZ_RETURN_IF_ERROR(backend_->RopeForward(
+            sc.q.data(), a.rope_cos.data(), a.rope_sin.data(), N, T, NH, hd));
+        CZ_RETURN_IF_ERROR(backend_->RopeForward(
+            sc.k.data(), a.rope_cos.data(), a.rope_sin.data(), N, T, KV, hd));
+        CZ_RETURN_IF_ERROR(backend_->ExpandQkv(qkv, sc.q.data(), sc.k.data(),
+                                               sc.v.data(), N, NH, KV, hd));
         CZ_RETURN_IF_ERROR(
-            shared_->AttentionForward(atty, att, qkv, B, T, ch, NH, p));
+            backend_->AttentionForward(atty, att, qkv, B, T, ch, NH, p));
         CZ_ASSIGN_OR_RETURN(const ScopeWeights o, access.Weights(3, 1));
-        CZ_RETURN_IF_ERROR(shared_->MatmulTransposedForward(
+        CZ_RETURN_IF_ERROR(backend_->MatmulTransposedForward(
             res2, atty, o.matrix(0), N, ch, C, p));
-        return shared_->Add(res2, res2, x, NC);
+        return backend_->Add(res2, res2, x, NC);
       }));
   CZ_RETURN_IF_ERROR(
       scopes_.RunForward(hooks, layer.post_norm, [&](const ScopeWeights& w) {
-        return own_->RmsNormForward(xn2, rstd2, res2, w[0], N, C, eps);
+        return backend_->RmsNormForward(xn2, rstd2, res2, w[0], N, C, eps);
       }));
   CZ_RETURN_IF_ERROR(scopes_.RunForwardByGroup(
       hooks, layer.mlp, [&](ScopeAccess& access) -> absl::Status {
         CZ_ASSIGN_OR_RETURN(const ScopeWeights in, access.Weights(0, 2));
-        CZ_RETURN_IF_ERROR(shared_->MatmulTransposedForward(
+        CZ_RETURN_IF_ERROR(backend_->MatmulTransposedForward(
             gate, xn2, in.matrix(0), N, C, F, p));
-        CZ_RETURN_IF_ERROR(shared_->MatmulTransposedForward(
+        CZ_RETURN_IF_ERROR(backend_->MatmulTransposedForward(
             up, xn2, in.matrix(1), N, C, F, p));
-        CZ_RETURN_IF_ERROR(own_->SwiGluForward(gated, gate, up, NF));
+        CZ_RETURN_IF_ERROR(backend_->SwiGluForward(gated, gate, up, NF));
         CZ_ASSIGN_OR_RETURN(const ScopeWeights down, access.Weights(2, 1));
-        CZ_RETURN_IF_ERROR(shared_->MatmulTransposedForward(
+        CZ_RETURN_IF_ERROR(backend_->MatmulTransposedForward(
             res3, gated, down.matrix(0), N, F, C, p));
-        return shared_->Add(res3, res3, res2, NC);
+        return backend_->Add(res3, res3, res2, NC);
       }));
   return absl::OkStatus();
 }
@@ -274,7 +272,7 @@ absl::StatusOr<float> LlamaModel::Forward(ParamHooks& hooks, int batch, int seq,
                      " x seq ", seq);
   Activations& a = *acts_;
   const int N = batch * seq, C = c.d_model, V = c.vocab;
-  const Device device = shared_->device();
+  const Device device = backend_->device();
   CZ_RETURN_IF_ERROR(CopyBytes(a.tokens.data(), device, tokens.data(),
                                Device::Cpu(), N * sizeof(int32_t)),
                      "LlamaModel::Forward: the tokens");
@@ -285,8 +283,8 @@ absl::StatusOr<float> LlamaModel::Forward(ParamHooks& hooks, int batch, int seq,
 
   CZ_RETURN_IF_ERROR(
       scopes_.RunForward(hooks, embedding_, [&](const ScopeWeights& w) {
-        return own_->EmbeddingForward(a.embedded.data(), a.tokens.data(), w[0],
-                                      N, C, V);
+        return backend_->TokenEmbeddingForward(a.embedded.data(),
+                                               a.tokens.data(), w[0], N, C, V);
       }));
   for (int l = 0; l < c.layers; ++l) {
     CZ_RETURN_IF_ERROR(LayerForward(hooks, l));
@@ -294,16 +292,17 @@ absl::StatusOr<float> LlamaModel::Forward(ParamHooks& hooks, int batch, int seq,
   const float* last = a.res3.data() + (c.layers - 1) * NC;
   CZ_RETURN_IF_ERROR(
       scopes_.RunForward(hooks, norm_, [&](const ScopeWeights& w) {
-        return own_->RmsNormForward(a.xnf.data(), a.rstdf.data(), last, w[0], N,
-                                    C, static_cast<float>(c.rms_norm_eps));
+        return backend_->RmsNormForward(a.xnf.data(), a.rstdf.data(), last,
+                                        w[0], N, C,
+                                        static_cast<float>(c.rms_norm_eps));
       }));
   CZ_RETURN_IF_ERROR(
       scopes_.RunForward(hooks, lm_head_, [&](const ScopeWeights& w) {
-        return shared_->MatmulTransposedForward(a.probs.data(), a.xnf.data(),
-                                                w.matrix(0), N, C, V,
-                                                matmul_precision_);
+        return backend_->MatmulTransposedForward(a.probs.data(), a.xnf.data(),
+                                                 w.matrix(0), N, C, V,
+                                                 matmul_precision_);
       }));
-  CZ_ASSIGN_OR_RETURN(const double loss, shared_->CrossEntropyForward(
+  CZ_ASSIGN_OR_RETURN(const double loss, backend_->CrossEntropyForward(
                                              a.probs.data(), a.targets.data(),
                                              N, V, a.row_losses.data()));
   have_forward_ = true;
@@ -327,9 +326,9 @@ absl::Status LlamaModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
   const size_t NC = static_cast<size_t>(N) * C;
   const size_t NF = static_cast<size_t>(N) * F;
   const gemm::Precision p = matmul_precision_;
-  const bool in_place = shared_->AttentionBackwardInPlace();
+  const bool in_place = backend_->AttentionBackwardInPlace();
   const size_t att_size =
-      static_cast<size_t>(shared_->AttentionElements(B, T, NH));
+      static_cast<size_t>(backend_->AttentionElements(B, T, NH));
   float* dres = sc.dres.data();
   float* dln = sc.dln.data();
   float* dsum = sc.dsum.data();
@@ -337,12 +336,12 @@ absl::Status LlamaModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
   CZ_RETURN_IF_ERROR(scopes_.RunBackward(
       hooks, lm_head_, /*read_weights=*/true,
       [&](const ScopeWeights& w, float* const* g) {
-        CZ_RETURN_IF_ERROR(shared_->CrossEntropyBackward(
+        CZ_RETURN_IF_ERROR(backend_->CrossEntropyBackward(
             a.probs.data(), a.targets.data(), loss_grad_scale / N, N, V));
-        return shared_->MatmulTransposedBackward(
+        return backend_->MatmulTransposedBackward(
             dln, g[0], a.probs.data(), a.xnf.data(), w.matrix(0), N, C, V, p);
       }));
-  CZ_RETURN_IF_ERROR(shared_->Zero(dres, NC));
+  CZ_RETURN_IF_ERROR(backend_->Zero(dres, NC));
   const float* last = a.res3.data() + (c.layers - 1) * NC;
   CZ_RETURN_IF_ERROR(
       RmsNormBackward(hooks, norm_, dres, dln, last, a.rstdf.data()));
@@ -372,19 +371,19 @@ absl::Status LlamaModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
         hooks, layer.mlp, [&](ScopeAccess& access) -> absl::Status {
           CZ_ASSIGN_OR_RETURN(const ScopeWeights down, access.Weights(2, 1));
           CZ_ASSIGN_OR_RETURN(const ScopeGrads gd, access.Grads(2, 1));
-          CZ_RETURN_IF_ERROR(shared_->MatmulTransposedBackward(
+          CZ_RETURN_IF_ERROR(backend_->MatmulTransposedBackward(
               sc.dgated.data(), gd.g[0], dres, gated, down.matrix(0), N, F, C,
               p));
           CZ_RETURN_IF_ERROR(access.Hand());
-          CZ_RETURN_IF_ERROR(
-              own_->SwiGluBackward(gate, up, sc.dgated.data(), gate, up, NF));
+          CZ_RETURN_IF_ERROR(backend_->SwiGluBackward(
+              gate, up, sc.dgated.data(), gate, up, NF));
           CZ_ASSIGN_OR_RETURN(const ScopeWeights in, access.Weights(0, 2));
           CZ_ASSIGN_OR_RETURN(const ScopeGrads gi, access.Grads(0, 2));
-          CZ_RETURN_IF_ERROR(shared_->MatmulTransposedBackward(
+          CZ_RETURN_IF_ERROR(backend_->MatmulTransposedBackward(
               dln, gi.g[0], gate, xn2, in.matrix(0), N, C, F, p));
-          CZ_RETURN_IF_ERROR(shared_->MatmulTransposedBackward(
+          CZ_RETURN_IF_ERROR(backend_->MatmulTransposedBackward(
               dsum, gi.g[1], up, xn2, in.matrix(1), N, C, F, p));
-          return shared_->Add(dln, dln, dsum, NC);
+          return backend_->Add(dln, dln, dsum, NC);
         }));
     CZ_RETURN_IF_ERROR(RmsNormBackward(hooks, layer.post_norm, dres, dln, res2,
                                        a.rstd2.data() + s * N));
@@ -394,28 +393,28 @@ absl::Status LlamaModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
         hooks, layer.attn, [&](ScopeAccess& access) -> absl::Status {
           CZ_ASSIGN_OR_RETURN(const ScopeWeights o, access.Weights(3, 1));
           CZ_ASSIGN_OR_RETURN(const ScopeGrads go, access.Grads(3, 1));
-          CZ_RETURN_IF_ERROR(shared_->MatmulTransposedBackward(
+          CZ_RETURN_IF_ERROR(backend_->MatmulTransposedBackward(
               sc.datty.data(), go.g[0], dres, atty, o.matrix(0), N, ch, C, p));
           CZ_RETURN_IF_ERROR(access.Hand());
-          CZ_RETURN_IF_ERROR(shared_->AttentionBackward(
+          CZ_RETURN_IF_ERROR(backend_->AttentionBackward(
               dqkv, sc.datt.data(), static_cast<int64_t>(sc.datt.size()),
               sc.datty.data(), qkv, att, atty, B, T, ch, NH, p));
-          CZ_RETURN_IF_ERROR(own_->ReduceQkvGrad(
+          CZ_RETURN_IF_ERROR(backend_->ReduceQkvGrad(
               sc.q.data(), sc.k.data(), sc.v.data(), dqkv, N, NH, KV, hd));
-          CZ_RETURN_IF_ERROR(own_->RopeBackward(
+          CZ_RETURN_IF_ERROR(backend_->RopeBackward(
               sc.q.data(), a.rope_cos.data(), a.rope_sin.data(), N, T, NH, hd));
-          CZ_RETURN_IF_ERROR(own_->RopeBackward(
+          CZ_RETURN_IF_ERROR(backend_->RopeBackward(
               sc.k.data(), a.rope_cos.data(), a.rope_sin.data(), N, T, KV, hd));
           CZ_ASSIGN_OR_RETURN(const ScopeWeights in, access.Weights(0, 3));
           CZ_ASSIGN_OR_RETURN(const ScopeGrads gi, access.Grads(0, 3));
-          CZ_RETURN_IF_ERROR(shared_->MatmulTransposedBackward(
+          CZ_RETURN_IF_ERROR(backend_->MatmulTransposedBackward(
               dln, gi.g[0], sc.q.data(), xn1, in.matrix(0), N, C, ch, p));
-          CZ_RETURN_IF_ERROR(shared_->MatmulTransposedBackward(
+          CZ_RETURN_IF_ERROR(backend_->MatmulTransposedBackward(
               dsum, gi.g[1], sc.k.data(), xn1, in.matrix(1), N, C, ckv, p));
-          CZ_RETURN_IF_ERROR(shared_->Add(dln, dln, dsum, NC));
-          CZ_RETURN_IF_ERROR(shared_->MatmulTransposedBackward(
+          CZ_RETURN_IF_ERROR(backend_->Add(dln, dln, dsum, NC));
+          CZ_RETURN_IF_ERROR(backend_->MatmulTransposedBackward(
               dsum, gi.g[2], sc.v.data(), xn1, in.matrix(2), N, C, ckv, p));
-          return shared_->Add(dln, dln, dsum, NC);
+          return backend_->Add(dln, dln, dsum, NC);
         }));
     CZ_RETURN_IF_ERROR(RmsNormBackward(hooks, layer.input_norm, dres, dln, x,
                                        a.rstd1.data() + s * N));
@@ -423,7 +422,7 @@ absl::Status LlamaModel::Backward(ParamHooks& hooks, float loss_grad_scale) {
   // embedded = embed_tokens[tokens]: no weights read.
   return scopes_.RunBackward(hooks, embedding_, /*read_weights=*/false,
                              [&](const ScopeWeights&, float* const* g) {
-                               return own_->EmbeddingBackward(
+                               return backend_->TokenEmbeddingBackward(
                                    g[0], dres, a.tokens.data(), N, C, V);
                              });
 }

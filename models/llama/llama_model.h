@@ -66,11 +66,10 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/model.h"
+#include "kernels/gemm_types.h"
+#include "kernels/layer_backend.h"
 #include "models/common/language_model.h"
 #include "models/common/parameter_scopes.h"
-#include "models/gpt2/gemm_types.h"
-#include "models/gpt2/gpt_backend.h"
-#include "models/llama/llama_layers.h"
 #include "tensor/device.h"
 #include "tensor/dtype.h"
 #include "tensor/memory/memory_tracker.h"
@@ -145,7 +144,7 @@ class LlamaModel final : public LanguageModel {
 
   const LlamaConfig& config() const { return config_; }
   // Where the layers compute: the CPU or the GPU given to Create.
-  Device compute_device() const { return shared_->device(); }
+  Device compute_device() const { return backend_->device(); }
 
   // f32 products (the default) or bf16-rounded inputs with f32
   // accumulation, as GptModel::set_matmul_precision.
@@ -201,8 +200,7 @@ class LlamaModel final : public LanguageModel {
     Scope input_norm, attn, post_norm, mlp;
   };
 
-  LlamaModel(const LlamaConfig& config, std::unique_ptr<GptBackend> shared,
-             std::unique_ptr<LlamaLayers> own);
+  LlamaModel(const LlamaConfig& config, std::unique_ptr<LayerBackend> backend);
 
   // Layer `l`'s forward (its four scopes) from its input into its slot and
   // its output; Forward and Backward's recomputation run this.
@@ -219,10 +217,9 @@ class LlamaModel final : public LanguageModel {
   void VisitBuffers(int batch, int seq, Fn fn);
 
   LlamaConfig config_;
-  // The layers GPT-2 shares (products, attention, loss; also the reader of
-  // the weights) and Llama's own, on the device the model computes on.
-  std::unique_ptr<GptBackend> shared_;
-  std::unique_ptr<LlamaLayers> own_;
+  // The layers (also the reader of the weights), on the device the model
+  // computes on.
+  std::unique_ptr<LayerBackend> backend_;
   gemm::Precision matmul_precision_ = gemm::Precision::kF32;
   ActivationCheckpointing checkpointing_;
   ParameterScopes scopes_;

@@ -12,10 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda_rmsnorm_rope_swiglu_kernels.h"
+#include "kernels/layer_backend.h"
+#include "kernels/testing/compare.h"
 #include "models/common/testing/one_step.h"
-#include "models/gpt2/testing/compare.h"
-#include "models/llama/cuda_llama_kernels.h"
-#include "models/llama/llama_layers.h"
 #include "models/llama/llama_model.h"
 #include "tensor/cuda/cuda_runtime.h"
 #include "tensor/memory/memory_tracker.h"
@@ -23,7 +23,7 @@
 namespace chunkzero {
 namespace {
 
-using ::chunkzero::gpt_testing::RelativeError;
+using ::chunkzero::kernels_testing::RelativeError;
 using ::chunkzero::model_testing::Norm;
 using ::chunkzero::model_testing::OneStep;
 using ::chunkzero::model_testing::StepResult;
@@ -53,19 +53,19 @@ TEST(LlamaModelOnGpu, WithoutAGpuCreateAndTheLayersSayWhy) {
                         "cuda:0"));
   if (BuiltWithCuda()) return;
   // Each layer names itself in a build without CUDA.
-  absl::StatusOr<std::unique_ptr<LlamaLayers>> layers =
-      MakeCudaLlamaLayers(Device::Cuda(0));
+  absl::StatusOr<std::unique_ptr<LayerBackend>> layers =
+      MakeCudaLayerBackend(Device::Cuda(0));
   ASSERT_TRUE(layers.ok()) << layers.status();
-  const absl::Status norm = cuda_llama_kernels::RmsNormForward(
+  const absl::Status norm = cuda_kernels::RmsNormForward(
       nullptr, nullptr, nullptr, nullptr, 4, 8, 1e-5f);
   EXPECT_EQ(norm.code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(norm.message(), HasSubstr("RMSNorm forward on the GPU"));
-  EXPECT_THAT(cuda_llama_kernels::ExpandQkv(nullptr, nullptr, nullptr, nullptr,
-                                            2, 4, 2, 8)
-                  .message(),
-              HasSubstr("grouped-query expansion on the GPU"));
-  EXPECT_THAT(MakeCudaLlamaLayers(Device::Cpu()).status().message(),
-              HasSubstr("the CUDA Llama layers need a GPU, not cpu"));
+  EXPECT_THAT(
+      cuda_kernels::ExpandQkv(nullptr, nullptr, nullptr, nullptr, 2, 4, 2, 8)
+          .message(),
+      HasSubstr("grouped-query expansion on the GPU"));
+  EXPECT_THAT(MakeCudaLayerBackend(Device::Cpu()).status().message(),
+              HasSubstr("need a GPU, not cpu"));
 }
 
 // The CPU model is the reference, with GptModelOnGpu's bounds: f32 within

@@ -158,21 +158,17 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
     const LlamaConfig& config, uint64_t seed, DType dtype, Device device,
     ParameterTiming timing) {
   CZ_RETURN_IF_ERROR(config.Validate());
-  std::unique_ptr<GptBackend> shared;
-  std::unique_ptr<LlamaLayers> own;
+  std::unique_ptr<LayerBackend> backend;
   if (device == Device::Cpu()) {
-    shared = MakeCpuGptBackend();
-    own = MakeCpuLlamaLayers();
+    backend = MakeCpuLayerBackend();
   } else if (device.type() == DeviceType::kCuda) {
-    CZ_ASSIGN_OR_RETURN(shared, MakeCudaGptBackend(device));
-    CZ_ASSIGN_OR_RETURN(own, MakeCudaLlamaLayers(device));
+    CZ_ASSIGN_OR_RETURN(backend, MakeCudaLayerBackend(device));
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("LlamaModel computes on the cpu or a GPU (cuda:N), not ",
                      device.ToString()));
   }
-  std::unique_ptr<LlamaModel> model(
-      new LlamaModel(config, std::move(shared), std::move(own)));
+  std::unique_ptr<LlamaModel> model(new LlamaModel(config, std::move(backend)));
   NormalSampler normal(seed);
   for (auto& [name, shape] : LlamaParameterShapes(config)) {
     const bool norm = absl::EndsWith(name, "norm.weight");

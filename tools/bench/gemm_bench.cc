@@ -1,4 +1,4 @@
-// The model's matrix products (models/gpt2/gemm.h, oneDNN) against the
+// The model's matrix products (kernels/gemm.h, oneDNN) against the
 // processor's own f32 peak, measured in the same run.
 //
 //   bazel run --config=opt //tools/bench:gemm_bench
@@ -28,7 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/parallel_for.h"
 #include "benchmark/benchmark.h"
-#include "models/gpt2/gemm.h"
+#include "kernels/gemm.h"
 #include "tensor/cpu/cpu_features.h"
 
 namespace chunkzero {

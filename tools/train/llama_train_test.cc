@@ -380,7 +380,7 @@ TEST(LlamaTrain, TheDeviceEstimateIsTight) {
 }
 
 // On a GPU the attention backward keeps every head's T x T grads at once
-// and a dqkv of its own (GptBackend's CUDA layers), where the CPU keeps a
+// and a dqkv of its own (LayerBackend's CUDA layers), where the CPU keeps a
 // T x T block and a head's dq, dk, dv per thread.
 TEST(LlamaTrain, OnAGpuTheEstimateCountsTheGpuAttentionScratch) {
   TrainMemoryInput in;

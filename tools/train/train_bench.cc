@@ -11,7 +11,7 @@
 // BM_ModelVsGemm: a replicated f32 step of GPT-2 6 x 512 (8 heads, seq 256,
 //   vocab 8192, batch 4, world size 1: ZeroDdp and the optimizer included)
 //   in model FLOP/s (GptModelFlopsPerStep) beside the best rate of Gemm
-//   (models/gpt2/gemm.h, M = N = K = 1024, every thread) timed right after
+//   (kernels/gemm.h, M = N = K = 1024, every thread) timed right after
 //   it. Counter model_flops_vs_gemm: target >= 0.75.
 // BM_TwoRanksVsOne: the same model, sharded, as 2 in-process ranks with
 //   batch 2 each against 1 rank with batch 4 (the same work). Counter
@@ -43,7 +43,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "models/gpt2/gemm.h"
+#include "kernels/gemm.h"
 #include "models/gpt2/gpt_model.h"
 #include "tools/train/trainer.h"
 

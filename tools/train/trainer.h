@@ -40,7 +40,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "models/gpt2/gemm.h"
+#include "kernels/gemm.h"
 #include "models/gpt2/gpt_model.h"
 #include "tools/train/model_spec.h"
 #include "tools/train/step_metrics.h"
