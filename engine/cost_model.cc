@@ -204,15 +204,18 @@ int OffloadDeviceWeight(OffloadPolicy offload) {
 
 namespace {
 
-// The device bytes `o` needs at least: auto placement may always fall back
-// to params' (every chunk resting on the host).
+// The placement whose device bytes `o` needs at least: auto placement may
+// always fall back to params' (every chunk resting on the host).
+OffloadPolicy LeastPlacement(const EngineOptions& o) {
+  const OffloadPolicy placement = ParamPlacement(o);
+  return placement == OffloadPolicy::kAuto ? OffloadPolicy::kParams : placement;
+}
+
+// The device bytes `o` needs at least, the model's buffers left out.
 double LeastDeviceBytes(const EngineOptions& o, const ParameterPacking& packing,
                         int world_size) {
-  const ChunkMemory m = EstimateChunkMemory(o, packing, world_size, 1);
-  const OffloadPolicy placement = ParamPlacement(o);
-  return DeviceModelDataBytes(m, placement == OffloadPolicy::kAuto
-                                     ? OffloadPolicy::kParams
-                                     : placement);
+  return DeviceModelDataBytes(EstimateChunkMemory(o, packing, world_size, 1),
+                              LeastPlacement(o));
 }
 
 }  // namespace
@@ -235,11 +238,10 @@ absl::Status CheckDeviceLimit(const EngineOptions& o,
   }
   const double limit = static_cast<double>(o.device_memory_limit);
   const double model = static_cast<double>(model_bytes);
-  if (LeastDeviceBytes(o, packing, world_size) + model <= limit) {
-    return absl::OkStatus();
-  }
   const ChunkMemory m = EstimateChunkMemory(o, packing, world_size, 1);
-  const OffloadPolicy placement = ParamPlacement(o);
+  const OffloadPolicy least = LeastPlacement(o);
+  const double need = DeviceModelDataBytes(m, least) + model;
+  if (need <= limit) return absl::OkStatus();
   std::string advice =
       "no layout fits: raise the limit or make the model's "
       "buffers smaller (a smaller batch)";
@@ -270,15 +272,12 @@ absl::Status CheckDeviceLimit(const EngineOptions& o,
     }
     break;
   }
-  const bool states_on_device = placement == OffloadPolicy::kNone;
+  const bool states_on_device = least == OffloadPolicy::kNone;
   return absl::ResourceExhaustedError(absl::StrCat(
       "EngineOptions::device_memory_limit is ", FormatBytes(limit),
-      ", but a step needs about ",
-      FormatBytes(LeastDeviceBytes(o, packing, world_size) + model), " on ",
+      ", but a step needs about ", FormatBytes(need), " on ",
       o.device.ToString(), " (compute chunks ",
-      FormatBytes(DeviceChunkBytes(m, placement == OffloadPolicy::kAuto
-                                          ? OffloadPolicy::kParams
-                                          : placement)),
+      FormatBytes(DeviceChunkBytes(m, least)),
       states_on_device ? absl::StrCat(", masters and optimizer states ",
                                       FormatBytes(m.optimizer),
                                       " (the states made at the first update)")
