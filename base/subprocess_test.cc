@@ -76,9 +76,16 @@ bool Dies(pid_t pid) {
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (absl::Now() < deadline) {
     if (kill(pid, 0) != 0) return true;
-    std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-    std::string text((std::istreambuf_iterator<char>(stat)),
-                     std::istreambuf_iterator<char>());
+    // Read with read(2): a process reaped between the open and the read
+    // fails the read with ESRCH (which std::ifstream throws as an
+    // exception); gone is dead.
+    const int fd = open(absl::StrCat("/proc/", pid, "/stat").c_str(), O_RDONLY);
+    if (fd < 0) return true;
+    char buffer[512];
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    close(fd);
+    if (n < 0) return true;
+    const std::string text(buffer, static_cast<size_t>(n));
     const size_t paren = text.rfind(')');
     if (paren != std::string::npos && paren + 2 < text.size() &&
         text[paren + 2] == 'Z') {
